@@ -1,0 +1,365 @@
+/*
+ * ir/ir.h: the kdc tensor IR and the table of contents of ir/.
+ *
+ * A kdc_module owns functions (predict, train_step, evaluate), a mesh and
+ * the weight store.  A kdc_func is a list of nodes in topological order;
+ * every node produces exactly one value whose id is the node's index
+ * (STYLE.md 4: values are 32-bit ids into func-owned arrays, never pointers).
+ * Everything the IR allocates lives in the module's arena and is freed with
+ * the module.
+ *
+ * Types are static: a dtype and a shape of at most KDC_MAX_RANK dims.  The
+ * cap is a deliberate departure from STYLE.md's "no fixed caps" (see
+ * docs/ARCHITECTURE.md): it keeps node, attribute and sharding records
+ * flat; an input of higher rank is a located error, never a truncation.
+ *
+ * Elementwise ops take operands of identical shape: broadcasting is always
+ * an explicit broadcast_in_dim (StableHLO style), so every backend sees the
+ * same index arithmetic.
+ */
+#ifndef KDC_IR_H
+#define KDC_IR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "kdc/arena.h"
+#include "kdc/status.h"
+
+enum { KDC_MAX_RANK = 8, KDC_MAX_MESH_AXES = 8, KDC_MAX_AXES_PER_DIM = 4 };
+
+typedef uint32_t kdc_value_id;
+#define KDC_NO_VALUE ((kdc_value_id)0xffffffffu)
+
+/* ---- types (ir/type.c) ---------------------------------------------------- */
+
+typedef enum kdc_dtype {
+  KDC_DTYPE_F32,
+  KDC_DTYPE_I32,
+  KDC_DTYPE_I64,
+  KDC_DTYPE_BOOL, /* one byte per element, 0 or 1 */
+  KDC_DTYPE_COUNT
+} kdc_dtype;
+
+typedef struct kdc_type {
+  kdc_dtype dtype;
+  int rank;
+  int64_t dims[KDC_MAX_RANK];
+} kdc_type;
+
+const char *kdc_dtype_name(kdc_dtype d);       /* "f32", "i32", "i64", "bool" */
+size_t kdc_dtype_size(kdc_dtype d);            /* bytes per element */
+bool kdc_dtype_from_name(const char *s, kdc_dtype *out);
+int64_t kdc_type_numel(const kdc_type *t);     /* 1 for rank 0 */
+size_t kdc_type_bytes(const kdc_type *t);
+bool kdc_type_equal(const kdc_type *a, const kdc_type *b);
+kdc_type kdc_type_make(kdc_dtype d, int rank, const int64_t *dims);
+/* Writes "f32[16,784]" into |buf| (always NUL-terminated); returns buf. */
+char *kdc_type_str(const kdc_type *t, char *buf, size_t n);
+/* Row-major strides in elements. */
+void kdc_type_strides(const kdc_type *t, int64_t *out_strides);
+
+/* ---- mesh and sharding (ir/sharding.c) ------------------------------------ */
+
+/* The device mesh: named axes, row-major device order (KERAS.md 1.1). */
+typedef struct kdc_mesh {
+  int naxes;                                  /* 0: no mesh (one device) */
+  char names[KDC_MAX_MESH_AXES][32];
+  int64_t sizes[KDC_MAX_MESH_AXES];
+} kdc_mesh;
+
+int64_t kdc_mesh_devices(const kdc_mesh *m);  /* product of sizes, 1 if none */
+int kdc_mesh_axis_index(const kdc_mesh *m, const char *name); /* -1 if absent */
+/* Checks |m|: at most KDC_MAX_MESH_AXES axes, names unique identifiers
+ * ([A-Za-z_][A-Za-z0-9_]*, < 32 bytes), sizes >= 1. */
+kdc_status kdc_mesh_check(const kdc_mesh *m);
+
+/*
+ * A sharding (SHARDING.md 8a): per tensor dim the ordered mesh axes (major to
+ * minor) that split it, plus the axes over which the value is an unreduced
+ * partial sum.  |present| false means "not yet decided" (before seeding).
+ */
+typedef struct kdc_sharding {
+  bool present;
+  uint8_t rank;
+  uint8_t naxes[KDC_MAX_RANK];
+  uint8_t axes[KDC_MAX_RANK][KDC_MAX_AXES_PER_DIM];
+  uint8_t open_mask;      /* bit d: dim d may still gain axes */
+  uint16_t replicated;    /* explicitly replicated axes (bit per mesh axis) */
+  uint16_t partial;       /* unreduced axes (bit per mesh axis), op is sum */
+  uint32_t origin;        /* index into the module's provenance table, 0 = none */
+} kdc_sharding;
+
+/* The text of a sharding (SHARDING.md 7), e.g. `{data,-}`,
+ * `{(data,model)?,?} replicated(x) partial(sum: model) prov=3`: per dim `-`
+ * (closed, unsplit), `?` (open, unsplit), `a` or `(a,b)` major to minor, a
+ * trailing `?` marks an open dim.  Writes into |buf| (always NUL-terminated,
+ * truncated if |n| is short; 2048 bytes always suffice); returns |buf|.
+ * Axis indices outside |m| print as `<axisN>` (the verifier rejects them). */
+char *kdc_sharding_str(const kdc_mesh *m, const kdc_sharding *s, char *buf, size_t n);
+/* Parses one sharding at |text| (which starts at `{`) with axis names from
+ * |m|; sets *|out_end| to the first byte after it.  On error returns a
+ * KDC_INVALID_INPUT status whose message is the bare complaint ("expected
+ * ...") and sets *|out_end| to the offending byte, so callers can add their
+ * own file:line:col. */
+kdc_status kdc_sharding_parse(const char *text, const kdc_mesh *m, kdc_sharding *out,
+                              const char **out_end);
+
+/* ---- ops (ir/ops.def, ir/op.c) ------------------------------------------- */
+
+enum {
+  OPF_EW = 1 << 0,    /* elementwise */
+  OPF_UN = 1 << 1,    /* elementwise unary */
+  OPF_BIN = 1 << 2,   /* elementwise binary */
+  OPF_TER = 1 << 3,   /* elementwise ternary (select) */
+  OPF_RED = 1 << 4,   /* reduction */
+  OPF_COLL = 1 << 5,  /* collective */
+  OPF_LEAF = 1 << 6,  /* no operands */
+  OPF_SHAPE = 1 << 7, /* pure data movement */
+};
+
+typedef enum kdc_op {
+#define X(e, name, arity, flags) KDC_OP_##e,
+#include "ir/ops.def"
+#undef X
+  KDC_OP_COUNT
+} kdc_op;
+
+const char *kdc_op_name(kdc_op op);
+int kdc_op_arity(kdc_op op);                 /* -1 variadic */
+unsigned kdc_op_flags(kdc_op op);
+bool kdc_op_from_name(const char *s, kdc_op *out);
+
+/* ---- attributes: one typed struct per op family (STYLE.md anti-pattern 2) - */
+
+typedef struct kdc_dimlist {
+  int n;
+  int64_t v[KDC_MAX_RANK];
+} kdc_dimlist;
+
+typedef enum kdc_param_kind {
+  KDC_PARAM_INPUT,  /* model input (data), batch-major */
+  KDC_PARAM_LABEL,  /* training targets */
+  KDC_PARAM_WEIGHT, /* a model variable, named by its Keras path */
+  KDC_PARAM_STATE,  /* optimizer slot or step counter */
+} kdc_param_kind;
+
+typedef struct kdc_attr_param {
+  int index;           /* position in the function's parameter list */
+  kdc_param_kind kind;
+  const char *name;    /* Keras variable path or input layer name */
+} kdc_attr_param;
+
+typedef struct kdc_attr_const {
+  bool splat;          /* one element repeated over the whole shape */
+  void *data;          /* numel (or 1 if splat) elements of the dtype */
+} kdc_attr_const;
+
+typedef enum kdc_cmp { KDC_CMP_EQ, KDC_CMP_NE, KDC_CMP_LT, KDC_CMP_LE, KDC_CMP_GT, KDC_CMP_GE } kdc_cmp;
+typedef enum kdc_reduce_kind { KDC_RED_SUM, KDC_RED_MAX, KDC_RED_MIN, KDC_RED_PROD } kdc_reduce_kind;
+
+typedef struct kdc_attr_dot {
+  kdc_dimlist lhs_batch, rhs_batch, lhs_contract, rhs_contract;
+} kdc_attr_dot;
+
+typedef struct kdc_attr_slice {
+  kdc_dimlist start, limit, stride;
+} kdc_attr_slice;
+
+typedef struct kdc_attr_pad {
+  kdc_dimlist low, high, interior;
+} kdc_attr_pad;
+
+typedef union kdc_attrs {
+  kdc_attr_param param;     /* PARAMETER */
+  kdc_attr_const constant;  /* CONSTANT */
+  int64_t dim;              /* IOTA, CONCAT */
+  kdc_cmp cmp;              /* COMPARE */
+  kdc_dimlist dims;         /* BROADCAST (operand dim -> result dim), TRANSPOSE (perm) */
+  struct { kdc_reduce_kind kind; kdc_dimlist dims; } reduce; /* REDUCE */
+  kdc_attr_dot dot;         /* DOT */
+  kdc_attr_slice slice;     /* SLICE */
+  kdc_attr_pad pad;         /* PAD */
+} kdc_attrs;
+
+/* Names of the enum attributes in the text form (ir/print.c): "lt", "sum",
+ * "weight"; "?" when out of range.  *_from_name return false if unknown. */
+const char *kdc_cmp_name(kdc_cmp c);
+bool kdc_cmp_from_name(const char *s, kdc_cmp *out);
+const char *kdc_reduce_kind_name(kdc_reduce_kind k);
+bool kdc_reduce_kind_from_name(const char *s, kdc_reduce_kind *out);
+const char *kdc_param_kind_name(kdc_param_kind k);
+bool kdc_param_kind_from_name(const char *s, kdc_param_kind *out);
+
+/* Keyword attributes of the text form (ir/print.c), `kw=[1,2]` or `kw=3`,
+ * printed and parsed in table order; |offset| locates the kdc_dimlist (or
+ * int64_t when |scalar|) inside kdc_attrs.  Optional ones are printed only
+ * when non-empty. */
+typedef struct kdc_attr_kw {
+  kdc_op op;
+  const char *kw;
+  size_t offset;
+  bool scalar;
+  bool optional;
+} kdc_attr_kw;
+extern const kdc_attr_kw kdc_ir_attr_kws[];
+extern const size_t kdc_ir_n_attr_kws;
+
+/* ---- nodes, functions, modules (ir/module.c) ------------------------------ */
+
+typedef struct kdc_node {
+  kdc_op op;
+  kdc_type type;
+  int n_in;
+  kdc_value_id *in;        /* arena-owned */
+  kdc_attrs attr;
+  kdc_sharding sharding;
+  /* Fusion contract (passes/fuse.c -> codegen/): nodes with equal |group|
+   * (>= 0) form one kernel.  The group's root is its highest-id node and is
+   * the only member written to memory; every other member has all its users
+   * inside the group and is recomputed per output element.  group -1: not a
+   * kernel (PARAMETER, CONSTANT, DOT = a GEMM call, RESHAPE of a materialized
+   * row-major value = an alias, collectives). */
+  int32_t group;
+  /* Memory plan (passes/plan_memory.c): byte offset of this value in the
+   * device's scratch arena, -1 if not a planned temporary (parameters,
+   * constants, results and aliases have their own storage). */
+  int64_t mem_offset;
+  const char *origin;      /* where it came from: "layer d2 (config.layers[4])"; may be NULL */
+} kdc_node;
+
+typedef struct kdc_func {
+  struct kdc_module *module;
+  const char *name;        /* "predict", "train_step", ... */
+  kdc_node *nodes;         /* heap array, grows; node i defines value %i */
+  size_t n_nodes, cap_nodes;
+  kdc_value_id *params;    /* PARAMETER nodes in parameter-index order */
+  size_t n_params, cap_params;
+  kdc_value_id *results;
+  const char **result_names; /* one per result, e.g. the output layer name */
+  size_t n_results, cap_results;
+  const char *cur_origin;  /* builder: origin stamped on new nodes */
+  kdc_status error;        /* builder: first error (sticky), owned */
+} kdc_func;
+
+/* A named weight with its host data (float32 unless dtype says otherwise). */
+typedef struct kdc_weight {
+  const char *name;        /* Keras 3 variable path, e.g. "d1/kernel" */
+  kdc_type type;
+  void *data;              /* arena-owned, kdc_type_bytes(&type) bytes; NULL = not loaded */
+  bool trainable;
+} kdc_weight;
+
+typedef struct kdc_module {
+  kdc_arena *arena;
+  const char *name;        /* model name */
+  kdc_func **funcs;
+  size_t n_funcs, cap_funcs;
+  kdc_mesh mesh;
+  kdc_weight *weights;
+  size_t n_weights, cap_weights;
+} kdc_module;
+
+kdc_module *kdc_ir_module_create(const char *name);
+void kdc_ir_module_destroy(kdc_module *m);
+kdc_func *kdc_ir_func_create(kdc_module *m, const char *name);
+kdc_func *kdc_ir_module_find_func(const kdc_module *m, const char *name);
+/* Adds a weight (data copied into the arena when non-NULL). */
+kdc_weight *kdc_ir_module_add_weight(kdc_module *m, const char *name,
+                                     const kdc_type *t, const void *data);
+kdc_weight *kdc_ir_module_find_weight(const kdc_module *m, const char *name);
+
+static inline kdc_node *kdc_ir_node(const kdc_func *f, kdc_value_id v) { return &f->nodes[v]; }
+static inline const kdc_type *kdc_ir_type(const kdc_func *f, kdc_value_id v) { return &f->nodes[v].type; }
+
+/* Appends a raw node (used by the parser and passes); operands are copied.
+ * No type checking: run kdc_ir_verify afterwards. */
+kdc_value_id kdc_ir_append(kdc_func *f, kdc_op op, const kdc_type *t, int n_in,
+                           const kdc_value_id *in, const kdc_attrs *attr);
+void kdc_ir_add_result(kdc_func *f, kdc_value_id v, const char *name);
+/* Counts uses of every value (results count as uses); out has n_nodes slots. */
+void kdc_ir_count_uses(const kdc_func *f, uint32_t *out_uses);
+
+/* ---- builder (ir/builder.c) ----------------------------------------------
+ * Type-inferring constructors.  On a type error they record the first error
+ * in f->error (sticky) and return KDC_NO_VALUE; later calls with
+ * KDC_NO_VALUE operands are no-ops.  The frontend checks
+ * kdc_ir_take_error(f) after each layer and adds the layer's location.
+ * New nodes get f->cur_origin as their origin. */
+
+void kdc_ir_set_origin(kdc_func *f, const char *origin);
+kdc_status kdc_ir_take_error(kdc_func *f);   /* caller owns; resets f->error */
+
+kdc_value_id kdc_ir_parameter(kdc_func *f, kdc_param_kind kind, const char *name,
+                              const kdc_type *t);
+kdc_value_id kdc_ir_constant(kdc_func *f, const kdc_type *t, const void *data);
+kdc_value_id kdc_ir_splat(kdc_func *f, kdc_dtype d, int rank, const int64_t *dims, double v);
+kdc_value_id kdc_ir_scalar(kdc_func *f, kdc_dtype d, double v); /* rank 0 */
+kdc_value_id kdc_ir_iota(kdc_func *f, const kdc_type *t, int64_t dim);
+kdc_value_id kdc_ir_unary(kdc_func *f, kdc_op op, kdc_value_id x);
+kdc_value_id kdc_ir_convert(kdc_func *f, kdc_value_id x, kdc_dtype to);
+kdc_value_id kdc_ir_binary(kdc_func *f, kdc_op op, kdc_value_id a, kdc_value_id b);
+kdc_value_id kdc_ir_compare(kdc_func *f, kdc_cmp cmp, kdc_value_id a, kdc_value_id b);
+kdc_value_id kdc_ir_select(kdc_func *f, kdc_value_id p, kdc_value_id a, kdc_value_id b);
+/* result dims |dims| (rank |rank|); operand dim i maps to result dim map[i]. */
+kdc_value_id kdc_ir_broadcast(kdc_func *f, kdc_value_id x, int rank, const int64_t *dims,
+                              const int64_t *map);
+kdc_value_id kdc_ir_reshape(kdc_func *f, kdc_value_id x, int rank, const int64_t *dims);
+kdc_value_id kdc_ir_transpose(kdc_func *f, kdc_value_id x, const int64_t *perm);
+kdc_value_id kdc_ir_slice(kdc_func *f, kdc_value_id x, const int64_t *start,
+                          const int64_t *limit, const int64_t *stride);
+kdc_value_id kdc_ir_concat(kdc_func *f, int n, const kdc_value_id *xs, int64_t dim);
+kdc_value_id kdc_ir_pad(kdc_func *f, kdc_value_id x, kdc_value_id padv, const int64_t *low,
+                        const int64_t *high, const int64_t *interior);
+kdc_value_id kdc_ir_reduce(kdc_func *f, kdc_reduce_kind kind, kdc_value_id x, int n_dims,
+                           const int64_t *dims);
+kdc_value_id kdc_ir_dot(kdc_func *f, kdc_value_id a, kdc_value_id b, const kdc_attr_dot *d);
+
+/* Convenience built from the above (ir/builder.c). */
+/* numpy-style broadcast of |x| to |t|'s shape (trailing-aligned). */
+kdc_value_id kdc_ir_broadcast_to(kdc_func *f, kdc_value_id x, int rank, const int64_t *dims);
+/* Binary op with numpy broadcasting of both operands; scalar operands allowed. */
+kdc_value_id kdc_ir_binary_bcast(kdc_func *f, kdc_op op, kdc_value_id a, kdc_value_id b);
+/* x op scalar constant (x's dtype). */
+kdc_value_id kdc_ir_binary_scalar(kdc_func *f, kdc_op op, kdc_value_id x, double s);
+/* Plain matmul of [.., M, K] x [K, N] -> [.., M, N] (contract last with first). */
+kdc_value_id kdc_ir_matmul(kdc_func *f, kdc_value_id a, kdc_value_id b);
+
+/* ---- shape inference (ir/shape.c) ----------------------------------------
+ * The result type of |op| over operand types, or an error naming what is
+ * wrong.  For ops whose result type is given (BROADCAST, RESHAPE, CONSTANT,
+ * PARAMETER, IOTA, CONVERT) |out| must hold it on entry and is checked. */
+kdc_status kdc_ir_infer_type(kdc_op op, int n_in, const kdc_type *in, const kdc_attrs *attr,
+                             kdc_type *out);
+
+/* ---- verifier (ir/verify.c) ---------------------------------------------- */
+/* Checks SSA order, arities, attribute ranges and types of every node. */
+kdc_status kdc_ir_verify(const kdc_func *f);
+kdc_status kdc_ir_verify_module(const kdc_module *m);
+
+/* ---- text form (ir/print.c, ir/parse.c) ----------------------------------- */
+/* The canonical text: stable, parseable, round-trips (print∘parse∘print = print). */
+void kdc_ir_print_func(FILE *out, const kdc_func *f);
+void kdc_ir_print_module(FILE *out, const kdc_module *m);
+char *kdc_ir_module_to_string(const kdc_module *m); /* malloc'd */
+void kdc_ir_print_sharding(FILE *out, const kdc_module *m, const kdc_sharding *s);
+/* Parses module text; |filename| names the source in errors ("file:line:col: ..."). */
+kdc_status kdc_ir_parse_module(const char *text, const char *filename, kdc_module **out);
+
+/* ---- reference interpreter (ir/interp.c) ----------------------------------
+ * Evaluates |f| on the host, slowly and obviously correctly (double-precision
+ * accumulation is NOT used: f32 math in program order, sums in index order).
+ * |args| holds one buffer per parameter, in parameter-index order; weights
+ * parameters may be NULL to take the module's weight data by name.
+ * Results are malloc'd buffers the caller frees. */
+typedef struct kdc_tensor {
+  kdc_type type;
+  void *data;
+} kdc_tensor;
+
+kdc_status kdc_ir_interpret(const kdc_func *f, const kdc_tensor *args, size_t n_args,
+                            kdc_tensor *out_results /* f->n_results */);
+
+#endif

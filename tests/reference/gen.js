@@ -1,0 +1,387 @@
+'use strict';
+// Regenerates the Keras reference data in ../../examples/<model>/ with
+// TensorFlow.js (pure JS CPU backend). Deterministic: every random value
+// comes from the seeded mulberry32 PRNG in lib.js. See README.md.
+//
+//   cd tests/reference && npm ci && node gen.js
+//
+// For each model this builds the network in tfjs, sets seeded weights,
+// runs model.predict (inference: dropout off) on a seeded batch of 37 rows,
+// and writes:
+//   model.json          Keras 3 (3.13) model.to_json(), written here by hand
+//   model_tfjs.json     tfjs' own layers-model serialization (+ weights.bin)
+//   weights.bin         TF.js weight shard (float32 LE, manifest order)
+//   weights.safetensors same weights, names = Keras 3 variable paths
+//   input.npy / input0.npy, input1.npy
+//   expected.npy / expected0.npy, expected1.npy
+//   expected_tfjs.npy   only where TF.js/tf.keras-2 semantics differ from
+//                       Keras 3 for the same JSON (activations: hard_sigmoid)
+
+const fs = require('fs');
+const path = require('path');
+const tf = require('@tensorflow/tfjs');
+const L = require('./lib');
+
+const OUT = path.resolve(__dirname, '..', '..', 'examples');
+const BATCH = 37;
+
+const { KReLU, KSubtract } = require('./tfjs_keras3');
+
+// ====================================================================
+// Keras 3 JSON building blocks (Keras 3.13 field sets).
+
+const DP = () => ({ module: 'keras', class_name: 'DTypePolicy', config: { name: 'float32' }, registered_name: null });
+const GU = () => ({ module: 'keras.initializers', class_name: 'GlorotUniform', config: { seed: null }, registered_name: null });
+const ZE = () => ({ module: 'keras.initializers', class_name: 'Zeros', config: {}, registered_name: null });
+
+// Layers whose Keras 3.13 serialization carries build_config: those with a
+// build() (Dense, Merge subclasses, Concatenate) and those built through the
+// default Layer.build on first call (Flatten, Permute). Reshape, Dropout,
+// Activation, ReLU, Softmax and InputLayer are marked built in __init__.
+const HAS_BUILD_CONFIG = new Set(['Dense', 'Flatten', 'Permute', 'Add', 'Subtract', 'Multiply',
+  'Average', 'Maximum', 'Minimum', 'Concatenate']);
+const MERGE = new Set(['Add', 'Subtract', 'Multiply', 'Average', 'Maximum', 'Minimum', 'Concatenate']);
+
+function denseSpecific(units, activation, useBias) {
+  return {
+    units, activation, use_bias: useBias,
+    kernel_initializer: GU(), bias_initializer: ZE(),
+    kernel_regularizer: null, bias_regularizer: null,
+    kernel_constraint: null, bias_constraint: null,
+    quantization_config: null,
+  };
+}
+
+// A model under construction: the tfjs graph and the Keras 3 description
+// side by side, so both describe exactly the same network.
+class Builder {
+  constructor(kind, name, seed) {
+    this.kind = kind;           // 'functional' | 'sequential'
+    this.name = name;
+    this.rng = L.mulberry32(seed);
+    this.entries = [];          // Keras 3 layer records, creation order
+    this.inputs = [];
+    this.denseInit = {};        // layer name -> kernel gain
+  }
+
+  input(name, shape) {
+    const sym = tf.input({ shape, name });
+    this.inputs.push(sym);
+    this.entries.push({
+      cls: 'InputLayer', name,
+      config: { batch_shape: [null, ...shape], dtype: 'float32', sparse: false, ragged: false, name, optional: false },
+      inbound: null, outShape: [null, ...shape],
+    });
+    return { sym, hist: [name, 0, 0], shape: [null, ...shape] };
+  }
+
+  // cls: Keras class name; specific: Keras 3 config keys after
+  // name/trainable/dtype; tfLayer: the tfjs layer; inp: handle or array of
+  // handles (merge layers); kwargs: recorded call kwargs.
+  layer(cls, name, specific, tfLayer, inp, kwargs = {}) {
+    const ins = Array.isArray(inp) ? inp : [inp];
+    const sym = tfLayer.apply(Array.isArray(inp) ? ins.map(h => h.sym) : inp.sym);
+    const kt = h => ({ class_name: '__keras_tensor__', config: { shape: h.shape, dtype: 'float32', keras_history: h.hist } });
+    const args = Array.isArray(inp) ? [ins.map(kt)] : [kt(inp)];
+    const buildShape = Array.isArray(inp) ? ins.map(h => h.shape) : inp.shape;
+    this.entries.push({
+      cls, name,
+      config: Object.assign({ name, trainable: true, dtype: DP() }, specific),
+      buildConfig: HAS_BUILD_CONFIG.has(cls) ? { input_shape: buildShape } : undefined,
+      inbound: [{ args, kwargs }],
+      outShape: sym.shape.slice(),
+    });
+    return { sym, hist: [name, 0, 0], shape: sym.shape.slice() };
+  }
+
+  dense(name, units, activation, inp, { useBias = true, gain = 1, tfActivation } = {}) {
+    this.denseInit[name] = gain;
+    return this.layer('Dense', name, denseSpecific(units, activation, useBias),
+      tf.layers.dense({ units, activation: tfActivation || activation, useBias, name }), inp);
+  }
+
+  // ---- Keras 3 JSON
+  keras3Functional(outputs) {
+    const layers = this.entries.map(e => {
+      const o = { module: 'keras.layers', class_name: e.cls, config: e.config, registered_name: null };
+      if (e.buildConfig) o.build_config = e.buildConfig;
+      o.name = e.name;
+      o.inbound_nodes = e.inbound || [];
+      return o;
+    });
+    const trip = h => h.hist.slice();
+    const ins = this.inputs.length === 1 ? [this.entries[0].name, 0, 0]
+      : this.entries.filter(e => e.cls === 'InputLayer').map(e => [e.name, 0, 0]);
+    const outs = outputs.length === 1 ? trip(outputs[0]) : outputs.map(trip);
+    return {
+      module: 'keras.src.models.functional', class_name: 'Functional',
+      config: { name: this.name, trainable: true, layers, input_layers: ins, output_layers: outs },
+      registered_name: 'Functional', build_config: { input_shape: null },
+    };
+  }
+
+  keras3Sequential() {
+    const inp = this.entries[0];
+    const layers = this.entries.map(e => {
+      const o = { module: 'keras.layers', class_name: e.cls, config: e.config, registered_name: null };
+      if (e.buildConfig) o.build_config = e.buildConfig;
+      return o;
+    });
+    return {
+      module: 'keras', class_name: 'Sequential',
+      config: { name: this.name, trainable: true, dtype: DP(), layers, build_input_shape: inp.config.batch_shape },
+      registered_name: null, build_config: { input_shape: inp.config.batch_shape },
+    };
+  }
+}
+
+// ====================================================================
+// Weights: Glorot-uniform-like kernels (times an optional gain, to push
+// pre-activations into the interesting ranges: relu6 > 6, hard_sigmoid
+// outside [-3, 3] ...), non-zero small biases in [-0.2, 0.2].
+
+function setSeededWeights(model, builder) {
+  const rng = builder.rng;
+  const list = [];  // {layer, wname, shape, data}, model.weights order
+  for (const layer of model.layers) {
+    if (layer.weights.length === 0) continue;
+    const gain = builder.denseInit[layer.name];
+    if (gain === undefined) throw new Error(`no init for ${layer.name}`);
+    const vals = [];
+    for (const w of layer.weights) {
+      const shape = w.shape.slice();
+      const wname = w.originalName.split('/').pop();
+      const n = shape.reduce((a, b) => a * b, 1);
+      let data;
+      if (wname === 'kernel') {
+        const fanIn = shape[0], fanOut = shape[1];
+        const lim = gain * Math.sqrt(6 / (fanIn + fanOut));
+        data = L.uniformArray(rng, n, -lim, lim);
+      } else if (wname === 'bias') {
+        data = L.uniformArray(rng, n, -0.2, 0.2);
+      } else throw new Error(`unexpected weight ${w.originalName}`);
+      vals.push(tf.tensor(data, shape));
+      list.push({ layer: layer.name, wname, shape, data });
+    }
+    layer.setWeights(vals);
+    vals.forEach(t => t.dispose());
+  }
+  return list;
+}
+
+// ====================================================================
+// Model definitions. Each returns {builder, model, outputs(handles)}.
+
+function buildMnistMlp(kind) {
+  const name = kind === 'sequential' ? 'sequential' : 'functional';
+  const b = new Builder(kind, name, kind === 'sequential' ? 0x5EC0001 : 0x3A15701);
+  const x = b.input('input_layer', [28, 28, 1]);
+  let h = b.layer('Flatten', 'flatten', { data_format: 'channels_last' }, tf.layers.flatten({ name: 'flatten' }), x);
+  h = b.dense('d1', 200, 'relu', h, { useBias: false });
+  h = b.layer('Dropout', 'dropout', { rate: L.pyf(0.4), seed: null, noise_shape: null },
+    tf.layers.dropout({ rate: 0.4, name: 'dropout' }), h, { training: false });
+  h = b.dense('d2', 10, 'softmax', h);
+  let model;
+  if (kind === 'sequential') {
+    // Same layers, as a tfjs Sequential (tfjs serializes it in its own
+    // Sequential form: batch_input_shape on the first layer).
+    model = tf.sequential({ name: 'sequential' });
+    model.add(tf.layers.flatten({ name: 'flatten', inputShape: [28, 28, 1] }));
+    model.add(tf.layers.dense({ units: 200, activation: 'relu', useBias: false, name: 'd1' }));
+    model.add(tf.layers.dropout({ rate: 0.4, name: 'dropout' }));
+    model.add(tf.layers.dense({ units: 10, activation: 'softmax', name: 'd2' }));
+  } else {
+    model = tf.model({ inputs: b.inputs, outputs: h.sym, name });
+  }
+  return { b, model, outputs: [h], inputRanges: [[0, 1]] };
+}
+
+// The activations model. hsMode: 'keras3' (reference) or 'tfjs' (stock tfjs
+// hardSigmoid, i.e. what tf.keras 2 / TF.js give for the same TF.js JSON).
+function buildActivations(hsMode) {
+  const b = new Builder('functional', 'activations', 0xAC71F00);
+  const x = b.input('input_layer', [16]);
+  const trunk = b.dense('trunk', 24, 'linear', x, { gain: 3 });
+  const hsAct = hsMode === 'keras3' ? 'hard_sigmoid' : 'hardSigmoid';
+  const outs = [];
+  // [name, units, Keras 3 activation string, gain, tfjs activation]
+  const branches = [
+    ['dense_linear', 8, 'linear', 1],
+    ['dense_relu', 8, 'relu', 1.5],
+    ['dense_sigmoid', 10, 'sigmoid', 1.5],
+    ['dense_tanh', 12, 'tanh', 1],
+    ['dense_softmax', 9, 'softmax', 1.5],
+    ['dense_gelu', 16, 'gelu', 1.5],
+    // Keras 3 serializes activation="swish" as "silu"; the tfjs model uses
+    // tfjs' stock 'swish' (same function x*sigmoid(x)), so model_tfjs.json
+    // says "swish" while model.json says "silu".
+    ['dense_silu', 10, 'silu', 1.5, 'swish'],
+    ['dense_elu', 11, 'elu', 1.5],
+    ['dense_selu', 13, 'selu', 1.5],
+    ['dense_softplus', 8, 'softplus', 1.5],
+    ['dense_softsign', 9, 'softsign', 1.5],
+    ['dense_relu6', 14, 'relu6', 2.5],
+    ['dense_leaky_relu', 12, 'leaky_relu', 1.5],
+    ['dense_exponential', 8, 'exponential', 1],
+    ['dense_hard_sigmoid', 15, 'hard_sigmoid', 2.5, hsAct],
+  ];
+  const byName = {};
+  for (const [name, units, act, gain, tfAct] of branches) {
+    byName[name] = b.dense(name, units, act, trunk, { gain, tfActivation: tfAct });
+    outs.push(byName[name]);
+  }
+  // a short chain: relu -> sigmoid
+  outs.push(b.dense('chain_sigmoid', 8, 'sigmoid', byName.dense_relu, { gain: 2 }));
+  // Dense(linear) + Activation('gelu')
+  const preGelu = b.dense('pre_gelu', 12, 'linear', trunk, { gain: 1.5 });
+  outs.push(b.layer('Activation', 'act_gelu', { activation: 'gelu' },
+    tf.layers.activation({ activation: 'gelu', name: 'act_gelu' }), preGelu));
+  // ReLU layers with every parameter combination path of ReLU.static_call
+  const preRelu = b.dense('pre_relu', 20, 'linear', trunk, { gain: 3 });
+  const relus = [
+    ['relu_full', 4.5, 0.1, 0.3],     // clip + threshold + negative slope
+    ['relu_plain', null, 0.0, 0.0],    // plain relu
+    ['relu_leaky', null, 0.25, 0.0],   // leaky path
+    ['relu_max6', 6.0, 0.0, 0.0],      // relu6 path
+  ];
+  for (const [name, mv, ns, th] of relus) {
+    outs.push(b.layer('ReLU', name,
+      { max_value: mv === null ? null : L.pyf(mv), negative_slope: L.pyf(ns), threshold: L.pyf(th) },
+      new KReLU({ name, max_value: mv, negative_slope: ns, threshold: th }), preRelu));
+  }
+  // Activation('hard_sigmoid') as a standalone layer too
+  outs.push(b.layer('Activation', 'act_hard_sigmoid', { activation: 'hard_sigmoid' },
+    tf.layers.activation({ activation: hsAct, name: 'act_hard_sigmoid' }), preRelu));
+  // Softmax layer, axis -1 (Keras records mask=None in the call kwargs)
+  const preSm = b.dense('pre_softmax', 18, 'linear', trunk, { gain: 2 });
+  outs.push(b.layer('Softmax', 'softmax', { axis: -1 },
+    tf.layers.softmax({ axis: -1, name: 'softmax' }), preSm, { mask: null }));
+  const cat = b.layer('Concatenate', 'concatenate', { axis: -1 },
+    tf.layers.concatenate({ axis: -1, name: 'concatenate' }), outs);
+  const model = tf.model({ inputs: b.inputs, outputs: cat.sym, name: 'activations' });
+  return { b, model, outputs: [cat], inputRanges: [[-1, 1]] };
+}
+
+function buildMergeReshape() {
+  const b = new Builder('functional', 'merge_reshape', 0x3E96E00);
+  const a = b.input('in_a', [12]);
+  const bb = b.input('in_b', [3, 4]);
+  const ra = b.layer('Reshape', 'reshape_a', { target_shape: [3, 4] },
+    tf.layers.reshape({ targetShape: [3, 4], name: 'reshape_a' }), a);
+  const pb = b.layer('Permute', 'permute_b', { dims: [2, 1] },
+    tf.layers.permute({ dims: [2, 1], name: 'permute_b' }), bb);                  // (4,3)
+  const rb = b.layer('Reshape', 'reshape_b', { target_shape: [-1, 4] },
+    tf.layers.reshape({ targetShape: [-1, 4], name: 'reshape_b' }), pb);         // (3,4)
+  const add = b.layer('Add', 'add', {}, tf.layers.add({ name: 'add' }), [ra, bb]);
+  const sub = b.layer('Subtract', 'subtract', {}, new KSubtract({ name: 'subtract' }), [ra, rb]);
+  const mul = b.layer('Multiply', 'multiply', {}, tf.layers.multiply({ name: 'multiply' }), [ra, bb]);
+  const avg = b.layer('Average', 'average', {}, tf.layers.average({ name: 'average' }), [ra, bb, rb]);
+  const mx = b.layer('Maximum', 'maximum', {}, tf.layers.maximum({ name: 'maximum' }), [ra, rb]);
+  const mn = b.layer('Minimum', 'minimum', {}, tf.layers.minimum({ name: 'minimum' }), [bb, rb]);
+  const catLast = b.layer('Concatenate', 'concat_last', { axis: -1 },
+    tf.layers.concatenate({ axis: -1, name: 'concat_last' }), [add, sub, mul]);    // (3,12)
+  const catMid = b.layer('Concatenate', 'concat_axis1', { axis: 1 },
+    tf.layers.concatenate({ axis: 1, name: 'concat_axis1' }), [avg, mx, mn]);     // (9,4)
+  const flat = b.layer('Flatten', 'flatten', { data_format: 'channels_last' },
+    tf.layers.flatten({ name: 'flatten' }), catLast);                           // (36)
+  const head0 = b.dense('head0', 8, 'tanh', flat);                             // (8)
+  const perm = b.layer('Permute', 'permute_mid', { dims: [2, 1] },
+    tf.layers.permute({ dims: [2, 1], name: 'permute_mid' }), catMid);          // (4,9)
+  const head1 = b.dense('head1', 5, 'sigmoid', perm);                          // (4,5) Dense on rank 3
+  const model = tf.model({ inputs: b.inputs, outputs: [head0.sym, head1.sym], name: 'merge_reshape' });
+  return { b, model, outputs: [head0, head1], inputRanges: [[-1, 1], [-1, 1]] };
+}
+
+// ====================================================================
+// Writers
+
+async function tfjsArtifacts(model) {
+  let art;
+  await model.save(tf.io.withSaveHandler(async a => {
+    art = a;
+    return { modelArtifactsInfo: { dateSaved: new Date(0), modelTopologyType: 'JSON' } };
+  }));
+  return art;
+}
+
+function write(dir, file, data) {
+  fs.writeFileSync(path.join(dir, file), data);
+  console.log('  wrote', path.relative(path.resolve(__dirname, '..', '..'), path.join(dir, file)));
+}
+
+async function emit(folder, built, { sequentialPrefix = null, extraExpected = null } = {}) {
+  const dir = path.join(OUT, folder);
+  fs.mkdirSync(dir, { recursive: true });
+  const { b, model, outputs, inputRanges } = built;
+  const wlist = setSeededWeights(model, b);
+
+  // ---- Keras 3 JSON
+  const k3 = b.kind === 'sequential' ? b.keras3Sequential() : b.keras3Functional(outputs);
+  write(dir, 'model.json', L.pyJSON(k3) + '\n');
+
+  // ---- safetensors (Keras 3 variable paths)
+  const prefix = sequentialPrefix ? sequentialPrefix + '/' : '';
+  write(dir, 'weights.safetensors', L.safetensorsBytes(
+    wlist.map(w => ({ name: `${prefix}${w.layer}/${w.wname}`, shape: w.shape, data: w.data }))));
+
+  // ---- TF.js layers-model
+  const art = await tfjsArtifacts(model);
+  for (const s of art.weightSpecs) {
+    if (!/^[^/]+\/[^/]+$/.test(s.name)) throw new Error(`unexpected tfjs weight name ${s.name}`);
+  }
+  const tfjsJson = {
+    format: art.format, generatedBy: art.generatedBy, convertedBy: art.convertedBy,
+    modelTopology: art.modelTopology,
+    weightsManifest: [{ paths: ['weights.bin'], weights: art.weightSpecs }],
+  };
+  write(dir, 'model_tfjs.json', JSON.stringify(tfjsJson, null, 1) + '\n');
+  write(dir, 'weights.bin', Buffer.from(art.weightData));
+
+  // ---- inputs (seeded) and predictions
+  const xs = [];
+  const multi = b.inputs.length > 1;
+  b.inputs.forEach((sym, i) => {
+    const shape = [BATCH, ...sym.shape.slice(1)];
+    const n = shape.reduce((p, q) => p * q, 1);
+    const [lo, hi] = inputRanges[i];
+    const data = L.uniformArray(b.rng, n, lo, hi);
+    xs.push(tf.tensor(data, shape));
+    write(dir, multi ? `input${i}.npy` : 'input.npy', L.npyBytes(shape, data));
+  });
+  const predict = m => {
+    let ys = m.predict(multi ? xs : xs[0], { batchSize: 64 });
+    return Array.isArray(ys) ? ys : [ys];
+  };
+  const ys = predict(model);
+  ys.forEach((y, i) => {
+    write(dir, ys.length > 1 ? `expected${i}.npy` : 'expected.npy', L.npyBytes(y.shape, y.dataSync()));
+  });
+  if (extraExpected) {
+    const other = extraExpected.build();
+    // same seeded weights (fresh PRNG with the same seed, same order)
+    setSeededWeights(other.model, other.b);
+    const ys2 = predict(other.model);
+    ys2.forEach((y, i) => write(dir, extraExpected.file, L.npyBytes(y.shape, y.dataSync())));
+  }
+  const params = wlist.reduce((s, w) => s + w.data.length, 0);
+  console.log(`  ${folder}: ${params} params, outputs ${ys.map(y => JSON.stringify(y.shape)).join(' ')}`);
+  if (params >= 200000) throw new Error('model too big');
+}
+
+async function main() {
+  await tf.setBackend('cpu');
+  await tf.ready();
+  console.log(`tfjs ${tf.version.tfjs}, backend ${tf.getBackend()}`);
+  console.log('mnist_mlp');
+  await emit('mnist_mlp', buildMnistMlp('functional'));
+  console.log('mlp_sequential');
+  await emit('mlp_sequential', buildMnistMlp('sequential'), { sequentialPrefix: 'sequential' });
+  console.log('activations');
+  await emit('activations', buildActivations('keras3'), {
+    extraExpected: { file: 'expected_tfjs.npy', build: () => buildActivations('tfjs') },
+  });
+  console.log('merge_reshape');
+  await emit('merge_reshape', buildMergeReshape());
+}
+
+main().catch(e => { console.error(e); process.exit(1); });
