@@ -1,0 +1,363 @@
+/*
+ * frontend/frontend.h: the Keras frontend and the table of contents of
+ * frontend/.
+ *
+ * The frontend reads a model description (Keras 3 `to_json` / `.keras`
+ * config.json, tf.keras 2 `to_json`, TensorFlow.js `model.json`; see
+ * shared KERAS.md section 3) into an in-memory graph of Keras layers, infers
+ * every layer's output shapes and variables itself (never trusting
+ * `build_config`), prints a `model.summary()`-style table, lowers the graph
+ * into an ir/ module and binds weights to it.
+ *
+ * Ownership: a kdc_keras_model owns everything it points to (one arena plus
+ * the parsed JSON tree); free it with kdc_frontend_free.  Every error is a
+ * kdc_status whose one-line message starts with the model file name, then a
+ * JSON path such as `config.layers[3].config.units`, then what was expected.
+ *
+ * Shapes: dims are int64, -1 = unknown (Keras `None`, typically the batch).
+ */
+#ifndef KDC_FRONTEND_H
+#define KDC_FRONTEND_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "ir/ir.h"
+#include "kdc/arena.h"
+#include "kdc/status.h"
+
+struct json_object;
+
+/* ---- the layer graph (frontend/graph.c) ---------------------------------- */
+
+/* A static shape with unknown dims as -1. */
+typedef struct kdc_kshape {
+  int rank;
+  int64_t dims[KDC_MAX_RANK];
+} kdc_kshape;
+
+/* Where a model description came from. */
+typedef enum kdc_keras_format {
+  KDC_KERAS_K3,   /* Keras 3 to_json / .keras config.json */
+  KDC_KERAS_TK2,  /* tf.keras 2 / Keras 2 to_json (incl. the 2.13 hybrid) */
+  KDC_KERAS_TFJS, /* TensorFlow.js layers-model (its topology is K3 or TK2) */
+} kdc_keras_format;
+
+/* A reference to one output tensor: layer index in its model, node index
+ * (already corrected for the nested-model built-in node), tensor index. */
+typedef struct kdc_keras_ref {
+  int layer;
+  int node;
+  int tensor;
+} kdc_keras_ref;
+
+/* One call of a layer inside its model. */
+typedef struct kdc_keras_node {
+  int n_in;                   /* positional tensor inputs (merge lists flattened) */
+  kdc_keras_ref *in;
+  int n_kw;                   /* tensor-valued kwargs (MultiHeadAttention value=) */
+  const char **kw_names;
+  kdc_keras_ref *kw;
+  struct json_object *kwargs; /* the node's kwargs object (borrowed), may be NULL */
+  int n_out;                  /* output tensors (set by shape inference) */
+  kdc_kshape *out;
+  int tensor_base;            /* id of output 0 among the model's tensors */
+  bool done;                  /* shape inference ran */
+} kdc_keras_node;
+
+/* One model variable (a Keras 3 `variable.path`). */
+typedef struct kdc_keras_var {
+  const char *path;        /* "d1/kernel", "sequential/d1/kernel", "lstm/lstm_cell/bias" */
+  const char *name;        /* short name: "kernel" */
+  const char *legacy_name; /* tf.keras 2 short name when it differs, else NULL */
+  kdc_kshape shape;        /* fully known */
+  kdc_dtype dtype;         /* F32, or I64 for Normalization's count */
+  bool trainable;          /* counts as trainable in the summary */
+  const char *init_key;    /* layer config key of its initializer, or NULL */
+  const char *init_default;/* Keras default initializer when the key is absent */
+  struct kdc_keras_layer *layer;
+  int gid;                 /* index in the top model's |vars| */
+} kdc_keras_var;
+
+struct kdc_keras_model;
+struct kdc_layer_class;
+
+typedef struct kdc_keras_layer {
+  const char *class_name;      /* "Dense" */
+  const char *name;            /* "d1" */
+  const char *loc;             /* JSON path of the layer entry: "config.layers[3]" */
+  const char *path;            /* name scope: "d1" or "sequential/d1" */
+  struct json_object *config;  /* the layer's config object (borrowed) */
+  const struct kdc_layer_class *cls;
+  bool trainable;              /* effective: own flag and every enclosing model's */
+  int n_nodes;
+  kdc_keras_node *nodes;
+  int n_vars;
+  kdc_keras_var **vars;        /* in Keras creation order */
+  size_t cap_vars;
+  struct kdc_keras_model *sub; /* nested Functional/Sequential, else NULL */
+  struct kdc_keras_model *model; /* the model this layer belongs to */
+} kdc_keras_layer;
+
+typedef struct kdc_keras_model {
+  kdc_arena *arena;            /* shared by the whole tree of nested models */
+  struct json_object *root;    /* parsed file; owned by the top model only */
+  const char *file;            /* the path given to kdc_frontend_load */
+  const char *name;            /* model name ("sequential", "functional") */
+  const char *loc;             /* JSON path of this model's envelope ("" at top) */
+  const char *class_name;      /* "Functional", "Sequential", "Model" */
+  bool sequential;
+  bool trainable;              /* effective: own flag and every enclosing model's */
+  kdc_keras_format format;     /* the file's family (TFJS for model.json wrappers) */
+  bool tk2_topology;           /* topology written by tf.keras 2 (node index rules) */
+  const char *keras_version;   /* "3.4.1", "2.13.1", or NULL */
+  int n_layers;
+  kdc_keras_layer *layers;
+  int n_inputs, n_outputs;
+  kdc_keras_ref *inputs, *outputs;
+  int n_order;                 /* (layer, node) pairs in evaluation order */
+  kdc_keras_ref *order;        /* .tensor unused */
+  int n_tensors;               /* node outputs in this model */
+  struct kdc_keras_model *parent;
+  /* top model only: */
+  int n_vars;                  /* all variables, nested models included */
+  kdc_keras_var **vars;
+  size_t cap_vars;
+  struct json_object *weights_manifest; /* TF.js weightsManifest, borrowed */
+  const char *manifest_loc;    /* "weightsManifest" */
+} kdc_keras_model;
+
+/* Reads the model file at |path| (format auto-detected) and infers every
+ * layer's output shapes and variables.  On success *|out| owns the model.
+ * Errors name |path| and the JSON location: broken JSON gives the line and
+ * column, an unknown layer class its index and name, a shape mismatch the
+ * layer and both shapes.  A `.keras` zip or HDF5 file is refused with a hint. */
+kdc_status kdc_frontend_load(const char *path, kdc_keras_model **out);
+/* Same, from text already in memory; |path| is used for messages and to find
+ * TF.js weight shards. */
+kdc_status kdc_frontend_load_text(const char *path, const char *text, size_t len,
+                                  kdc_keras_model **out);
+void kdc_frontend_free(kdc_keras_model *m);
+
+/* ---- summary and counts (frontend/summary.c) ----------------------------- */
+
+/* Writes a Keras `model.summary()`-like table to |out|: one row per layer
+ * (name (type), output shape, param #, and "connected to" for Functional
+ * models), then `Total params: N (size)`, `Trainable params: N (size)`,
+ * `Non-trainable params: N (size)`, with thousands separators. */
+kdc_status kdc_frontend_summary(const kdc_keras_model *m, FILE *out);
+/* Elements of all variables, non-trainable state (BatchNormalization moving
+ * statistics, Normalization mean/variance/count) included. */
+int64_t kdc_frontend_param_count(const kdc_keras_model *m);
+int64_t kdc_frontend_trainable_count(const kdc_keras_model *m);
+/* Elements of the variables of |l| (a nested model: all of its variables). */
+int64_t kdc_frontend_layer_params(const kdc_keras_layer *l);
+/* Writes "(None, 28, 28, 1)" for |s| into |buf| (always NUL-terminated). */
+char *kdc_kshape_str(const kdc_kshape *s, char *buf, size_t n);
+
+/* Variables in the order of the predict function's weight parameters
+ * (layer order, nested models depth-first).  |i| < kdc_frontend_variable_count. */
+size_t kdc_frontend_variable_count(const kdc_keras_model *m);
+const kdc_keras_var *kdc_frontend_variable(const kdc_keras_model *m, size_t i);
+
+/* ---- lowering (frontend/lower.c, lower_layers.c, activations.c) ---------- */
+
+typedef struct kdc_lower_options {
+  int64_t batch;   /* the batch dimension given to every model input (>= 1) */
+} kdc_lower_options;
+
+/* Builds a module with one function "predict": parameters are the model
+ * inputs (KDC_PARAM_INPUT, named after the input layer, batch dim =
+ * |opt|->batch) then one KDC_PARAM_WEIGHT per variable (named by its Keras 3
+ * path, in kdc_frontend_variable order); results are the model outputs in
+ * output_layers order, named after their layer.  Every variable is also
+ * registered as a module weight with data NULL (see bind_weights).  A layer
+ * class without a lowering fails with a located UNSUPPORTED error, never a
+ * guess.  On success *|out| owns the module. */
+kdc_status kdc_frontend_lower(const kdc_keras_model *m, const kdc_lower_options *opt,
+                              kdc_module **out);
+
+/* ---- weights (frontend/weights.c, init.c) -------------------------------- */
+
+/* Gives every weight of |mod| (made by kdc_frontend_lower from |m|) its data:
+ * from |weights_path| (a .safetensors file named by Keras variable paths, or
+ * a TF.js model.json whose weightsManifest shards sit next to it), or, when
+ * |weights_path| is NULL, from the TF.js manifest of |m| itself if it has
+ * one and its shards exist, else from Keras' default initialisers drawn
+ * deterministically from |seed| (docs/frontend.md).  Missing, extra or
+ * misshapen weights are errors naming the variable/tensor and both shapes. */
+kdc_status kdc_frontend_bind_weights(const kdc_keras_model *m, kdc_module *mod,
+                                     const char *weights_path, uint64_t seed);
+/* Fills |n| elements at |dst| for |v| from its layer's initializer config
+ * (or the Keras default), drawn from a counter-based generator keyed by
+ * (|seed|, v->path).  Errors name the initializer's JSON location. */
+kdc_status kdc_frontend_init_var(const kdc_keras_model *m, const kdc_keras_var *v,
+                                 uint64_t seed, void *dst);
+
+/* ---- internals shared between the files of frontend/ ---------------------- */
+
+/* json_util.c: located errors and config getters.  |key| is a config key of
+ * layer |l|; errors read "<file>: <loc>.config.<key>: expected ...". */
+const char *kdc_fe_file(const kdc_keras_model *m);
+kdc_status kdc_fe_err(const kdc_keras_model *m, kdc_code code, const char *loc,
+                      const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+kdc_status kdc_fe_layer_err(const kdc_keras_layer *l, kdc_code code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+struct json_object *kdc_fe_get(struct json_object *o, const char *key);
+bool kdc_fe_is_null(struct json_object *o);
+kdc_status kdc_fe_cfg_int(const kdc_keras_layer *l, const char *key, int64_t dflt,
+                          int64_t *out);
+kdc_status kdc_fe_cfg_double(const kdc_keras_layer *l, const char *key, double dflt,
+                             double *out);
+kdc_status kdc_fe_cfg_bool(const kdc_keras_layer *l, const char *key, bool dflt, bool *out);
+/* A string option; NULL |dflt| makes it required.  JSON null gives |dflt|. */
+kdc_status kdc_fe_cfg_str(const kdc_keras_layer *l, const char *key, const char *dflt,
+                          const char **out);
+/* An int or a list of |n| ints (kernel_size, strides); |dflt| < 0 = required. */
+kdc_status kdc_fe_cfg_tuple(const kdc_keras_layer *l, const char *key, int n, int64_t dflt,
+                            int64_t *out);
+/* Reads an int or an int list (axis); out holds up to KDC_MAX_RANK entries. */
+kdc_status kdc_fe_cfg_axes(const kdc_keras_layer *l, const char *key, int64_t dflt,
+                           int *n_out, int64_t *out);
+/* Reads a shape list (null entries -> -1) at JSON location |loc|. */
+kdc_status kdc_fe_parse_shape(const kdc_keras_model *m, struct json_object *o,
+                              const char *loc, kdc_kshape *out);
+/* The activation name of |l|'s config |key| (string, or {"config": name}). */
+kdc_status kdc_fe_cfg_activation(const kdc_keras_layer *l, const char *key,
+                                 const char **out);
+
+/* layers.c: the layer class table. */
+typedef struct kdc_infer_args {
+  kdc_keras_model *m;
+  kdc_keras_layer *l;
+  kdc_keras_node *node;
+  int node_index;
+  const kdc_kshape *in;   /* node->n_in shapes */
+  const kdc_kshape *kw;   /* node->n_kw shapes */
+} kdc_infer_args;
+
+struct kdc_lower_ctx;
+typedef kdc_status (*kdc_infer_fn)(kdc_infer_args *a);
+/* Lowers one node: |in| values in, writes node->n_out values to |out|. */
+typedef kdc_status (*kdc_lower_fn)(struct kdc_lower_ctx *c, const kdc_keras_layer *l,
+                                   const kdc_keras_node *n, const kdc_value_id *in,
+                                   const kdc_value_id *kw, kdc_value_id *out);
+
+typedef struct kdc_layer_class {
+  const char *name;      /* Keras class_name */
+  kdc_infer_fn infer;    /* output shapes + variables; NULL: known, unsupported */
+  kdc_lower_fn lower;    /* NULL: no lowering yet */
+} kdc_layer_class;
+
+const kdc_layer_class *kdc_fe_find_class(const char *class_name);
+/* Sets the node's outputs to |n| shapes. */
+void kdc_fe_set_outputs(kdc_infer_args *a, int n, const kdc_kshape *shapes);
+/* Declares (first call) or checks (later calls of a shared layer) variable
+ * |name| of a->l with |shape|. */
+kdc_status kdc_fe_add_var(kdc_infer_args *a, const char *name, const kdc_kshape *shape,
+                          bool trainable, const char *init_key, const char *init_default);
+kdc_status kdc_fe_shape_err(kdc_infer_args *a, const char *what, const kdc_kshape *s1,
+                            const kdc_kshape *s2);
+kdc_kshape kdc_kshape_make(int rank, const int64_t *dims);
+int64_t kdc_kshape_numel(const kdc_kshape *s); /* -1 if any dim unknown */
+
+/* layers_core.c / layers_conv.c / layers_seq.c: shape inference per class. */
+kdc_status kdc_fe_infer_input(kdc_infer_args *a);
+kdc_status kdc_fe_infer_dense(kdc_infer_args *a);
+kdc_status kdc_fe_infer_identity(kdc_infer_args *a);
+kdc_status kdc_fe_infer_flatten(kdc_infer_args *a);
+kdc_status kdc_fe_infer_reshape(kdc_infer_args *a);
+kdc_status kdc_fe_infer_permute(kdc_infer_args *a);
+kdc_status kdc_fe_infer_merge(kdc_infer_args *a);
+kdc_status kdc_fe_infer_subtract(kdc_infer_args *a);
+kdc_status kdc_fe_infer_concat(kdc_infer_args *a);
+kdc_status kdc_fe_infer_activation(kdc_infer_args *a);
+kdc_status kdc_fe_infer_submodel(kdc_infer_args *a);
+kdc_status kdc_fe_infer_conv(kdc_infer_args *a);
+kdc_status kdc_fe_infer_pool(kdc_infer_args *a);
+kdc_status kdc_fe_infer_global_pool(kdc_infer_args *a);
+kdc_status kdc_fe_infer_zero_pad(kdc_infer_args *a);
+kdc_status kdc_fe_infer_batchnorm(kdc_infer_args *a);
+kdc_status kdc_fe_infer_layernorm(kdc_infer_args *a);
+kdc_status kdc_fe_infer_normalization(kdc_infer_args *a);
+kdc_status kdc_fe_infer_embedding(kdc_infer_args *a);
+kdc_status kdc_fe_infer_rnn(kdc_infer_args *a);
+kdc_status kdc_fe_infer_mha(kdc_infer_args *a);
+kdc_status kdc_fe_infer_prelu(kdc_infer_args *a);
+
+/* Merge broadcasting (Keras Merge: batch aligned at 0, the other dims
+ * trailing-aligned numpy-style).  Errors name both shapes. */
+kdc_status kdc_fe_merge_shapes(kdc_infer_args *a, const kdc_kshape *x, const kdc_kshape *y,
+                               kdc_kshape *out);
+
+/* graph.c: parses the model envelope |env| found at JSON path |loc| into
+ * |m| (whose arena, file, parent, format and tk2_topology are set), nested
+ * models recursively, and infers every node's shapes and variables. */
+kdc_status kdc_fe_parse_model(kdc_keras_model *m, struct json_object *env, const char *loc);
+/* Rebuilds top->vars: layer order, nested models depth-first; sets gids. */
+void kdc_fe_collect_vars(kdc_keras_model *top);
+/* "a.b" from |loc| and |suffix| (just |suffix| when |loc| is empty). */
+const char *kdc_fe_join(kdc_arena *a, const char *loc, const char *suffix);
+
+/* lower.c: the state of one lowering, used by the per-layer rules. */
+typedef struct kdc_lower_ctx {
+  const kdc_keras_model *top;
+  kdc_module *mod;
+  kdc_func *f;
+  int64_t batch;
+  kdc_value_id *weight;    /* per top-level variable gid: its parameter */
+} kdc_lower_ctx;
+
+/* The parameter value of variable |name| of layer |l|. */
+kdc_value_id kdc_fe_weight(struct kdc_lower_ctx *c, const kdc_keras_layer *l,
+                           const char *name);
+/* Lowers the nodes of |m| with its inputs bound to |inputs|; writes the model
+ * outputs to |outputs| (m->n_outputs values). */
+kdc_status kdc_fe_lower_graph(struct kdc_lower_ctx *c, const kdc_keras_model *m,
+                              const kdc_value_id *inputs, kdc_value_id *outputs);
+
+/* lower_layers.c: lowering rules of the supported classes. */
+kdc_status kdc_fe_lower_identity(struct kdc_lower_ctx *c, const kdc_keras_layer *l,
+                                 const kdc_keras_node *n, const kdc_value_id *in,
+                                 const kdc_value_id *kw, kdc_value_id *out);
+kdc_status kdc_fe_lower_dense(struct kdc_lower_ctx *c, const kdc_keras_layer *l,
+                              const kdc_keras_node *n, const kdc_value_id *in,
+                              const kdc_value_id *kw, kdc_value_id *out);
+kdc_status kdc_fe_lower_flatten(struct kdc_lower_ctx *c, const kdc_keras_layer *l,
+                                const kdc_keras_node *n, const kdc_value_id *in,
+                                const kdc_value_id *kw, kdc_value_id *out);
+kdc_status kdc_fe_lower_reshape(struct kdc_lower_ctx *c, const kdc_keras_layer *l,
+                                const kdc_keras_node *n, const kdc_value_id *in,
+                                const kdc_value_id *kw, kdc_value_id *out);
+kdc_status kdc_fe_lower_permute(struct kdc_lower_ctx *c, const kdc_keras_layer *l,
+                                const kdc_keras_node *n, const kdc_value_id *in,
+                                const kdc_value_id *kw, kdc_value_id *out);
+kdc_status kdc_fe_lower_merge(struct kdc_lower_ctx *c, const kdc_keras_layer *l,
+                              const kdc_keras_node *n, const kdc_value_id *in,
+                              const kdc_value_id *kw, kdc_value_id *out);
+kdc_status kdc_fe_lower_concat(struct kdc_lower_ctx *c, const kdc_keras_layer *l,
+                               const kdc_keras_node *n, const kdc_value_id *in,
+                               const kdc_value_id *kw, kdc_value_id *out);
+kdc_status kdc_fe_lower_activation_layer(struct kdc_lower_ctx *c, const kdc_keras_layer *l,
+                                         const kdc_keras_node *n, const kdc_value_id *in,
+                                         const kdc_value_id *kw, kdc_value_id *out);
+kdc_status kdc_fe_lower_submodel(struct kdc_lower_ctx *c, const kdc_keras_layer *l,
+                                 const kdc_keras_node *n, const kdc_value_id *in,
+                                 const kdc_value_id *kw, kdc_value_id *out);
+
+/* activations.c: Keras 3 activation formulas over IR values. */
+/* Applies activation |name| (Keras 3 defaults) to |x|; unknown names give an
+ * UNSUPPORTED error naming the layer and config key |key|. */
+kdc_status kdc_fe_activation(struct kdc_lower_ctx *c, const kdc_keras_layer *l,
+                             const char *key, const char *name, kdc_value_id x,
+                             kdc_value_id *out);
+bool kdc_fe_activation_known(const char *name);
+/* softmax / log_softmax of |x| over |n_axes| axes (max-subtracted). */
+kdc_value_id kdc_fe_softmax(kdc_func *f, kdc_value_id x, int n_axes, const int64_t *axes,
+                            bool log);
+/* keras.activations.relu(x, negative_slope, max_value (<0: None), threshold). */
+kdc_value_id kdc_fe_relu(kdc_func *f, kdc_value_id x, double negative_slope,
+                         double max_value, bool has_max, double threshold);
+
+#endif

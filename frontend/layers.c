@@ -1,0 +1,181 @@
+/*
+ * frontend/layers.c: the table of Keras layer classes kdc knows.
+ *
+ * One row per class_name: its shape/variable inference (layers_core.c,
+ * layers_conv.c, layers_seq.c) and its lowering (lower_layers.c; NULL = not
+ * lowered yet, which kdc_frontend_lower reports as a located UNSUPPORTED
+ * error).  Rows with a NULL infer are classes kdc recognises but cannot
+ * handle at all yet: loading them fails with "not supported", not "unknown".
+ * Also the helpers every inference rule uses: outputs, variables, errors.
+ */
+#include <json-c/json.h>
+#include <string.h>
+
+#include "frontend/frontend.h"
+
+#define IN(n, i, l) {n, i, l}
+static const kdc_layer_class classes[] = {
+    /* the slice lowered now */
+    IN("InputLayer", kdc_fe_infer_input, kdc_fe_lower_identity),
+    IN("Dense", kdc_fe_infer_dense, kdc_fe_lower_dense),
+    IN("Flatten", kdc_fe_infer_flatten, kdc_fe_lower_flatten),
+    IN("Dropout", kdc_fe_infer_identity, kdc_fe_lower_identity),
+    IN("SpatialDropout1D", kdc_fe_infer_identity, kdc_fe_lower_identity),
+    IN("SpatialDropout2D", kdc_fe_infer_identity, kdc_fe_lower_identity),
+    IN("GaussianNoise", kdc_fe_infer_identity, kdc_fe_lower_identity),
+    IN("GaussianDropout", kdc_fe_infer_identity, kdc_fe_lower_identity),
+    IN("AlphaDropout", kdc_fe_infer_identity, kdc_fe_lower_identity),
+    IN("ActivityRegularization", kdc_fe_infer_identity, kdc_fe_lower_identity),
+    IN("Activation", kdc_fe_infer_activation, kdc_fe_lower_activation_layer),
+    IN("ReLU", kdc_fe_infer_activation, kdc_fe_lower_activation_layer),
+    IN("Softmax", kdc_fe_infer_activation, kdc_fe_lower_activation_layer),
+    IN("LeakyReLU", kdc_fe_infer_activation, kdc_fe_lower_activation_layer),
+    IN("ELU", kdc_fe_infer_activation, kdc_fe_lower_activation_layer),
+    IN("Reshape", kdc_fe_infer_reshape, kdc_fe_lower_reshape),
+    IN("Permute", kdc_fe_infer_permute, kdc_fe_lower_permute),
+    IN("Add", kdc_fe_infer_merge, kdc_fe_lower_merge),
+    IN("Subtract", kdc_fe_infer_subtract, kdc_fe_lower_merge),
+    IN("Multiply", kdc_fe_infer_merge, kdc_fe_lower_merge),
+    IN("Average", kdc_fe_infer_merge, kdc_fe_lower_merge),
+    IN("Maximum", kdc_fe_infer_merge, kdc_fe_lower_merge),
+    IN("Minimum", kdc_fe_infer_merge, kdc_fe_lower_merge),
+    IN("Concatenate", kdc_fe_infer_concat, kdc_fe_lower_concat),
+    IN("Functional", kdc_fe_infer_submodel, kdc_fe_lower_submodel),
+    IN("Model", kdc_fe_infer_submodel, kdc_fe_lower_submodel),
+    IN("Sequential", kdc_fe_infer_submodel, kdc_fe_lower_submodel),
+    /* shapes and parameters only (lowering comes later) */
+    IN("Rescaling", kdc_fe_infer_identity, NULL),
+    IN("Normalization", kdc_fe_infer_normalization, NULL),
+    IN("PReLU", kdc_fe_infer_prelu, NULL),
+    IN("Conv1D", kdc_fe_infer_conv, NULL),
+    IN("Conv2D", kdc_fe_infer_conv, NULL),
+    IN("Conv3D", kdc_fe_infer_conv, NULL),
+    IN("DepthwiseConv1D", kdc_fe_infer_conv, NULL),
+    IN("DepthwiseConv2D", kdc_fe_infer_conv, NULL),
+    IN("SeparableConv1D", kdc_fe_infer_conv, NULL),
+    IN("SeparableConv2D", kdc_fe_infer_conv, NULL),
+    IN("MaxPooling1D", kdc_fe_infer_pool, NULL),
+    IN("MaxPooling2D", kdc_fe_infer_pool, NULL),
+    IN("MaxPooling3D", kdc_fe_infer_pool, NULL),
+    IN("AveragePooling1D", kdc_fe_infer_pool, NULL),
+    IN("AveragePooling2D", kdc_fe_infer_pool, NULL),
+    IN("AveragePooling3D", kdc_fe_infer_pool, NULL),
+    IN("MaxPool1D", kdc_fe_infer_pool, NULL),
+    IN("MaxPool2D", kdc_fe_infer_pool, NULL),
+    IN("AvgPool2D", kdc_fe_infer_pool, NULL),
+    IN("GlobalAveragePooling1D", kdc_fe_infer_global_pool, NULL),
+    IN("GlobalAveragePooling2D", kdc_fe_infer_global_pool, NULL),
+    IN("GlobalAveragePooling3D", kdc_fe_infer_global_pool, NULL),
+    IN("GlobalMaxPooling1D", kdc_fe_infer_global_pool, NULL),
+    IN("GlobalMaxPooling2D", kdc_fe_infer_global_pool, NULL),
+    IN("GlobalMaxPooling3D", kdc_fe_infer_global_pool, NULL),
+    IN("ZeroPadding1D", kdc_fe_infer_zero_pad, NULL),
+    IN("ZeroPadding2D", kdc_fe_infer_zero_pad, NULL),
+    IN("ZeroPadding3D", kdc_fe_infer_zero_pad, NULL),
+    IN("BatchNormalization", kdc_fe_infer_batchnorm, NULL),
+    IN("LayerNormalization", kdc_fe_infer_layernorm, NULL),
+    IN("Embedding", kdc_fe_infer_embedding, NULL),
+    IN("LSTM", kdc_fe_infer_rnn, NULL),
+    IN("GRU", kdc_fe_infer_rnn, NULL),
+    IN("SimpleRNN", kdc_fe_infer_rnn, NULL),
+    IN("MultiHeadAttention", kdc_fe_infer_mha, NULL),
+    /* known Keras classes kdc cannot read yet */
+    IN("Bidirectional", NULL, NULL),
+    IN("TimeDistributed", NULL, NULL),
+    IN("Conv2DTranspose", NULL, NULL),
+    IN("Conv1DTranspose", NULL, NULL),
+    IN("Conv3DTranspose", NULL, NULL),
+    IN("ConvLSTM2D", NULL, NULL),
+    IN("UpSampling1D", NULL, NULL),
+    IN("UpSampling2D", NULL, NULL),
+    IN("Cropping1D", NULL, NULL),
+    IN("Cropping2D", NULL, NULL),
+    IN("RepeatVector", NULL, NULL),
+    IN("Attention", NULL, NULL),
+    IN("AdditiveAttention", NULL, NULL),
+    IN("GroupNormalization", NULL, NULL),
+    IN("UnitNormalization", NULL, NULL),
+    IN("Dot", NULL, NULL),
+    IN("EinsumDense", NULL, NULL),
+    IN("Masking", NULL, NULL),
+    IN("TextVectorization", NULL, NULL),
+    IN("StringLookup", NULL, NULL),
+    IN("IntegerLookup", NULL, NULL),
+    IN("RandomFlip", NULL, NULL),
+    IN("RandomRotation", NULL, NULL),
+    IN("RandomZoom", NULL, NULL),
+    IN("Resizing", NULL, NULL),
+    IN("CenterCrop", NULL, NULL),
+    IN("RNN", NULL, NULL),
+};
+#undef IN
+
+const kdc_layer_class *kdc_fe_find_class(const char *class_name) {
+  for (size_t i = 0; i < sizeof classes / sizeof classes[0]; i++)
+    if (!strcmp(classes[i].name, class_name)) return &classes[i];
+  return NULL;
+}
+
+kdc_kshape kdc_kshape_make(int rank, const int64_t *dims) {
+  kdc_kshape s = {.rank = rank};
+  for (int i = 0; i < rank; i++) s.dims[i] = dims[i];
+  return s;
+}
+
+int64_t kdc_kshape_numel(const kdc_kshape *s) {
+  int64_t n = 1;
+  for (int i = 0; i < s->rank; i++) {
+    if (s->dims[i] < 0) return -1;
+    n *= s->dims[i];
+  }
+  return n;
+}
+
+void kdc_fe_set_outputs(kdc_infer_args *a, int n, const kdc_kshape *shapes) {
+  a->node->n_out = n;
+  a->node->out = kdc_arena_memdup(a->m->arena, shapes, sizeof(kdc_kshape) * (size_t)n);
+}
+
+kdc_status kdc_fe_shape_err(kdc_infer_args *a, const char *what, const kdc_kshape *s1,
+                            const kdc_kshape *s2) {
+  char b1[160], b2[160];
+  kdc_kshape_str(s1, b1, sizeof b1);
+  if (!s2) return kdc_fe_layer_err(a->l, KDC_INVALID_INPUT, "%s (input shape %s)", what, b1);
+  kdc_kshape_str(s2, b2, sizeof b2);
+  return kdc_fe_layer_err(a->l, KDC_INVALID_INPUT, "%s: %s and %s", what, b1, b2);
+}
+
+kdc_status kdc_fe_add_var(kdc_infer_args *a, const char *name, const kdc_kshape *shape,
+                          bool trainable, const char *init_key, const char *init_default) {
+  kdc_keras_layer *l = a->l;
+  for (int i = 0; i < shape->rank; i++)
+    if (shape->dims[i] < 0)
+      return kdc_fe_shape_err(a, kdc_arena_printf(a->m->arena,
+                              "variable \"%s\" needs a known input dimension", name), shape, NULL);
+  for (int i = 0; i < l->n_vars; i++) {
+    if (strcmp(l->vars[i]->path + strlen(l->path) + 1, name)) continue;
+    const kdc_kshape *old = &l->vars[i]->shape;
+    bool same = old->rank == shape->rank;
+    for (int d = 0; same && d < shape->rank; d++) same = old->dims[d] == shape->dims[d];
+    if (!same)
+      return kdc_fe_shape_err(a, kdc_arena_printf(a->m->arena,
+                              "shared layer called on an input of another shape: variable "
+                              "\"%s\" would change from/to", name), old, shape);
+    return NULL;
+  }
+  kdc_keras_var *v = kdc_arena_alloc(a->m->arena, sizeof *v);
+  const char *slash = strrchr(name, '/');
+  v->path = kdc_arena_printf(a->m->arena, "%s/%s", l->path, name);
+  v->name = kdc_arena_strdup(a->m->arena, slash ? slash + 1 : name);
+  v->shape = *shape;
+  v->dtype = KDC_DTYPE_F32;
+  v->trainable = trainable && l->trainable;
+  v->init_key = init_key;
+  v->init_default = init_default;
+  v->layer = l;
+  kdc_keras_var **nv = kdc_arena_alloc(a->m->arena, sizeof(*nv) * (size_t)(l->n_vars + 1));
+  if (l->n_vars) memcpy(nv, l->vars, sizeof(*nv) * (size_t)l->n_vars);
+  nv[l->n_vars++] = v;
+  l->vars = nv;
+  return NULL;
+}

@@ -1,0 +1,178 @@
+/*
+ * frontend/load.c: reading a model file and recognising its format.
+ *
+ * Accepted (KERAS.md 3): a Keras 3 `to_json` or the `config.json` of a
+ * `.keras` archive (top-level "class_name" with "module"), a tf.keras 2 /
+ * Keras 2 `to_json` (top-level "class_name", "keras_version" 1.x/2.x), and a
+ * TensorFlow.js layers-model `model.json` ("modelTopology", holding either
+ * {"model_config": envelope} or the envelope itself, plus "weightsManifest").
+ * Zip (`.keras`) and HDF5 files are recognised by their magic bytes and
+ * refused with a hint.  Broken JSON is reported with its line and column.
+ */
+#include <errno.h>
+#include <json-c/json.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "frontend/frontend.h"
+
+/* Reads a whole file into a NUL-terminated heap buffer. */
+static kdc_status read_file(const char *path, char **out, size_t *out_len) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return KDC_ERR(KDC_IO_ERROR, "%s: cannot open: %s", path, strerror(errno));
+  size_t cap = 1 << 16, n = 0;
+  char *buf = kdc_xmalloc(cap);
+  for (;;) {
+    if (n + 1 >= cap) buf = kdc_xrealloc(buf, cap *= 2);
+    size_t r = fread(buf + n, 1, cap - n - 1, f);
+    n += r;
+    if (r == 0) break;
+  }
+  bool bad = ferror(f);
+  fclose(f);
+  if (bad) {
+    free(buf);
+    return KDC_ERR(KDC_IO_ERROR, "%s: read error", path);
+  }
+  buf[n] = 0;
+  *out = buf;
+  *out_len = n;
+  return NULL;
+}
+
+/* Line and column (1-based) of byte |off| in |text|. */
+static void line_col(const char *text, size_t off, int *line, int *col) {
+  *line = 1;
+  *col = 1;
+  for (size_t i = 0; i < off; i++) {
+    if (text[i] == '\n') {
+      (*line)++;
+      *col = 1;
+    } else {
+      (*col)++;
+    }
+  }
+}
+
+static kdc_status parse_json(const char *path, const char *text, size_t len, json_object **out) {
+  if (len == 0) return KDC_ERR(KDC_INVALID_INPUT, "%s: the file is empty", path);
+  json_tokener *tok = json_tokener_new_ex(1024);
+  if (!tok) return KDC_ERR(KDC_OUT_OF_MEMORY, "out of memory");
+  json_object *o = json_tokener_parse_ex(tok, text, (int)len);
+  enum json_tokener_error e = json_tokener_get_error(tok);
+  size_t end = json_tokener_get_parse_end(tok);
+  json_tokener_free(tok);
+  int line, col;
+  if (e != json_tokener_success) {
+    json_object_put(o);
+    line_col(text, end < len ? end : len, &line, &col);
+    if (e == json_tokener_continue)
+      return KDC_ERR(KDC_INVALID_INPUT, "%s: line %d, column %d: invalid JSON: unexpected end of "
+                     "file", path, line, col);
+    return KDC_ERR(KDC_INVALID_INPUT, "%s: line %d, column %d (byte %zu): invalid JSON: %s", path,
+                   line, col, end, json_tokener_error_desc(e));
+  }
+  size_t i = end;
+  while (i < len && strchr(" \t\r\n", text[i])) i++;
+  if (i < len) {
+    json_object_put(o);
+    line_col(text, i, &line, &col);
+    return KDC_ERR(KDC_INVALID_INPUT, "%s: line %d, column %d (byte %zu): invalid JSON: "
+                   "unexpected text after the end of the document", path, line, col, i);
+  }
+  *out = o;
+  return NULL;
+}
+
+static const char *str_of(json_object *o) {
+  return o && json_object_is_type(o, json_type_string) ? json_object_get_string(o) : NULL;
+}
+
+kdc_status kdc_frontend_load_text(const char *path, const char *text, size_t len,
+                                  kdc_keras_model **out) {
+  *out = NULL;
+  if (len >= 4 && !memcmp(text, "PK\x03\x04", 4))
+    return KDC_ERR(KDC_UNSUPPORTED, "%s: .keras archives are zip files; unzip and pass config.json",
+                   path);
+  if (len >= 8 && !memcmp(text, "\x89HDF\r\n\x1a\n", 8))
+    return KDC_ERR(KDC_UNSUPPORTED, "%s: HDF5 (.h5) model files are not supported; pass the "
+                   "model.to_json() text or the config.json of a .keras archive", path);
+  json_object *root = NULL;
+  KDC_RETURN_IF_ERROR(parse_json(path, text, len, &root));
+  kdc_keras_model *m = kdc_xcalloc(1, sizeof *m);
+  m->arena = kdc_arena_create();
+  m->root = root;
+  m->file = kdc_arena_strdup(m->arena, path);
+  m->trainable = true;
+  kdc_status st = NULL;
+  json_object *env = NULL;
+  const char *loc = "";
+  if (!json_object_is_type(root, json_type_object)) {
+    st = kdc_fe_err(m, KDC_INVALID_INPUT, NULL, "expected a JSON object at the top level");
+  } else if (kdc_fe_get(root, "modelTopology")) {
+    json_object *topo = kdc_fe_get(root, "modelTopology");
+    m->format = KDC_KERAS_TFJS;
+    m->weights_manifest = kdc_fe_get(root, "weightsManifest");
+    m->manifest_loc = "weightsManifest";
+    m->keras_version = str_of(kdc_fe_get(topo, "keras_version"));
+    if (kdc_fe_get(topo, "model_config")) {
+      env = kdc_fe_get(topo, "model_config");
+      loc = "modelTopology.model_config";
+    } else {
+      env = topo;
+      loc = "modelTopology";
+    }
+    const char *gen = str_of(kdc_fe_get(root, "generatedBy"));
+    if (!m->keras_version && gen && !strncmp(gen, "keras v", 7)) m->keras_version = gen + 7;
+    m->tk2_topology = !m->keras_version || m->keras_version[0] != '3';
+  } else if (kdc_fe_get(root, "class_name")) {
+    env = root;
+    m->keras_version = str_of(kdc_fe_get(root, "keras_version"));
+    bool k3 = m->keras_version ? m->keras_version[0] == '3' : kdc_fe_get(root, "module") != NULL;
+    m->format = k3 ? KDC_KERAS_K3 : KDC_KERAS_TK2;
+    m->tk2_topology = !k3;
+  } else if (kdc_fe_get(root, "model_config")) {
+    env = kdc_fe_get(root, "model_config");
+    loc = "model_config";
+    m->keras_version = str_of(kdc_fe_get(root, "keras_version"));
+    m->format = m->keras_version && m->keras_version[0] == '3' ? KDC_KERAS_K3 : KDC_KERAS_TK2;
+    m->tk2_topology = m->format == KDC_KERAS_TK2;
+  } else {
+    st = kdc_fe_err(m, KDC_INVALID_INPUT, NULL,
+                    "not a Keras model description: expected \"class_name\" (Keras to_json or "
+                    ".keras config.json) or \"modelTopology\" (TensorFlow.js model.json) at the "
+                    "top level");
+  }
+  if (!st && json_object_is_type(env, json_type_string)) {
+    /* Some writers store the topology as a JSON string inside the JSON. */
+    st = kdc_fe_err(m, KDC_UNSUPPORTED, loc, "the model config is a string holding JSON; decode "
+                    "it first");
+  }
+  if (!st) st = kdc_fe_parse_model(m, env, loc);
+  if (st) {
+    kdc_frontend_free(m);
+    return st;
+  }
+  kdc_fe_collect_vars(m);
+  *out = m;
+  return NULL;
+}
+
+kdc_status kdc_frontend_load(const char *path, kdc_keras_model **out) {
+  char *text = NULL;
+  size_t len = 0;
+  *out = NULL;
+  KDC_RETURN_IF_ERROR(read_file(path, &text, &len));
+  kdc_status st = kdc_frontend_load_text(path, text, len, out);
+  free(text);
+  return st;
+}
+
+void kdc_frontend_free(kdc_keras_model *m) {
+  if (!m) return;
+  json_object_put(m->root);
+  free(m->vars);
+  kdc_arena_destroy(m->arena);
+  free(m);
+}

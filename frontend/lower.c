@@ -1,0 +1,162 @@
+/*
+ * frontend/lower.c: the layer graph -> an ir/ module with function "predict".
+ *
+ * Parameters: the model inputs first (input_layers order, batch dim =
+ * opt->batch), then one weight per variable in kdc_frontend_variable order,
+ * named by its Keras 3 path; every variable is also a module weight (data
+ * NULL until kdc_frontend_bind_weights).  Nodes are lowered in the order
+ * shape inference evaluated them; each layer's nodes carry the origin
+ * "<layer name> (<json path>)", and a builder error is annotated with the
+ * file and the layer's place.  A class without a lowering rule is a located
+ * UNSUPPORTED error, never a guess.
+ */
+#include <json-c/json.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "frontend/frontend.h"
+
+kdc_value_id kdc_fe_weight(struct kdc_lower_ctx *c, const kdc_keras_layer *l, const char *name) {
+  size_t pl = strlen(l->path);
+  for (int i = 0; i < l->n_vars; i++)
+    if (!strcmp(l->vars[i]->path + pl + 1, name)) return c->weight[l->vars[i]->gid];
+  return KDC_NO_VALUE;
+}
+
+static kdc_status dtype_of(const kdc_keras_layer *l, kdc_dtype *out) {
+  struct json_object *o = kdc_fe_get(l->config, "dtype");
+  const char *dt = "float32";
+  if (o && json_object_is_type(o, json_type_string)) dt = json_object_get_string(o);
+  else if (o) { /* a DTypePolicy object */
+    struct json_object *n = kdc_fe_get(kdc_fe_get(o, "config"), "name");
+    if (n && json_object_is_type(n, json_type_string)) dt = json_object_get_string(n);
+  }
+  if (!strcmp(dt, "float32")) *out = KDC_DTYPE_F32;
+  else if (!strcmp(dt, "int32")) *out = KDC_DTYPE_I32;
+  else if (!strcmp(dt, "int64")) *out = KDC_DTYPE_I64;
+  else if (!strcmp(dt, "bool")) *out = KDC_DTYPE_BOOL;
+  else
+    return kdc_fe_layer_err(l, KDC_UNSUPPORTED, "input dtype \"%s\" is not supported", dt);
+  return NULL;
+}
+
+static const char *origin(const kdc_keras_layer *l) {
+  return kdc_arena_printf(l->model->arena, "%s (%s)", l->name, l->loc);
+}
+
+kdc_status kdc_fe_lower_graph(struct kdc_lower_ctx *c, const kdc_keras_model *m,
+                              const kdc_value_id *inputs, kdc_value_id *outputs) {
+  kdc_value_id *vals = kdc_xmalloc(sizeof(kdc_value_id) * (size_t)(m->n_tensors + 1));
+  for (int i = 0; i < m->n_tensors; i++) vals[i] = KDC_NO_VALUE;
+  for (int i = 0; i < m->n_inputs; i++)
+    vals[m->layers[m->inputs[i].layer].nodes[0].tensor_base] = inputs[i];
+  kdc_status st = NULL;
+  kdc_value_id in[64], kw[16], out[8];
+  for (int k = 0; k < m->n_order && !st; k++) {
+    const kdc_keras_layer *l = &m->layers[m->order[k].layer];
+    const kdc_keras_node *n = &l->nodes[m->order[k].node];
+    if (!strcmp(l->class_name, "InputLayer")) {
+      if (vals[n->tensor_base] == KDC_NO_VALUE)
+        st = kdc_fe_layer_err(l, KDC_INVALID_INPUT, "this InputLayer is not an input of model \"%s\"",
+                              m->name);
+      continue;
+    }
+    if (!l->cls->lower) {
+      st = kdc_fe_layer_err(l, KDC_UNSUPPORTED,
+                            "layer %s is not supported by kdc for compilation yet", l->class_name);
+      break;
+    }
+    if (n->n_in > 64 || n->n_kw > 16 || n->n_out > 8) {
+      st = kdc_fe_layer_err(l, KDC_UNSUPPORTED, "too many inputs or outputs");
+      break;
+    }
+    for (int i = 0; i < n->n_in + n->n_kw; i++) {
+      kdc_keras_ref r = i < n->n_in ? n->in[i] : n->kw[i - n->n_in];
+      kdc_value_id v = vals[m->layers[r.layer].nodes[r.node].tensor_base + r.tensor];
+      if (i < n->n_in) in[i] = v;
+      else kw[i - n->n_in] = v;
+    }
+    for (int i = 0; i < n->n_out; i++) out[i] = KDC_NO_VALUE;
+    kdc_ir_set_origin(c->f, origin(l));
+    st = l->cls->lower(c, l, n, in, kw, out);
+    kdc_status be = kdc_ir_take_error(c->f);
+    if (be && !st)
+      st = kdc_status_annotate(be, "%s: %s (%s \"%s\")", kdc_fe_file(m), l->loc, l->class_name,
+                               l->name);
+    else
+      kdc_status_free(be);
+    for (int i = 0; !st && i < n->n_out; i++) {
+      if (out[i] == KDC_NO_VALUE)
+        st = kdc_fe_layer_err(l, KDC_INTERNAL, "lowering produced no value for output %d", i);
+      vals[n->tensor_base + i] = out[i];
+    }
+  }
+  for (int i = 0; !st && i < m->n_outputs; i++) {
+    kdc_keras_ref r = m->outputs[i];
+    outputs[i] = vals[m->layers[r.layer].nodes[r.node].tensor_base + r.tensor];
+  }
+  free(vals);
+  return st;
+}
+
+static kdc_type var_type(const kdc_keras_var *v) {
+  return kdc_type_make(v->dtype, v->shape.rank, v->shape.dims);
+}
+
+kdc_status kdc_frontend_lower(const kdc_keras_model *m, const kdc_lower_options *opt,
+                              kdc_module **out) {
+  *out = NULL;
+  int64_t batch = opt ? opt->batch : 1;
+  if (batch < 1) return KDC_ERR(KDC_INVALID_INPUT, "batch size must be >= 1, got %lld", (long long)batch);
+  kdc_module *mod = kdc_ir_module_create(m->name);
+  kdc_lower_ctx c = {m, mod, kdc_ir_func_create(mod, "predict"), batch, NULL};
+  c.weight = kdc_xcalloc((size_t)m->n_vars + 1, sizeof(kdc_value_id));
+  kdc_value_id *ins = kdc_xcalloc((size_t)m->n_inputs + 1, sizeof(kdc_value_id));
+  kdc_value_id *outs = kdc_xcalloc((size_t)m->n_outputs + 1, sizeof(kdc_value_id));
+  kdc_status st = NULL;
+  for (int i = 0; i < m->n_inputs && !st; i++) {
+    const kdc_keras_layer *l = &m->layers[m->inputs[i].layer];
+    kdc_kshape s = l->nodes[0].out[0];
+    char b[160];
+    for (int d = 0; d < s.rank && !st; d++) {
+      if (s.dims[d] >= 0) continue;
+      if (d == 0) s.dims[0] = batch;
+      else
+        st = kdc_fe_layer_err(l, KDC_UNSUPPORTED, "dimension %d of the input shape %s is unknown "
+                              "(None); kdc compiles static shapes", d, kdc_kshape_str(&s, b, sizeof b));
+    }
+    kdc_dtype dt = KDC_DTYPE_F32;
+    if (!st && l->config) st = dtype_of(l, &dt);
+    if (st) break;
+    kdc_type t = kdc_type_make(dt, s.rank, s.dims);
+    kdc_ir_set_origin(c.f, origin(l));
+    ins[i] = kdc_ir_parameter(c.f, KDC_PARAM_INPUT, l->name, &t);
+  }
+  for (int i = 0; i < m->n_vars && !st; i++) {
+    const kdc_keras_var *v = m->vars[i];
+    kdc_type t = var_type(v);
+    kdc_weight *w = kdc_ir_module_add_weight(mod, v->path, &t, NULL);
+    w->trainable = v->trainable;
+    kdc_ir_set_origin(c.f, origin(v->layer));
+    c.weight[i] = kdc_ir_parameter(c.f, KDC_PARAM_WEIGHT, v->path, &t);
+  }
+  if (!st && (st = kdc_ir_take_error(c.f)))
+    st = kdc_status_annotate(st, "%s", kdc_fe_file(m));
+  if (!st) st = kdc_fe_lower_graph(&c, m, ins, outs);
+  for (int i = 0; i < m->n_outputs && !st; i++) {
+    const char *name = m->layers[m->outputs[i].layer].name;
+    for (int j = 0; j < i; j++)
+      if (!strcmp(c.f->result_names[j], name))
+        name = kdc_arena_printf(mod->arena, "%s_%d", name, i);
+    kdc_ir_add_result(c.f, outs[i], name);
+  }
+  free(c.weight);
+  free(ins);
+  free(outs);
+  if (st) {
+    kdc_ir_module_destroy(mod);
+    return st;
+  }
+  *out = mod;
+  return NULL;
+}

@@ -1,0 +1,306 @@
+/*
+ * frontend/weights.c: giving the module's weights their values.
+ *
+ * Sources: a safetensors file, a TF.js model.json (its weightsManifest and
+ * the .bin shards beside it), or Keras' initialisers (init.c).  Tensors are
+ * matched to variables (KERAS.md 2.2) by, in order of preference:
+ *   1. the exact Keras 3 path ("sequential/d1/kernel");
+ *   2. the path without its leading model-name segment ("d1/kernel");
+ *   3. "<layer name>/<weight name>", also with the tf.keras 2 weight name
+ *      (DepthwiseConv2D "depthwise_kernel");
+ * after stripping a trailing ":0" from the tensor name.  Every variable must
+ * get exactly one tensor of its shape, and every tensor must bind a variable
+ * (TF.js "optimizer" group entries are ignored): anything else is an error
+ * naming the variable or tensor and both shapes.  The object-tree names of
+ * `.keras` HDF5 files (layers/dense/vars/0) are not matched yet.
+ */
+#include <json-c/json.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/io.h"
+#include "frontend/frontend.h"
+
+/* One tensor of a weights source, already converted to f32. */
+typedef struct src_tensor {
+  char *name;      /* ":0" stripped (heap) */
+  char *raw;       /* name as stored (heap) */
+  char where[96];  /* "weightsManifest[0].weights[3]" or "" */
+  kdc_kshape shape;
+  float *data;     /* heap */
+  bool used;
+} src_tensor;
+
+typedef struct source {
+  const char *file;
+  src_tensor *t;
+  size_t n, cap;
+} source;
+
+static void source_free(source *s) {
+  for (size_t i = 0; i < s->n; i++) free(s->t[i].name), free(s->t[i].raw), free(s->t[i].data);
+  free(s->t);
+}
+
+static src_tensor *add_tensor(source *s, const char *name) {
+  KDC_GROW(s->t, s->cap, s->n + 1);
+  src_tensor *t = &s->t[s->n++];
+  memset(t, 0, sizeof *t);
+  t->raw = kdc_xstrdup(name);
+  t->name = kdc_xstrdup(name);
+  size_t len = strlen(t->name);
+  if (len > 2 && !strcmp(t->name + len - 2, ":0")) t->name[len - 2] = 0;
+  return t;
+}
+
+static kdc_status load_safetensors(const char *path, source *s) {
+  kdc_safetensors *st = NULL;
+  KDC_RETURN_IF_ERROR(kdc_safetensors_open(path, &st));
+  kdc_status err = NULL;
+  for (size_t i = 0; i < kdc_safetensors_count(st) && !err; i++) {
+    const kdc_st_tensor *x = kdc_safetensors_get(st, i);
+    src_tensor *t = add_tensor(s, x->name);
+    t->shape.rank = x->rank;
+    for (int d = 0; d < x->rank; d++) t->shape.dims[d] = x->dims[d];
+    size_t n = x->nbytes / kdc_io_dtype_size(x->dtype);
+    t->data = kdc_xmalloc(sizeof(float) * (n + 1));
+    if (x->dtype == KDC_IO_DTYPE_I64 || x->dtype == KDC_IO_DTYPE_I32) {
+      for (size_t k = 0; k < n; k++)
+        t->data[k] = x->dtype == KDC_IO_DTYPE_I64
+                         ? (float)(int64_t)kdc_load_le64((const uint8_t *)x->data + 8 * k)
+                         : (float)(int32_t)kdc_load_le32((const uint8_t *)x->data + 4 * k);
+    } else {
+      err = kdc_safetensors_copy_f32(st, x, t->data);
+    }
+  }
+  kdc_safetensors_close(st);
+  return err;
+}
+
+static float half_to_float(uint16_t h) {
+  int e = (h >> 10) & 31, m = h & 1023;
+  float v = e == 0 ? ldexpf((float)m, -24) : e == 31 ? (m ? NAN : INFINITY)
+                                                    : ldexpf((float)(m | 1024), e - 25);
+  return (h & 0x8000) ? -v : v;
+}
+
+/* TF.js weightsManifest (KERAS.md 3.2): groups of shards, raw LE values. */
+static kdc_status load_tfjs(const kdc_keras_model *m, const char *json_path, json_object *man,
+                            source *s) {
+  const char *f = json_path;
+  if (!json_object_is_type(man, json_type_array))
+    return KDC_ERR(KDC_INVALID_INPUT, "%s: weightsManifest: expected a list of weight groups", f);
+  const char *slash = strrchr(json_path, '/');
+  int dirlen = slash ? (int)(slash - json_path + 1) : 0;
+  for (size_t g = 0; g < json_object_array_length(man); g++) {
+    json_object *grp = json_object_array_get_idx(man, g);
+    json_object *paths = kdc_fe_get(grp, "paths"), *ws = kdc_fe_get(grp, "weights");
+    if (!json_object_is_type(paths, json_type_array) || !json_object_is_type(ws, json_type_array))
+      return KDC_ERR(KDC_INVALID_INPUT, "%s: weightsManifest[%zu]: expected \"paths\" and "
+                     "\"weights\" lists", f, g);
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    for (size_t p = 0; p < json_object_array_length(paths); p++) {
+      json_object *pj = json_object_array_get_idx(paths, p);
+      const char *rel = json_object_is_type(pj, json_type_string) ? json_object_get_string(pj) : "";
+      char *full = NULL;
+      if (asprintf(&full, "%.*s%s", dirlen, json_path, rel) < 0) full = NULL;
+      void *data = NULL;
+      size_t n = 0;
+      kdc_status st = full ? kdc_file_read_all(full, &data, &n) : KDC_ERR(KDC_OUT_OF_MEMORY, "oom");
+      free(full);
+      if (st) {
+        free(buf);
+        return kdc_status_annotate(st, "%s: weightsManifest[%zu].paths[%zu]", f, g, p);
+      }
+      buf = kdc_xrealloc(buf, len + n + 1);
+      memcpy(buf + len, data, n);
+      len += n;
+      free(data);
+    }
+    size_t off = 0;
+    kdc_status err = NULL;
+    for (size_t w = 0; w < json_object_array_length(ws) && !err; w++) {
+      json_object *e = json_object_array_get_idx(ws, w);
+      char at[96];
+      snprintf(at, sizeof at, "weightsManifest[%zu].weights[%zu]", g, w);
+      json_object *nm = kdc_fe_get(e, "name");
+      const char *dt = json_object_get_string(kdc_fe_get(e, "dtype"));
+      json_object *q = kdc_fe_get(e, "quantization");
+      kdc_kshape shape;
+      if (!nm || !json_object_is_type(nm, json_type_string)) {
+        err = KDC_ERR(KDC_INVALID_INPUT, "%s: %s.name: expected a string", f, at);
+        break;
+      }
+      err = kdc_fe_parse_shape(m, kdc_fe_get(e, "shape"), at, &shape);
+      if (err) break;
+      int64_t n = kdc_kshape_numel(&shape);
+      const char *qdt = q ? json_object_get_string(kdc_fe_get(q, "dtype")) : NULL;
+      size_t es = qdt ? (!strcmp(qdt, "uint8") ? 1 : 2) : (dt && !strcmp(dt, "bool")) ? 1 : 4;
+      if (qdt && strcmp(qdt, "uint8") && strcmp(qdt, "uint16") && strcmp(qdt, "float16")) {
+        err = KDC_ERR(KDC_UNSUPPORTED, "%s: %s.quantization.dtype: \"%s\" is not supported", f, at, qdt);
+        break;
+      }
+      if (!qdt && dt && strcmp(dt, "float32") && strcmp(dt, "int32") && strcmp(dt, "bool")) {
+        err = KDC_ERR(KDC_UNSUPPORTED, "%s: %s.dtype: \"%s\" weights are not supported", f, at, dt);
+        break;
+      }
+      if (n < 0 || off + (size_t)n * es > len) {
+        err = KDC_ERR(KDC_INVALID_INPUT, "%s: %s: the shard files of group %zu hold %zu bytes, "
+                      "too few for weight \"%s\"", f, at, g, len, json_object_get_string(nm));
+        break;
+      }
+      const char *grpname = json_object_get_string(kdc_fe_get(e, "group"));
+      if (grpname && !strcmp(grpname, "optimizer")) {
+        off += (size_t)n * es;
+        continue;
+      }
+      src_tensor *t = add_tensor(s, json_object_get_string(nm));
+      snprintf(t->where, sizeof t->where, "%s", at);
+      t->shape = shape;
+      t->data = kdc_xmalloc(sizeof(float) * ((size_t)n + 1));
+      double scale = q ? json_object_get_double(kdc_fe_get(q, "scale")) : 1;
+      double mn = q ? json_object_get_double(kdc_fe_get(q, "min")) : 0;
+      const uint8_t *p = buf + off;
+      for (int64_t i = 0; i < n; i++) {
+        float v;
+        if (qdt && !strcmp(qdt, "uint8")) v = (float)(p[i] * scale + mn);
+        else if (qdt && !strcmp(qdt, "uint16")) v = (float)(kdc_load_le16(p + 2 * i) * scale + mn);
+        else if (qdt) v = half_to_float(kdc_load_le16(p + 2 * i));
+        else if (dt && !strcmp(dt, "int32")) v = (float)(int32_t)kdc_load_le32(p + 4 * i);
+        else if (dt && !strcmp(dt, "bool")) v = p[i] ? 1.0f : 0.0f;
+        else {
+          uint32_t u = kdc_load_le32(p + 4 * i);
+          memcpy(&v, &u, 4);
+        }
+        t->data[i] = v;
+      }
+      off += (size_t)n * es;
+    }
+    free(buf);
+    KDC_RETURN_IF_ERROR(err);
+  }
+  return NULL;
+}
+
+static bool same_shape(const kdc_kshape *a, const kdc_kshape *b) {
+  if (a->rank != b->rank) return false;
+  for (int i = 0; i < a->rank; i++)
+    if (a->dims[i] != b->dims[i]) return false;
+  return true;
+}
+
+/* The candidate name of rule |r| for |v|, or NULL. */
+static const char *candidate(const kdc_keras_model *m, const kdc_keras_var *v, int r, char *buf,
+                             size_t n) {
+  const char *slash = strchr(v->path, '/');
+  const kdc_keras_layer *l = v->layer;
+  const char *rel = v->path + strlen(l->path) + 1; /* "kernel", "lstm_cell/kernel" */
+  switch (r) {
+  case 0: return v->path;
+  case 1: return slash && l->model->sequential ? slash + 1 : NULL;
+  case 2: snprintf(buf, n, "%s/%s", l->name, v->name); return buf;
+  case 3:
+    if (!v->legacy_name) return NULL;
+    snprintf(buf, n, "%s/%s", l->name, v->legacy_name);
+    return buf;
+  case 4: snprintf(buf, n, "%s/%s", l->name, rel); return buf;
+  default: return NULL;
+  }
+}
+
+static kdc_status bind_from(const kdc_keras_model *m, kdc_module *mod, source *s) {
+  int nv = m->n_vars;
+  int *match = kdc_xmalloc(sizeof(int) * (size_t)(nv + 1));
+  for (int i = 0; i < nv; i++) match[i] = -1;
+  for (int r = 0; r < 5; r++)
+    for (int i = 0; i < nv; i++) {
+      if (match[i] >= 0) continue;
+      char buf[512];
+      const char *c = candidate(m, m->vars[i], r, buf, sizeof buf);
+      if (!c) continue;
+      for (size_t k = 0; k < s->n; k++)
+        if (!s->t[k].used && !strcmp(s->t[k].name, c)) {
+          match[i] = (int)k;
+          s->t[k].used = true;
+          break;
+        }
+    }
+  kdc_status st = NULL;
+  char b1[160], b2[160];
+  for (int i = 0; i < nv && !st; i++) {
+    const kdc_keras_var *v = m->vars[i];
+    if (match[i] < 0) {
+      st = KDC_ERR(KDC_INVALID_INPUT, "%s: no tensor for variable \"%s\" %s (layer \"%s\", %s: %s)",
+                   s->file, v->path, kdc_kshape_str(&v->shape, b1, sizeof b1), v->layer->name,
+                   kdc_fe_file(m), v->layer->loc);
+      break;
+    }
+    src_tensor *t = &s->t[match[i]];
+    if (!same_shape(&t->shape, &v->shape)) {
+      st = KDC_ERR(KDC_INVALID_INPUT, "%s: %s%stensor \"%s\" has shape %s but variable \"%s\" "
+                   "needs %s", s->file, t->where, *t->where ? ": " : "", t->raw,
+                   kdc_kshape_str(&t->shape, b1, sizeof b1), v->path,
+                   kdc_kshape_str(&v->shape, b2, sizeof b2));
+      break;
+    }
+    kdc_weight *w = kdc_ir_module_find_weight(mod, v->path);
+    if (!w) {
+      st = KDC_ERR(KDC_INTERNAL, "module has no weight \"%s\": not lowered from this model", v->path);
+      break;
+    }
+    int64_t n = kdc_kshape_numel(&v->shape);
+    w->data = kdc_arena_alloc(mod->arena, kdc_type_bytes(&w->type) + 1);
+    if (v->dtype == KDC_DTYPE_I64)
+      for (int64_t k = 0; k < n; k++) ((int64_t *)w->data)[k] = (int64_t)t->data[k];
+    else
+      memcpy(w->data, t->data, sizeof(float) * (size_t)n);
+  }
+  for (size_t k = 0; k < s->n && !st; k++)
+    if (!s->t[k].used)
+      st = KDC_ERR(KDC_INVALID_INPUT, "%s: %s%stensor \"%s\" %s matches no variable of the model "
+                   "(%s)", s->file, s->t[k].where, *s->t[k].where ? ": " : "", s->t[k].raw,
+                   kdc_kshape_str(&s->t[k].shape, b1, sizeof b1), kdc_fe_file(m));
+  free(match);
+  return st;
+}
+
+static kdc_status bind_init(const kdc_keras_model *m, kdc_module *mod, uint64_t seed) {
+  for (int i = 0; i < m->n_vars; i++) {
+    const kdc_keras_var *v = m->vars[i];
+    kdc_weight *w = kdc_ir_module_find_weight(mod, v->path);
+    if (!w) return KDC_ERR(KDC_INTERNAL, "module has no weight \"%s\"", v->path);
+    w->data = kdc_arena_alloc(mod->arena, kdc_type_bytes(&w->type) + 1);
+    KDC_RETURN_IF_ERROR(kdc_frontend_init_var(m, v, seed, w->data));
+  }
+  return NULL;
+}
+
+static bool ends_with(const char *s, const char *suf) {
+  size_t a = strlen(s), b = strlen(suf);
+  return a >= b && !strcmp(s + a - b, suf);
+}
+
+kdc_status kdc_frontend_bind_weights(const kdc_keras_model *m, kdc_module *mod,
+                                     const char *weights_path, uint64_t seed) {
+  if (!weights_path) return bind_init(m, mod, seed);
+  source s = {weights_path, NULL, 0, 0};
+  kdc_status st;
+  if (ends_with(weights_path, ".json")) {
+    kdc_keras_model *wm = NULL;
+    const kdc_keras_model *src = m;
+    st = NULL;
+    if (strcmp(weights_path, m->file)) st = kdc_frontend_load(weights_path, &wm), src = wm;
+    if (!st && !src->weights_manifest)
+      st = KDC_ERR(KDC_INVALID_INPUT, "%s: no weightsManifest: not a TensorFlow.js model.json",
+                   weights_path);
+    if (!st) st = load_tfjs(src, weights_path, src->weights_manifest, &s);
+    kdc_frontend_free(wm);
+  } else {
+    st = load_safetensors(weights_path, &s);
+  }
+  if (!st) st = bind_from(m, mod, &s);
+  source_free(&s);
+  return st;
+}

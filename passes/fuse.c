@@ -1,0 +1,317 @@
+/*
+ * passes/fuse.c: kernel formation (loop fusion and input fusion).
+ *
+ * Output: kdc_node.group for every node, per the contract in ir/ir.h.  A
+ * group is one generated kernel; its root (highest id) is the only member
+ * written to memory, every other member is recomputed per element from the
+ * root's index.  Roots are therefore executed in id order without cycles:
+ * a member reads only group-mates, materialized values and free leaves.
+ *
+ * What goes where:
+ *   - PARAMETER, dense CONSTANT, DOT (a GEMM call), collectives and ops this
+ *     file does not know: never in a group (-1), always materialized.
+ *   - REDUCE: always the root of its own kernel; the chain that feeds it is
+ *     fused into it (input fusion); its users read it from memory.
+ *   - elementwise ops, broadcast_in_dim, transpose, slice, concatenate, pad,
+ *     reshape, iota: fused into their consumer's kernel when every user is in
+ *     that one kernel (loop fusion), else the root of a new kernel.
+ *   - CONSTANT, splat or dense: -1 too (the verifier enforces it); codegen
+ *     reads a splat operand as an immediate, so nothing is lost.
+ *   - RESHAPE whose operand is materialized: -1, an alias of that buffer.
+ *   - a producer never fuses through a BROADCAST that grows the element
+ *     count (unless it is a free leaf): that would recompute it once per
+ *     copy; it is materialized instead (XLA avoids the same duplication).
+ *
+ * Values used by several kernels.  Such a value is materialized (a root),
+ * unless it is cheap: its recompute tree -- itself plus the fusible
+ * producers it would pull in, down to materialized values and free leaves
+ * (iota) -- has at most fuse_max_recompute ops (default 4), it is not
+ * a function result, and every user is in some kernel.  A cheap value is
+ * then duplicated, one copy per consumer kernel (softmax's exp(x - max) is
+ * the textbook case: one copy feeds the sum, one the division).
+ *
+ * Algorithm (deterministic: decisions depend only on ids):
+ *   1. assign(): one sweep from the last node to the first; a node's users
+ *      are all decided before it.
+ *   2. duplicate(): from the groups of step 1, pick the cheap multi-kernel
+ *      values (again last to first, so a clone's operands see the clones as
+ *      users) and insert one copy per kernel right where the original was.
+ *   3. assign() again on the new graph, renumber groups by root order,
+ *      and check the contract (kdc_pass_fuse_check).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "passes/passes.h"
+
+typedef enum kind {
+  K_MATERIAL, /* never in a group */
+  K_ROOT,     /* always its own root (REDUCE) */
+  K_FUSIBLE,  /* member or root */
+} kind;
+
+static kind classify(const kdc_func *f, kdc_value_id v) {
+  const kdc_node *nd = kdc_ir_node(f, v);
+  unsigned fl = kdc_op_flags(nd->op);
+  if (nd->op == KDC_OP_IOTA) return K_FUSIBLE;
+  if (nd->op == KDC_OP_REDUCE) return K_ROOT;
+  if (fl & OPF_COLL) return K_MATERIAL;
+  if (fl & (OPF_EW | OPF_SHAPE)) return K_FUSIBLE;
+  return K_MATERIAL; /* PARAMETER, DOT, anything new */
+}
+
+/* Free leaves cost nothing to recompute anywhere. */
+static bool is_free(const kdc_func *f, kdc_value_id v) {
+  return kdc_ir_node(f, v)->op == KDC_OP_IOTA;
+}
+
+/* May producer |p| be recomputed inside the kernel of its user |u|? */
+static bool edge_ok(const kdc_func *f, kdc_value_id p, kdc_value_id u) {
+  if (kdc_ir_node(f, u)->op != KDC_OP_BROADCAST || is_free(f, p)) return true;
+  return kdc_type_numel(kdc_ir_type(f, u)) <= kdc_type_numel(kdc_ir_type(f, p));
+}
+
+/* The one group all users of |v| are in and may absorb |v|, or -1. */
+static int32_t consumer_group(const kdc_func *f, const kdc_users *us, const int32_t *g,
+                              kdc_value_id v) {
+  if (us->is_result[v] || us->start[v] == us->start[v + 1]) return -1;
+  int32_t common = -1;
+  for (uint32_t k = us->start[v]; k < us->start[v + 1]; k++) {
+    kdc_value_id u = us->users[k];
+    if (g[u] < 0 || !edge_ok(f, v, u)) return -1;
+    if (common >= 0 && common != g[u]) return -1;
+    common = g[u];
+  }
+  return common;
+}
+
+/* Step 1/3: groups for every node of |f| into |g|; returns the group count
+ * (ids are not yet dense or ordered). */
+static int32_t assign(const kdc_func *f, int32_t *g) {
+  kdc_users us;
+  kdc_pass_users_init(&us, f);
+  int32_t next = 0;
+  for (size_t i = f->n_nodes; i-- > 0;) {
+    kdc_value_id v = (kdc_value_id)i;
+    kind k = classify(f, v);
+    int32_t common = k == K_FUSIBLE ? consumer_group(f, &us, g, v) : -1;
+    if (k == K_MATERIAL) g[i] = -1;
+    else if (k == K_ROOT) g[i] = next++;
+    else g[i] = common >= 0 ? common : next++;
+    /* A reshape that did not pull its operand in reads it from memory: alias. */
+    for (uint32_t j = us.start[i]; j < us.start[i + 1]; j++) {
+      kdc_value_id u = us.users[j];
+      if (kdc_ir_node(f, u)->op == KDC_OP_RESHAPE && g[u] >= 0 && g[u] != g[i]) g[u] = -1;
+    }
+  }
+  kdc_pass_users_free(&us);
+  return next;
+}
+
+/* Recompute cost of every node (see the file comment), saturated at cap+1. */
+static void costs(const kdc_func *f, int cap, int *cost) {
+  for (size_t i = 0; i < f->n_nodes; i++) {
+    const kdc_node *nd = &f->nodes[i];
+    kdc_value_id v = (kdc_value_id)i;
+    if (classify(f, v) != K_FUSIBLE || is_free(f, v)) {
+      cost[i] = 0;
+      continue;
+    }
+    int c = 1;
+    for (int j = 0; j < nd->n_in; j++)
+      if (classify(f, nd->in[j]) == K_FUSIBLE) c += cost[nd->in[j]];
+    cost[i] = c > cap ? cap + 1 : c;
+  }
+}
+
+/* Clone plan: node i gets copies for groups cg[start[i] .. start[i]+cnt[i]),
+ * in descending step-1 group id; cnt[i] == 0 means not cloned. */
+typedef struct clones {
+  uint32_t *start, *cnt;
+  int32_t *cg;
+  kdc_value_id *id; /* id of the copy for cg[k], once appended */
+  size_t n, cap;
+} clones;
+
+/* Inserts |grp| into the descending set |set|.  Step-1 ids grow as roots
+ * get lower, so descending ids put copies in kernel execution order. */
+static void add_group(int32_t *set, uint32_t *n, int32_t grp) {
+  uint32_t k = 0;
+  while (k < *n && set[k] > grp) k++;
+  if (k < *n && set[k] == grp) return;
+  memmove(set + k + 1, set + k, (*n - k) * sizeof *set);
+  set[k] = grp;
+  (*n)++;
+}
+
+/* The copy of |v| for group |grp|, or |v| itself when it is not cloned. */
+static kdc_value_id copy_for(const clones *c, kdc_value_id v, int32_t grp) {
+  for (uint32_t k = 0; k < c->cnt[v]; k++)
+    if (c->cg[c->start[v] + k] == grp) return c->id[c->start[v] + k];
+  KDC_ASSERT(c->cnt[v] == 0);
+  return v;
+}
+
+/* Decides which values to duplicate (step 2).  Returns whether any is. */
+static bool plan_clones(const kdc_func *f, const int32_t *g, int max_cost, clones *c) {
+  size_t n = f->n_nodes;
+  int *cost = kdc_xmalloc((n ? n : 1) * sizeof *cost);
+  costs(f, max_cost, cost);
+  kdc_users us;
+  kdc_pass_users_init(&us, f);
+  int32_t *set = kdc_xmalloc((n + 1) * sizeof *set); /* group ids are < n */
+  bool any = false;
+  for (size_t i = n; i-- > 0;) {
+    kdc_value_id v = (kdc_value_id)i;
+    c->cnt[i] = 0;
+    if (classify(f, v) != K_FUSIBLE || us.is_result[i] || cost[i] > max_cost) continue;
+    uint32_t ns = 0;
+    bool outside = us.start[i] == us.start[i + 1];
+    for (uint32_t k = us.start[i]; k < us.start[i + 1] && !outside; k++) {
+      kdc_value_id u = us.users[k];
+      if (!edge_ok(f, v, u)) outside = true;
+      else if (c->cnt[u] > 0)
+        for (uint32_t q = 0; q < c->cnt[u]; q++) add_group(set, &ns, c->cg[c->start[u] + q]);
+      else if (g[u] < 0) outside = true;
+      else add_group(set, &ns, g[u]);
+    }
+    if (outside || ns < 2) continue;
+    KDC_GROW(c->cg, c->cap, c->n + ns);
+    c->id = kdc_xrealloc(c->id, c->cap * sizeof *c->id);
+    memcpy(c->cg + c->n, set, ns * sizeof *set);
+    c->start[i] = (uint32_t)c->n;
+    c->cnt[i] = ns;
+    c->n += ns;
+    any = true;
+  }
+  free(set);
+  kdc_pass_users_free(&us);
+  free(cost);
+  return any;
+}
+
+/* Step 2: inserts the planned copies and rewires every user to the copy of
+ * its own kernel; the originals disappear. */
+static void duplicate(kdc_func *f, const int32_t *g, clones *c) {
+  size_t n = f->n_nodes;
+  kdc_value_id *order = kdc_xmalloc((n + c->n) * sizeof *order);
+  size_t n_order = 0;
+  for (size_t i = 0; i < n; i++) {
+    kdc_value_id v = (kdc_value_id)i;
+    if (c->cnt[i] == 0) {
+      kdc_node *nd = &f->nodes[i];
+      if (g[i] >= 0)
+        for (int j = 0; j < nd->n_in; j++) nd->in[j] = copy_for(c, nd->in[j], g[i]);
+      order[n_order++] = v;
+      continue;
+    }
+    for (uint32_t k = 0; k < c->cnt[i]; k++) {
+      int32_t grp = c->cg[c->start[i] + k];
+      kdc_node src = f->nodes[i]; /* by value: appending may move the array */
+      kdc_value_id ins[16];
+      kdc_value_id *in = src.n_in <= 16 ? ins : kdc_xmalloc((size_t)src.n_in * sizeof *in);
+      for (int j = 0; j < src.n_in; j++) in[j] = copy_for(c, src.in[j], grp);
+      kdc_value_id id = kdc_ir_append(f, src.op, &src.type, src.n_in, in, &src.attr);
+      if (in != ins) free(in);
+      f->nodes[id].origin = src.origin;
+      f->nodes[id].sharding = src.sharding;
+      c->id[c->start[i] + k] = id;
+      order[n_order++] = id;
+    }
+  }
+  kdc_value_id *repl = kdc_xmalloc(f->n_nodes * sizeof *repl);
+  for (size_t i = 0; i < f->n_nodes; i++)
+    repl[i] = i < n && c->cnt[i] > 0 ? KDC_NO_VALUE : (kdc_value_id)i;
+  kdc_pass_func_rebuild(f, repl, order, n_order);
+  free(repl);
+  free(order);
+}
+
+/* Step 3: dense group ids in the order kernels run (by root id). */
+static void renumber(kdc_func *f, const int32_t *g, int32_t n_groups) {
+  int32_t *root = kdc_xmalloc(((size_t)n_groups + 1) * sizeof *root);
+  int32_t *dense = kdc_xmalloc(((size_t)n_groups + 1) * sizeof *dense);
+  for (int32_t k = 0; k < n_groups; k++) root[k] = -1;
+  for (size_t i = 0; i < f->n_nodes; i++)
+    if (g[i] >= 0) root[g[i]] = (int32_t)i;
+  int32_t next = 0;
+  for (size_t i = 0; i < f->n_nodes; i++)
+    if (g[i] >= 0 && root[g[i]] == (int32_t)i) dense[g[i]] = next++;
+  for (size_t i = 0; i < f->n_nodes; i++) f->nodes[i].group = g[i] >= 0 ? dense[g[i]] : -1;
+  free(dense);
+  free(root);
+}
+
+static kdc_status fuse_func(kdc_func *f, int max_cost) {
+  size_t n = f->n_nodes;
+  int32_t *g = kdc_xmalloc((n ? n : 1) * sizeof *g);
+  assign(f, g);
+  clones c = {0};
+  c.start = kdc_xcalloc(n ? n : 1, sizeof *c.start);
+  c.cnt = kdc_xcalloc(n ? n : 1, sizeof *c.cnt);
+  if (max_cost > 0 && plan_clones(f, g, max_cost, &c)) {
+    duplicate(f, g, &c);
+    g = kdc_xrealloc(g, (f->n_nodes ? f->n_nodes : 1) * sizeof *g);
+  }
+  int32_t n_groups = assign(f, g);
+  renumber(f, g, n_groups);
+  free(c.start);
+  free(c.cnt);
+  free(c.cg);
+  free(c.id);
+  free(g);
+  return kdc_pass_fuse_check(f);
+}
+
+kdc_status kdc_pass_fuse(kdc_module *m, const kdc_pass_options *opt) {
+  int max_cost = kdc_pass_opt_fuse_recompute(opt);
+  for (size_t i = 0; i < m->n_funcs; i++) KDC_RETURN_IF_ERROR(fuse_func(m->funcs[i], max_cost));
+  return NULL;
+}
+
+/* ---- the contract, checked --------------------------------------------- */
+
+static kdc_status broken(const kdc_func *f, kdc_value_id v, const char *what) {
+  char where[256];
+  return KDC_ERR(KDC_INTERNAL, "%s: fusion contract broken: %s (group %d)",
+                 kdc_pass_where(f, v, where, sizeof where), what, (int)kdc_ir_node(f, v)->group);
+}
+
+kdc_status kdc_pass_fuse_check(const kdc_func *f) {
+  size_t n = f->n_nodes;
+  int32_t max_group = -1;
+  for (size_t i = 0; i < n; i++)
+    if (f->nodes[i].group > max_group) max_group = f->nodes[i].group;
+  int32_t *root = kdc_xmalloc(((size_t)max_group + 2) * sizeof *root);
+  for (int32_t k = 0; k <= max_group; k++) root[k] = -1;
+  for (size_t i = 0; i < n; i++)
+    if (f->nodes[i].group >= 0) root[f->nodes[i].group] = (int32_t)i;
+  kdc_users us;
+  kdc_pass_users_init(&us, f);
+  kdc_status st = NULL;
+  for (size_t i = 0; i < n && !st; i++) {
+    const kdc_node *nd = &f->nodes[i];
+    kdc_value_id v = (kdc_value_id)i;
+    kind k = classify(f, v);
+    int32_t grp = nd->group;
+    bool is_root = grp >= 0 && root[grp] == (int32_t)i;
+    if (grp < 0) {
+      if (nd->op == KDC_OP_RESHAPE) {
+        int32_t og = kdc_ir_node(f, nd->in[0])->group;
+        if (og >= 0 && root[og] != (int32_t)nd->in[0])
+          st = broken(f, v, "alias of a value that is not materialized");
+      } else if (k == K_FUSIBLE || k == K_ROOT) {
+        st = broken(f, v, "computing node outside every kernel");
+      }
+      continue;
+    }
+    if (k == K_MATERIAL) st = broken(f, v, "materialized op inside a kernel");
+    else if (k == K_ROOT && !is_root) st = broken(f, v, "reduce that is not its kernel's root");
+    else if (!is_root && us.is_result[i]) st = broken(f, v, "function result not materialized");
+    for (uint32_t j = us.start[i]; j < us.start[i + 1] && !st && !is_root; j++)
+      if (f->nodes[us.users[j]].group != grp) st = broken(f, v, "member used outside its kernel");
+  }
+  kdc_pass_users_free(&us);
+  free(root);
+  return st;
+}

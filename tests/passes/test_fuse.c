@@ -1,0 +1,142 @@
+/*
+ * Fusion on random graphs: the grouping satisfies the contract of ir.h
+ * (checked here independently of passes/fuse.c), the duplication of cheap
+ * values does not change results, and the pass is deterministic and
+ * idempotent.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "passes/passes.h"
+#include "randgraph.h"
+
+/* The contract, restated: returns NULL or what is wrong. */
+static const char *contract_violation(const kdc_func *f) {
+  size_t n = f->n_nodes;
+  int32_t *root = malloc((n + 1) * sizeof *root); /* group ids are < n */
+  for (size_t i = 0; i <= n; i++) root[i] = -1;
+  for (size_t i = 0; i < n; i++) {
+    int32_t g = f->nodes[i].group;
+    if (g >= (int32_t)n) return "group id out of range";
+    if (g >= 0) root[g] = (int32_t)i;
+  }
+  const char *bad = NULL;
+  for (size_t i = 0; i < n && !bad; i++) {
+    const kdc_node *nd = &f->nodes[i];
+    int32_t g = nd->group;
+    unsigned fl = kdc_op_flags(nd->op);
+    if (nd->op == KDC_OP_PARAMETER || nd->op == KDC_OP_CONSTANT || nd->op == KDC_OP_DOT) {
+      if (g != -1) bad = "materialized op in a group";
+      continue;
+    }
+    if (nd->op == KDC_OP_RESHAPE && g == -1) {
+      int32_t og = f->nodes[nd->in[0]].group;
+      if (og >= 0 && root[og] != (int32_t)nd->in[0]) bad = "alias of a fused interior";
+      continue;
+    }
+    if (g < 0 && (fl & (OPF_EW | OPF_SHAPE | OPF_RED) || nd->op == KDC_OP_IOTA))
+      bad = "computation outside any kernel";
+    if (g < 0 || root[g] == (int32_t)i) continue;
+    if (nd->op == KDC_OP_REDUCE) bad = "reduce not a root";
+    for (size_t r = 0; r < f->n_results; r++)
+      if (f->results[r] == i) bad = "interior returned";
+    for (size_t u = i + 1; u < n; u++)
+      for (int j = 0; j < f->nodes[u].n_in; j++)
+        if (f->nodes[u].in[j] == i && f->nodes[u].group != g) bad = "interior used outside";
+  }
+  free(root);
+  return bad;
+}
+
+static void fuse_random(const char *pre, int recompute) {
+  for (uint64_t seed = 0; seed < 300; seed++) {
+    kdc_module *m = kdc_ir_module_create("t");
+    kdc_func *f = randgraph_build(m, seed, 3 + (int)(seed % 16));
+    if (pre) assert_null(kdc_pass_run_list(m, pre, NULL));
+    size_t n_before = f->n_nodes;
+    kdc_tensor before[3], after[3];
+    assert_null(randgraph_run(f, seed, before));
+    kdc_pass_options opt = {0};
+    opt.fuse_max_recompute = recompute;
+    kdc_status st = kdc_pass_run_one(m, "fuse", &opt);
+    if (st) fail_msg("seed %llu: %s", (unsigned long long)seed, kdc_status_message(st));
+    const char *bad = contract_violation(f);
+    if (bad) {
+      kdc_ir_print_func(stderr, f);
+      fail_msg("seed %llu: %s", (unsigned long long)seed, bad);
+    }
+    if (recompute < 0) assert_int_equal(f->n_nodes, n_before);
+    assert_null(randgraph_run(f, seed, after));
+    if (!randgraph_same(before, after, f->n_results))
+      fail_msg("seed %llu: fuse changed the results", (unsigned long long)seed);
+    randgraph_free_results(before, f->n_results);
+    randgraph_free_results(after, f->n_results);
+    /* Idempotent: a second run finds nothing more to copy or regroup. */
+    char *once = kdc_ir_module_to_string(m);
+    assert_null(kdc_pass_run_one(m, "fuse", &opt));
+    char *twice = kdc_ir_module_to_string(m);
+    assert_string_equal(once, twice);
+    free(once);
+    free(twice);
+    kdc_ir_module_destroy(m);
+  }
+}
+
+static void test_fuse_raw_graphs(void **state) { (void)state; fuse_random(NULL, 0); }
+static void test_fuse_simplified_graphs(void **state) { (void)state; fuse_random("simplify", 0); }
+static void test_fuse_without_copies(void **state) { (void)state; fuse_random(NULL, -1); }
+static void test_fuse_generous_copies(void **state) { (void)state; fuse_random(NULL, 12); }
+
+/* The same input always gives the same text. */
+static void test_fuse_deterministic(void **state) {
+  (void)state;
+  for (uint64_t seed = 0; seed < 50; seed++) {
+    char *text[2];
+    for (int k = 0; k < 2; k++) {
+      kdc_module *m = kdc_ir_module_create("t");
+      randgraph_build(m, seed, 14);
+      assert_null(kdc_pass_run_one(m, "fuse", NULL));
+      text[k] = kdc_ir_module_to_string(m);
+      kdc_ir_module_destroy(m);
+    }
+    assert_string_equal(text[0], text[1]);
+    free(text[0]);
+    free(text[1]);
+  }
+}
+
+/* The checker rejects a broken grouping with KDC_INTERNAL. */
+static void test_fuse_check_rejects(void **state) {
+  (void)state;
+  kdc_module *m = kdc_ir_module_create("t");
+  kdc_func *f = kdc_ir_func_create(m, "f");
+  int64_t d[1] = {4};
+  kdc_type t = kdc_type_make(KDC_DTYPE_F32, 1, d);
+  kdc_value_id x = kdc_ir_parameter(f, KDC_PARAM_INPUT, "x", &t);
+  kdc_value_id e = kdc_ir_unary(f, KDC_OP_EXP, x);
+  kdc_value_id n = kdc_ir_unary(f, KDC_OP_NEG, e);
+  kdc_ir_add_result(f, n, "n");
+  kdc_ir_add_result(f, e, "e");
+  f->nodes[e].group = 0; /* e is returned, so it cannot be an interior */
+  f->nodes[n].group = 0;
+  kdc_status st = kdc_pass_fuse_check(f);
+  assert_int_equal(kdc_status_code(st), KDC_INTERNAL);
+  assert_non_null(strstr(kdc_status_message(st), "%1 (exp)"));
+  kdc_status_free(st);
+  kdc_ir_module_destroy(m);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_fuse_raw_graphs),      cmocka_unit_test(test_fuse_simplified_graphs),
+      cmocka_unit_test(test_fuse_without_copies),  cmocka_unit_test(test_fuse_generous_copies),
+      cmocka_unit_test(test_fuse_deterministic),   cmocka_unit_test(test_fuse_check_rejects),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
