@@ -284,6 +284,9 @@ static bool ends_with(const char *s, const char *suf) {
 
 kdc_status kdc_frontend_bind_weights(const kdc_keras_model *m, kdc_module *mod,
                                      const char *weights_path, uint64_t seed) {
+  /* A TF.js model.json carries its own weights: use them (a missing shard is
+   * an error, never a silent fall-back to random initialisation). */
+  if (!weights_path && m->weights_manifest) weights_path = m->file;
   if (!weights_path) return bind_init(m, mod, seed);
   source s = {weights_path, NULL, 0, 0};
   kdc_status st;

@@ -242,6 +242,15 @@ kdc_value_id kdc_ir_dot(kdc_func *f, kdc_value_id a, kdc_value_id b, const kdc_a
   return build(f, KDC_OP_DOT, 2, in, &at, NULL);
 }
 
+kdc_value_id kdc_ir_rng_uniform(kdc_func *f, kdc_value_id step, int64_t seed, int rank,
+                                const int64_t *dims) {
+  kdc_attrs a;
+  memset(&a, 0, sizeof a);
+  a.seed = seed;
+  kdc_type t = kdc_type_make(KDC_DTYPE_F32, rank, dims);
+  return build(f, KDC_OP_RNG_UNIFORM, 1, &step, &a, &t);
+}
+
 /* ---- convenience -------------------------------------------------------- */
 
 kdc_value_id kdc_ir_broadcast_to(kdc_func *f, kdc_value_id x, int rank, const int64_t *dims) {

@@ -24,6 +24,11 @@
  *     dim of size 1 broadcasts.  pad: low/high may be negative (cropping),
  *     interior >= 0.  reduce of an empty set gives the identity (0, 1, -inf
  *     or the int minimum for max, +inf or the int maximum for min).
+ *   - sharding_constraint is the identity.  The other SPMD ops (collectives,
+ *     shard_slice) are identities on a 1-device mesh and an error otherwise:
+ *     a partitioned function runs under kdc_ir_interpret_spmd
+ *     (ir/interp_spmd.c), which reuses this file's node semantics through
+ *     kdc_ir_interp_node.
  * Every node is type-checked with kdc_ir_infer_type before it runs, so a
  * malformed function is an error, never an out-of-bounds access.
  */
@@ -396,6 +401,36 @@ static kdc_status run_dot(interp *in, const kdc_node *n, void *out, int64_t nume
   return NULL;
 }
 
+/* ---- rng_uniform: Philox-4x32-10 ---------------------------------------------- */
+
+void kdc_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]) {
+  uint32_t c0 = ctr[0], c1 = ctr[1], c2 = ctr[2], c3 = ctr[3], k0 = key[0], k1 = key[1];
+  for (int r = 0; r < 10; r++) {
+    if (r > 0) { /* key schedule: bump before rounds 2..10 */
+      k0 += 0x9E3779B9u;
+      k1 += 0xBB67AE85u;
+    }
+    uint64_t p0 = (uint64_t)0xD2511F53u * c0, p1 = (uint64_t)0xCD9E8D57u * c2;
+    uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0, n2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1;
+    c1 = (uint32_t)p1;
+    c3 = (uint32_t)p0;
+    c0 = n0;
+    c2 = n2;
+  }
+  out[0] = c0;
+  out[1] = c1;
+  out[2] = c2;
+  out[3] = c3;
+}
+
+float kdc_rng_uniform_at(int64_t seed, int64_t step, int64_t index) {
+  uint64_t i = (uint64_t)index, s = (uint64_t)step, k = (uint64_t)seed;
+  uint32_t ctr[4] = {(uint32_t)i, (uint32_t)(i >> 32), (uint32_t)s, (uint32_t)(s >> 32)};
+  uint32_t key[2] = {(uint32_t)k, (uint32_t)(k >> 32)}, out[4];
+  kdc_philox4x32_10(ctr, key, out);
+  return (float)(out[0] >> 8) * 0x1p-24f;
+}
+
 /* ---- driver -------------------------------------------------------------------- */
 
 static kdc_status alloc_value(const kdc_type *t, void **out) {
@@ -461,14 +496,9 @@ static kdc_status check_node(const kdc_func *f, kdc_value_id v) {
             : NULL;
 }
 
-static kdc_status run_node(interp *in, kdc_value_id v, const kdc_tensor *args, size_t n_args) {
+/* Evaluates non-parameter node |v| into |out| (its type's size). */
+static kdc_status eval_node(interp *in, kdc_value_id v, void *out) {
   const kdc_node *n = &in->f->nodes[v];
-  KDC_RETURN_IF_ERROR(check_node(in->f, v));
-  if (n->op == KDC_OP_PARAMETER) return bind_param(in, n, args, n_args, &in->vals[v]);
-  void *out;
-  KDC_RETURN_IF_ERROR(alloc_value(&n->type, &out));
-  in->vals[v] = out;
-  in->owned[v] = true;
   int64_t numel = kdc_type_numel(&n->type);
   size_t es = kdc_dtype_size(n->type.dtype);
   int64_t idx[KDC_MAX_RANK];
@@ -485,17 +515,62 @@ static kdc_status run_node(interp *in, kdc_value_id v, const kdc_tensor *args, s
     }
     return NULL;
   case KDC_OP_BROADCAST: run_broadcast(in, n, out, numel); return NULL;
-  case KDC_OP_RESHAPE: memcpy(out, in->vals[n->in[0]], (size_t)numel * es); return NULL;
+  case KDC_OP_RESHAPE:
+  case KDC_OP_SHARDING_CONSTRAINT: memcpy(out, in->vals[n->in[0]], (size_t)numel * es); return NULL;
   case KDC_OP_TRANSPOSE:
   case KDC_OP_SLICE: run_gather_like(in, n, out, numel); return NULL;
   case KDC_OP_CONCAT: run_concat(in, n, out); return NULL;
   case KDC_OP_PAD: run_pad(in, n, out, numel); return NULL;
   case KDC_OP_REDUCE: run_reduce(in, n, out, numel); return NULL;
   case KDC_OP_DOT: return run_dot(in, n, out, numel);
+  case KDC_OP_RNG_UNIFORM: {
+    const kdc_node *s = &in->f->nodes[n->in[0]];
+    int64_t step = ld_int(in->vals[n->in[0]], s->type.dtype, 0);
+    for (int64_t i = 0; i < numel; i++)
+      ((float *)out)[i] = kdc_rng_uniform_at(n->attr.seed, step, i);
+    return NULL;
+  }
   default:
     if (kdc_op_flags(n->op) & OPF_EW) return run_elementwise(in, n, out, numel);
+    /* SPMD ops: identities on one device (the types then agree), else they
+     * need kdc_ir_interpret_spmd. */
+    if ((kdc_op_flags(n->op) & OPF_COLL) && kdc_mesh_devices(&in->f->module->mesh) == 1 &&
+        kdc_type_equal(&n->type, &in->f->nodes[n->in[0]].type)) {
+      memcpy(out, in->vals[n->in[0]], (size_t)numel * es);
+      return NULL;
+    }
+    if (kdc_op_flags(n->op) & OPF_COLL)
+      return KDC_ERR(KDC_INVALID_INPUT,
+                     "interpreter: %%%u = %s needs the device mesh: run the partitioned "
+                     "function with kdc_ir_interpret_spmd", v, kdc_op_name(n->op));
     return KDC_ERR(KDC_UNSUPPORTED, "interpreter: op %s is not supported", kdc_op_name(n->op));
   }
+}
+
+static kdc_status run_node(interp *in, kdc_value_id v, const kdc_tensor *args, size_t n_args) {
+  const kdc_node *n = &in->f->nodes[v];
+  KDC_RETURN_IF_ERROR(check_node(in->f, v));
+  if (n->op == KDC_OP_PARAMETER) return bind_param(in, n, args, n_args, &in->vals[v]);
+  void *out;
+  KDC_RETURN_IF_ERROR(alloc_value(&n->type, &out));
+  in->vals[v] = out;
+  in->owned[v] = true;
+  return eval_node(in, v, out);
+}
+
+kdc_status kdc_ir_interp_node(const kdc_func *f, kdc_value_id v, void *const *vals, void **out) {
+  interp in = {f, (void **)vals, NULL};
+  *out = NULL;
+  KDC_RETURN_IF_ERROR(check_node(f, v));
+  if (f->nodes[v].op == KDC_OP_PARAMETER)
+    return KDC_ERR(KDC_INTERNAL, "interpreter: %%%u is a parameter", v);
+  KDC_RETURN_IF_ERROR(alloc_value(&f->nodes[v].type, out));
+  kdc_status st = eval_node(&in, v, *out);
+  if (st) {
+    free(*out);
+    *out = NULL;
+  }
+  return st;
 }
 
 kdc_status kdc_ir_interpret(const kdc_func *f, const kdc_tensor *args, size_t n_args,

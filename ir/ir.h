@@ -172,6 +172,21 @@ typedef struct kdc_attr_pad {
   kdc_dimlist low, high, interior;
 } kdc_attr_pad;
 
+/* SPMD ops (ops.def): mesh axes major to minor, plus the dims they act on.
+ * Text form (ir/print.c): the axes as a prefix list of names, the rest as
+ * keywords:
+ *   all_reduce [model] %x
+ *   all_gather [data,model] %x dim=0        reduce_scatter [model] %x dim=1
+ *   all_to_all [model] %x split=0 concat=1  collective_permute [data] %x shift=1
+ *   shard_slice [model] %x dim=1            sharding_constraint %x (no attributes) */
+typedef struct kdc_attr_coll {
+  int naxes;
+  uint8_t axes[KDC_MAX_MESH_AXES]; /* mesh axis indices, major to minor, distinct */
+  int64_t dim;    /* all_gather, reduce_scatter, shard_slice: the dim; all_to_all: split dim */
+  int64_t dim2;   /* all_to_all: the concat dim */
+  int64_t shift;  /* collective_permute: receive from coordinate c - shift (naxes == 1) */
+} kdc_attr_coll;
+
 typedef union kdc_attrs {
   kdc_attr_param param;     /* PARAMETER */
   kdc_attr_const constant;  /* CONSTANT */
@@ -182,6 +197,8 @@ typedef union kdc_attrs {
   kdc_attr_dot dot;         /* DOT */
   kdc_attr_slice slice;     /* SLICE */
   kdc_attr_pad pad;         /* PAD */
+  kdc_attr_coll coll;       /* ALL_REDUCE .. SHARD_SLICE */
+  int64_t seed;             /* RNG_UNIFORM: the Philox key */
 } kdc_attrs;
 
 /* Names of the enum attributes in the text form (ir/print.c): "lt", "sum",
@@ -252,6 +269,34 @@ typedef struct kdc_weight {
   bool trainable;
 } kdc_weight;
 
+/*
+ * Sharding provenance (SHARDING.md 0.5): why a value is split the way it is.
+ * One entry per (value, dim, axis) decision, module-wide, appended by
+ * passes/seed_shardings.c (user shardings), passes/propagate_shardings.c
+ * (propagation steps) and passes/partition.c (partials).  Entry 0 is unused,
+ * so kdc_sharding.origin == 0 means "none"; a sharding's origin is the last
+ * entry recorded for its value.  passes/sharding_explain.c prints chains.
+ */
+typedef enum kdc_prov_kind {
+  KDC_PROV_USER,       /* a user sharding: |text| says which rule */
+  KDC_PROV_PROPAGATED, /* copied from |source| through op |op| */
+  KDC_PROV_PARTIAL,    /* partial over |axis| from a sharded reduction factor of |op| */
+} kdc_prov_kind;
+
+typedef struct kdc_prov {
+  kdc_prov_kind kind;
+  const kdc_func *func;    /* the function of |value| */
+  kdc_value_id value;      /* the value explained */
+  int dim;                 /* its dim (-1 for a partial axis) */
+  int axis;                /* the mesh axis (-1: the whole sharding, USER entries) */
+  const char *text;        /* USER: "layout_map[\"d1/kernel\"]" (arena) */
+  kdc_value_id source, op; /* PROPAGATED: the tensor it came from, through op */
+  int factor;              /* the op rule's factor index */
+  bool backward;           /* result -> operand */
+  int level, step;         /* propagation level (op priority) and step counter */
+  uint32_t parent;         /* entry explaining |source|'s axis, 0 if none */
+} kdc_prov;
+
 typedef struct kdc_module {
   kdc_arena *arena;
   const char *name;        /* model name */
@@ -260,6 +305,8 @@ typedef struct kdc_module {
   kdc_mesh mesh;
   kdc_weight *weights;
   size_t n_weights, cap_weights;
+  kdc_prov *prov;          /* provenance table (arena-owned, entry 0 unused) */
+  size_t n_prov, cap_prov;
 } kdc_module;
 
 kdc_module *kdc_ir_module_create(const char *name);
@@ -316,6 +363,10 @@ kdc_value_id kdc_ir_pad(kdc_func *f, kdc_value_id x, kdc_value_id padv, const in
 kdc_value_id kdc_ir_reduce(kdc_func *f, kdc_reduce_kind kind, kdc_value_id x, int n_dims,
                            const int64_t *dims);
 kdc_value_id kdc_ir_dot(kdc_func *f, kdc_value_id a, kdc_value_id b, const kdc_attr_dot *d);
+/* f32 uniform [0,1) numbers of shape |dims| keyed by |seed| and the integer
+ * scalar |step| (ir/interp.c kdc_rng_uniform_at gives element i). */
+kdc_value_id kdc_ir_rng_uniform(kdc_func *f, kdc_value_id step, int64_t seed, int rank,
+                                const int64_t *dims);
 
 /* Convenience built from the above (ir/builder.c). */
 /* numpy-style broadcast of |x| to |t|'s shape (trailing-aligned). */
@@ -361,5 +412,91 @@ typedef struct kdc_tensor {
 
 kdc_status kdc_ir_interpret(const kdc_func *f, const kdc_tensor *args, size_t n_args,
                             kdc_tensor *out_results /* f->n_results */);
+/* rng_uniform's definition (every backend must match it bit for bit):
+ * Philox-4x32-10 (Salmon et al. 2011, Random123) of counter |ctr| and key
+ * |key|; element |index| of rng_uniform(step, seed) is
+ * (out[0] >> 8) * 2^-24 for ctr = (lo32 index, hi32 index, lo32 step,
+ * hi32 step), key = (lo32 seed, hi32 seed). */
+void kdc_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]);
+float kdc_rng_uniform_at(int64_t seed, int64_t step, int64_t index);
+/* For ir/interp_spmd.c: evaluates node |v| of |f| (not a PARAMETER, not an
+ * SPMD op other than sharding_constraint) from the operand buffers in
+ * |vals| (indexed by value id) into a new malloc'd buffer *|out|. */
+kdc_status kdc_ir_interp_node(const kdc_func *f, kdc_value_id v, void *const *vals, void **out);
+
+/* ---- provenance table (ir/prov.c) ------------------------------------------ */
+/* Appends |e| (copied; |e->text| copied into the arena); returns its index
+ * (>= 1). */
+uint32_t kdc_ir_prov_add(kdc_module *m, const kdc_prov *e);
+/* A USER entry for the whole sharding of |v| with the text |text|. */
+uint32_t kdc_ir_prov_add_user(kdc_module *m, const kdc_func *f, kdc_value_id v,
+                              const char *text);
+/* The last entry about (|f|, |v|, |dim|, |axis|) (dim -1 = partial), or the
+ * value's USER entry, or 0. */
+uint32_t kdc_ir_prov_find(const kdc_module *m, const kdc_func *f, kdc_value_id v, int dim,
+                          int axis);
+
+/* ---- SPMD helpers (ir/spmd.c) ----------------------------------------------
+ * Devices are numbered row-major over the mesh: coordinates =
+ * unravel(device id, mesh sizes).  A set of axes (major to minor) splits the
+ * mesh into groups: the devices that agree on every other coordinate; inside
+ * a group a device's index is its coordinates on the axes read as a
+ * mixed-radix number, major first. */
+void kdc_mesh_coords(const kdc_mesh *m, int64_t device, int64_t *out_coords);
+/* Product of the sizes of |axes|. */
+int64_t kdc_mesh_axes_size(const kdc_mesh *m, int n, const uint8_t *axes);
+/* The group index of |device| over |axes|. */
+int64_t kdc_mesh_group_index(const kdc_mesh *m, int64_t device, int n, const uint8_t *axes);
+/* The device ids of |device|'s group over |axes|, in group-index order, into
+ * |out| (kdc_mesh_axes_size entries). */
+void kdc_mesh_group_members(const kdc_mesh *m, int64_t device, int n, const uint8_t *axes,
+                            int64_t *out);
+/* "[[0,1,2,3],[4,5,6,7]]": every group over |axes|, each in group-index
+ * order, groups ordered by their smallest device id. */
+char *kdc_mesh_groups_str(const kdc_mesh *m, int n, const uint8_t *axes, char *buf, size_t len);
+/* Bit mask of the axes splitting a dim, and of all split axes. */
+unsigned kdc_sharding_dim_mask(const kdc_sharding *s, int dim);
+unsigned kdc_sharding_used_mask(const kdc_sharding *s);
+/* Shards of dim |dim| (product of its axis sizes). */
+int64_t kdc_sharding_dim_shards(const kdc_mesh *m, const kdc_sharding *s, int dim);
+/* The local (per-device) type of a value of global type |global| with
+ * sharding |s|: each dim divided by its shard count.  An indivisible dim is a
+ * KDC_INVALID_INPUT error naming the dim, its size and the axes; callers add
+ * the location. */
+kdc_status kdc_sharding_local_type(const kdc_mesh *m, const kdc_sharding *s,
+                                   const kdc_type *global, kdc_type *out_local);
+/* True when |a| and |b| split every dim by the same axes and have the same
+ * partial axes (open marks, replicated sets and provenance ignored). */
+bool kdc_sharding_same_split(const kdc_sharding *a, const kdc_sharding *b);
+/* The replicated sharding of rank |rank| (present, all dims closed). */
+kdc_sharding kdc_sharding_replicated(int rank);
+
+/* ---- SPMD interpreter (ir/interp_spmd.c) -----------------------------------
+ * Runs a partitioned function |f| (local types, collectives) on every device
+ * of |mesh| in lockstep: node by node, each device evaluates its node with
+ * the reference interpreter's semantics; an SPMD op is evaluated for all
+ * devices at once with the semantics of ops.def, sums in increasing device-id
+ * order.  |args_per_device[d]| holds f->n_params local tensors for device d
+ * (weight parameters may have NULL data: the device's piece of the module's
+ * global weight, per the parameter's sharding, is used).
+ * |out_results_per_device[d]| is a caller-provided array of f->n_results
+ * tensors that receive malloc'd data (freed by the caller).  The oracle for
+ * partitioning and for the runtime's collectives. */
+kdc_status kdc_ir_interpret_spmd(const kdc_func *f, const kdc_mesh *mesh,
+                                 const kdc_tensor *const *args_per_device,
+                                 kdc_tensor **out_results_per_device);
+/* The piece of the global tensor |global| that |device| holds under
+ * |s| (partial axes ignored: every device gets its piece); out->data is
+ * malloc'd. */
+kdc_status kdc_sharding_shard(const kdc_mesh *m, const kdc_sharding *s, const kdc_tensor *global,
+                              int64_t device, kdc_tensor *out_local);
+/* The global tensor of type |global_type| assembled from one local piece per
+ * device (|locals|[device]) under |s|: pieces are placed by their shard
+ * position; over partial axes the pieces are summed in device order (and
+ * only the first replica of each piece is used otherwise).  out->data is
+ * malloc'd. */
+kdc_status kdc_sharding_unshard(const kdc_mesh *m, const kdc_sharding *s,
+                                const kdc_type *global_type, const kdc_tensor *locals,
+                                kdc_tensor *out_global);
 
 #endif

@@ -380,10 +380,32 @@ static bool fill_constant(parser *p, const literal *lit, const kdc_type *t, kdc_
   return true;
 }
 
+/* `[axis, ...]` of an SPMD op: mesh axis names, distinct. */
+static bool parse_axes(parser *p, kdc_attr_coll *c) {
+  char w[32];
+  if (!expect(p, '[')) return false;
+  if (accept(p, ']')) return true;
+  do {
+    int ax;
+    if (c->naxes == KDC_MAX_MESH_AXES)
+      return error_at(p, p->tok.off, "more than %d mesh axes", KDC_MAX_MESH_AXES);
+    if (p->tok.k != T_IDENT || !tok_text(p, w, sizeof w)) return expected(p, "a mesh axis name");
+    if ((ax = kdc_mesh_axis_index(&p->m->mesh, w)) < 0)
+      return error_at(p, p->tok.off, "unknown mesh axis '%s'", w);
+    for (int i = 0; i < c->naxes; i++)
+      if (c->axes[i] == ax) return error_at(p, p->tok.off, "mesh axis '%s' listed twice", w);
+    c->axes[c->naxes++] = (uint8_t)ax;
+    if (!next(p)) return false;
+  } while (accept(p, ','));
+  return expect(p, ']');
+}
+
 /* The words between the op name and the operands (see ir/print.c). */
 static bool parse_prefix(parser *p, kdc_op op, kdc_attrs *a, literal *lit) {
   char w[16];
   int64_t v;
+  if ((kdc_op_flags(op) & OPF_COLL) && op != KDC_OP_SHARDING_CONSTRAINT)
+    return parse_axes(p, &a->coll);
   switch (op) {
   case KDC_OP_PARAMETER:
     if (!parse_int(p, &v, "a parameter index")) return false;

@@ -21,7 +21,8 @@
  * Node line: `%N = op [prefix] [operands] [kw=...]* : type [sharding]
  * [group=N] [mem=N] [loc "..."]`.  Prefixes: parameter `INDEX KIND ["name"]`,
  * constant `SCALAR` (splat) or `[a, b, ...]` (dense, row-major), compare
- * `DIR`, reduce `KIND`.  Floats print with %.9g, which strtof reads back
+ * `DIR`, reduce `KIND`, SPMD ops `[axis,...]` (mesh axis names, e.g.
+ * `%9 = all_gather [data,model] %8 dim=0 : f32[32,10]`).  Floats print with %.9g, which strtof reads back
  * bit-exactly (nan, inf, -inf, -0 included).  Strings escape `"`, `\` and
  * bytes below 0x20 or 0x7f as \" \\ \n \t \xHH; other bytes pass through.
  */
@@ -97,6 +98,13 @@ const kdc_attr_kw kdc_ir_attr_kws[] = {
     KW(DOT, "rhs_batch", dot.rhs_batch, false, true),
     KW(DOT, "lhs_contract", dot.lhs_contract, false, false),
     KW(DOT, "rhs_contract", dot.rhs_contract, false, false),
+    KW(ALL_GATHER, "dim", coll.dim, true, false),
+    KW(REDUCE_SCATTER, "dim", coll.dim, true, false),
+    KW(ALL_TO_ALL, "split", coll.dim, true, false),
+    KW(ALL_TO_ALL, "concat", coll.dim2, true, false),
+    KW(COLLECTIVE_PERMUTE, "shift", coll.shift, true, false),
+    KW(SHARD_SLICE, "dim", coll.dim, true, false),
+    KW(RNG_UNIFORM, "seed", seed, true, false),
 };
 #undef KW
 const size_t kdc_ir_n_attr_kws = N_OF(kdc_ir_attr_kws);
@@ -167,8 +175,20 @@ static void print_constant(FILE *out, const kdc_node *n) {
   fputc(']', out);
 }
 
-/* The words between the op name and the operands. */
-static void print_prefix(FILE *out, const kdc_node *n) {
+/* The words between the op name and the operands.  SPMD ops other than
+ * sharding_constraint print their mesh axes as `[data,model]`. */
+static void print_prefix(FILE *out, const kdc_node *n, const kdc_mesh *mesh) {
+  if ((kdc_op_flags(n->op) & OPF_COLL) && n->op != KDC_OP_SHARDING_CONSTRAINT) {
+    fputs(" [", out);
+    for (int i = 0; i < n->attr.coll.naxes && i < KDC_MAX_MESH_AXES; i++) {
+      int a = n->attr.coll.axes[i];
+      if (i) fputc(',', out);
+      if (mesh && a < mesh->naxes) fputs(mesh->names[a], out);
+      else fprintf(out, "<axis%d>", a); /* unparseable on purpose; the verifier rejects it */
+    }
+    fputc(']', out);
+    return;
+  }
   switch (n->op) {
   case KDC_OP_PARAMETER:
     fprintf(out, " %d %s", n->attr.param.index, kdc_param_kind_name(n->attr.param.kind));
@@ -203,7 +223,7 @@ static void print_kws(FILE *out, const kdc_node *n) {
 static void print_node(FILE *out, const kdc_func *f, kdc_value_id v, int indent) {
   const kdc_node *n = &f->nodes[v];
   fprintf(out, "%*s%%%u = %s", indent, "", v, kdc_op_name(n->op));
-  print_prefix(out, n);
+  print_prefix(out, n, f->module ? &f->module->mesh : NULL);
   for (int i = 0; i < n->n_in; i++) fprintf(out, i ? ", %%%u" : " %%%u", n->in[i]);
   print_kws(out, n);
   fputs(" : ", out);

@@ -182,6 +182,40 @@ static kdc_status infer_pad(const kdc_type *x, const kdc_type *v, const kdc_attr
   return NULL;
 }
 
+/* SPMD ops have a given result type (the group size needs the mesh, which
+ * ir/verify.c checks); here only what holds on any mesh: same dtype and
+ * rank, and each dim a whole multiple of the other side as the op implies. */
+static kdc_status infer_spmd(kdc_op op, const kdc_type *x, const kdc_attr_coll *c, kdc_type *out) {
+  char b1[96], b2[96];
+  if (out->rank != x->rank) return BAD("%s: result rank %d differs from operand rank %d", kdc_op_name(op), out->rank, x->rank);
+  out->dtype = x->dtype;
+  int64_t d1 = -1, d2 = -1; /* dims allowed to change: d1 shrinks/grows, d2 the other way */
+  switch (op) {
+  case KDC_OP_ALL_GATHER: case KDC_OP_REDUCE_SCATTER: case KDC_OP_SHARD_SLICE: d1 = c->dim; break;
+  case KDC_OP_ALL_TO_ALL: d1 = c->dim; d2 = c->dim2; break;
+  default: break;
+  }
+  bool has_dim = op == KDC_OP_ALL_GATHER || op == KDC_OP_REDUCE_SCATTER ||
+                 op == KDC_OP_SHARD_SLICE || op == KDC_OP_ALL_TO_ALL;
+  if (has_dim && (d1 < 0 || d1 >= x->rank))
+    return BAD("%s: dim %lld out of range for rank %d", kdc_op_name(op), (long long)d1, x->rank);
+  if (op == KDC_OP_ALL_TO_ALL && (d2 < 0 || d2 >= x->rank))
+    return BAD("all_to_all: concat dim %lld out of range for rank %d", (long long)d2, x->rank);
+  for (int i = 0; i < x->rank; i++) {
+    int64_t a = x->dims[i], r = out->dims[i];
+    bool ok = a == r;
+    if (op == KDC_OP_ALL_TO_ALL && d1 == d2) ok = a == r;
+    else if ((i == d1 && op == KDC_OP_ALL_GATHER) || (i == d2 && op == KDC_OP_ALL_TO_ALL))
+      ok = a > 0 ? r % a == 0 : r == 0;
+    else if (i == d1) ok = r > 0 ? a % r == 0 : a == 0;
+    if (!ok) return BAD("%s: result %s does not fit operand %s", kdc_op_name(op), ts(out, b1), ts(x, b2));
+  }
+  if (op == KDC_OP_ALL_TO_ALL && d1 != d2 && x->dims[d2] > 0 && out->dims[d1] > 0 &&
+      x->dims[d1] / out->dims[d1] != out->dims[d2] / x->dims[d2])
+    return BAD("all_to_all: split and concat factors differ: %s -> %s", ts(x, b2), ts(out, b1));
+  return NULL;
+}
+
 kdc_status kdc_ir_infer_type(kdc_op op, int n_in, const kdc_type *in, const kdc_attrs *attr,
                              kdc_type *out) {
   char b1[96], b2[96];
@@ -191,7 +225,9 @@ kdc_status kdc_ir_infer_type(kdc_op op, int n_in, const kdc_type *in, const kdc_
   if (out->rank < 0 || out->rank > KDC_MAX_RANK) return BAD("rank %d exceeds %d", out->rank, KDC_MAX_RANK);
   for (int i = 0; i < out->rank; i++)
     if (out->dims[i] < 0 && (op == KDC_OP_PARAMETER || op == KDC_OP_CONSTANT || op == KDC_OP_IOTA ||
-                             op == KDC_OP_BROADCAST || op == KDC_OP_RESHAPE))
+                             op == KDC_OP_BROADCAST || op == KDC_OP_RESHAPE ||
+                             op == KDC_OP_RNG_UNIFORM ||
+                             (kdc_op_flags(op) & OPF_COLL)))
       return BAD("%s: negative dim in %s", kdc_op_name(op), ts(out, b1));
   switch (op) {
   case KDC_OP_PARAMETER:
@@ -226,6 +262,22 @@ kdc_status kdc_ir_infer_type(kdc_op op, int n_in, const kdc_type *in, const kdc_
     return infer_reduce(&in[0], attr, out);
   case KDC_OP_DOT:
     return infer_dot(&in[0], &in[1], &attr->dot, out);
+  case KDC_OP_SHARDING_CONSTRAINT:
+  case KDC_OP_ALL_REDUCE:
+  case KDC_OP_COLLECTIVE_PERMUTE:
+    *out = in[0];
+    return NULL;
+  case KDC_OP_ALL_GATHER:
+  case KDC_OP_REDUCE_SCATTER:
+  case KDC_OP_ALL_TO_ALL:
+  case KDC_OP_SHARD_SLICE:
+    return infer_spmd(op, &in[0], &attr->coll, out);
+  case KDC_OP_RNG_UNIFORM:
+    if (in[0].rank != 0 || (in[0].dtype != KDC_DTYPE_I32 && in[0].dtype != KDC_DTYPE_I64))
+      return BAD("rng_uniform: the step must be an integer scalar, got %s", ts(&in[0], b1));
+    if (out->dtype != KDC_DTYPE_F32)
+      return BAD("rng_uniform: the result must be f32, got %s", ts(out, b2));
+    return NULL;
   default:
     if (kdc_op_flags(op) & OPF_EW) return infer_elementwise(op, n_in, in, out);
     return BAD("%s: no shape rule", kdc_op_name(op));

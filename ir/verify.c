@@ -6,7 +6,9 @@
  * the op's arity; operands defined earlier (SSA order, so node order is a
  * topological order); enum attributes in range and constant data present;
  * the result type equal to kdc_ir_infer_type's (which checks every dim list:
- * ranges, permutations, slice bounds, dot dims); a sharding, when present,
+ * ranges, permutations, slice bounds, dot dims); SPMD ops' mesh axes (in
+ * the mesh, distinct) and their exact group-size factor between operand and
+ * result dims; a sharding_constraint carries a sharding; a sharding, when present,
  * that fits the type and the mesh (each axis used once per value, partial
  * and replicated axes disjoint from the split ones); group >= -1 and
  * mem_offset >= -1.
@@ -15,7 +17,8 @@
  * ir.h (only a group's root, its highest id, may be used outside the group
  * or returned; parameters, constants and dots are never in a group).
  * Per module: a valid mesh, unique function and weight names, and every
- * `weight` parameter naming a module weight of the same type.
+ * `weight` parameter naming a module weight of the same type (or, after
+ * partitioning, of the local type its sharding gives that weight).
  *
  * Errors are KDC_INVALID_INPUT statuses (the pass manager re-labels failures
  * after a pass as internal) and name the function, the value, the op and the
@@ -56,10 +59,52 @@ static kdc_status check_type(const kdc_func *f, kdc_value_id v, const kdc_type *
   return NULL;
 }
 
+/* SPMD ops: axes in the mesh and distinct, and the exact group-size factor
+ * between operand and result dims that kdc_ir_infer_type cannot check. */
+static kdc_status check_coll(const kdc_func *f, kdc_value_id v) {
+  const kdc_node *n = &f->nodes[v];
+  const kdc_attr_coll *c = &n->attr.coll;
+  const kdc_mesh *m = &f->module->mesh;
+  if (n->op == KDC_OP_SHARDING_CONSTRAINT) {
+    if (!n->sharding.present) return bad(f, v, "sharding_constraint without a sharding");
+    return NULL;
+  }
+  if (c->naxes < 0 || c->naxes > KDC_MAX_MESH_AXES) return bad(f, v, "bad axis count %d", c->naxes);
+  if (n->op == KDC_OP_COLLECTIVE_PERMUTE && c->naxes != 1)
+    return bad(f, v, "collective_permute takes exactly one mesh axis, got %d", c->naxes);
+  unsigned seen = 0;
+  for (int i = 0; i < c->naxes; i++) {
+    if (c->axes[i] >= m->naxes) return bad(f, v, "axis %d is not in the mesh", c->axes[i]);
+    if (seen & (1u << c->axes[i])) return bad(f, v, "mesh axis '%s' listed twice", m->names[c->axes[i]]);
+    seen |= 1u << c->axes[i];
+  }
+  int64_t k = kdc_mesh_axes_size(m, c->naxes, c->axes);
+  const kdc_type *x = &f->nodes[n->in[0]].type, *r = &n->type;
+  int64_t want_x = 0, want_r = 0, d = c->dim;
+  switch (n->op) {
+  case KDC_OP_ALL_GATHER: want_x = x->dims[d], want_r = x->dims[d] * k; break;
+  case KDC_OP_REDUCE_SCATTER:
+  case KDC_OP_SHARD_SLICE: want_x = r->dims[d] * k, want_r = r->dims[d]; break;
+  case KDC_OP_ALL_TO_ALL:
+    if (c->dim != c->dim2 && (x->dims[d] != r->dims[d] * k || r->dims[c->dim2] != x->dims[c->dim2] * k))
+      return bad(f, v, "all_to_all over a group of %lld: split dim %lld %lld -> %lld, concat dim %lld "
+                 "%lld -> %lld", (long long)k, (long long)d, (long long)x->dims[d],
+                 (long long)r->dims[d], (long long)c->dim2, (long long)x->dims[c->dim2],
+                 (long long)r->dims[c->dim2]);
+    return NULL;
+  default: return NULL;
+  }
+  if (x->dims[d] != want_x || r->dims[d] != want_r)
+    return bad(f, v, "dim %lld: %lld -> %lld does not match a group of %lld devices", (long long)d,
+               (long long)x->dims[d], (long long)r->dims[d], (long long)k);
+  return NULL;
+}
+
 /* Enum ranges and payloads that kdc_ir_infer_type does not look at. */
 static kdc_status check_attrs(const kdc_func *f, kdc_value_id v) {
   const kdc_node *n = &f->nodes[v];
   const kdc_attrs *a = &n->attr;
+  if (kdc_op_flags(n->op) & OPF_COLL) return NULL; /* check_coll, after the type check */
   switch (n->op) {
   case KDC_OP_PARAMETER:
     if ((unsigned)a->param.kind > KDC_PARAM_STATE)
@@ -144,6 +189,7 @@ static kdc_status check_node(const kdc_func *f, kdc_value_id v) {
       return bad(f, v, "operand %d is %%%u, which is not defined before it", i, n->in[i]);
   KDC_RETURN_IF_ERROR(check_attrs(f, v));
   KDC_RETURN_IF_ERROR(check_infer(f, v));
+  if (kdc_op_flags(n->op) & OPF_COLL) KDC_RETURN_IF_ERROR(check_coll(f, v));
   KDC_RETURN_IF_ERROR(check_sharding(f, v));
   if (n->group < -1) return bad(f, v, "group %d (must be >= -1)", (int)n->group);
   if (n->group >= 0 &&
@@ -237,7 +283,12 @@ static kdc_status check_weight_params(const kdc_module *m, const kdc_func *f) {
     const char *name = n->attr.param.name ? n->attr.param.name : "";
     const kdc_weight *w = kdc_ir_module_find_weight(m, name);
     if (!w) return bad(f, f->params[i], "weight \"%s\" is not in the module", name);
-    if (!kdc_type_equal(&w->type, &n->type)) {
+    kdc_type lt; /* after partitioning, a weight parameter holds its local piece */
+    kdc_status ls = n->sharding.present ? kdc_sharding_local_type(&m->mesh, &n->sharding, &w->type, &lt)
+                                        : KDC_ERR(KDC_INVALID_INPUT, "no sharding");
+    bool local_ok = !ls && kdc_type_equal(&lt, &n->type);
+    kdc_status_free(ls);
+    if (!kdc_type_equal(&w->type, &n->type) && !local_ok) {
       char b1[160], b2[160];
       return bad(f, f->params[i], "weight \"%s\" is %s in the module but %s here", name,
                  kdc_type_str(&w->type, b1, sizeof b1), kdc_type_str(&n->type, b2, sizeof b2));

@@ -31,6 +31,7 @@ typedef struct kdc_pass_options {
   int64_t fold_max_elements; /* largest constant fold folds (elements); 0 = 1M */
   int fuse_max_recompute;    /* ops a cheap value may recompute per kernel; 0 = 4, <0 = never */
   int simplify_max_rounds;   /* simplify's fixpoint bound; 0 = 8 */
+  FILE *warnings;            /* partition's warnings (full-replication fallbacks); NULL = none */
 } kdc_pass_options;
 
 /* One entry of the pipeline: a name (used in dumps and errors) and the
@@ -41,7 +42,8 @@ typedef struct kdc_pass {
 } kdc_pass;
 
 /* Runs the compile pipeline over |m| in place:
- *   verify -> infer_shapes -> simplify -> fuse
+ *   verify -> infer_shapes -> simplify -> seed_shardings ->
+ *   propagate_shardings -> partition -> fuse
  * (with empty slots for autodiff, seed_shardings, propagate_shardings,
  * partition and plan_memory, see pipeline.c).  After each pass the module is
  * verified; a verifier failure is KDC_INTERNAL naming the pass.  |opt| may be
@@ -149,11 +151,256 @@ kdc_status kdc_pass_simplify(kdc_module *m, const kdc_pass_options *opt);
 kdc_status kdc_pass_fuse(kdc_module *m, const kdc_pass_options *opt);
 kdc_status kdc_pass_fuse_check(const kdc_func *f);
 
+/* ---- sharding rules (passes/sharding_rules.c) -------------------------------
+ * Every op's factor rule (see the file comment).  Tensors are the operands in
+ * order, then the result (index ntensors - 1). */
+enum { KDC_RULE_MAX_FACTORS = 40, KDC_RULE_MAX_TENSORS = 17, KDC_RULE_MAX_DIM_FACTORS = 8 };
+typedef enum kdc_factor_kind {
+  KDC_FACTOR_PASS,      /* split alike on every tensor that has it */
+  KDC_FACTOR_REDUCTION, /* split on operands only: the result becomes partial */
+  KDC_FACTOR_NEED_REPL, /* never split */
+} kdc_factor_kind;
+typedef struct kdc_factor_rule {
+  int nfactors, ntensors;
+  int64_t size[KDC_RULE_MAX_FACTORS];
+  kdc_factor_kind kind[KDC_RULE_MAX_FACTORS];
+  int rank[KDC_RULE_MAX_TENSORS];
+  uint8_t nf[KDC_RULE_MAX_TENSORS][KDC_MAX_RANK];  /* factors of each dim */
+  uint8_t f[KDC_RULE_MAX_TENSORS][KDC_MAX_RANK][KDC_RULE_MAX_DIM_FACTORS]; /* major to minor */
+  bool pass_through;   /* op priority class 0/1: elementwise, transpose, constraint */
+  bool broadcast;      /* op priority: forward only at the last level */
+} kdc_factor_rule;
+/* The mesh axes on each factor, major to minor. */
+typedef struct kdc_factor_shardings {
+  uint8_t n[KDC_RULE_MAX_FACTORS];
+  uint8_t axes[KDC_RULE_MAX_FACTORS][KDC_MAX_MESH_AXES];
+} kdc_factor_shardings;
+/* The rule of node |v| (KDC_UNSUPPORTED beyond the caps above). */
+kdc_status kdc_sharding_rule(const kdc_func *f, kdc_value_id v, kdc_factor_rule *out);
+/* One line: `([i,k],[k,j])->([i,j]) {i=2,j=3,k=4} reduction={k}`. */
+void kdc_sharding_rule_print(FILE *out, const kdc_factor_rule *r);
+/* Tensor |t|'s dim shardings onto factors: each dim's axes fill its factors
+ * major first (a factor must be fully split before the next gets axes, and
+ * axes must divide the factor).  Returns false when some axis does not fit
+ * (it is dropped). */
+bool kdc_rule_project_in(const kdc_mesh *m, const kdc_factor_rule *r, int t,
+                         const kdc_sharding *s, kdc_factor_shardings *out);
+/* Factor shardings onto tensor |t|'s dims (naxes/axes of |out| only):
+ * concatenated per dim, stopping after a factor that is not fully split. */
+void kdc_rule_project_out(const kdc_mesh *m, const kdc_factor_rule *r, int t,
+                          const kdc_factor_shardings *fs, kdc_sharding *out);
+
+/* ---- seed_shardings (passes/seed_shardings.c) -------------------------------
+ * Records the provenance of the user shardings the frontend attached
+ * (parameters, sharding_constraint), closes parameter dims and resets every
+ * other value to an open, unsplit sharding.  No-op without a mesh or on one
+ * device. */
+kdc_status kdc_pass_seed_shardings(kdc_module *m, const kdc_pass_options *opt);
+
+/* ---- propagate_shardings (passes/propagate_shardings.c) ---------------------
+ * Forward/backward factor propagation to a fixpoint in op-priority levels;
+ * never changes closed (user) dims; records provenance per (value, dim,
+ * axis).  No-op without a mesh or on one device. */
+kdc_status kdc_pass_propagate_shardings(kdc_module *m, const kdc_pass_options *opt);
+
+/* ---- partition (passes/partition.c) ------------------------------------------
+ * Rewrites each function into the SPMD program: local types, reshards
+ * (collectives, shard_slice) where operands disagree with an op's factor
+ * sharding, partials kept through linear ops; parameters and results keep
+ * their sharding (docs/sharding.md).  Full-replication fallbacks print one
+ * line on opt->warnings. */
+kdc_status kdc_pass_partition(kdc_module *m, const kdc_pass_options *opt);
+
+/* ---- explain (passes/sharding_explain.c) -------------------------------------
+ * `kdc inspect --explain`: prints |v|'s sharding and, per (dim, axis), the
+ * chain of rules and ops it came from. */
+kdc_status kdc_sharding_explain(const kdc_module *m, const kdc_func *f, kdc_value_id v, FILE *out);
+
+/* ---- reshard planner (passes/reshard.c) ------------------------------------
+ * The SPMD ops that turn a value's local pieces under one sharding into its
+ * pieces under another (see the file comment for the order). */
+enum { KDC_RESHARD_MAX_STEPS = 32 };
+typedef struct kdc_reshard_step {
+  kdc_op op;             /* SHARD_SLICE, ALL_REDUCE, REDUCE_SCATTER, ALL_TO_ALL or ALL_GATHER */
+  kdc_attr_coll attr;    /* axes, dim (all_to_all: dim = split, dim2 = concat) */
+  kdc_sharding after;    /* the value's sharding after the step (closed dims) */
+  kdc_type local;        /* its local type after the step */
+} kdc_reshard_step;
+typedef struct kdc_reshard_plan {
+  int n;
+  kdc_reshard_step steps[KDC_RESHARD_MAX_STEPS];
+} kdc_reshard_plan;
+/* Plans |src| -> |dst| for a value of global type |global| on |m|.  Errors:
+ * a dim not divisible by its shards under either sharding (located by the
+ * caller), a |dst| partial over axes |src| is not partial over
+ * (KDC_UNSUPPORTED).  Open marks, replicated sets and provenance of both
+ * shardings are ignored; |dst|'s partial axes must be a subset of |src|'s
+ * and stay partial. */
+kdc_status kdc_reshard_plan_make(const kdc_mesh *m, const kdc_type *global, const kdc_sharding *src,
+                                 const kdc_sharding *dst, kdc_reshard_plan *out);
+/* "all_gather [model] dim=1 groups=[[0,1,2,3],[4,5,6,7]]" into |buf|. */
+char *kdc_reshard_step_str(const kdc_mesh *m, const kdc_reshard_step *s, char *buf, size_t n);
+/* Appends the plan's nodes to |f| after value |v| (each with its local type
+ * and sharding); returns the last value (|v| for an empty plan). */
+kdc_value_id kdc_reshard_emit(kdc_func *f, kdc_value_id v, const kdc_reshard_plan *p);
+/* Bytes each device sends for one SPMD op (SHARDING.md 4, bandwidth-optimal
+ * algorithms): all_gather (n-1)/n * out, reduce_scatter (n-1)/n * in,
+ * all_reduce 2(n-1)/n * in, all_to_all (n-1)/n * in (local), collective_permute
+ * in, others 0; n = group size, in/out = local bytes. */
+double kdc_coll_bytes(const kdc_mesh *m, kdc_op op, const kdc_attr_coll *c, const kdc_type *in_local,
+                      const kdc_type *out_local);
+
 /* ---- plan_memory (passes/plan_memory.c, owned by codegen) ------------------
  * Byte offsets of temporaries in the scratch arena (kdc_node.mem_offset);
  * see the file comment for the rules codegen relies on. */
 kdc_status kdc_pass_plan_memory(kdc_module *m, const kdc_pass_options *opt);
 kdc_status kdc_pass_plan_memory_func(kdc_func *f, int64_t *out_arena_bytes);
 int64_t kdc_pass_plan_memory_arena_bytes(const kdc_func *f);
+
+/* ==== training: autodiff, losses, optimizers, train_step ====================
+ * (passes/autodiff.c, grad_rules.c, losses.c, optimizers.c, train_step.c;
+ * docs/training.md gives the formulas and the train_step ABI.) */
+
+/* ---- autodiff (passes/autodiff.c) -----------------------------------------
+ * Reverse mode over |f|: appends to |f| the nodes computing d|y|/d|wrt[i]|
+ * for the f32 scalar |y| (rank 0) and stores the gradient ids in
+ * |out_grads| (|n| entries).  out_grads[i] is KDC_NO_VALUE when |y| does not
+ * depend on wrt[i] through differentiable ops (Keras then skips the
+ * variable).  Forward nodes are left untouched; the new nodes carry the
+ * origin of the forward node they differentiate.  Contributions to one value
+ * are summed with `add` in decreasing user id order.  Errors: |y| not an f32
+ * scalar or a wrt not an f32 value (KDC_INVALID_INPUT), an op on the path
+ * whose rule is "unsupported" (KDC_UNSUPPORTED, located). */
+kdc_status kdc_autodiff(kdc_func *f, kdc_value_id y, const kdc_value_id *wrt, size_t n,
+                        kdc_value_id *out_grads);
+
+/* ---- grad_rules (passes/grad_rules.c) -------------------------------------
+ * One VJP rule per op, in a table indexed by kdc_op whose completeness and
+ * order are static_asserts against ir/ops.def.  A rule receives the forward
+ * node (a copy: the node array may move while it builds), its value id and
+ * the cotangent |g| (same type), and hands each operand's contribution to
+ * kdc_grad_accum.  Rules build with the kdc_ir_* builder (sticky errors). */
+typedef struct kdc_grad_ctx kdc_grad_ctx; /* autodiff.c's state */
+typedef void (*kdc_grad_fn)(kdc_grad_ctx *c, const kdc_node *n, kdc_value_id v, kdc_value_id g);
+typedef enum kdc_grad_kind {
+  KDC_GRAD_LEAF,        /* no operands: nothing to propagate */
+  KDC_GRAD_ZERO,        /* non-differentiable / piecewise constant: operands get no gradient */
+  KDC_GRAD_RULE,        /* |fn| propagates */
+  KDC_GRAD_UNSUPPORTED, /* reaching it is an error (|why|) */
+} kdc_grad_kind;
+typedef struct kdc_grad_rule {
+  kdc_grad_kind kind;
+  kdc_grad_fn fn;       /* KDC_GRAD_RULE only */
+  const char *why;      /* one line: the rule, or why there is none */
+} kdc_grad_rule;
+const kdc_grad_rule *kdc_grad_rule_of(kdc_op op);
+/* For rules (implemented in autodiff.c): */
+kdc_func *kdc_grad_func(kdc_grad_ctx *c);
+/* True when operand value |v| needs a gradient (depends on a wrt, f32). */
+bool kdc_grad_wants(const kdc_grad_ctx *c, kdc_value_id v);
+/* True when |v| depends on no parameter (a constant expression). */
+bool kdc_grad_is_constant(const kdc_grad_ctx *c, kdc_value_id v);
+/* Adds |contribution| to the gradient of |v| (ignored unless wanted). */
+void kdc_grad_accum(kdc_grad_ctx *c, kdc_value_id v, kdc_value_id contribution);
+
+/* ---- losses (passes/losses.c) ---------------------------------------------
+ * Keras 3 losses with reduction "sum_over_batch_size": the per-sample loss
+ * (mean over the last axis for the regression and binary losses, the sum over
+ * classes for the categorical ones) summed and divided by its element count. */
+typedef enum kdc_loss_kind {
+  KDC_LOSS_MSE,   /* mean_squared_error */
+  KDC_LOSS_MAE,   /* mean_absolute_error */
+  KDC_LOSS_BCE,   /* binary_crossentropy (from_logits both ways) */
+  KDC_LOSS_CCE,   /* categorical_crossentropy: one-hot (or soft) f32 labels */
+  KDC_LOSS_SCCE,  /* sparse_categorical_crossentropy: i32 class ids */
+  KDC_LOSS_COUNT
+} kdc_loss_kind;
+/* Keras names: "mean_squared_error" or "mse", "mean_absolute_error"/"mae",
+ * "binary_crossentropy", "categorical_crossentropy",
+ * "sparse_categorical_crossentropy". */
+bool kdc_loss_from_name(const char *s, kdc_loss_kind *out);
+const char *kdc_loss_name(kdc_loss_kind k);
+/* The labels' type for predictions of type |pred|: the same type, except
+ * SCCE: i32 with the last dim removed. */
+kdc_type kdc_loss_label_type(kdc_loss_kind k, const kdc_type *pred);
+/* Appends the scalar loss of |y_pred| against |y_true| to |f|. */
+kdc_status kdc_loss_build(kdc_func *f, kdc_loss_kind k, bool from_logits, kdc_value_id y_true,
+                          kdc_value_id y_pred, kdc_value_id *out_loss);
+
+/* ---- optimizers (passes/optimizers.c) -------------------------------------
+ * Keras 3 update rules (docs/training.md quotes them) and learning-rate
+ * schedules evaluated in the IR over the step counter. */
+typedef enum kdc_optimizer_kind {
+  KDC_OPT_SGD,      /* lr 0.01, momentum 0, nesterov false */
+  KDC_OPT_ADAM,     /* lr 0.001, beta_1 0.9, beta_2 0.999, epsilon 1e-7 */
+  KDC_OPT_ADAMW,    /* Adam + weight_decay 0.004 */
+  KDC_OPT_RMSPROP,  /* lr 0.001, rho 0.9, momentum 0, epsilon 1e-7, centered false */
+  KDC_OPT_COUNT
+} kdc_optimizer_kind;
+typedef enum kdc_lr_schedule_kind {
+  KDC_LR_CONSTANT,    /* learning_rate */
+  KDC_LR_EXPONENTIAL, /* lr * decay_rate^(step/decay_steps) (floor'd if staircase) */
+  KDC_LR_INVERSE_TIME,/* lr / (1 + decay_rate * step/decay_steps) (floor'd if staircase) */
+  KDC_LR_PIECEWISE,   /* values[i] for boundaries[i-1] < step <= boundaries[i] */
+} kdc_lr_schedule_kind;
+typedef struct kdc_lr_schedule {
+  kdc_lr_schedule_kind kind;
+  double decay_steps, decay_rate;  /* EXPONENTIAL, INVERSE_TIME (decay_steps > 0) */
+  bool staircase;
+  int n_boundaries;                /* PIECEWISE: n_boundaries + 1 values */
+  const int64_t *boundaries;       /* caller-owned, copied into the IR */
+  const double *values;
+} kdc_lr_schedule;
+typedef struct kdc_optimizer_options {
+  kdc_optimizer_kind kind;
+  double learning_rate;            /* the initial learning rate of |schedule| */
+  kdc_lr_schedule schedule;
+  double momentum;                 /* SGD, RMSprop */
+  bool nesterov;                   /* SGD */
+  double beta_1, beta_2;           /* Adam, AdamW */
+  bool amsgrad;                    /* Adam, AdamW */
+  double rho;                      /* RMSprop */
+  bool centered;                   /* RMSprop */
+  double epsilon;                  /* Adam, AdamW, RMSprop */
+  double weight_decay;             /* decoupled decay var -= var*wd*lr; 0 = none */
+} kdc_optimizer_options;
+/* Fills the Keras 3 defaults of |kind|. */
+void kdc_optimizer_options_init(kdc_optimizer_options *o, kdc_optimizer_kind kind);
+/* Keras names: "sgd", "adam", "adamw", "rmsprop" (any case). */
+bool kdc_optimizer_from_name(const char *s, kdc_optimizer_kind *out);
+/* The Keras default optimizer name, the prefix of its variables: "SGD",
+ * "adam", "adamw", "rmsprop". */
+const char *kdc_optimizer_name(kdc_optimizer_kind k);
+/* Checks ranges (learning rate > 0, betas in [0,1), ...): KDC_INVALID_INPUT. */
+kdc_status kdc_optimizer_options_check(const kdc_optimizer_options *o);
+/* The slot names of |o| in Keras order (e.g. "momentum", "velocity"), at
+ * most 3; returns their count. */
+int kdc_optimizer_slots(const kdc_optimizer_options *o, const char **out_names);
+/* The f32 scalar learning rate at |iteration| (i32 scalar: steps done). */
+kdc_value_id kdc_optimizer_learning_rate(kdc_func *f, const kdc_optimizer_options *o,
+                                         kdc_value_id iteration);
+/* One variable's update: |var|, its gradient |grad|, its slots (in the order
+ * of kdc_optimizer_slots), the learning rate |lr| and the step counter
+ * |iteration| before this step.  Writes the new variable and new slots. */
+kdc_status kdc_optimizer_update(kdc_func *f, const kdc_optimizer_options *o,
+                                kdc_value_id iteration, kdc_value_id lr, kdc_value_id var,
+                                kdc_value_id grad, const kdc_value_id *slots,
+                                kdc_value_id *out_var, kdc_value_id *out_slots);
+
+/* ---- train_step (passes/train_step.c) --------------------------------------
+ * Builds the functions `train_step` and `evaluate` from `predict` (or, when
+ * present, `train_forward`: the training-mode forward, e.g. with dropout,
+ * taking the same parameters as predict plus optionally an i32 scalar STATE
+ * parameter named "iteration" that is bound to the step counter).  The ABI
+ * is in docs/training.md.  Call it after infer_shapes, before simplify. */
+typedef struct kdc_train_options {
+  kdc_loss_kind loss;
+  bool from_logits;                /* BCE, CCE, SCCE: y_pred are logits */
+  kdc_optimizer_options optimizer;
+  int output;                      /* index of the predict result trained (0: first) */
+} kdc_train_options;
+/* Keras defaults for |loss| and |optimizer|. */
+void kdc_train_options_init(kdc_train_options *o, kdc_loss_kind loss, kdc_optimizer_kind optimizer);
+kdc_status kdc_pass_build_training(kdc_module *m, const kdc_train_options *o);
 
 #endif

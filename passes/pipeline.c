@@ -36,6 +36,10 @@ static const kdc_pass all_passes[] = {
     {"dce", kdc_pass_dce},
     {"simplify", kdc_pass_simplify},
     {"fuse", kdc_pass_fuse},
+    {"seed_shardings", kdc_pass_seed_shardings},
+    {"propagate_shardings", kdc_pass_propagate_shardings},
+    {"partition", kdc_pass_partition},
+    {"plan_memory", kdc_pass_plan_memory},
 };
 
 /* The compile pipeline, in order.  Commented lines are the slots of passes
@@ -45,11 +49,11 @@ static const char *const pipeline[] = {
     "infer_shapes",
     /* "autodiff", then loss and optimizer: builds train_step from predict */
     "simplify",
-    /* "seed_shardings": LayoutMap rules, batch_dim_name, <layer>/output */
-    /* "propagate_shardings": forward/backward fixpoint */
-    /* "partition": local shapes and collectives */
+    "seed_shardings",      /* provenance of the frontend's user shardings; others open */
+    "propagate_shardings", /* forward/backward factor fixpoint */
+    "partition",           /* local shapes and collectives: one SPMD program */
     "fuse",
-    /* "plan_memory": liveness and buffer reuse (passes/plan_memory.c) */
+    "plan_memory", /* liveness and buffer reuse (passes/plan_memory.c) */
 };
 
 int64_t kdc_pass_opt_fold_max(const kdc_pass_options *opt) {

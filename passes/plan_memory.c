@@ -11,7 +11,8 @@
  *   - any other compute node outside a group (IOTA, an unfused add, ...): a
  *     kernel of one node, so an unfused function is still plannable.
  * A RESHAPE outside any group is an alias: it shares its operand's storage
- * (row-major reinterpretation), so its uses extend its base's lifetime.
+ * (row-major reinterpretation), so its uses extend its base's lifetime; so
+ * is a SHARDING_CONSTRAINT (an identity once partitioning is done).
  * PARAMETER and CONSTANT nodes have their own storage.  Fused interiors are
  * never stored.
  *
@@ -44,11 +45,6 @@
 #include <string.h>
 
 #include "passes/passes.h"
-
-/* Also declared in passes/passes.h ("plan_memory" section). */
-kdc_status kdc_pass_plan_memory(kdc_module *m, const kdc_pass_options *opt);
-kdc_status kdc_pass_plan_memory_func(kdc_func *f, int64_t *out_arena_bytes);
-int64_t kdc_pass_plan_memory_arena_bytes(const kdc_func *f);
 
 enum { ALIGN = 64 };
 #define LIVE_TO_END INT64_MAX
@@ -109,7 +105,7 @@ static kdc_status classify(planner *p) {
     if (nd->op == KDC_OP_PARAMETER) p->kind[v] = ST_PARAM;
     else if (nd->op == KDC_OP_CONSTANT) p->kind[v] = ST_CONST;
     else if (nd->group >= 0) p->kind[v] = p->step[v] == v ? ST_ARENA : ST_NONE;
-    else if (nd->op == KDC_OP_RESHAPE) {
+    else if (nd->op == KDC_OP_RESHAPE || nd->op == KDC_OP_SHARDING_CONSTRAINT) {
       kdc_value_id x = nd->in[0];
       if (p->kind[x] == ST_NONE) return fail(f, (kdc_value_id)v, "alias of a fused interior");
       p->kind[v] = ST_ALIAS;
@@ -127,7 +123,8 @@ static kdc_status classify(planner *p) {
     }
   }
   for (size_t i = 0; i < f->n_results; i++)
-    if (p->kind[f->results[i]] == ST_NONE) return fail(f, f->results[i], "result is a fused interior");
+    if (p->kind[f->results[i]] == ST_NONE)
+      return fail(f, f->results[i], "result is a fused interior");
   return NULL;
 }
 

@@ -81,6 +81,14 @@ static const char everything[] =
     "    %52 = reshape %46 : f32[2,3,3]\n"
     "    %53 = dot_general %52, %52 lhs_batch=[0] rhs_batch=[0] lhs_contract=[2] rhs_contract=[1]"
     " : f32[2,3,3]\n"
+    "    %54 = sharding_constraint %53 : f32[2,3,3] {data,-,?} prov=2\n"
+    "    %55 = all_reduce [model] %54 : f32[2,3,3]\n"
+    "    %56 = all_gather [data,model] %55 dim=1 : f32[2,24,3]\n"
+    "    %57 = reduce_scatter [model] %56 dim=1 : f32[2,6,3]\n"
+    "    %58 = all_to_all [data] %57 split=1 concat=2 : f32[2,3,6]\n"
+    "    %59 = collective_permute [model] %58 shift=-1 : f32[2,3,6]\n"
+    "    %60 = shard_slice [model,data] %56 dim=1 : f32[2,3,3] {-,-,?}\n"
+    "    %61 = rng_uniform %3 seed=-5 : f32[2,3]\n"
     "    return %53 \"out\", %48, %49 \"max\"\n"
     "  }\n"
     "  func @\"train step\" {\n"
@@ -112,7 +120,7 @@ static void test_round_trip_everything(void **state) {
   kdc_status st = kdc_ir_verify_module(m);
   if (st) fail_msg("%s", kdc_status_message(st));
   kdc_func *f = kdc_ir_module_find_func(m, "predict");
-  assert_int_equal(f->n_nodes, 54);
+  assert_int_equal(f->n_nodes, 62);
   assert_int_equal(f->n_params, 4);
   assert_int_equal(f->n_results, 3);
   assert_null(f->result_names[1]);

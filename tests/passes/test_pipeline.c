@@ -37,10 +37,12 @@ static void test_dump_dir(void **state) {
   kdc_pass_options opt = {0};
   opt.dump_dir = dir;
   assert_null(kdc_pass_pipeline_run(m, &opt));
-  static const char *const files[] = {"00-input", "01-verify", "02-infer_shapes", "03-simplify",
-                                      "04-fuse"};
+  static const char *const files[] = {"00-input",           "01-verify",
+                                      "02-infer_shapes",    "03-simplify",
+                                      "04-seed_shardings",  "05-propagate_shardings",
+                                      "06-partition",       "07-fuse"};
   char path[256];
-  for (size_t i = 0; i < 5; i++) {
+  for (size_t i = 0; i < 8; i++) {
     snprintf(path, sizeof path, "%s/%s.kir", dir, files[i]);
     FILE *fp = fopen(path, "r");
     if (!fp) fail_msg("missing %s", path);
@@ -50,10 +52,10 @@ static void test_dump_dir(void **state) {
     fclose(fp);
     assert_non_null(strstr(buf, "func @predict"));
     assert_true((strstr(buf, "log") != NULL) == (i < 3)); /* simplify deletes it */
-    assert_true((strstr(buf, "group=") != NULL) == (i == 4));
+    assert_true((strstr(buf, "group=") != NULL) == (i == 7));
     unlink(path);
   }
-  snprintf(path, sizeof path, "%s/05-plan_memory.kir", dir);
+  snprintf(path, sizeof path, "%s/08-plan_memory.kir", dir);
   unlink(path); /* present once plan_memory joins the pipeline */
   assert_int_equal(rmdir(dir), 0);
   kdc_ir_module_destroy(m);

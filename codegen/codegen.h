@@ -1,0 +1,154 @@
+/*
+ * codegen/codegen.h: IR -> LLVM IR -> plan.bin, and the table of contents of
+ * codegen/ (STYLE.md 2).  Sections are titled after the files.
+ *
+ * Input: a module whose functions are fused (passes/fuse.c sets
+ * node->group) and memory-planned (passes/plan_memory.c sets
+ * node->mem_offset).  Output: one plan.bin with ONE LLVM module for all
+ * kernels of all functions, a step program per function, the weights, and
+ * metadata (docs/plan-format.md).  Codegen reads the IR and nothing else: it
+ * never re-derives fusion, memory or shardings, and knows nothing of Keras.
+ *
+ * Kernel design (docs/codegen.md).  Each fusion group becomes
+ *   - a BODY, generated once as LLVM IR over an element multi-index:
+ *       internal alwaysinline void kdc_body_<k>(ptr noalias out,
+ *           ptr noalias in_1, ..., i64 i_0, ..., i64 i_{r-1})
+ *     computing the group's root at that index (operand chains fused,
+ *     reductions as loops inside) and storing it to out[linear(i)];
+ *   - a WRAPPER per target.  CPU (cpu_wrap.c):
+ *       void kdc_kernel_<k>(ptr args, i64 begin, i64 end)
+ *     a loop nest over the output whose innermost loop is the innermost
+ *     dim (unit stride, no div/mod: LLVM vectorises it), over the range
+ *     [begin, end) of the outer iteration space so the runtime can split
+ *     it over threads.  A CUDA wrapper maps (block, thread) to the same
+ *     multi-index and calls the same body.
+ * A DOT outside any group becomes a GEMM step (cblas_sgemm), preceded when
+ * an operand's layout cannot be expressed with transpose flags by a
+ * transpose kernel into a staging area after the planned arena.
+ */
+#ifndef KDC_CODEGEN_H
+#define KDC_CODEGEN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "ir/ir.h"
+
+/* ---- plan_writer.c: the entry point ------------------------------------- */
+
+typedef struct kdc_codegen_options {
+  const char *const *funcs;  /* functions to compile, in plan order; NULL = all */
+  size_t n_funcs;
+  bool no_ir_text;           /* omit the IR_TEXT section (smaller plans) */
+} kdc_codegen_options;
+
+/* Compiles every selected function of |m| (fused and memory-planned) into
+ * one CPU plan written atomically to |out_path|.  Weight parameters whose
+ * module weight has data are embedded in the plan; other parameters become
+ * function inputs, in parameter order.  |opt| may be NULL.  Errors:
+ * KDC_INTERNAL when the IR breaks the fusion or memory contract,
+ * KDC_UNSUPPORTED for an op or dtype combination codegen does not handle,
+ * KDC_IO_ERROR when the file cannot be written. */
+kdc_status kdc_codegen_cpu_plan(const kdc_module *m, const kdc_codegen_options *opt,
+                                const char *out_path);
+
+/* ======================================================================
+ * Internal: shared by the files of codegen/ (not for other folders).
+ * ==================================================================== */
+
+#include <llvm-c/Core.h>
+
+#include "runtime/program.h"
+
+/* One kernel to generate: a fusion group of |f| (or a singleton), or a
+ * synthetic transpose copy feeding a GEMM. */
+typedef struct cg_kernel {
+  const kdc_func *f;
+  kdc_value_id root;          /* group root; for a transpose: the source value */
+  int32_t group;              /* f's group id, -1 for a singleton / transpose */
+  bool transpose;             /* out = transpose(root's value, perm) */
+  int64_t perm[KDC_MAX_RANK]; /* transpose: result dim i = source dim perm[i] */
+  kdc_type out_type;          /* type of what the kernel writes */
+  uint32_t n_args;            /* pointer arguments; slot 0 is the output */
+  int32_t *slot;              /* f->n_nodes entries: arg slot of an external
+                                 stored value read by the kernel, else -1 */
+  int64_t cost;               /* ~ops per output element (set by the body) */
+} cg_kernel;
+
+/* A dense constant already emitted as an LLVM global. */
+typedef struct cg_global {
+  const kdc_func *f;
+  kdc_value_id v;
+  LLVMValueRef g;
+} cg_global;
+
+/* The whole compilation: one LLVM module and the program being built. */
+typedef struct cg_plan {
+  const kdc_module *m;
+  LLVMContextRef ctx;
+  LLVMModuleRef mod;
+  LLVMBuilderRef b;
+  LLVMTypeRef f32, i1, i8, i32, i64, ptr, void_t;
+  kdc_arena *a;               /* program arrays and names */
+  kdc_program prog;           /* kernels, funcs (weights kept below) */
+  size_t cap_kernels, cap_funcs;
+  kdc_prog_tensor *w;         /* weights table for the WEIGHTS section */
+  const void **wdata;
+  uint32_t nw;
+  size_t cap_w;
+  cg_global *globals;
+  size_t n_globals, cap_globals;
+} cg_plan;
+
+/* ---- lower.c: one function -> steps, storage, kernels ------------------ */
+
+/* Appends |f|'s step program to P->prog.funcs, emitting its kernels into
+ * P->mod; *|out_arena| receives the arena bytes |f| needs (planned values
+ * plus GEMM staging). */
+kdc_status cg_lower_func(cg_plan *P, const kdc_func *f, uint64_t *out_arena);
+/* kdc_dtype -> the plan's kdc_io_dtype. */
+kdc_io_dtype cg_io_dtype(kdc_dtype d);
+
+/* ---- gemm.c: DOT -> GEMM parameters ------------------------------------ */
+
+typedef struct cg_gemm {
+  int64_t batch, m, n, k;
+  bool trans_a, trans_b;
+  int64_t lda, ldb;
+  bool copy_a, copy_b;          /* operand needs a transpose kernel first */
+  int64_t perm_a[KDC_MAX_RANK]; /* the copy's permutation (when copy_*) */
+  int64_t perm_b[KDC_MAX_RANK];
+} cg_gemm;
+
+/* The cblas_sgemm form of DOT node |v| of |f|. */
+void cg_gemm_plan(const kdc_func *f, kdc_value_id v, cg_gemm *out);
+
+/* ---- kernel_body.c: the body over a multi-index ------------------------- */
+
+/* Emits "kdc_body_<index>" for |k| into P->mod and returns it. */
+kdc_status cg_body_emit(cg_plan *P, cg_kernel *k, uint32_t index, LLVMValueRef *out_body);
+
+/* ---- elementwise.c: scalar semantics of every elementwise op ------------ */
+
+LLVMTypeRef cg_reg_type(cg_plan *P, kdc_dtype d);  /* i1 for bool */
+LLVMTypeRef cg_mem_type(cg_plan *P, kdc_dtype d);  /* i8 for bool */
+/* |nd|'s elementwise op over already-emitted operand values. */
+kdc_status cg_emit_elementwise(cg_plan *P, const kdc_func *f, const kdc_node *nd,
+                               LLVMValueRef *in, LLVMValueRef *out);
+/* One splat element of |d| from host bytes |p|. */
+LLVMValueRef cg_const_scalar(cg_plan *P, kdc_dtype d, const void *p);
+/* Reduction: identity element and combine step (NaN-propagating max/min). */
+LLVMValueRef cg_reduce_init(cg_plan *P, kdc_reduce_kind kind, kdc_dtype d);
+LLVMValueRef cg_reduce_step(cg_plan *P, kdc_reduce_kind kind, kdc_dtype d, LLVMValueRef acc,
+                            LLVMValueRef x);
+LLVMValueRef cg_emit_binop(cg_plan *P, kdc_op op, kdc_dtype d, LLVMValueRef a, LLVMValueRef b);
+
+/* ---- cpu_wrap.c: the CPU loop nest --------------------------------------- */
+
+/* Emits "void <name>(ptr args, i64 begin, i64 end)" calling |body| over the
+ * rows [begin, end) of |k|'s output; returns the runtime's (extent,
+ * unit_cost) for the step. */
+void cg_cpu_wrap(cg_plan *P, const cg_kernel *k, LLVMValueRef body, const char *name,
+                 int64_t *out_extent, int64_t *out_unit_cost);
+
+#endif

@@ -1,0 +1,300 @@
+/*
+ * codegen/elementwise.c: the scalar meaning of every elementwise op, as LLVM
+ * IR over register values (f32 = float, i32, i64, bool = i1).
+ *
+ * The semantics are the reference interpreter's, bit for bit where the
+ * hardware allows (ir/interp.c, file comment): f32 math in float without
+ * contraction or reassociation (no fast-math flags anywhere), NaN-propagating
+ * max/min with max(-0,+0) = +0, round half to even, saturating f32 -> int
+ * (llvm.fptosi.sat), integer division with x/0 = -1 and MIN/-1 = MIN,
+ * wrapping integer arithmetic.  Bool operands of arithmetic ops are widened
+ * to i64, computed as integers and narrowed with != 0, like the interpreter.
+ *
+ * Transcendentals call libm's f32 functions (expf, logf, log1pf, expm1f,
+ * tanhf, erff, powf) or the LLVM intrinsics that lower to them (llvm.exp,
+ * llvm.log, llvm.pow); the JIT resolves them from the process (runtime/jit.c),
+ * so results match the interpreter, which calls the same libm.  They are
+ * declared nounwind and memory(none) (errno ignored, as -fno-math-errno) so
+ * LLVM may hoist and CSE them.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "codegen/codegen.h"
+
+LLVMTypeRef cg_reg_type(cg_plan *P, kdc_dtype d) {
+  switch (d) {
+  case KDC_DTYPE_F32: return P->f32;
+  case KDC_DTYPE_I32: return P->i32;
+  case KDC_DTYPE_I64: return P->i64;
+  case KDC_DTYPE_BOOL: return P->i1;
+  default: kdc_unreachable();
+  }
+}
+
+LLVMTypeRef cg_mem_type(cg_plan *P, kdc_dtype d) {
+  return d == KDC_DTYPE_BOOL ? P->i8 : cg_reg_type(P, d);
+}
+
+LLVMValueRef cg_const_scalar(cg_plan *P, kdc_dtype d, const void *p) {
+  switch (d) {
+  case KDC_DTYPE_F32: {
+    float x;
+    memcpy(&x, p, 4);
+    return LLVMConstReal(P->f32, (double)x);  /* exact: every float is a double */
+  }
+  case KDC_DTYPE_I32: {
+    int32_t x;
+    memcpy(&x, p, 4);
+    return LLVMConstInt(P->i32, (unsigned long long)(int64_t)x, 1);
+  }
+  case KDC_DTYPE_I64: {
+    int64_t x;
+    memcpy(&x, p, 8);
+    return LLVMConstInt(P->i64, (unsigned long long)x, 1);
+  }
+  case KDC_DTYPE_BOOL: return LLVMConstInt(P->i1, *(const uint8_t *)p != 0, 0);
+  default: kdc_unreachable();
+  }
+}
+
+static LLVMValueRef fconst(cg_plan *P, double v) { return LLVMConstReal(P->f32, v); }
+
+/* A unary f32 function |name| from libm, declared once per module. */
+static LLVMValueRef libm1(cg_plan *P, const char *name, LLVMValueRef x) {
+  LLVMTypeRef ft = LLVMFunctionType(P->f32, (LLVMTypeRef[]){P->f32}, 1, 0);
+  LLVMValueRef fn = LLVMGetNamedFunction(P->mod, name);
+  if (!fn) {
+    fn = LLVMAddFunction(P->mod, name, ft);
+    unsigned nounwind = LLVMGetEnumAttributeKindForName("nounwind", 8);
+    unsigned memory = LLVMGetEnumAttributeKindForName("memory", 6);
+    LLVMAddAttributeAtIndex(fn, LLVMAttributeFunctionIndex,
+                            LLVMCreateEnumAttribute(P->ctx, nounwind, 0));
+    LLVMAddAttributeAtIndex(fn, LLVMAttributeFunctionIndex,
+                            LLVMCreateEnumAttribute(P->ctx, memory, 0)); /* none */
+  }
+  return LLVMBuildCall2(P->b, ft, fn, &x, 1, "");
+}
+
+/* Overloaded intrinsic |name| on |t| with |n| operands of type |t|. */
+static LLVMValueRef intr(cg_plan *P, const char *name, LLVMTypeRef t, LLVMValueRef *args,
+                         unsigned n) {
+  unsigned id = LLVMLookupIntrinsicID(name, strlen(name));
+  KDC_ASSERT(id != 0);
+  LLVMValueRef fn = LLVMGetIntrinsicDeclaration(P->mod, id, &t, 1);
+  LLVMTypeRef ft = LLVMIntrinsicGetType(P->ctx, id, &t, 1);
+  return LLVMBuildCall2(P->b, ft, fn, args, n, "");
+}
+
+/* Intrinsic overloaded on (result, operand) types, e.g. llvm.fptosi.sat. */
+static LLVMValueRef intr2(cg_plan *P, const char *name, LLVMTypeRef rt, LLVMTypeRef at,
+                          LLVMValueRef x) {
+  unsigned id = LLVMLookupIntrinsicID(name, strlen(name));
+  KDC_ASSERT(id != 0);
+  LLVMTypeRef tys[2] = {rt, at};
+  LLVMValueRef fn = LLVMGetIntrinsicDeclaration(P->mod, id, tys, 2);
+  LLVMTypeRef ft = LLVMIntrinsicGetType(P->ctx, id, tys, 2);
+  return LLVMBuildCall2(P->b, ft, fn, &x, 1, "");
+}
+
+static LLVMValueRef isnan_(cg_plan *P, LLVMValueRef x) {
+  return LLVMBuildFCmp(P->b, LLVMRealUNO, x, x, "");
+}
+
+/* The interpreter's max_f / min_f: first NaN wins; equal values pick by
+ * sign (max(-0,+0) = +0, min(-0,+0) = -0). */
+static LLVMValueRef fmaxmin(cg_plan *P, bool is_max, LLVMValueRef a, LLVMValueRef b) {
+  LLVMBuilderRef B = P->b;
+  LLVMValueRef pick = LLVMBuildFCmp(B, is_max ? LLVMRealOGT : LLVMRealOLT, a, b, "");
+  LLVMValueRef r = LLVMBuildSelect(B, pick, a, b, "");
+  LLVMValueRef ai = LLVMBuildBitCast(B, a, P->i32, "");
+  LLVMValueRef neg = LLVMBuildICmp(B, LLVMIntSLT, ai, LLVMConstInt(P->i32, 0, 0), "");
+  LLVMValueRef eqpick = is_max ? LLVMBuildSelect(B, neg, b, a, "")
+                               : LLVMBuildSelect(B, neg, a, b, "");
+  r = LLVMBuildSelect(B, LLVMBuildFCmp(B, LLVMRealOEQ, a, b, ""), eqpick, r, "");
+  r = LLVMBuildSelect(B, isnan_(P, b), b, r, "");
+  return LLVMBuildSelect(B, isnan_(P, a), a, r, "");
+}
+
+static LLVMValueRef unary_f32(cg_plan *P, kdc_op op, LLVMValueRef x) {
+  LLVMBuilderRef B = P->b;
+  LLVMTypeRef t = P->f32;
+  switch (op) {
+  case KDC_OP_NEG: return LLVMBuildFNeg(B, x, "");
+  case KDC_OP_ABS: return intr(P, "llvm.fabs", t, &x, 1);
+  case KDC_OP_EXP: return libm1(P, "expf", x);
+  case KDC_OP_LOG: return libm1(P, "logf", x);
+  case KDC_OP_LOG1P: return libm1(P, "log1pf", x);
+  case KDC_OP_EXPM1: return libm1(P, "expm1f", x);
+  case KDC_OP_TANH: return libm1(P, "tanhf", x);
+  case KDC_OP_ERF: return libm1(P, "erff", x);
+  case KDC_OP_LOGISTIC: {
+    LLVMValueRef e = libm1(P, "expf", LLVMBuildFNeg(B, x, ""));
+    return LLVMBuildFDiv(B, fconst(P, 1), LLVMBuildFAdd(B, fconst(P, 1), e, ""), "");
+  }
+  case KDC_OP_SQRT: return intr(P, "llvm.sqrt", t, &x, 1);
+  case KDC_OP_RSQRT: return LLVMBuildFDiv(B, fconst(P, 1), intr(P, "llvm.sqrt", t, &x, 1), "");
+  case KDC_OP_SIGN: {
+    LLVMValueRef r = LLVMBuildSelect(B, LLVMBuildFCmp(B, LLVMRealOLT, x, fconst(P, 0), ""),
+                                     fconst(P, -1), x, "");
+    return LLVMBuildSelect(B, LLVMBuildFCmp(B, LLVMRealOGT, x, fconst(P, 0), ""), fconst(P, 1),
+                           r, "");
+  }
+  case KDC_OP_FLOOR: return intr(P, "llvm.floor", t, &x, 1);
+  case KDC_OP_CEIL: return intr(P, "llvm.ceil", t, &x, 1);
+  case KDC_OP_ROUND: return intr(P, "llvm.roundeven", t, &x, 1);
+  default: return NULL;
+  }
+}
+
+/* Integer ops on i32/i64 registers (bool widened by the caller). */
+static LLVMValueRef unary_int(cg_plan *P, kdc_op op, LLVMTypeRef t, LLVMValueRef x, bool is_bool) {
+  LLVMBuilderRef B = P->b;
+  LLVMValueRef zero = LLVMConstInt(t, 0, 0);
+  switch (op) {
+  case KDC_OP_NEG: return LLVMBuildSub(B, zero, x, "");
+  case KDC_OP_ABS:
+    return LLVMBuildSelect(B, LLVMBuildICmp(B, LLVMIntSLT, x, zero, ""),
+                           LLVMBuildSub(B, zero, x, ""), x, "");
+  case KDC_OP_SIGN: {
+    LLVMValueRef gt = LLVMBuildZExt(B, LLVMBuildICmp(B, LLVMIntSGT, x, zero, ""), t, "");
+    LLVMValueRef lt = LLVMBuildZExt(B, LLVMBuildICmp(B, LLVMIntSLT, x, zero, ""), t, "");
+    return LLVMBuildSub(B, gt, lt, "");
+  }
+  case KDC_OP_NOT:
+    if (is_bool) return LLVMBuildZExt(B, LLVMBuildICmp(B, LLVMIntEQ, x, zero, ""), t, "");
+    return LLVMBuildNot(B, x, "");
+  case KDC_OP_FLOOR: case KDC_OP_CEIL: case KDC_OP_ROUND: return x;
+  default: return NULL;
+  }
+}
+
+static LLVMValueRef binary_int(cg_plan *P, kdc_op op, LLVMTypeRef t, LLVMValueRef a,
+                               LLVMValueRef b) {
+  LLVMBuilderRef B = P->b;
+  switch (op) {
+  case KDC_OP_ADD: return LLVMBuildAdd(B, a, b, "");
+  case KDC_OP_SUB: return LLVMBuildSub(B, a, b, "");
+  case KDC_OP_MUL: return LLVMBuildMul(B, a, b, "");
+  case KDC_OP_DIV: {
+    /* b == 0 -> -1, b == -1 -> -a (wraps), else a / b: never traps. */
+    LLVMValueRef zero = LLVMConstInt(t, 0, 0), m1 = LLVMConstAllOnes(t);
+    LLVMValueRef bz = LLVMBuildICmp(B, LLVMIntEQ, b, zero, "");
+    LLVMValueRef bm = LLVMBuildICmp(B, LLVMIntEQ, b, m1, "");
+    LLVMValueRef trap = LLVMBuildOr(B, bz, bm, "");
+    LLVMValueRef safe = LLVMBuildSelect(B, trap, LLVMConstInt(t, 1, 0), b, "");
+    LLVMValueRef q = LLVMBuildSDiv(B, a, safe, "");
+    q = LLVMBuildSelect(B, bm, LLVMBuildSub(B, zero, a, ""), q, "");
+    return LLVMBuildSelect(B, bz, m1, q, "");
+  }
+  case KDC_OP_MAX:
+    return LLVMBuildSelect(B, LLVMBuildICmp(B, LLVMIntSGT, a, b, ""), a, b, "");
+  case KDC_OP_MIN:
+    return LLVMBuildSelect(B, LLVMBuildICmp(B, LLVMIntSLT, a, b, ""), a, b, "");
+  case KDC_OP_AND: return LLVMBuildAnd(B, a, b, "");
+  case KDC_OP_OR: return LLVMBuildOr(B, a, b, "");
+  default: return NULL;
+  }
+}
+
+LLVMValueRef cg_emit_binop(cg_plan *P, kdc_op op, kdc_dtype d, LLVMValueRef a, LLVMValueRef b) {
+  LLVMBuilderRef B = P->b;
+  if (d == KDC_DTYPE_F32) {
+    switch (op) {
+    case KDC_OP_ADD: return LLVMBuildFAdd(B, a, b, "");
+    case KDC_OP_SUB: return LLVMBuildFSub(B, a, b, "");
+    case KDC_OP_MUL: return LLVMBuildFMul(B, a, b, "");
+    case KDC_OP_DIV: return LLVMBuildFDiv(B, a, b, "");
+    case KDC_OP_MAX: return fmaxmin(P, true, a, b);
+    case KDC_OP_MIN: return fmaxmin(P, false, a, b);
+    case KDC_OP_POW: return intr(P, "llvm.pow", P->f32, (LLVMValueRef[]){a, b}, 2);
+    default: return NULL;
+    }
+  }
+  if (d == KDC_DTYPE_BOOL) {
+    LLVMValueRef wa = LLVMBuildZExt(B, a, P->i64, ""), wb = LLVMBuildZExt(B, b, P->i64, "");
+    LLVMValueRef r = binary_int(P, op, P->i64, wa, wb);
+    return r ? LLVMBuildICmp(B, LLVMIntNE, r, LLVMConstInt(P->i64, 0, 0), "") : NULL;
+  }
+  return binary_int(P, op, cg_reg_type(P, d), a, b);
+}
+
+static LLVMValueRef compare(cg_plan *P, kdc_cmp c, kdc_dtype d, LLVMValueRef a, LLVMValueRef b) {
+  static const LLVMRealPredicate fp[] = {LLVMRealOEQ, LLVMRealUNE, LLVMRealOLT,
+                                         LLVMRealOLE, LLVMRealOGT, LLVMRealOGE};
+  static const LLVMIntPredicate ip[] = {LLVMIntEQ, LLVMIntNE, LLVMIntSLT,
+                                        LLVMIntSLE, LLVMIntSGT, LLVMIntSGE};
+  static const LLVMIntPredicate up[] = {LLVMIntEQ, LLVMIntNE, LLVMIntULT,
+                                        LLVMIntULE, LLVMIntUGT, LLVMIntUGE};
+  if (d == KDC_DTYPE_F32) return LLVMBuildFCmp(P->b, fp[c], a, b, "");
+  return LLVMBuildICmp(P->b, d == KDC_DTYPE_BOOL ? up[c] : ip[c], a, b, "");
+}
+
+static LLVMValueRef convert(cg_plan *P, kdc_dtype from, kdc_dtype to, LLVMValueRef x) {
+  LLVMBuilderRef B = P->b;
+  LLVMTypeRef tt = cg_reg_type(P, to);
+  if (from == to) return x;
+  if (to == KDC_DTYPE_BOOL) {
+    if (from == KDC_DTYPE_F32) return LLVMBuildFCmp(B, LLVMRealUNE, x, fconst(P, 0), "");
+    return LLVMBuildICmp(B, LLVMIntNE, x, LLVMConstInt(LLVMTypeOf(x), 0, 0), "");
+  }
+  if (from == KDC_DTYPE_BOOL)
+    return to == KDC_DTYPE_F32 ? LLVMBuildUIToFP(B, x, tt, "") : LLVMBuildZExt(B, x, tt, "");
+  if (from == KDC_DTYPE_F32) return intr2(P, "llvm.fptosi.sat", tt, P->f32, x);
+  if (to == KDC_DTYPE_F32) return LLVMBuildSIToFP(B, x, tt, "");
+  return LLVMBuildIntCast2(B, x, tt, 1, "");  /* sext or wrapping trunc */
+}
+
+kdc_status cg_emit_elementwise(cg_plan *P, const kdc_func *f, const kdc_node *nd,
+                               LLVMValueRef *in, LLVMValueRef *out) {
+  kdc_dtype xd = f->nodes[nd->in[0]].type.dtype;
+  LLVMValueRef r = NULL;
+  if (nd->op == KDC_OP_SELECT) r = LLVMBuildSelect(P->b, in[0], in[1], in[2], "");
+  else if (nd->op == KDC_OP_CONVERT) r = convert(P, xd, nd->type.dtype, in[0]);
+  else if (nd->op == KDC_OP_COMPARE) r = compare(P, nd->attr.cmp, xd, in[0], in[1]);
+  else if (nd->n_in == 2) r = cg_emit_binop(P, nd->op, xd, in[0], in[1]);
+  else if (xd == KDC_DTYPE_F32) r = unary_f32(P, nd->op, in[0]);
+  else if (xd == KDC_DTYPE_BOOL) {
+    LLVMValueRef w = unary_int(P, nd->op, P->i64, LLVMBuildZExt(P->b, in[0], P->i64, ""), true);
+    if (w) r = LLVMBuildICmp(P->b, LLVMIntNE, w, LLVMConstInt(P->i64, 0, 0), "");
+  } else r = unary_int(P, nd->op, cg_reg_type(P, xd), in[0], false);
+  if (!r)
+    return KDC_ERR(KDC_UNSUPPORTED, "codegen: func %s: %%%u: %s on %s is not supported",
+                   f->name, (unsigned)(nd - f->nodes), kdc_op_name(nd->op), kdc_dtype_name(xd));
+  *out = r;
+  return NULL;
+}
+
+/* ---- reductions ------------------------------------------------------------ */
+
+LLVMValueRef cg_reduce_init(cg_plan *P, kdc_reduce_kind kind, kdc_dtype d) {
+  switch (d) {
+  case KDC_DTYPE_F32:
+    return fconst(P, kind == KDC_RED_SUM ? 0.0 : kind == KDC_RED_PROD ? 1.0
+                     : kind == KDC_RED_MAX ? -INFINITY : INFINITY);
+  case KDC_DTYPE_I32:
+  case KDC_DTYPE_I64: {
+    LLVMTypeRef t = cg_reg_type(P, d);
+    bool w = d == KDC_DTYPE_I64;
+    int64_t lo = w ? INT64_MIN : INT32_MIN, hi = w ? INT64_MAX : INT32_MAX;
+    int64_t v = kind == KDC_RED_SUM ? 0 : kind == KDC_RED_PROD ? 1 : kind == KDC_RED_MAX ? lo : hi;
+    return LLVMConstInt(t, (unsigned long long)v, 1);
+  }
+  case KDC_DTYPE_BOOL:  /* any (sum, max) starts false, all (prod, min) true */
+    return LLVMConstInt(P->i1, kind == KDC_RED_PROD || kind == KDC_RED_MIN, 0);
+  default: kdc_unreachable();
+  }
+}
+
+LLVMValueRef cg_reduce_step(cg_plan *P, kdc_reduce_kind kind, kdc_dtype d, LLVMValueRef acc,
+                            LLVMValueRef x) {
+  static const kdc_op ops[] = {[KDC_RED_SUM] = KDC_OP_ADD, [KDC_RED_MAX] = KDC_OP_MAX,
+                               [KDC_RED_MIN] = KDC_OP_MIN, [KDC_RED_PROD] = KDC_OP_MUL};
+  if (d == KDC_DTYPE_BOOL)
+    return kind == KDC_RED_PROD || kind == KDC_RED_MIN ? LLVMBuildAnd(P->b, acc, x, "")
+                                                       : LLVMBuildOr(P->b, acc, x, "");
+  /* integers: the interpreter keeps the accumulator on a tie (v > acc). */
+  if (d != KDC_DTYPE_F32 && (kind == KDC_RED_MAX || kind == KDC_RED_MIN))
+    return cg_emit_binop(P, ops[kind], d, x, acc);
+  return cg_emit_binop(P, ops[kind], d, acc, x);
+}

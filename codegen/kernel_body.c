@@ -1,0 +1,483 @@
+/*
+ * codegen/kernel_body.c: the body of a kernel, generated once over an
+ * element multi-index and shared by every target's wrapper.
+ *
+ *   internal alwaysinline void kdc_body_<k>(ptr noalias out, ptr noalias a1,
+ *       ..., i64 i_0, ..., i64 i_{r-1})
+ *
+ * computes the kernel's root at index (i_0..i_{r-1}) of its output and
+ * stores it at out[linear].  Operand chains are emitted recursively from the
+ * root: elementwise members at the same index, data movement
+ * (broadcast_in_dim, transpose, reshape, slice, pad, concatenate) as index
+ * arithmetic, iota from the index, splat constants as immediates, dense
+ * constants as global data, values outside the group as loads from their
+ * argument pointer, reduce and an in-kernel dot_general as loops inside the
+ * body (accumulating in increasing index order, like the interpreter).
+ *
+ * Indices.  An index is kept as a multi-index, a linear offset, or both,
+ * and converted lazily: a reshape passes the linear offset through, and a
+ * load of a materialized operand needs only that, so reshapes of buffers
+ * cost no div/mod.  Every emitted value is memoised per (node, index
+ * context): a DAG inside a group is emitted once per distinct index, never
+ * expanded into a tree.
+ *
+ * Dominance rule for the memo: a context's values are emitted in the region
+ * where the context was created.  Loops (reduce, dot) first force the
+ * parent's multi-index, then create a fresh context for their body, which
+ * is never used after the loop, so no cached value escapes its block.
+ * Loop state lives in allocas of the entry block; SROA/mem2reg in the O3
+ * pipeline turns them into SSA.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "codegen/codegen.h"
+
+typedef struct ix {
+  int rank;
+  int64_t dims[KDC_MAX_RANK];
+  LLVMValueRef m[KDC_MAX_RANK];  /* multi-index (when have_m) */
+  bool have_m;
+  LLVMValueRef lin;              /* linear row-major offset, or NULL */
+  int id;                        /* memo context */
+} ix;
+
+typedef struct memo { kdc_value_id v; int ctx; LLVMValueRef val; } memo;
+
+typedef struct emitter {
+  cg_plan *P;
+  cg_kernel *k;
+  const kdc_func *f;
+  LLVMBuilderRef b;
+  LLVMValueRef fn;
+  LLVMBasicBlockRef entry;
+  LLVMValueRef *arg;  /* pointer for each arg slot */
+  memo *memo;
+  size_t n_memo, cap_memo;
+  int next_ctx;
+  int64_t cost, trips;  /* ops per element, current loop trip product */
+} emitter;
+
+static LLVMValueRef C(emitter *E, int64_t v) {
+  return LLVMConstInt(E->P->i64, (unsigned long long)v, 1);
+}
+
+static void ix_init(emitter *E, ix *x, int rank, const int64_t *dims) {
+  memset(x, 0, sizeof *x);
+  x->rank = rank;
+  if (rank) memcpy(x->dims, dims, sizeof(int64_t) * (size_t)rank);
+  x->id = E->next_ctx++;
+}
+
+static LLVMValueRef lin_of(emitter *E, ix *x) {
+  if (x->lin) return x->lin;
+  LLVMValueRef l = C(E, 0);
+  for (int d = 0; d < x->rank; d++) {
+    l = LLVMBuildNSWMul(E->b, l, C(E, x->dims[d]), "");
+    l = LLVMBuildNSWAdd(E->b, l, x->m[d], "");
+  }
+  return x->lin = l;
+}
+
+static void multi_of(emitter *E, ix *x) {
+  if (x->have_m) return;
+  LLVMValueRef l = x->lin;
+  for (int d = x->rank - 1; d >= 0; d--) {
+    if (x->dims[d] == 1) {
+      x->m[d] = C(E, 0);
+      continue;
+    }
+    x->m[d] = d == 0 ? l : LLVMBuildURem(E->b, l, C(E, x->dims[d]), "");
+    if (d > 0) l = LLVMBuildUDiv(E->b, l, C(E, x->dims[d]), "");
+  }
+  x->have_m = true;
+}
+
+static bool is_member(const emitter *E, kdc_value_id v) {
+  const cg_kernel *k = E->k;
+  return k->group >= 0 ? E->f->nodes[v].group == k->group : v == k->root;
+}
+
+static LLVMValueRef load_elem(emitter *E, LLVMValueRef p, kdc_dtype d, LLVMValueRef lin) {
+  LLVMTypeRef mt = cg_mem_type(E->P, d);
+  LLVMValueRef g = LLVMBuildInBoundsGEP2(E->b, mt, p, &lin, 1, "");
+  LLVMValueRef v = LLVMBuildLoad2(E->b, mt, g, "");
+  LLVMSetAlignment(v, (unsigned)kdc_dtype_size(d));
+  if (d == KDC_DTYPE_BOOL) v = LLVMBuildICmp(E->b, LLVMIntNE, v, LLVMConstInt(E->P->i8, 0, 0), "");
+  return v;
+}
+
+/* The global holding dense constant |v|, created on first use. */
+static LLVMValueRef const_global(emitter *E, kdc_value_id v) {
+  cg_plan *P = E->P;
+  for (size_t i = 0; i < P->n_globals; i++)
+    if (P->globals[i].f == E->f && P->globals[i].v == v) return P->globals[i].g;
+  const kdc_node *nd = &E->f->nodes[v];
+  size_t bytes = kdc_type_bytes(&nd->type);
+  LLVMTypeRef at = LLVMArrayType2(P->i8, bytes);
+  char name[64];
+  snprintf(name, sizeof name, "kdc_const_%zu", P->n_globals);
+  LLVMValueRef g = LLVMAddGlobal(P->mod, at, name);
+  LLVMSetInitializer(g, LLVMConstStringInContext2(P->ctx, nd->attr.constant.data, bytes, 1));
+  LLVMSetGlobalConstant(g, 1);
+  LLVMSetLinkage(g, LLVMPrivateLinkage);
+  LLVMSetAlignment(g, 64);
+  KDC_GROW(P->globals, P->cap_globals, P->n_globals + 1);
+  P->globals[P->n_globals++] = (cg_global){E->f, v, g};
+  return g;
+}
+
+static LLVMValueRef emit(emitter *E, kdc_value_id v, ix *x, kdc_status *st);
+
+static LLVMValueRef emit_const(emitter *E, kdc_value_id v, ix *x) {
+  const kdc_node *nd = &E->f->nodes[v];
+  if (nd->attr.constant.splat || kdc_type_numel(&nd->type) == 1)
+    return cg_const_scalar(E->P, nd->type.dtype, nd->attr.constant.data);
+  return load_elem(E, const_global(E, v), nd->type.dtype, lin_of(E, x));
+}
+
+/* A value outside the group: a load from its argument, or a constant seen
+ * through reshape aliases. */
+static LLVMValueRef emit_external(emitter *E, kdc_value_id v, ix *x, kdc_status *st) {
+  const kdc_node *nd = &E->f->nodes[v];
+  if (E->k->slot[v] >= 0) return load_elem(E, E->arg[E->k->slot[v]], nd->type.dtype, lin_of(E, x));
+  kdc_value_id b = v;
+  while ((E->f->nodes[b].op == KDC_OP_RESHAPE ||
+          E->f->nodes[b].op == KDC_OP_SHARDING_CONSTRAINT) && E->f->nodes[b].group < 0)
+    b = E->f->nodes[b].in[0];
+  if (E->f->nodes[b].op == KDC_OP_CONSTANT) {
+    ix c;
+    ix_init(E, &c, E->f->nodes[b].type.rank, E->f->nodes[b].type.dims);
+    c.lin = lin_of(E, x);
+    return emit_const(E, b, &c);
+  }
+  *st = KDC_ERR(KDC_INTERNAL, "codegen: func %s: %%%u read by kernel %%%u has no storage",
+                E->f->name, v, E->k->root);
+  return NULL;
+}
+
+/* Opens "for (iv = 0; iv < n; iv++)": returns the header block; the builder
+ * is left in the body.  close_loop() increments and jumps back. */
+typedef struct loop { LLVMValueRef iv; LLVMBasicBlockRef header, exit; } loop;
+
+static LLVMValueRef entry_alloca(emitter *E, LLVMTypeRef t) {
+  LLVMBuilderRef tmp = LLVMCreateBuilderInContext(E->P->ctx);
+  LLVMValueRef first = LLVMGetFirstInstruction(E->entry);
+  if (first) LLVMPositionBuilderBefore(tmp, first);
+  else LLVMPositionBuilderAtEnd(tmp, E->entry);
+  LLVMValueRef a = LLVMBuildAlloca(tmp, t, "");
+  LLVMDisposeBuilder(tmp);
+  return a;
+}
+
+static LLVMValueRef open_loop(emitter *E, loop *L, int64_t n) {
+  L->iv = entry_alloca(E, E->P->i64);
+  LLVMBuildStore(E->b, C(E, 0), L->iv);
+  L->header = LLVMAppendBasicBlockInContext(E->P->ctx, E->fn, "loop");
+  LLVMBasicBlockRef body = LLVMAppendBasicBlockInContext(E->P->ctx, E->fn, "body");
+  L->exit = LLVMAppendBasicBlockInContext(E->P->ctx, E->fn, "done");
+  LLVMBuildBr(E->b, L->header);
+  LLVMPositionBuilderAtEnd(E->b, L->header);
+  LLVMValueRef i = LLVMBuildLoad2(E->b, E->P->i64, L->iv, "");
+  LLVMBuildCondBr(E->b, LLVMBuildICmp(E->b, LLVMIntSLT, i, C(E, n), ""), body, L->exit);
+  LLVMPositionBuilderAtEnd(E->b, body);
+  return i;
+}
+
+static void close_loop(emitter *E, loop *L) {
+  LLVMValueRef i = LLVMBuildLoad2(E->b, E->P->i64, L->iv, "");
+  LLVMBuildStore(E->b, LLVMBuildNSWAdd(E->b, i, C(E, 1), ""), L->iv);
+  LLVMBuildBr(E->b, L->header);
+  LLVMPositionBuilderAtEnd(E->b, L->exit);
+}
+
+static LLVMValueRef emit_reduce(emitter *E, kdc_value_id v, ix *x, kdc_status *st) {
+  const kdc_node *nd = &E->f->nodes[v];
+  const kdc_type *xt = &E->f->nodes[nd->in[0]].type;
+  kdc_dtype d = xt->dtype;
+  bool red[KDC_MAX_RANK] = {false};
+  for (int i = 0; i < nd->attr.reduce.dims.n; i++) red[nd->attr.reduce.dims.v[i]] = true;
+  multi_of(E, x);
+  LLVMValueRef acc = entry_alloca(E, cg_reg_type(E->P, d));
+  LLVMBuildStore(E->b, cg_reduce_init(E->P, nd->attr.reduce.kind, d), acc);
+  loop L[KDC_MAX_RANK];
+  ix in;
+  ix_init(E, &in, xt->rank, xt->dims);
+  in.have_m = true;
+  int nl = 0, r = 0;
+  int64_t trips = 1;
+  for (int dd = 0; dd < xt->rank; dd++)  /* outermost loop = lowest reduced dim */
+    if (red[dd]) in.m[dd] = open_loop(E, &L[nl++], xt->dims[dd]), trips *= xt->dims[dd];
+    else in.m[dd] = x->m[r++];
+  int64_t saved = E->trips;
+  E->trips *= trips;
+  LLVMValueRef val = emit(E, nd->in[0], &in, st);
+  if (!val) return NULL;
+  LLVMValueRef a = LLVMBuildLoad2(E->b, cg_reg_type(E->P, d), acc, "");
+  LLVMBuildStore(E->b, cg_reduce_step(E->P, nd->attr.reduce.kind, d, a, val), acc);
+  E->cost += E->trips;
+  E->trips = saved;
+  while (nl > 0) close_loop(E, &L[--nl]);
+  return LLVMBuildLoad2(E->b, cg_reg_type(E->P, d), acc, "");
+}
+
+static bool in_list(const kdc_dimlist *l, int64_t d) {
+  for (int i = 0; i < l->n; i++)
+    if (l->v[i] == d) return true;
+  return false;
+}
+
+/* dot_general inside a kernel (non-f32 dots, or a DOT a fusion put in a
+ * group): contracting pairs looped in list order, like the interpreter. */
+static LLVMValueRef emit_dot(emitter *E, kdc_value_id v, ix *x, kdc_status *st) {
+  const kdc_node *nd = &E->f->nodes[v];
+  const kdc_attr_dot *a = &nd->attr.dot;
+  const kdc_type *lt = &E->f->nodes[nd->in[0]].type, *rt = &E->f->nodes[nd->in[1]].type;
+  kdc_dtype d = nd->type.dtype;
+  multi_of(E, x);
+  ix li, ri;
+  ix_init(E, &li, lt->rank, lt->dims);
+  ix_init(E, &ri, rt->rank, rt->dims);
+  li.have_m = ri.have_m = true;
+  int r = 0;
+  for (int i = 0; i < a->lhs_batch.n; i++, r++) {
+    li.m[a->lhs_batch.v[i]] = x->m[r];
+    ri.m[a->rhs_batch.v[i]] = x->m[r];
+  }
+  for (int dd = 0; dd < lt->rank; dd++)
+    if (!in_list(&a->lhs_batch, dd) && !in_list(&a->lhs_contract, dd)) li.m[dd] = x->m[r++];
+  for (int dd = 0; dd < rt->rank; dd++)
+    if (!in_list(&a->rhs_batch, dd) && !in_list(&a->rhs_contract, dd)) ri.m[dd] = x->m[r++];
+  LLVMValueRef acc = entry_alloca(E, cg_reg_type(E->P, d));
+  LLVMBuildStore(E->b, cg_reduce_init(E->P, KDC_RED_SUM, d), acc);
+  loop L[KDC_MAX_RANK];
+  int64_t trips = 1;
+  for (int c = 0; c < a->lhs_contract.n; c++) {
+    int64_t n = lt->dims[a->lhs_contract.v[c]];
+    LLVMValueRef i = open_loop(E, &L[c], n);
+    li.m[a->lhs_contract.v[c]] = ri.m[a->rhs_contract.v[c]] = i;
+    trips *= n;
+  }
+  int64_t saved = E->trips;
+  E->trips *= trips;
+  LLVMValueRef lv = emit(E, nd->in[0], &li, st);
+  LLVMValueRef rv = lv ? emit(E, nd->in[1], &ri, st) : NULL;
+  if (!rv) return NULL;
+  if (d == KDC_DTYPE_BOOL) {  /* interpreter: integer math, stored != 0 */
+    lv = LLVMBuildZExt(E->b, lv, E->P->i64, "");
+    rv = LLVMBuildZExt(E->b, rv, E->P->i64, "");
+  }
+  kdc_dtype md = d == KDC_DTYPE_BOOL ? KDC_DTYPE_I64 : d;
+  LLVMValueRef prod = cg_emit_binop(E->P, KDC_OP_MUL, md, lv, rv);
+  if (d == KDC_DTYPE_BOOL) prod = LLVMBuildICmp(E->b, LLVMIntNE, prod, C(E, 0), "");
+  LLVMValueRef s = LLVMBuildLoad2(E->b, cg_reg_type(E->P, d), acc, "");
+  LLVMBuildStore(E->b, cg_reduce_step(E->P, KDC_RED_SUM, d, s, prod), acc);
+  E->cost += 2 * E->trips;
+  E->trips = saved;
+  for (int c = a->lhs_contract.n; c > 0;) close_loop(E, &L[--c]);
+  return LLVMBuildLoad2(E->b, cg_reg_type(E->P, d), acc, "");
+}
+
+/* pad: result i <- operand (i - low) / (interior + 1) when that lands on an
+ * element, else the pad value.  Out-of-range lanes read a clamped index. */
+static LLVMValueRef emit_pad(emitter *E, kdc_value_id v, ix *x, kdc_status *st) {
+  const kdc_node *nd = &E->f->nodes[v];
+  const kdc_attr_pad *p = &nd->attr.pad;
+  const kdc_type *xt = &E->f->nodes[nd->in[0]].type;
+  LLVMBuilderRef B = E->b;
+  ix scalar;
+  ix_init(E, &scalar, 0, NULL);
+  LLVMValueRef pv = emit(E, nd->in[1], &scalar, st);
+  if (!pv || kdc_type_numel(xt) == 0) return pv;  /* all padding: never read x */
+  multi_of(E, x);
+  ix in;
+  ix_init(E, &in, xt->rank, xt->dims);
+  in.have_m = true;
+  LLVMValueRef ok = LLVMConstInt(E->P->i1, 1, 0);
+  for (int d = 0; d < xt->rank; d++) {
+    LLVMValueRef t = LLVMBuildNSWSub(B, x->m[d], C(E, p->low.v[d]), "");
+    LLVMValueRef q = t, good = LLVMBuildICmp(B, LLVMIntSGE, t, C(E, 0), "");
+    int64_t s = p->interior.v[d] + 1;
+    if (s > 1) {
+      LLVMValueRef tc = LLVMBuildSelect(B, good, t, C(E, 0), "");
+      q = LLVMBuildUDiv(B, tc, C(E, s), "");
+      LLVMValueRef rem = LLVMBuildURem(B, tc, C(E, s), "");
+      good = LLVMBuildAnd(B, good, LLVMBuildICmp(B, LLVMIntEQ, rem, C(E, 0), ""), "");
+    }
+    good = LLVMBuildAnd(B, good, LLVMBuildICmp(B, LLVMIntSLT, q, C(E, xt->dims[d]), ""), "");
+    in.m[d] = LLVMBuildSelect(B, good, q, C(E, 0), "");
+    ok = LLVMBuildAnd(B, ok, good, "");
+  }
+  LLVMValueRef xv = emit(E, nd->in[0], &in, st);
+  return xv ? LLVMBuildSelect(B, ok, xv, pv, "") : NULL;
+}
+
+static LLVMValueRef emit_concat(emitter *E, kdc_value_id v, ix *x, kdc_status *st) {
+  const kdc_node *nd = &E->f->nodes[v];
+  int64_t dim = nd->attr.dim, off = 0;
+  multi_of(E, x);
+  LLVMValueRef r = NULL;
+  for (int k = 0; k < nd->n_in; k++) {
+    const kdc_type *pt = &E->f->nodes[nd->in[k]].type;
+    int64_t n = pt->dims[dim];
+    if (n == 0) continue;
+    ix in;
+    ix_init(E, &in, pt->rank, pt->dims);
+    memcpy(in.m, x->m, sizeof in.m);
+    in.have_m = true;
+    LLVMValueRef t = LLVMBuildNSWSub(E->b, x->m[dim], C(E, off), "");
+    LLVMValueRef lo = LLVMBuildICmp(E->b, LLVMIntSGE, t, C(E, 0), "");
+    LLVMValueRef hi = LLVMBuildICmp(E->b, LLVMIntSLT, t, C(E, n), "");
+    t = LLVMBuildSelect(E->b, lo, t, C(E, 0), "");
+    in.m[dim] = LLVMBuildSelect(E->b, hi, t, C(E, n - 1), "");
+    LLVMValueRef pv = emit(E, nd->in[k], &in, st);
+    if (!pv) return NULL;
+    r = r ? LLVMBuildSelect(E->b, lo, pv, r, "") : pv;  /* later pieces win at t >= 0 */
+    off += n;
+  }
+  return r;
+}
+
+static LLVMValueRef emit_member(emitter *E, kdc_value_id v, ix *x, kdc_status *st) {
+  const kdc_node *nd = &E->f->nodes[v];
+  LLVMBuilderRef B = E->b;
+  const kdc_type *xt = nd->n_in ? &E->f->nodes[nd->in[0]].type : NULL;
+  ix in;
+  switch (nd->op) {
+  case KDC_OP_IOTA: {
+    multi_of(E, x);
+    LLVMValueRef i = x->m[nd->attr.dim];
+    if (nd->type.dtype == KDC_DTYPE_F32) return LLVMBuildSIToFP(B, i, E->P->f32, "");
+    return LLVMBuildIntCast2(B, i, cg_reg_type(E->P, nd->type.dtype), 1, "");
+  }
+  case KDC_OP_BROADCAST:
+    multi_of(E, x);
+    ix_init(E, &in, xt->rank, xt->dims);
+    for (int i = 0; i < xt->rank; i++)
+      in.m[i] = xt->dims[i] == 1 ? C(E, 0) : x->m[nd->attr.dims.v[i]];
+    in.have_m = true;
+    return emit(E, nd->in[0], &in, st);
+  case KDC_OP_TRANSPOSE:
+    multi_of(E, x);
+    ix_init(E, &in, xt->rank, xt->dims);
+    for (int i = 0; i < xt->rank; i++) in.m[nd->attr.dims.v[i]] = x->m[i];
+    in.have_m = true;
+    return emit(E, nd->in[0], &in, st);
+  case KDC_OP_RESHAPE:
+    ix_init(E, &in, xt->rank, xt->dims);
+    in.lin = lin_of(E, x);
+    return emit(E, nd->in[0], &in, st);
+  case KDC_OP_SLICE:
+    multi_of(E, x);
+    ix_init(E, &in, xt->rank, xt->dims);
+    for (int d = 0; d < xt->rank; d++) {
+      LLVMValueRef step = LLVMBuildNSWMul(B, x->m[d], C(E, nd->attr.slice.stride.v[d]), "");
+      in.m[d] = LLVMBuildNSWAdd(B, C(E, nd->attr.slice.start.v[d]), step, "");
+    }
+    in.have_m = true;
+    return emit(E, nd->in[0], &in, st);
+  case KDC_OP_SHARDING_CONSTRAINT: return emit(E, nd->in[0], x, st);  /* identity */
+  case KDC_OP_PAD: return emit_pad(E, v, x, st);
+  case KDC_OP_CONCAT: return emit_concat(E, v, x, st);
+  case KDC_OP_REDUCE: return emit_reduce(E, v, x, st);
+  case KDC_OP_DOT: return emit_dot(E, v, x, st);
+  default: break;
+  }
+  if (kdc_op_flags(nd->op) & OPF_COLL) {
+    *st = KDC_ERR(KDC_UNSUPPORTED, "codegen: func %s: %%%u: %s needs a COLLECTIVE step, which "
+                  "the CPU plan does not have yet", E->f->name, v, kdc_op_name(nd->op));
+    return NULL;
+  }
+  if (!(kdc_op_flags(nd->op) & OPF_EW)) {
+    *st = KDC_ERR(KDC_UNSUPPORTED, "codegen: func %s: %%%u: %s cannot be part of a kernel",
+                  E->f->name, v, kdc_op_name(nd->op));
+    return NULL;
+  }
+  LLVMValueRef ops[3];
+  for (int i = 0; i < nd->n_in; i++)
+    if (!(ops[i] = emit(E, nd->in[i], x, st))) return NULL;
+  LLVMValueRef r;
+  if ((*st = cg_emit_elementwise(E->P, E->f, nd, ops, &r))) return NULL;
+  E->cost += E->trips;
+  return r;
+}
+
+static LLVMValueRef emit(emitter *E, kdc_value_id v, ix *x, kdc_status *st) {
+  for (size_t i = E->n_memo; i-- > 0;)
+    if (E->memo[i].v == v && E->memo[i].ctx == x->id) return E->memo[i].val;
+  const kdc_node *nd = &E->f->nodes[v];
+  LLVMValueRef r;
+  if (nd->op == KDC_OP_CONSTANT) r = emit_const(E, v, x);
+  else if (!is_member(E, v)) r = emit_external(E, v, x, st);
+  else r = emit_member(E, v, x, st);
+  if (!r) return NULL;
+  KDC_GROW(E->memo, E->cap_memo, E->n_memo + 1);
+  E->memo[E->n_memo++] = (memo){v, x->id, r};
+  return r;
+}
+
+kdc_status cg_body_emit(cg_plan *P, cg_kernel *k, uint32_t index, LLVMValueRef *out_body) {
+  int rank = k->out_type.rank;
+  LLVMTypeRef params[1 + 64 + KDC_MAX_RANK];
+  if (k->n_args > 64)
+    return KDC_ERR(KDC_UNSUPPORTED, "codegen: func %s: kernel %%%u reads %u buffers (max 64)",
+                   k->f->name, k->root, k->n_args);
+  unsigned np = 0;
+  for (uint32_t i = 0; i < k->n_args; i++) params[np++] = P->ptr;
+  for (int d = 0; d < rank; d++) params[np++] = P->i64;
+  char name[48];
+  snprintf(name, sizeof name, "kdc_body_%u", index);
+  LLVMValueRef fn = LLVMAddFunction(P->mod, name, LLVMFunctionType(P->void_t, params, np, 0));
+  LLVMSetLinkage(fn, LLVMInternalLinkage);
+  unsigned inl = LLVMGetEnumAttributeKindForName("alwaysinline", 12);
+  unsigned nounwind = LLVMGetEnumAttributeKindForName("nounwind", 8);
+  unsigned noalias = LLVMGetEnumAttributeKindForName("noalias", 7);
+  LLVMAddAttributeAtIndex(fn, LLVMAttributeFunctionIndex, LLVMCreateEnumAttribute(P->ctx, inl, 0));
+  LLVMAddAttributeAtIndex(fn, LLVMAttributeFunctionIndex,
+                          LLVMCreateEnumAttribute(P->ctx, nounwind, 0));
+  /* Distinct args never overlap (plan_memory gives live values disjoint
+   * ranges; an in-place operand is read through slot 0 itself). */
+  for (uint32_t i = 0; i < k->n_args; i++)
+    LLVMAddAttributeAtIndex(fn, i + 1, LLVMCreateEnumAttribute(P->ctx, noalias, 0));
+
+  emitter E = {.P = P, .k = k, .f = k->f, .b = P->b, .fn = fn, .trips = 1};
+  E.entry = LLVMAppendBasicBlockInContext(P->ctx, fn, "entry");
+  LLVMPositionBuilderAtEnd(P->b, E.entry);
+  LLVMValueRef args[64];
+  for (uint32_t i = 0; i < k->n_args; i++) args[i] = LLVMGetParam(fn, i);
+  E.arg = args;
+  ix out;
+  ix_init(&E, &out, rank, k->out_type.dims);
+  for (int d = 0; d < rank; d++) out.m[d] = LLVMGetParam(fn, k->n_args + (unsigned)d);
+  out.have_m = true;
+
+  kdc_status st = NULL;
+  LLVMValueRef val;
+  if (k->transpose) {  /* out[i] = src[j], src dim perm[i] = out dim i */
+    const kdc_type *st_t = &k->f->nodes[k->root].type;
+    ix in;
+    ix_init(&E, &in, st_t->rank, st_t->dims);
+    for (int d = 0; d < rank; d++) in.m[k->perm[d]] = out.m[d];
+    in.have_m = true;
+    val = load_elem(&E, args[1], st_t->dtype, lin_of(&E, &in));
+    E.cost = 1;
+  } else {
+    val = emit(&E, k->root, &out, &st);
+  }
+  free(E.memo);
+  if (!val) {
+    LLVMDeleteFunction(fn);
+    return st ? st : KDC_ERR(KDC_INTERNAL, "codegen: kernel %%%u: no value", k->root);
+  }
+  kdc_dtype od = k->out_type.dtype;
+  LLVMValueRef lin = lin_of(&E, &out);
+  LLVMTypeRef mt = cg_mem_type(P, od);
+  if (od == KDC_DTYPE_BOOL) val = LLVMBuildZExt(P->b, val, P->i8, "");
+  LLVMValueRef s = LLVMBuildStore(P->b, val, LLVMBuildInBoundsGEP2(P->b, mt, args[0], &lin, 1, ""));
+  LLVMSetAlignment(s, (unsigned)kdc_dtype_size(od));
+  LLVMBuildRetVoid(P->b);
+  k->cost = E.cost > 0 ? E.cost : 1;
+  *out_body = fn;
+  return NULL;
+}

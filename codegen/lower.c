@@ -1,0 +1,353 @@
+/*
+ * codegen/lower.c: one fused, memory-planned function -> a step program.
+ *
+ * Storage (the same rules as passes/plan_memory.c, which this file trusts
+ * but checks): a PARAMETER is a function input, or a plan weight when it is
+ * a weight parameter whose module weight has data; a value with
+ * mem_offset >= 0 lives in the arena; a kernel or GEMM result with
+ * mem_offset -1 that is a function result is written straight into that
+ * output (the first result listing it); an ungrouped RESHAPE (or
+ * SHARDING_CONSTRAINT, an identity) shares its operand's storage; a dense
+ * CONSTANT becomes a plan weight only when a GEMM
+ * or a result copy needs it as memory (kernels read constants from LLVM
+ * globals, splats as immediates).
+ *
+ * Steps, in node order: one KERNEL per kernel root (group root or ungrouped
+ * compute node), one GEMM per ungrouped f32 DOT (preceded by transpose
+ * kernels into the staging area after the planned arena when an operand
+ * needs canonicalising, see gemm.c), then COPY steps for results that are
+ * not their own storage.  Zero-element kernels and GEMMs are dropped.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "codegen/codegen.h"
+
+enum { ALIGN = 64 };
+
+typedef enum skind { SK_NONE, SK_PARAM, SK_CONST, SK_STORED, SK_ALIAS } skind;
+
+typedef struct lowerer {
+  cg_plan *P;
+  const kdc_func *f;
+  size_t n;
+  skind *kind;
+  kdc_value_id *root;      /* kernel root of each group member, else itself */
+  kdc_prog_loc *loc;
+  bool *has_loc;
+  kdc_prog_step *steps;
+  size_t n_steps, cap_steps;
+  uint64_t planned_end, staging;
+} lowerer;
+
+static uint64_t align_up(uint64_t x) { return (x + ALIGN - 1) / ALIGN * ALIGN; }
+
+kdc_io_dtype cg_io_dtype(kdc_dtype d) {
+  switch (d) {
+  case KDC_DTYPE_F32: return KDC_IO_DTYPE_F32;
+  case KDC_DTYPE_I32: return KDC_IO_DTYPE_I32;
+  case KDC_DTYPE_I64: return KDC_IO_DTYPE_I64;
+  case KDC_DTYPE_BOOL: return KDC_IO_DTYPE_BOOL;
+  default: kdc_unreachable();
+  }
+}
+
+static kdc_prog_tensor tensor_of(cg_plan *P, const char *name, const kdc_type *t) {
+  kdc_prog_tensor pt;
+  memset(&pt, 0, sizeof pt);
+  pt.name = kdc_arena_strdup(P->a, name);
+  pt.dtype = cg_io_dtype(t->dtype);
+  pt.rank = t->rank;
+  for (int d = 0; d < t->rank; d++) pt.dims[d] = t->dims[d];
+  pt.bytes = kdc_type_bytes(t);
+  return pt;
+}
+
+static kdc_status bad(const lowerer *L, kdc_value_id v, const char *what) {
+  return KDC_ERR(KDC_INTERNAL, "codegen: func %s: %%%u (%s): %s", L->f->name, v,
+                 kdc_op_name(L->f->nodes[v].op), what);
+}
+
+/* Index of weight |name| in the plan's table, adding it when new. */
+static uint32_t add_weight(cg_plan *P, const char *name, const kdc_type *t, const void *data) {
+  for (uint32_t i = 0; i < P->nw; i++)
+    if (strcmp(P->w[i].name, name) == 0) return i;
+  size_t cap = P->cap_w;
+  KDC_GROW(P->w, P->cap_w, P->nw + 1);
+  if (cap != P->cap_w) P->wdata = kdc_xrealloc(P->wdata, P->cap_w * sizeof *P->wdata);
+  P->w[P->nw] = tensor_of(P, name, t);
+  P->wdata[P->nw] = data;
+  return P->nw++;
+}
+
+static void add_step(lowerer *L, const kdc_prog_step *s) {
+  KDC_GROW(L->steps, L->cap_steps, L->n_steps + 1);
+  L->steps[L->n_steps++] = *s;
+}
+
+/* The storage of |v|, materialising a constant as a plan weight. */
+static kdc_status loc_of(lowerer *L, kdc_value_id v, kdc_prog_loc *out) {
+  if (L->has_loc[v]) return *out = L->loc[v], NULL;
+  const kdc_node *nd = &L->f->nodes[v];
+  if (L->kind[v] == SK_CONST) {
+    size_t bytes = kdc_type_bytes(&nd->type), es = kdc_dtype_size(nd->type.dtype);
+    void *data = nd->attr.constant.data;
+    if (nd->attr.constant.splat) {
+      data = kdc_arena_alloc(L->P->a, bytes ? bytes : 1);
+      for (size_t i = 0; i < bytes; i += es) memcpy((char *)data + i, nd->attr.constant.data, es);
+    }
+    char name[96];
+    snprintf(name, sizeof name, "const:%s:%%%u", L->f->name, v);
+    uint32_t w = add_weight(L->P, name, &nd->type, data);
+    L->loc[v] = (kdc_prog_loc){KDC_PROG_BUF_WEIGHT, w, 0, bytes};
+  } else if (L->kind[v] == SK_ALIAS) {
+    KDC_RETURN_IF_ERROR(loc_of(L, nd->in[0], &L->loc[v]));
+    L->loc[v].bytes = kdc_type_bytes(&nd->type);
+  } else {
+    return bad(L, v, "value has no storage");
+  }
+  L->has_loc[v] = true;
+  *out = L->loc[v];
+  return NULL;
+}
+
+/* Classifies nodes, binds parameters, arena values and own results. */
+static kdc_status bind(lowerer *L, kdc_prog_func *pf) {
+  const kdc_func *f = L->f;
+  int32_t max_group = -1;
+  for (size_t v = 0; v < L->n; v++)
+    if (f->nodes[v].group > max_group) max_group = f->nodes[v].group;
+  if (max_group > (int64_t)(16 * L->n + 1024))
+    return KDC_ERR(KDC_INTERNAL, "codegen: func %s: group ids are not dense", f->name);
+  kdc_value_id *groot = kdc_xmalloc(((size_t)max_group + 2) * sizeof *groot);
+  for (size_t v = 0; v < L->n; v++)
+    if (f->nodes[v].group >= 0) groot[f->nodes[v].group] = (kdc_value_id)v;  /* last wins */
+  for (size_t v = 0; v < L->n; v++) {
+    const kdc_node *nd = &f->nodes[v];
+    L->root[v] = nd->group >= 0 ? groot[nd->group] : (kdc_value_id)v;
+    if (nd->op == KDC_OP_PARAMETER) L->kind[v] = SK_PARAM;
+    else if (nd->op == KDC_OP_CONSTANT) L->kind[v] = SK_CONST;
+    else if (nd->group >= 0) L->kind[v] = L->root[v] == v ? SK_STORED : SK_NONE;
+    else if (nd->op == KDC_OP_RESHAPE || nd->op == KDC_OP_SHARDING_CONSTRAINT)
+      L->kind[v] = SK_ALIAS;
+    else L->kind[v] = SK_STORED;
+  }
+  free(groot);
+  /* parameters */
+  pf->inputs = kdc_arena_alloc(L->P->a, (f->n_params + 1) * sizeof *pf->inputs);
+  for (size_t i = 0; i < f->n_params; i++) {
+    kdc_value_id v = f->params[i];
+    if (v == KDC_NO_VALUE || v >= L->n) return KDC_ERR(KDC_INTERNAL, "codegen: func %s: "
+                                                       "parameter %zu missing", f->name, i);
+    const kdc_node *nd = &f->nodes[v];
+    const char *name = nd->attr.param.name;
+    const kdc_weight *w = name ? kdc_ir_module_find_weight(f->module, name) : NULL;
+    if (nd->attr.param.kind == KDC_PARAM_WEIGHT && w && w->data) {
+      if (!kdc_type_equal(&w->type, &nd->type))
+        return KDC_ERR(KDC_INVALID_INPUT, "codegen: func %s: weight \"%s\" has the wrong type",
+                       f->name, name);
+      L->loc[v] = (kdc_prog_loc){KDC_PROG_BUF_WEIGHT, add_weight(L->P, name, &w->type, w->data),
+                                 0, kdc_type_bytes(&w->type)};
+    } else {
+      char def[32];
+      snprintf(def, sizeof def, "input_%u", pf->n_inputs);
+      pf->inputs[pf->n_inputs] = tensor_of(L->P, name ? name : def, &nd->type);
+      L->loc[v] = (kdc_prog_loc){KDC_PROG_BUF_INPUT, pf->n_inputs++, 0, kdc_type_bytes(&nd->type)};
+    }
+    L->has_loc[v] = true;
+  }
+  /* outputs and stored values */
+  pf->n_outputs = (uint32_t)f->n_results;
+  pf->outputs = kdc_arena_alloc(L->P->a, (f->n_results + 1) * sizeof *pf->outputs);
+  for (size_t i = 0; i < f->n_results; i++) {
+    kdc_value_id r = f->results[i];
+    char def[32];
+    snprintf(def, sizeof def, "output_%zu", i);
+    const char *name = f->result_names && f->result_names[i] ? f->result_names[i] : def;
+    pf->outputs[i] = tensor_of(L->P, name, &f->nodes[r].type);
+    if (L->kind[r] == SK_NONE) return bad(L, r, "result is a fused interior");
+    if (L->kind[r] == SK_STORED && f->nodes[r].mem_offset < 0 && !L->has_loc[r]) {
+      L->loc[r] = (kdc_prog_loc){KDC_PROG_BUF_OUTPUT, (uint32_t)i, 0,
+                                 kdc_type_bytes(&f->nodes[r].type)};
+      L->has_loc[r] = true;
+    }
+  }
+  for (size_t v = 0; v < L->n; v++) {
+    const kdc_node *nd = &f->nodes[v];
+    if (L->kind[v] != SK_STORED || L->has_loc[v]) continue;
+    if (nd->mem_offset < 0 || nd->mem_offset % ALIGN)
+      return bad(L, (kdc_value_id)v, "not memory-planned (run plan_memory after fuse)");
+    uint64_t bytes = kdc_type_bytes(&nd->type);
+    L->loc[v] = (kdc_prog_loc){KDC_PROG_BUF_ARENA, 0, (uint64_t)nd->mem_offset, bytes};
+    L->has_loc[v] = true;
+    uint64_t end = align_up((uint64_t)nd->mem_offset + (bytes ? bytes : 1));
+    if (end > L->planned_end) L->planned_end = end;
+  }
+  for (size_t u = 0; u < L->n; u++)  /* the fusion contract */
+    for (int j = 0; j < f->nodes[u].n_in; j++) {
+      kdc_value_id x = f->nodes[u].in[j];
+      if (L->kind[x] == SK_NONE && f->nodes[x].group != f->nodes[u].group)
+        return bad(L, x, "fused interior used outside its group");
+    }
+  return NULL;
+}
+
+static bool same_place(const kdc_prog_loc *a, const kdc_prog_loc *b) {
+  return a->buf == b->buf && a->index == b->index && a->offset == b->offset;
+}
+
+/* Adds |k| (slots filled, args[0..n_args) given) to the module and a step. */
+static kdc_status emit_kernel(lowerer *L, cg_kernel *k, const kdc_prog_loc *args) {
+  cg_plan *P = L->P;
+  uint32_t idx = P->prog.n_kernels;
+  LLVMValueRef body;
+  KDC_RETURN_IF_ERROR(cg_body_emit(P, k, idx, &body));
+  char name[48];
+  snprintf(name, sizeof name, "kdc_kernel_%u", idx);
+  kdc_prog_step s;
+  memset(&s, 0, sizeof s);
+  s.kind = KDC_STEP_KERNEL;
+  s.kernel.kernel = idx;
+  cg_cpu_wrap(P, k, body, name, &s.kernel.extent, &s.kernel.unit_cost);
+  s.kernel.n_args = k->n_args;
+  s.kernel.args = kdc_arena_memdup(P->a, args, k->n_args * sizeof *args);
+  KDC_GROW(P->prog.kernels, P->cap_kernels, P->prog.n_kernels + 1);
+  P->prog.kernels[P->prog.n_kernels++] = (kdc_prog_kernel){kdc_arena_strdup(P->a, name), k->n_args};
+  add_step(L, &s);
+  return NULL;
+}
+
+static kdc_status lower_kernel(lowerer *L, kdc_value_id r) {
+  const kdc_func *f = L->f;
+  if (kdc_type_numel(&f->nodes[r].type) == 0) return NULL;
+  cg_kernel k = {.f = f, .root = r, .group = f->nodes[r].group, .out_type = f->nodes[r].type};
+  k.slot = kdc_xmalloc(L->n * sizeof *k.slot);
+  for (size_t v = 0; v < L->n; v++) k.slot[v] = -1;
+  kdc_prog_loc args[64];
+  args[0] = L->loc[r];
+  k.n_args = 1;
+  kdc_status st = NULL;
+  for (kdc_value_id m = 0; m <= r && !st; m++) {
+    const kdc_node *nd = &f->nodes[m];
+    bool member = m == r || (k.group >= 0 && nd->group == k.group);
+    if (!member || nd->op == KDC_OP_CONSTANT) continue;
+    for (int j = 0; j < nd->n_in && !st; j++) {
+      kdc_value_id x = nd->in[j];
+      if (k.slot[x] >= 0 || (k.group >= 0 && f->nodes[x].group == k.group)) continue;
+      kdc_value_id b = x;
+      while (L->kind[b] == SK_ALIAS) b = f->nodes[b].in[0];
+      if (L->kind[b] == SK_CONST) continue;  /* read inline by the body */
+      kdc_prog_loc lx;
+      if ((st = loc_of(L, x, &lx))) break;
+      uint32_t s = 0;
+      while (s < k.n_args && !same_place(&args[s], &lx)) s++;
+      if (s == k.n_args) {
+        if (k.n_args == 64) {
+          st = KDC_ERR(KDC_UNSUPPORTED, "codegen: func %s: kernel %%%u reads more than 63 "
+                       "buffers", f->name, r);
+          break;
+        }
+        args[k.n_args++] = lx;
+      }
+      k.slot[x] = (int32_t)s;  /* s == 0: in place over the output */
+    }
+  }
+  if (!st) st = emit_kernel(L, &k, args);
+  free(k.slot);
+  return st;
+}
+
+/* Transpose kernel writing |v| permuted by |perm| to arena |off|. */
+static kdc_status lower_transpose(lowerer *L, kdc_value_id v, const int64_t *perm, uint64_t off,
+                                  kdc_prog_loc *out) {
+  const kdc_type *t = &L->f->nodes[v].type;
+  cg_kernel k = {.f = L->f, .root = v, .group = -1, .transpose = true, .n_args = 2};
+  k.out_type = *t;
+  for (int d = 0; d < t->rank; d++) k.perm[d] = perm[d], k.out_type.dims[d] = t->dims[perm[d]];
+  kdc_prog_loc args[2];
+  KDC_RETURN_IF_ERROR(loc_of(L, v, &args[1]));
+  args[0] = (kdc_prog_loc){KDC_PROG_BUF_ARENA, 0, off, kdc_type_bytes(t)};
+  *out = args[0];
+  k.slot = kdc_xmalloc(L->n * sizeof *k.slot);
+  for (size_t i = 0; i < L->n; i++) k.slot[i] = -1;
+  kdc_status st = emit_kernel(L, &k, args);
+  free(k.slot);
+  return st;
+}
+
+static kdc_status lower_gemm(lowerer *L, kdc_value_id v) {
+  const kdc_node *nd = &L->f->nodes[v];
+  if (kdc_type_numel(&nd->type) == 0) return NULL;
+  cg_gemm g;
+  cg_gemm_plan(L->f, v, &g);
+  kdc_prog_step s;
+  memset(&s, 0, sizeof s);
+  s.kind = KDC_STEP_GEMM;
+  kdc_prog_gemm_step *G = &s.gemm;
+  KDC_RETURN_IF_ERROR(loc_of(L, nd->in[0], &G->a));
+  KDC_RETURN_IF_ERROR(loc_of(L, nd->in[1], &G->b));
+  G->c = L->loc[v];
+  uint64_t off = L->planned_end;
+  if (g.copy_a) {
+    KDC_RETURN_IF_ERROR(lower_transpose(L, nd->in[0], g.perm_a, off, &G->a));
+    off += align_up(G->a.bytes ? G->a.bytes : 1);
+  }
+  if (g.copy_b) {
+    KDC_RETURN_IF_ERROR(lower_transpose(L, nd->in[1], g.perm_b, off, &G->b));
+    off += align_up(G->b.bytes ? G->b.bytes : 1);
+  }
+  if (off - L->planned_end > L->staging) L->staging = off - L->planned_end;
+  G->batch = g.batch, G->m = g.m, G->n = g.n, G->k = g.k;
+  G->trans_a = g.trans_a, G->trans_b = g.trans_b;
+  G->lda = g.lda, G->ldb = g.ldb, G->ldc = g.n > 1 ? g.n : 1;
+  G->stride_a = g.m * g.k, G->stride_b = g.k * g.n, G->stride_c = g.m * g.n;
+  add_step(L, &s);
+  return NULL;
+}
+
+static bool is_gemm(const kdc_func *f, kdc_value_id v) {
+  const kdc_node *nd = &f->nodes[v];
+  return nd->op == KDC_OP_DOT && nd->group < 0 && nd->type.dtype == KDC_DTYPE_F32 &&
+         f->nodes[nd->in[0]].type.dtype == KDC_DTYPE_F32 &&
+         f->nodes[nd->in[1]].type.dtype == KDC_DTYPE_F32;
+}
+
+kdc_status cg_lower_func(cg_plan *P, const kdc_func *f, uint64_t *out_arena) {
+  lowerer L = {.P = P, .f = f, .n = f->n_nodes};
+  size_t n = L.n + 1;
+  L.kind = kdc_xcalloc(n, sizeof *L.kind);
+  L.root = kdc_xcalloc(n, sizeof *L.root);
+  L.loc = kdc_xcalloc(n, sizeof *L.loc);
+  L.has_loc = kdc_xcalloc(n, sizeof *L.has_loc);
+  KDC_GROW(P->prog.funcs, P->cap_funcs, P->prog.n_funcs + 1);
+  kdc_prog_func *pf = &P->prog.funcs[P->prog.n_funcs];
+  memset(pf, 0, sizeof *pf);
+  pf->name = kdc_arena_strdup(P->a, f->name);
+  kdc_status st = bind(&L, pf);
+  for (kdc_value_id v = 0; v < L.n && !st; v++) {
+    if (L.kind[v] != SK_STORED || L.root[v] != v) continue;
+    st = is_gemm(f, v) ? lower_gemm(&L, v) : lower_kernel(&L, v);
+  }
+  for (size_t i = 0; i < f->n_results && !st; i++) {
+    kdc_value_id r = f->results[i];
+    kdc_prog_loc src;
+    kdc_prog_loc dst = {KDC_PROG_BUF_OUTPUT, (uint32_t)i, 0, kdc_type_bytes(&f->nodes[r].type)};
+    if ((st = loc_of(&L, r, &src))) break;
+    if (same_place(&src, &dst) || dst.bytes == 0) continue;
+    kdc_prog_step s;
+    memset(&s, 0, sizeof s);
+    s.kind = KDC_STEP_COPY;
+    s.src = src, s.dst = dst;
+    add_step(&L, &s);
+  }
+  if (!st) {
+    pf->n_steps = (uint32_t)L.n_steps;
+    pf->steps = kdc_arena_alloc(P->a, (L.n_steps + 1) * sizeof *L.steps);
+    if (L.n_steps) memcpy(pf->steps, L.steps, L.n_steps * sizeof *L.steps);
+    P->prog.n_funcs++;
+    *out_arena = L.planned_end + L.staging;
+  }
+  free(L.kind), free(L.root), free(L.loc), free(L.has_loc), free(L.steps);
+  return st;
+}

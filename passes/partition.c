@@ -1,0 +1,381 @@
+/*
+ * passes/partition.c: rewrites every function into ONE SPMD program for all
+ * devices of the module's mesh (SHARDING.md 8a "Partition").  After it, every
+ * node's type is LOCAL (the piece one device holds) and its sharding says how
+ * the pieces form the global value; see docs/sharding.md for the contract.
+ *
+ * Per node, in order:
+ *   1. the op's factor shardings come from its result's propagated sharding;
+ *      factors the result does not have (contracting and other reduction
+ *      factors) come from the first operand that splits them; need-replication
+ *      factors stay unsplit; each axis serves one factor; then the factors
+ *      are made consistent (a factor keeps only the axes every tensor having
+ *      it can represent, passes/sharding_rules.c projection rules);
+ *   2. each operand is resharded (passes/reshard.c plans, cached per value and
+ *      target) to its projection of those factors.  Partials are kept
+ *      through linear ops (neg, transpose, reshape, slice, broadcast_in_dim,
+ *      reduce sum, concatenate of equally-partial operands, add/sub of
+ *      equally-partial operands, mul by / div of a non-partial value, dot
+ *      with a non-partial other operand) and materialised anywhere else by
+ *      the planner: all_reduce, or reduce_scatter when the consumer wants the
+ *      partial axis split;
+ *   3. the op is emitted on local types; its result is partial over the axes
+ *      of its split reduction factors (plus kept partials); if the
+ *      consistent factors changed the result's sharding, it is resharded back
+ *      to the propagated one;
+ * special cases: parameters keep their (user) sharding and get local types;
+ * sharding_constraint becomes a reshard to its sharding (materialising
+ * partials); iota split on its own dim, and dense constants and
+ * rng_uniform split anywhere, are built global and cut with shard_slice; function results are
+ * materialised (no partial).
+ * An operand that must be gathered because the op cannot run split on that
+ * factor (a need_replication factor, or a reshape the factors cannot
+ * express) is a full-replication fallback: one warning line on
+ * opt->warnings naming the op, both shardings and where each came from.
+ * Indivisible local shapes are located errors (never padded).
+ * On a mesh of one device the pass only removes sharding_constraint nodes.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "passes/passes.h"
+
+typedef struct cache_entry {
+  kdc_value_id old, val;
+  kdc_sharding target;
+} cache_entry;
+
+typedef struct part {
+  kdc_module *m;
+  kdc_func *f;
+  const kdc_pass_options *opt;
+  size_t n0;              /* node count before partitioning */
+  kdc_value_id *map;      /* old value -> new local value */
+  kdc_sharding *have;     /* old value -> sharding of map[old] (with partial) */
+  kdc_type *local;        /* parameters: their local type */
+  cache_entry *cache;
+  size_t n_cache, cap_cache;
+} part;
+
+static kdc_status located(part *p, kdc_value_id v, kdc_status st) {
+  char where[256];
+  return kdc_status_annotate(st, "%s", kdc_pass_where(p->f, v, where, sizeof where));
+}
+
+/* Short "where it came from" of the sharding of old value |u|. */
+static const char *origin_text(part *p, kdc_value_id u, char *buf, size_t n) {
+  uint32_t e = p->f->nodes[u].sharding.origin;
+  if (!e || e >= p->m->n_prov) return "unset";
+  const kdc_prov *pr = &p->m->prov[e];
+  while (pr->kind == KDC_PROV_PROPAGATED && pr->parent) pr = &p->m->prov[pr->parent];
+  if (pr->kind == KDC_PROV_USER) snprintf(buf, n, "%s", pr->text ? pr->text : "user");
+  else snprintf(buf, n, "propagated from %%%u", pr->source);
+  return buf;
+}
+
+/* The value of old |u| resharded to |target| (cached). */
+static kdc_status get(part *p, kdc_value_id u, const kdc_sharding *target, kdc_value_id *out) {
+  if (kdc_sharding_same_split(&p->have[u], target)) return *out = p->map[u], NULL;
+  for (size_t i = 0; i < p->n_cache; i++)
+    if (p->cache[i].old == u && kdc_sharding_same_split(&p->cache[i].target, target))
+      return *out = p->cache[i].val, NULL;
+  kdc_reshard_plan plan;
+  KDC_RETURN_IF_ERROR(kdc_reshard_plan_make(&p->m->mesh, &p->f->nodes[u].type, &p->have[u],
+                                            target, &plan));
+  kdc_ir_set_origin(p->f, p->f->nodes[u].origin);
+  *out = kdc_reshard_emit(p->f, p->map[u], &plan);
+  KDC_GROW(p->cache, p->cap_cache, p->n_cache + 1);
+  p->cache[p->n_cache++] = (cache_entry){u, *out, *target};
+  return NULL;
+}
+
+static bool tensor_has(const kdc_factor_rule *r, int t, int f) {
+  for (int d = 0; d < r->rank[t]; d++)
+    if (memchr(r->f[t][d], f, r->nf[t][d])) return true;
+  return false;
+}
+
+/* Step 1: the op's consistent factor shardings. */
+static void factors(part *p, kdc_value_id v, const kdc_factor_rule *r, kdc_factor_shardings *fs) {
+  const kdc_node *n = &p->f->nodes[v];
+  const kdc_mesh *mesh = &p->m->mesh;
+  int res = r->ntensors - 1;
+  kdc_rule_project_in(mesh, r, res, &n->sharding, fs);
+  unsigned used = 0; /* result factors first, in factor order */
+  for (int f = 0; f < r->nfactors; f++) {
+    if (r->kind[f] == KDC_FACTOR_NEED_REPL) fs->n[f] = 0;
+    int k = 0;
+    while (k < fs->n[f] && !(used & (1u << fs->axes[f][k]))) used |= 1u << fs->axes[f][k++];
+    fs->n[f] = (uint8_t)k;
+  }
+  for (int f = 0; f < r->nfactors; f++) {
+    if (tensor_has(r, res, f) || r->kind[f] == KDC_FACTOR_NEED_REPL) continue;
+    for (int t = 0; t < n->n_in && !fs->n[f]; t++) {
+      kdc_factor_shardings o;
+      kdc_rule_project_in(mesh, r, t, &p->have[n->in[t]], &o);
+      int k = 0;
+      while (k < o.n[f] && !(used & (1u << o.axes[f][k]))) k++;
+      for (int i = 0; i < k; i++) used |= 1u << o.axes[f][i];
+      fs->n[f] = (uint8_t)k;
+      memcpy(fs->axes[f], o.axes[f], (size_t)k);
+    }
+  }
+  for (int round = 0; round < 2; round++) /* consistency: keep what every tensor can express */
+    for (int t = 0; t < r->ntensors; t++) {
+      kdc_sharding s = kdc_sharding_replicated(r->rank[t]);
+      kdc_factor_shardings back;
+      kdc_rule_project_out(mesh, r, t, fs, &s);
+      kdc_rule_project_in(mesh, r, t, &s, &back);
+      for (int f = 0; f < r->nfactors; f++)
+        if (tensor_has(r, t, f) && back.n[f] < fs->n[f]) fs->n[f] = back.n[f];
+    }
+}
+
+/* Which operands may stay partial (linear ops, step 2); returns the kept
+ * partial axes of each operand in |keep|. */
+static void linear(part *p, const kdc_node *n, unsigned fs_axes, uint16_t *keep) {
+  uint16_t pa[KDC_RULE_MAX_TENSORS];
+  int np = 0;
+  for (int i = 0; i < n->n_in; i++) {
+    pa[i] = p->have[n->in[i]].partial;
+    keep[i] = 0;
+    np += pa[i] != 0;
+  }
+  if (!np) return;
+  switch (n->op) {
+  case KDC_OP_NEG: case KDC_OP_TRANSPOSE: case KDC_OP_RESHAPE: case KDC_OP_SLICE:
+  case KDC_OP_BROADCAST:
+    keep[0] = pa[0];
+    break;
+  case KDC_OP_REDUCE:
+    if (n->attr.reduce.kind == KDC_RED_SUM) keep[0] = pa[0];
+    break;
+  case KDC_OP_ADD: case KDC_OP_SUB: case KDC_OP_CONCAT: {
+    bool same = true;
+    for (int i = 1; i < n->n_in; i++) same = same && pa[i] == pa[0];
+    if (same)
+      for (int i = 0; i < n->n_in; i++) keep[i] = pa[i];
+    break;
+  }
+  case KDC_OP_MUL: case KDC_OP_DOT:
+    if (np == 1) keep[pa[0] ? 0 : 1] = pa[0] ? pa[0] : pa[1];
+    break;
+  case KDC_OP_DIV:
+    if (pa[0] && !pa[1]) keep[0] = pa[0];
+    break;
+  default: break;
+  }
+  for (int i = 0; i < n->n_in; i++)
+    if (keep[i] & fs_axes) keep[i] = 0; /* the op splits on it: reduce(-scatter) instead */
+}
+
+static void warn_fallback(part *p, kdc_value_id v, kdc_value_id u, const kdc_sharding *target) {
+  FILE *w = p->opt ? p->opt->warnings : NULL;
+  if (!w) return;
+  char where[256], b1[2048], b2[2048], b3[2048], o1[512], o2[512];
+  kdc_sharding have = p->have[u], res = p->f->nodes[v].sharding, tgt = *target;
+  have.origin = res.origin = tgt.origin = 0;
+  res.open_mask = 0;
+  fprintf(w, "warning: %s: operand %%%u %s [%s] is gathered to %s: the op cannot run split that "
+          "way; result %s [%s]\n", kdc_pass_where(p->f, v, where, sizeof where), u,
+          kdc_sharding_str(&p->m->mesh, &have, b1, sizeof b1), origin_text(p, u, o1, sizeof o1),
+          kdc_sharding_str(&p->m->mesh, &tgt, b2, sizeof b2),
+          kdc_sharding_str(&p->m->mesh, &res, b3, sizeof b3), origin_text(p, v, o2, sizeof o2));
+}
+
+/* Emits |op| on local types (attributes adjusted) into *out. */
+static kdc_status emit(part *p, kdc_value_id v, const kdc_value_id *ins, const kdc_sharding *rs,
+                       kdc_value_id *out) {
+  kdc_node nd = p->f->nodes[v];
+  const kdc_mesh *mesh = &p->m->mesh;
+  kdc_type lt;
+  KDC_RETURN_IF_ERROR(kdc_sharding_local_type(mesh, rs, &nd.type, &lt));
+  kdc_attrs a = nd.attr;
+  kdc_ir_set_origin(p->f, nd.origin);
+  if (nd.op == KDC_OP_SLICE)
+    for (int d = 0; d < lt.rank; d++)
+      if (rs->naxes[d]) a.slice.limit.v[d] = lt.dims[d];
+  /* built global, then cut: dense constants, iota on its own dim, rng_uniform
+   * (its counter is the global element index) */
+  bool whole = (nd.op == KDC_OP_CONSTANT && !nd.attr.constant.splat) || nd.op == KDC_OP_RNG_UNIFORM;
+  kdc_type bt = lt; /* build type: global on the dims cut afterwards */
+  for (int d = 0; d < lt.rank; d++)
+    if (rs->naxes[d] && (whole || (nd.op == KDC_OP_IOTA && d == nd.attr.dim)))
+      bt.dims[d] = nd.type.dims[d];
+  kdc_value_id x = kdc_ir_append(p->f, nd.op, &bt, nd.n_in, ins, &a);
+  kdc_sharding s = *rs;
+  for (int d = 0; d < lt.rank; d++)
+    if (bt.dims[d] != lt.dims[d]) s.naxes[d] = 0;
+  p->f->nodes[x].sharding = s;
+  for (int d = 0; d < lt.rank; d++) {
+    if (bt.dims[d] == lt.dims[d]) continue;
+    kdc_attrs sa;
+    memset(&sa, 0, sizeof sa);
+    sa.coll.naxes = rs->naxes[d];
+    memcpy(sa.coll.axes, rs->axes[d], rs->naxes[d]);
+    sa.coll.dim = d;
+    kdc_type t = p->f->nodes[x].type;
+    t.dims[d] = lt.dims[d];
+    x = kdc_ir_append(p->f, KDC_OP_SHARD_SLICE, &t, 1, &x, &sa);
+    s.naxes[d] = rs->naxes[d];
+    memcpy(s.axes[d], rs->axes[d], rs->naxes[d]);
+    p->f->nodes[x].sharding = s;
+  }
+  *out = x;
+  return NULL;
+}
+
+static kdc_status node(part *p, kdc_value_id v) {
+  const kdc_mesh *mesh = &p->m->mesh;
+  kdc_node nd = p->f->nodes[v];
+  if (!nd.sharding.present) nd.sharding = kdc_sharding_replicated(nd.type.rank);
+  nd.sharding.open_mask = 0;
+  if (nd.op == KDC_OP_PARAMETER) {
+    kdc_type lt;
+    kdc_status st = kdc_sharding_local_type(mesh, &nd.sharding, &nd.type, &lt);
+    if (st) return located(p, v, st);
+    p->local[v] = lt; /* applied at the end: rules read the global types */
+    p->f->nodes[v].sharding = nd.sharding;
+    p->map[v] = v;
+    p->have[v] = nd.sharding;
+    return NULL;
+  }
+  if (nd.op == KDC_OP_SHARDING_CONSTRAINT) {
+    kdc_sharding t = nd.sharding;
+    t.partial = 0;
+    kdc_status st = get(p, nd.in[0], &t, &p->map[v]);
+    if (st) return located(p, v, st);
+    p->have[v] = t;
+    return NULL;
+  }
+  kdc_factor_rule r;
+  kdc_factor_shardings fs;
+  kdc_status st = kdc_sharding_rule(p->f, v, &r);
+  if (st) return located(p, v, st);
+  factors(p, v, &r, &fs);
+  unsigned fs_axes = 0;
+  for (int f = 0; f < r.nfactors; f++)
+    for (int k = 0; k < fs.n[f]; k++) fs_axes |= 1u << fs.axes[f][k];
+  uint16_t keep[KDC_RULE_MAX_TENSORS];
+  linear(p, &p->f->nodes[v], fs_axes, keep);
+  kdc_value_id *ins = kdc_xmalloc((size_t)(nd.n_in ? nd.n_in : 1) * sizeof *ins);
+  uint16_t partial = 0;
+  for (int t = 0; t < nd.n_in && !st; t++) {
+    kdc_value_id u = nd.in[t];
+    kdc_sharding want = kdc_sharding_replicated(r.rank[t]);
+    kdc_rule_project_out(mesh, &r, t, &fs, &want);
+    want.partial = keep[t];
+    partial |= keep[t];
+    /* a fallback: the operand loses axes the result keeps on that dim's factors */
+    kdc_factor_shardings had;
+    bool exact = kdc_rule_project_in(mesh, &r, t, &p->have[u], &had);
+    for (int f = 0; f < r.nfactors && exact; f++)
+      if (had.n[f] > fs.n[f] && r.kind[f] == KDC_FACTOR_NEED_REPL) exact = false;
+    if (!exact) warn_fallback(p, v, u, &want);
+    st = get(p, u, &want, &ins[t]);
+  }
+  for (int f = 0; f < r.nfactors; f++)
+    if (r.kind[f] == KDC_FACTOR_REDUCTION)
+      for (int k = 0; k < fs.n[f]; k++) partial |= (uint16_t)(1u << fs.axes[f][k]);
+  kdc_sharding rs = kdc_sharding_replicated(nd.type.rank);
+  kdc_rule_project_out(mesh, &r, r.ntensors - 1, &fs, &rs);
+  rs.partial = partial;
+  rs.origin = nd.sharding.origin;
+  kdc_value_id x = KDC_NO_VALUE;
+  if (!st) st = emit(p, v, ins, &rs, &x);
+  free(ins);
+  if (st) return located(p, v, st);
+  p->map[v] = x;
+  p->have[v] = rs;
+  kdc_sharding want = nd.sharding;
+  want.partial = partial;
+  if (!kdc_sharding_same_split(&rs, &want)) { /* back to the propagated sharding */
+    st = get(p, v, &want, &x);
+    if (st) return located(p, v, st);
+    p->map[v] = x;
+    p->have[v] = want;
+  }
+  return NULL;
+}
+
+/* Records a PARTIAL provenance entry per partial axis of new value |x|. */
+static void note_partials(part *p, kdc_value_id old, kdc_value_id x) {
+  const kdc_sharding *s = &p->have[old];
+  kdc_factor_rule r;
+  if (!s->partial || kdc_sharding_rule(p->f, old, &r)) return;
+  for (int a = 0; a < p->m->mesh.naxes; a++) {
+    if (!(s->partial & (1u << a))) continue;
+    kdc_prov e;
+    memset(&e, 0, sizeof e);
+    e.kind = KDC_PROV_PARTIAL;
+    e.func = p->f;
+    e.value = x;
+    e.dim = -1;
+    e.axis = a;
+    e.source = KDC_NO_VALUE;
+    e.op = x;
+    e.factor = -1;
+    for (int f = 0; f < r.nfactors; f++)
+      if (r.kind[f] == KDC_FACTOR_REDUCTION) e.factor = f;
+    kdc_ir_prov_add(p->m, &e);
+  }
+}
+
+static kdc_status partition_func(kdc_module *m, kdc_func *f, const kdc_pass_options *opt) {
+  part p = {m, f, opt, f->n_nodes, NULL, NULL, NULL, NULL, 0, 0};
+  bool one = kdc_mesh_devices(&m->mesh) <= 1;
+  p.map = kdc_xcalloc(p.n0 + 1, sizeof *p.map);
+  p.have = kdc_xcalloc(p.n0 + 1, sizeof *p.have);
+  p.local = kdc_xcalloc(p.n0 + 1, sizeof *p.local);
+  kdc_status st = NULL;
+  const char *saved_origin = f->cur_origin;
+  if (one) { /* only drop the constraints */
+    for (size_t v = 0; v < p.n0; v++)
+      p.map[v] = f->nodes[v].op == KDC_OP_SHARDING_CONSTRAINT ? p.map[f->nodes[v].in[0]]
+                                                               : (kdc_value_id)v;
+    kdc_pass_func_rebuild(f, p.map, NULL, 0);
+    free(p.map), free(p.have), free(p.local);
+    return NULL;
+  }
+  for (size_t v = 0; v < p.n0 && !st; v++) st = node(&p, (kdc_value_id)v);
+  for (size_t i = 0; i < f->n_results && !st; i++) { /* results: no partials */
+    kdc_value_id r = f->results[i], x;
+    kdc_sharding t = p.have[r];
+    t.partial = 0;
+    st = get(&p, r, &t, &x);
+    if (!st) f->results[i] = x;
+  }
+  f->cur_origin = saved_origin;
+  if (!st) {
+    for (size_t v = 0; v < p.n0; v++) note_partials(&p, (kdc_value_id)v, p.map[v]);
+    size_t n = f->n_nodes, k = 0;
+    kdc_value_id *repl = kdc_xmalloc(n * sizeof *repl), *order = kdc_xmalloc(n * sizeof *order);
+    kdc_value_id *pos = kdc_xmalloc(n * sizeof *pos);
+    for (size_t v = 0; v < n; v++) {
+      bool kept = v >= p.n0 || f->nodes[v].op == KDC_OP_PARAMETER;
+      repl[v] = kept ? (kdc_value_id)v : p.map[v];
+      pos[v] = KDC_NO_VALUE;
+      if (kept) pos[v] = (kdc_value_id)k, order[k++] = (kdc_value_id)v;
+    }
+    for (size_t v = 0; v < n; v++) f->nodes[v].sharding.open_mask = 0;
+    for (size_t v = 0; v < p.n0; v++)
+      if (f->nodes[v].op == KDC_OP_PARAMETER) f->nodes[v].type = p.local[v];
+    for (size_t i = 1; i < m->n_prov; i++) { /* provenance follows the new ids */
+      kdc_prov *e = &m->prov[i];
+      if (e->func != f) continue;
+      if (e->value < n) e->value = pos[repl[e->value]];
+      if (e->source < n) e->source = pos[repl[e->source]];
+      if (e->op < n) e->op = pos[repl[e->op]];
+    }
+    kdc_pass_func_rebuild(f, NULL, order, k);
+    free(repl), free(order), free(pos);
+  }
+  free(p.map), free(p.have), free(p.cache), free(p.local);
+  return st;
+}
+
+kdc_status kdc_pass_partition(kdc_module *m, const kdc_pass_options *opt) {
+  for (size_t i = 0; i < m->n_funcs; i++) KDC_RETURN_IF_ERROR(partition_func(m, m->funcs[i], opt));
+  return NULL;
+}

@@ -1,0 +1,320 @@
+/*
+ * passes/sharding_rules.c: the sharding rule of every op, as data
+ * (SHARDING.md 8a "Op rules as data", Shardy's OpShardingRule).
+ *
+ * A rule names the op's factors (independent index ranges), gives each a size
+ * and a kind, and maps every dim of every operand and of the result to an
+ * ordered list of factors (major to minor; a dim of several factors is a
+ * reshape's compound dim).  Printed like Shardy:
+ *     ([i,k],[k,j])->([i,j]) {i=8,j=16,k=4} reduction={k}
+ * Kinds: pass (the factor may be split the same way on every tensor that has
+ * it), reduction (it may be split on the operands; the result is then a
+ * partial sum over those axes), need_replication (it must be unsplit).
+ * A dim printed `_` has no factor (a broadcast size-1 dim, a reshape's size-1
+ * dim): it is never split.
+ *
+ * Rules per op:
+ *   elementwise, select, compare, convert, sharding_constraint: identity.
+ *   parameter, constant, iota, rng_uniform (its step operand is a scalar):
+ *     one pass factor per result dim.
+ *   broadcast_in_dim: operand dim k shares result dim dims[k]'s factor unless
+ *     it is a size-1 dim broadcast to more (then `_`); other result dims get
+ *     result-only factors.
+ *   transpose: permuted.  reshape: compound factors from a gcd walk over the
+ *     two shapes (Shardy): equal runs share factors; where the walk gets stuck
+ *     (coprime remainders, e.g. [2,3]->[3,2]) the dims up to the next point
+ *     where both shapes' prefix products agree get need_replication factors.
+ *   slice, pad: untouched dims pass; sliced or padded dims need_replication.
+ *   concatenate: the concat dim need_replication, the others pass.
+ *   reduce sum: reduced dims are reduction factors; reduce max/min/prod:
+ *     need_replication (partials are sums only).
+ *   dot_general: batch and free dims pass, contracting dims reduction.
+ *   collectives, shard_slice: need_replication everywhere (they only exist
+ *     after partitioning).
+ * Also here: projecting a tensor's sharding onto factors and back.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "passes/passes.h"
+
+static int new_factor(kdc_factor_rule *r, int64_t size, kdc_factor_kind kind) {
+  KDC_ASSERT(r->nfactors < KDC_RULE_MAX_FACTORS);
+  r->size[r->nfactors] = size;
+  r->kind[r->nfactors] = kind;
+  return r->nfactors++;
+}
+
+static void add(kdc_factor_rule *r, int t, int d, int f) {
+  KDC_ASSERT(r->nf[t][d] < KDC_RULE_MAX_DIM_FACTORS);
+  r->f[t][d][r->nf[t][d]++] = (uint8_t)f;
+}
+
+/* Tensor |t| gets dims; returns t. */
+static int tensor(kdc_factor_rule *r, int rank) {
+  r->rank[r->ntensors] = rank;
+  return r->ntensors++;
+}
+
+static int64_t gcd(int64_t a, int64_t b) {
+  while (b) {
+    int64_t t = a % b;
+    a = b;
+    b = t;
+  }
+  return a;
+}
+
+static void rule_reshape(kdc_factor_rule *r, const kdc_type *a, const kdc_type *b) {
+  int ta = 0, tb = 1, i = 0, j = 0;
+  int64_t ra = a->rank ? a->dims[0] : 1, rb = b->rank ? b->dims[0] : 1;
+  while (i < a->rank && j < b->rank) {
+    if (ra == 1) {
+      if (++i < a->rank) ra = a->dims[i];
+      continue;
+    }
+    if (rb == 1) {
+      if (++j < b->rank) rb = b->dims[j];
+      continue;
+    }
+    int64_t g = gcd(ra, rb);
+    if (g > 1) {
+      int f = new_factor(r, g, KDC_FACTOR_PASS);
+      add(r, ta, i, f);
+      add(r, tb, j, f);
+      ra /= g;
+      rb /= g;
+      continue;
+    }
+    /* stuck: need_replication until the prefix products agree again */
+    int64_t pa = ra, pb = rb;
+    add(r, ta, i++, new_factor(r, ra, KDC_FACTOR_NEED_REPL));
+    add(r, tb, j++, new_factor(r, rb, KDC_FACTOR_NEED_REPL));
+    while (pa != pb && (i < a->rank || j < b->rank)) {
+      if ((pa < pb && i < a->rank) || j >= b->rank) {
+        if (a->dims[i] > 1) add(r, ta, i, new_factor(r, a->dims[i], KDC_FACTOR_NEED_REPL));
+        pa *= a->dims[i++];
+      } else {
+        if (b->dims[j] > 1) add(r, tb, j, new_factor(r, b->dims[j], KDC_FACTOR_NEED_REPL));
+        pb *= b->dims[j++];
+      }
+    }
+    ra = i < a->rank ? a->dims[i] : 1;
+    rb = j < b->rank ? b->dims[j] : 1;
+  }
+}
+
+static bool in_list(const kdc_dimlist *l, int64_t d) {
+  for (int i = 0; i < l->n; i++)
+    if (l->v[i] == d) return true;
+  return false;
+}
+
+static void rule_dot(kdc_factor_rule *r, const kdc_attr_dot *a, const kdc_type *l,
+                     const kdc_type *rt) {
+  int res = 2, rd = 0;
+  for (int k = 0; k < a->lhs_batch.n; k++) {
+    int f = new_factor(r, l->dims[a->lhs_batch.v[k]], KDC_FACTOR_PASS);
+    add(r, 0, (int)a->lhs_batch.v[k], f);
+    add(r, 1, (int)a->rhs_batch.v[k], f);
+    add(r, res, rd++, f);
+  }
+  for (int d = 0; d < l->rank; d++)
+    if (!in_list(&a->lhs_batch, d) && !in_list(&a->lhs_contract, d)) {
+      int f = new_factor(r, l->dims[d], KDC_FACTOR_PASS);
+      add(r, 0, d, f);
+      add(r, res, rd++, f);
+    }
+  for (int d = 0; d < rt->rank; d++)
+    if (!in_list(&a->rhs_batch, d) && !in_list(&a->rhs_contract, d)) {
+      int f = new_factor(r, rt->dims[d], KDC_FACTOR_PASS);
+      add(r, 1, d, f);
+      add(r, res, rd++, f);
+    }
+  for (int k = 0; k < a->lhs_contract.n; k++) {
+    int f = new_factor(r, l->dims[a->lhs_contract.v[k]], KDC_FACTOR_REDUCTION);
+    add(r, 0, (int)a->lhs_contract.v[k], f);
+    add(r, 1, (int)a->rhs_contract.v[k], f);
+  }
+}
+
+/* Untouched dims pass between operand 0 and the result; the others get
+ * need_replication factors (|same|: unchanged dim). */
+static void rule_same_or_repl(kdc_factor_rule *r, const kdc_type *x, const kdc_type *out,
+                              const bool *same, bool shared) {
+  int res = r->ntensors - 1;
+  for (int d = 0; d < x->rank; d++) {
+    if (same[d]) {
+      int f = new_factor(r, x->dims[d], KDC_FACTOR_PASS);
+      add(r, 0, d, f);
+      add(r, res, d, f);
+    } else if (shared) {
+      int f = new_factor(r, out->dims[d], KDC_FACTOR_NEED_REPL);
+      for (int t = 0; t <= res; t++) add(r, t, d, f);
+    } else {
+      if (x->dims[d] > 1) add(r, 0, d, new_factor(r, x->dims[d], KDC_FACTOR_NEED_REPL));
+      if (out->dims[d] > 1) add(r, res, d, new_factor(r, out->dims[d], KDC_FACTOR_NEED_REPL));
+    }
+  }
+}
+
+kdc_status kdc_sharding_rule(const kdc_func *fn, kdc_value_id v, kdc_factor_rule *r) {
+  const kdc_node *n = kdc_ir_node(fn, v);
+  const kdc_type *out = &n->type, *x = n->n_in ? kdc_ir_type(fn, n->in[0]) : NULL;
+  unsigned fl = kdc_op_flags(n->op);
+  memset(r, 0, sizeof *r);
+  if (n->n_in + 1 > KDC_RULE_MAX_TENSORS)
+    return KDC_ERR(KDC_UNSUPPORTED, "%s with %d operands: sharding rules take at most %d",
+                   kdc_op_name(n->op), n->n_in, KDC_RULE_MAX_TENSORS - 1);
+  for (int i = 0; i < n->n_in; i++) tensor(r, kdc_ir_type(fn, n->in[i])->rank);
+  int res = tensor(r, out->rank);
+  bool same[KDC_MAX_RANK];
+  if ((fl & OPF_EW) || (fl & OPF_LEAF) || n->op == KDC_OP_SHARDING_CONSTRAINT) {
+    r->pass_through = !(fl & OPF_LEAF);
+    for (int d = 0; d < out->rank; d++) {
+      int f = new_factor(r, out->dims[d], KDC_FACTOR_PASS);
+      for (int t = 0; t <= res; t++) add(r, t, d, f);
+    }
+    return NULL;
+  }
+  switch (n->op) {
+  case KDC_OP_RNG_UNIFORM: /* scalar step operand; the counter is the global index */
+    for (int d = 0; d < out->rank; d++) add(r, res, d, new_factor(r, out->dims[d], KDC_FACTOR_PASS));
+    return NULL;
+  case KDC_OP_TRANSPOSE:
+    r->pass_through = true;
+    for (int d = 0; d < out->rank; d++) {
+      int f = new_factor(r, out->dims[d], KDC_FACTOR_PASS);
+      add(r, res, d, f);
+      add(r, 0, (int)n->attr.dims.v[d], f);
+    }
+    return NULL;
+  case KDC_OP_BROADCAST: {
+    int fres[KDC_MAX_RANK];
+    r->broadcast = true;
+    for (int d = 0; d < out->rank; d++) {
+      fres[d] = new_factor(r, out->dims[d], KDC_FACTOR_PASS);
+      add(r, res, d, fres[d]);
+    }
+    for (int k = 0; k < x->rank; k++)
+      if (x->dims[k] == out->dims[n->attr.dims.v[k]]) add(r, 0, k, fres[n->attr.dims.v[k]]);
+    return NULL;
+  }
+  case KDC_OP_RESHAPE: rule_reshape(r, x, out); return NULL;
+  case KDC_OP_DOT: rule_dot(r, &n->attr.dot, x, kdc_ir_type(fn, n->in[1])); return NULL;
+  case KDC_OP_REDUCE: {
+    kdc_factor_kind k = n->attr.reduce.kind == KDC_RED_SUM ? KDC_FACTOR_REDUCTION
+                                                             : KDC_FACTOR_NEED_REPL;
+    for (int d = 0, rd = 0; d < x->rank; d++) {
+      bool red = in_list(&n->attr.reduce.dims, d);
+      int f = new_factor(r, x->dims[d], red ? k : KDC_FACTOR_PASS);
+      add(r, 0, d, f);
+      if (!red) add(r, res, rd++, f);
+    }
+    return NULL;
+  }
+  case KDC_OP_SLICE:
+    for (int d = 0; d < x->rank; d++)
+      same[d] = n->attr.slice.start.v[d] == 0 && n->attr.slice.stride.v[d] == 1 &&
+                n->attr.slice.limit.v[d] == x->dims[d];
+    rule_same_or_repl(r, x, out, same, false);
+    return NULL;
+  case KDC_OP_PAD:
+    for (int d = 0; d < x->rank; d++)
+      same[d] = n->attr.pad.low.v[d] == 0 && n->attr.pad.high.v[d] == 0 &&
+                n->attr.pad.interior.v[d] == 0;
+    rule_same_or_repl(r, x, out, same, false);
+    return NULL;
+  case KDC_OP_CONCAT:
+    for (int d = 0; d < out->rank; d++) {
+      int f = new_factor(r, out->dims[d], d == n->attr.dim ? KDC_FACTOR_NEED_REPL : KDC_FACTOR_PASS);
+      for (int t = 0; t <= res; t++) add(r, t, d, f);
+    }
+    return NULL;
+  default: /* SPMD ops: never split across them */
+    for (int d = 0; d < out->rank; d++) same[d] = false;
+    rule_same_or_repl(r, x, out, same, false);
+    return NULL;
+  }
+}
+
+/* Factor names: i j k l m n o p q r s t u v w x y z, then f18, f19, ... */
+static void put_factor(FILE *out, int f) {
+  if (f < 18) fputc('i' + f, out);
+  else fprintf(out, "f%d", f);
+}
+
+void kdc_sharding_rule_print(FILE *out, const kdc_factor_rule *r) {
+  fputc('(', out);
+  for (int t = 0; t < r->ntensors; t++) {
+    if (t == r->ntensors - 1) fputs(")->(", out);
+    else if (t) fputc(',', out);
+    fputc('[', out);
+    for (int d = 0; d < r->rank[t]; d++) {
+      if (d) fputc(',', out);
+      if (!r->nf[t][d]) fputc('_', out);
+      for (int k = 0; k < r->nf[t][d]; k++) put_factor(out, r->f[t][d][k]);
+    }
+    fputc(']', out);
+  }
+  fputs(") {", out);
+  for (int f = 0; f < r->nfactors; f++) {
+    if (f) fputc(',', out);
+    put_factor(out, f);
+    fprintf(out, "=%lld", (long long)r->size[f]);
+  }
+  fputc('}', out);
+  static const char *const kind_kw[] = {NULL, "reduction", "need_replication"};
+  for (int k = KDC_FACTOR_REDUCTION; k <= KDC_FACTOR_NEED_REPL; k++) {
+    bool first = true;
+    for (int f = 0; f < r->nfactors; f++) {
+      if (r->kind[f] != (kdc_factor_kind)k) continue;
+      fprintf(out, first ? " %s={" : ",", kind_kw[k]);
+      put_factor(out, f);
+      first = false;
+    }
+    if (!first) fputc('}', out);
+  }
+  if (r->pass_through) fputs(" pass_through", out);
+  if (r->broadcast) fputs(" broadcast", out);
+  fputc('\n', out);
+}
+
+bool kdc_rule_project_in(const kdc_mesh *m, const kdc_factor_rule *r, int t,
+                         const kdc_sharding *s, kdc_factor_shardings *fs) {
+  bool exact = true;
+  memset(fs, 0, sizeof *fs);
+  if (!s->present) return true;
+  for (int d = 0; d < r->rank[t] && d < s->rank; d++) {
+    int fi = 0;
+    int64_t prod = 1;
+    for (int k = 0; k < s->naxes[d]; k++) {
+      int64_t sz = m->sizes[s->axes[d][k]];
+      while (fi < r->nf[t][d] && prod == r->size[r->f[t][d][fi]]) fi++, prod = 1;
+      int f = fi < r->nf[t][d] ? r->f[t][d][fi] : -1;
+      if (f < 0 || r->size[f] % (prod * sz) != 0) {
+        exact = false;
+        break;
+      }
+      fs->axes[f][fs->n[f]++] = s->axes[d][k];
+      prod *= sz;
+    }
+  }
+  return exact;
+}
+
+void kdc_rule_project_out(const kdc_mesh *m, const kdc_factor_rule *r, int t,
+                          const kdc_factor_shardings *fs, kdc_sharding *out) {
+  for (int d = 0; d < r->rank[t]; d++) {
+    out->naxes[d] = 0;
+    for (int k = 0; k < r->nf[t][d]; k++) {
+      int f = r->f[t][d][k];
+      int64_t prod = 1;
+      for (int i = 0; i < fs->n[f] && out->naxes[d] < KDC_MAX_AXES_PER_DIM; i++) {
+        out->axes[d][out->naxes[d]++] = fs->axes[f][i];
+        prod *= m->sizes[fs->axes[f][i]];
+      }
+      if (prod != r->size[f]) break; /* a minor factor cannot be split under a partly split one */
+    }
+  }
+}

@@ -1,0 +1,201 @@
+/*
+ * passes/train_step.c: builds `train_step` and `evaluate` from the forward
+ * function (kdc_pass_build_training).
+ *
+ * train_step = forward program + labels + loss (passes/losses.c) + its
+ * gradients with respect to every trainable weight (passes/autodiff.c) + one
+ * optimizer update per weight (passes/optimizers.c).  Optimizer state lives
+ * in KDC_PARAM_STATE parameters named like Keras' optimizer variables, and
+ * every updated parameter is returned as a result of the same name, so the
+ * runtime can write results back into the parameters' buffers in place.  The
+ * exact ABI (parameter and result order) is in docs/training.md; this file
+ * is its one implementation.
+ *
+ * The forward program is `train_forward` when the module has one (the
+ * training-mode lowering: dropout active), else `predict`.  In
+ * train_forward, an i32 scalar STATE parameter named "iteration" is the step
+ * counter (for rng_uniform's per-step key) and becomes the optimizer's
+ * iteration parameter.
+ *
+ * Non-trainable weights (kdc_weight.trainable false) are inputs only.  A
+ * trainable weight the loss does not depend on keeps its value and its slots
+ * (Keras filters out variables without a gradient), but it still has slots
+ * and results, so the ABI depends only on the weights, not on the graph.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "passes/passes.h"
+
+void kdc_train_options_init(kdc_train_options *o, kdc_loss_kind loss,
+                            kdc_optimizer_kind optimizer) {
+  memset(o, 0, sizeof *o);
+  o->loss = loss;
+  kdc_optimizer_options_init(&o->optimizer, optimizer);
+}
+
+/* A copy of |src| named |name| with the same ids, parameters and origins;
+ * results are not copied. */
+static kdc_func *clone_func(kdc_module *m, const kdc_func *src, const char *name) {
+  kdc_func *f = kdc_ir_func_create(m, name);
+  for (size_t v = 0; v < src->n_nodes; v++) {
+    const kdc_node *n = &src->nodes[v];
+    f->cur_origin = n->origin;
+    kdc_value_id id = kdc_ir_append(f, n->op, &n->type, n->n_in, n->in, &n->attr);
+    f->nodes[id].sharding = n->sharding;
+  }
+  f->cur_origin = NULL;
+  return f;
+}
+
+static bool is_trainable(const kdc_module *m, const kdc_node *p) {
+  if (p->op != KDC_OP_PARAMETER || p->attr.param.kind != KDC_PARAM_WEIGHT) return false;
+  const kdc_weight *w = kdc_ir_module_find_weight(m, p->attr.param.name);
+  return !w || w->trainable;
+}
+
+/* "adam/d1_kernel_momentum" */
+static const char *slot_name(kdc_module *m, const char *opt, const char *var, const char *slot) {
+  char *s = kdc_arena_printf(m->arena, "%s/%s_%s", opt, var, slot);
+  for (char *p = s + strlen(opt) + 1; *p; p++)
+    if (*p == '/') *p = '_';
+  return s;
+}
+
+/* Appends the labels parameter and the loss of result |out| of |f| (whose
+ * results are then cleared). */
+static kdc_status add_loss(kdc_func *f, const kdc_func *fwd, const kdc_train_options *o,
+                           kdc_value_id *out_loss) {
+  kdc_value_id y_pred = fwd->results[o->output];
+  const char *name = fwd->result_names[o->output] ? fwd->result_names[o->output] : "labels";
+  kdc_type lt = kdc_loss_label_type(o->loss, kdc_ir_type(f, y_pred));
+  kdc_value_id labels = kdc_ir_parameter(f, KDC_PARAM_LABEL, name, &lt);
+  KDC_RETURN_IF_ERROR(kdc_ir_take_error(f));
+  kdc_status st = kdc_loss_build(f, o->loss, o->from_logits, labels, y_pred, out_loss);
+  return st ? kdc_status_annotate(st, "func %s: output \"%s\"", f->name, name) : NULL;
+}
+
+static kdc_status build_evaluate(kdc_module *m, const kdc_func *predict,
+                                 const kdc_train_options *o) {
+  kdc_func *f = clone_func(m, predict, "evaluate");
+  kdc_value_id loss;
+  KDC_RETURN_IF_ERROR(add_loss(f, predict, o, &loss));
+  kdc_ir_add_result(f, loss, "loss");
+  return NULL;
+}
+
+/* The step counter: train_forward's "iteration" parameter, renamed, or a new one. */
+static kdc_value_id iteration_param(kdc_func *f, const char *opt) {
+  const char *name = kdc_arena_printf(f->module->arena, "%s/iteration", opt);
+  for (size_t i = 0; i < f->n_params; i++) {
+    kdc_node *p = &f->nodes[f->params[i]];
+    if (p->attr.param.kind == KDC_PARAM_STATE && !strcmp(p->attr.param.name, "iteration") &&
+        p->type.dtype == KDC_DTYPE_I32 && p->type.rank == 0) {
+      p->attr.param.name = name;
+      return f->params[i];
+    }
+  }
+  kdc_type t = kdc_type_make(KDC_DTYPE_I32, 0, NULL);
+  return kdc_ir_parameter(f, KDC_PARAM_STATE, name, &t);
+}
+
+typedef struct train_build {
+  kdc_func *f;
+  const kdc_optimizer_options *opt;
+  size_t n_w;
+  kdc_value_id *w, *grad, *new_w; /* per trainable weight */
+  int n_slots;
+  const char *slot_names[4];
+  kdc_value_id *slot, *new_slot;  /* [s * n_w + i]: slot s of weight i */
+} train_build;
+
+static kdc_status build_updates(train_build *b, kdc_value_id iteration) {
+  kdc_func *f = b->f;
+  kdc_value_id lr = kdc_optimizer_learning_rate(f, b->opt, iteration);
+  KDC_RETURN_IF_ERROR(kdc_ir_take_error(f));
+  for (size_t i = 0; i < b->n_w; i++) {
+    kdc_value_id in_slots[4], out_slots[4];
+    for (int s = 0; s < b->n_slots; s++) {
+      in_slots[s] = b->slot[(size_t)s * b->n_w + i];
+      out_slots[s] = in_slots[s];
+    }
+    b->new_w[i] = b->w[i];
+    if (b->grad[i] != KDC_NO_VALUE) {
+      f->cur_origin = f->nodes[b->w[i]].origin;
+      KDC_RETURN_IF_ERROR(kdc_optimizer_update(f, b->opt, iteration, lr, b->w[i], b->grad[i],
+                                               in_slots, &b->new_w[i], out_slots));
+    }
+    for (int s = 0; s < b->n_slots; s++) b->new_slot[(size_t)s * b->n_w + i] = out_slots[s];
+  }
+  f->cur_origin = NULL;
+  return NULL;
+}
+
+static kdc_status build_train_step(kdc_module *m, const kdc_func *fwd, const kdc_train_options *o) {
+  kdc_func *f = clone_func(m, fwd, "train_step");
+  const char *opt = kdc_optimizer_name(o->optimizer.kind);
+  kdc_value_id loss;
+  KDC_RETURN_IF_ERROR(add_loss(f, fwd, o, &loss));
+  kdc_value_id iteration = iteration_param(f, opt);
+  train_build b = {f, &o->optimizer, 0, NULL, NULL, NULL, 0, {0}, NULL, NULL};
+  b.n_slots = kdc_optimizer_slots(&o->optimizer, b.slot_names);
+  size_t np = fwd->n_params;
+  b.w = kdc_xcalloc(np + 1, sizeof *b.w);
+  for (size_t i = 0; i < np; i++)
+    if (is_trainable(m, &f->nodes[f->params[i]])) b.w[b.n_w++] = f->params[i];
+  b.grad = kdc_xcalloc(b.n_w + 1, sizeof *b.grad);
+  b.new_w = kdc_xcalloc(b.n_w + 1, sizeof *b.new_w);
+  b.slot = kdc_xcalloc((size_t)b.n_slots * b.n_w + 1, sizeof *b.slot);
+  b.new_slot = kdc_xcalloc((size_t)b.n_slots * b.n_w + 1, sizeof *b.new_slot);
+  for (int s = 0; s < b.n_slots; s++)
+    for (size_t i = 0; i < b.n_w; i++) {
+      const kdc_node *w = &f->nodes[b.w[i]];
+      kdc_type t = w->type;
+      const char *name = slot_name(m, opt, w->attr.param.name, b.slot_names[s]);
+      f->cur_origin = w->origin;
+      b.slot[(size_t)s * b.n_w + i] = kdc_ir_parameter(f, KDC_PARAM_STATE, name, &t);
+    }
+  f->cur_origin = NULL;
+  kdc_status st = kdc_ir_take_error(f);
+  if (!st) st = kdc_autodiff(f, loss, b.w, b.n_w, b.grad);
+  bool any = false;
+  for (size_t i = 0; i < b.n_w && !st; i++) any = any || b.grad[i] != KDC_NO_VALUE;
+  if (!st && !any)
+    st = KDC_ERR(KDC_INVALID_INPUT, "training: the loss depends on no trainable weight "
+                 "(Keras: \"No gradients provided for any variable\")");
+  if (!st) st = build_updates(&b, iteration);
+  if (!st) {
+    for (size_t i = 0; i < b.n_w; i++)
+      kdc_ir_add_result(f, b.new_w[i], f->nodes[b.w[i]].attr.param.name);
+    kdc_value_id next = kdc_ir_binary_scalar(f, KDC_OP_ADD, iteration, 1);
+    kdc_ir_add_result(f, next, f->nodes[iteration].attr.param.name);
+    for (size_t k = 0; k < (size_t)b.n_slots * b.n_w; k++)
+      kdc_ir_add_result(f, b.new_slot[k], f->nodes[b.slot[k]].attr.param.name);
+    kdc_ir_add_result(f, loss, "loss");
+    st = kdc_ir_take_error(f);
+  }
+  free(b.w);
+  free(b.grad);
+  free(b.new_w);
+  free(b.slot);
+  free(b.new_slot);
+  return st;
+}
+
+kdc_status kdc_pass_build_training(kdc_module *m, const kdc_train_options *o) {
+  const kdc_func *predict = kdc_ir_module_find_func(m, "predict");
+  const kdc_func *fwd = kdc_ir_module_find_func(m, "train_forward");
+  if (!predict) return KDC_ERR(KDC_INVALID_INPUT, "training: the module has no predict function");
+  if (!fwd) fwd = predict;
+  if (kdc_ir_module_find_func(m, "train_step") || kdc_ir_module_find_func(m, "evaluate"))
+    return KDC_ERR(KDC_INVALID_INPUT, "training: the module already has train_step or evaluate");
+  if ((unsigned)o->loss >= KDC_LOSS_COUNT)
+    return KDC_ERR(KDC_INVALID_INPUT, "training: unknown loss %d", (int)o->loss);
+  KDC_RETURN_IF_ERROR(kdc_optimizer_options_check(&o->optimizer));
+  if (o->output < 0 || (size_t)o->output >= predict->n_results ||
+      (size_t)o->output >= fwd->n_results)
+    return KDC_ERR(KDC_INVALID_INPUT, "training: output %d does not exist (predict has %zu)",
+                   o->output, predict->n_results);
+  KDC_RETURN_IF_ERROR(build_train_step(m, fwd, o));
+  return build_evaluate(m, predict, o);
+}

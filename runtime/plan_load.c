@@ -1,0 +1,191 @@
+/*
+ * runtime/plan_load.c: plan.bin -> a runnable kdc_rt_plan.
+ *
+ * Order: the container (common/io.h validates header, table and checksum),
+ * then WEIGHTS and PROGRAM through bounds-checked readers
+ * (runtime/program.c checks every reference against buffer sizes), then
+ * METADATA and IR_TEXT as text, then CODE through the JIT, whose kernels
+ * must all exist.  Only then is anything big allocated: the scratch arena
+ * (once, 64-byte aligned) and each kernel step's argument array, so
+ * kdc_rt_plan_run allocates nothing.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cblas.h>
+
+#include "runtime/runtime.h"
+
+static char *section_text(const kdc_plan_file *pf, uint32_t kind) {
+  const void *data;
+  size_t size;
+  if (!kdc_plan_file_find(pf, kind, &data, &size)) return kdc_xstrdup("");
+  char *s = kdc_xmalloc(size + 1);
+  memcpy(s, data, size);
+  s[size] = 0;
+  return s;
+}
+
+/* Argument arrays: one void* per kernel argument of every step. */
+static void make_args(kdc_rt_plan *p) {
+  p->funcs = kdc_xcalloc(p->prog.n_funcs + 1, sizeof *p->funcs);
+  for (uint32_t i = 0; i < p->prog.n_funcs; i++) {
+    const kdc_prog_func *f = &p->prog.funcs[i];
+    size_t total = 0;
+    for (uint32_t s = 0; s < f->n_steps; s++)
+      if (f->steps[s].kind == KDC_STEP_KERNEL) total += f->steps[s].kernel.n_args;
+    rt_func *rf = &p->funcs[i];
+    rf->argv = kdc_xcalloc(total + 1, sizeof *rf->argv);
+    rf->step_args = kdc_xcalloc(f->n_steps + 1, sizeof *rf->step_args);
+    size_t at = 0;
+    for (uint32_t s = 0; s < f->n_steps; s++)
+      if (f->steps[s].kind == KDC_STEP_KERNEL) {
+        rf->step_args[s] = rf->argv + at;
+        at += f->steps[s].kernel.n_args;
+      }
+  }
+}
+
+/* Bytes of the arena the steps actually use (<= arena_bytes, checked by the
+ * decoder): allocating this much, not the header's figure, means a
+ * corrupted arena size can neither waste memory nor fail the load. */
+static uint64_t arena_used(const kdc_program *p) {
+  uint64_t used = 0;
+  for (uint32_t i = 0; i < p->n_funcs; i++)
+    for (uint32_t s = 0; s < p->funcs[i].n_steps; s++) {
+      const kdc_prog_step *st = &p->funcs[i].steps[s];
+      const kdc_prog_loc *ls[3] = {&st->src, &st->dst, NULL};
+      const kdc_prog_loc *const *list = ls;
+      const kdc_prog_loc *g[4] = {&st->gemm.a, &st->gemm.b, &st->gemm.c, NULL};
+      if (st->kind == KDC_STEP_GEMM) list = g;
+      for (; *list; list++)
+        if ((*list)->buf == KDC_PROG_BUF_ARENA && (*list)->offset + (*list)->bytes > used)
+          used = (*list)->offset + (*list)->bytes;
+      if (st->kind == KDC_STEP_KERNEL)
+        for (uint32_t a = 0; a < st->kernel.n_args; a++) {
+          const kdc_prog_loc *l = &st->kernel.args[a];
+          if (l->buf == KDC_PROG_BUF_ARENA && l->offset + l->bytes > used)
+            used = l->offset + l->bytes;
+        }
+    }
+  return used;
+}
+
+static kdc_status load_code(kdc_rt_plan *p) {
+  for (size_t i = 0; i < kdc_plan_file_count(p->file); i++) {
+    kdc_plan_section_info si = kdc_plan_file_info(p->file, i);
+    if (si.kind != KDC_PLAN_SECTION_CODE) continue;
+    KDC_RETURN_IF_ERROR(rt_jit_create(si.data, si.size, p->path, si.offset, &p->jit));
+    p->kernels = kdc_xcalloc(p->prog.n_kernels + 1, sizeof *p->kernels);
+    for (uint32_t k = 0; k < p->prog.n_kernels; k++)
+      if (!(p->kernels[k] = rt_jit_lookup(p->jit, p->prog.kernels[k].name)))
+        return KDC_ERR(KDC_INVALID_INPUT, "%s: section code: byte %llu: kernel %s is not "
+                       "defined", p->path, (unsigned long long)si.offset, p->prog.kernels[k].name);
+    return NULL;
+  }
+  if (p->prog.n_kernels == 0) return NULL;
+  return KDC_ERR(KDC_INVALID_INPUT, "%s: no code section (the program has %u kernels)", p->path,
+                 p->prog.n_kernels);
+}
+
+static kdc_status load(kdc_rt_plan *p, const kdc_rt_options *opt) {
+  KDC_RETURN_IF_ERROR(kdc_plan_file_open(p->path, &p->file));
+  kdc_reader r;
+  const void *data;
+  size_t size;
+  if (kdc_plan_file_find(p->file, KDC_PLAN_SECTION_WEIGHTS, &data, &size)) {
+    kdc_reader_init(&r, data, size, p->path, "weights");
+    KDC_RETURN_IF_ERROR(kdc_prog_decode_weights(&r, p->arena, &p->prog));
+  }
+  KDC_RETURN_IF_ERROR(kdc_plan_file_reader(p->file, KDC_PLAN_SECTION_PROGRAM, &r));
+  r.section = "program";
+  KDC_RETURN_IF_ERROR(kdc_prog_decode(&r, p->arena, &p->prog));
+  p->metadata = section_text(p->file, KDC_PLAN_SECTION_METADATA);
+  p->ir_text = section_text(p->file, KDC_PLAN_SECTION_IR_TEXT);
+  KDC_RETURN_IF_ERROR(load_code(p));
+  size_t bytes = (size_t)(arena_used(&p->prog) + 63) / 64 * 64;
+  p->scratch = aligned_alloc(64, bytes ? bytes : 64);
+  if (!p->scratch)
+    return KDC_ERR(KDC_OUT_OF_MEMORY, "%s: cannot allocate the %zu-byte arena", p->path, bytes);
+  make_args(p);
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  p->n_threads = opt && opt->n_threads > 0 ? opt->n_threads : cores > 0 ? (int)cores : 1;
+  KDC_RETURN_IF_ERROR(rt_pool_create(p->n_threads, &p->pool));
+  /* One device per process here: BLAS gets every thread the plan has. */
+  openblas_set_num_threads(p->n_threads);
+  return NULL;
+}
+
+kdc_status kdc_rt_plan_load_with(const char *path, const kdc_rt_options *opt, kdc_rt_plan **out) {
+  *out = NULL;
+  kdc_rt_plan *p = kdc_xcalloc(1, sizeof *p);
+  p->refs = 1;
+  p->path = kdc_xstrdup(path);
+  p->arena = kdc_arena_create();
+  kdc_status st = load(p, opt);
+  if (st) {
+    kdc_rt_plan_release(p);
+    return st;
+  }
+  *out = p;
+  return NULL;
+}
+
+kdc_status kdc_rt_plan_load(const char *path, kdc_rt_plan **out) {
+  return kdc_rt_plan_load_with(path, NULL, out);
+}
+
+void kdc_rt_plan_retain(kdc_rt_plan *p) { p->refs++; }
+
+void kdc_rt_plan_release(kdc_rt_plan *p) {
+  if (!p || --p->refs > 0) return;
+  rt_pool_destroy(p->pool);
+  rt_jit_destroy(p->jit);
+  if (p->funcs)
+    for (uint32_t i = 0; i < p->prog.n_funcs; i++) {
+      free(p->funcs[i].argv);
+      free(p->funcs[i].step_args);
+    }
+  free(p->funcs);
+  free(p->kernels);
+  free(p->scratch);
+  free(p->metadata);
+  free(p->ir_text);
+  kdc_plan_file_close(p->file);
+  kdc_arena_destroy(p->arena);
+  free(p->path);
+  free(p);
+}
+
+size_t kdc_rt_plan_func_count(const kdc_rt_plan *p) { return p->prog.n_funcs; }
+
+const char *kdc_rt_plan_func_name(const kdc_rt_plan *p, size_t func) {
+  return func < p->prog.n_funcs ? p->prog.funcs[func].name : NULL;
+}
+
+int kdc_rt_plan_find_func(const kdc_rt_plan *p, const char *name) {
+  for (uint32_t i = 0; i < p->prog.n_funcs; i++)
+    if (strcmp(p->prog.funcs[i].name, name) == 0) return (int)i;
+  return -1;
+}
+
+size_t kdc_rt_plan_input_count(const kdc_rt_plan *p, size_t func) {
+  return func < p->prog.n_funcs ? p->prog.funcs[func].n_inputs : 0;
+}
+
+const kdc_rt_tensor_info *kdc_rt_plan_input(const kdc_rt_plan *p, size_t func, size_t i) {
+  return i < kdc_rt_plan_input_count(p, func) ? &p->prog.funcs[func].inputs[i] : NULL;
+}
+
+size_t kdc_rt_plan_output_count(const kdc_rt_plan *p, size_t func) {
+  return func < p->prog.n_funcs ? p->prog.funcs[func].n_outputs : 0;
+}
+
+const kdc_rt_tensor_info *kdc_rt_plan_output(const kdc_rt_plan *p, size_t func, size_t i) {
+  return i < kdc_rt_plan_output_count(p, func) ? &p->prog.funcs[func].outputs[i] : NULL;
+}
+
+const char *kdc_rt_plan_metadata(const kdc_rt_plan *p) { return p->metadata ? p->metadata : ""; }
+const char *kdc_rt_plan_ir_text(const kdc_rt_plan *p) { return p->ir_text ? p->ir_text : ""; }
+int kdc_rt_plan_threads(const kdc_rt_plan *p) { return p->n_threads; }

@@ -1,0 +1,325 @@
+/*
+ * runtime/program.c: encoder and validating decoder of the PROGRAM and
+ * WEIGHTS section payloads (layout in docs/plan-format.md, "Sections").
+ *
+ * The decoder is the plan's security boundary against corruption (not
+ * malice: see ARCHITECTURE "Trust"): after it accepts a program, every step
+ * reads and writes only inside buffers of known size, every kernel index
+ * exists and has the argument count its code expects, and no step writes a
+ * read-only buffer (inputs, weights).  Errors name the file, the section and
+ * the byte offset where the bad field starts.
+ */
+#include "runtime/program.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+size_t kdc_prog_dtype_size(kdc_io_dtype dt) {
+  switch (dt) {
+  case KDC_IO_DTYPE_F32: return 4;
+  case KDC_IO_DTYPE_I32: return 4;
+  case KDC_IO_DTYPE_I64: return 8;
+  case KDC_IO_DTYPE_BOOL: return 1;
+  default: return 0;
+  }
+}
+
+/* ---- encode ---------------------------------------------------------------- */
+
+static void put_tensor(kdc_buf *b, const kdc_prog_tensor *t) {
+  kdc_buf_put_str(b, t->name);
+  kdc_buf_put_u8(b, (uint8_t)t->dtype);
+  kdc_buf_put_u8(b, (uint8_t)t->rank);
+  for (int d = 0; d < t->rank; d++) kdc_buf_put_i64(b, t->dims[d]);
+}
+
+static void put_loc(kdc_buf *b, const kdc_prog_loc *l) {
+  kdc_buf_put_u8(b, l->buf);
+  kdc_buf_put_u32(b, l->index);
+  kdc_buf_put_u64(b, l->offset);
+  kdc_buf_put_u64(b, l->bytes);
+}
+
+static void put_step(kdc_buf *b, const kdc_prog_step *s) {
+  kdc_buf_put_u8(b, (uint8_t)s->kind);
+  switch (s->kind) {
+  case KDC_STEP_KERNEL:
+    kdc_buf_put_u32(b, s->kernel.kernel);
+    kdc_buf_put_i64(b, s->kernel.extent);
+    kdc_buf_put_i64(b, s->kernel.unit_cost);
+    kdc_buf_put_u32(b, s->kernel.n_args);
+    for (uint32_t i = 0; i < s->kernel.n_args; i++) put_loc(b, &s->kernel.args[i]);
+    break;
+  case KDC_STEP_GEMM: {
+    const kdc_prog_gemm_step *g = &s->gemm;
+    int64_t v[] = {g->batch, g->m, g->n, g->k};
+    for (int i = 0; i < 4; i++) kdc_buf_put_i64(b, v[i]);
+    kdc_buf_put_u8(b, g->trans_a);
+    kdc_buf_put_u8(b, g->trans_b);
+    int64_t w[] = {g->lda, g->ldb, g->ldc, g->stride_a, g->stride_b, g->stride_c};
+    for (int i = 0; i < 6; i++) kdc_buf_put_i64(b, w[i]);
+    put_loc(b, &g->a);
+    put_loc(b, &g->b);
+    put_loc(b, &g->c);
+    break;
+  }
+  case KDC_STEP_COPY:
+    put_loc(b, &s->src);
+    put_loc(b, &s->dst);
+    break;
+  }
+}
+
+void kdc_prog_encode(const kdc_program *p, kdc_buf *out) {
+  kdc_buf_put_u32(out, KDC_PROG_VERSION);
+  kdc_buf_put_u64(out, p->arena_bytes);
+  kdc_buf_put_u32(out, p->n_kernels);
+  for (uint32_t i = 0; i < p->n_kernels; i++) {
+    kdc_buf_put_str(out, p->kernels[i].name);
+    kdc_buf_put_u32(out, p->kernels[i].n_args);
+  }
+  kdc_buf_put_u32(out, p->n_funcs);
+  for (uint32_t i = 0; i < p->n_funcs; i++) {
+    const kdc_prog_func *f = &p->funcs[i];
+    kdc_buf_put_str(out, f->name);
+    kdc_buf_put_u32(out, f->n_inputs);
+    for (uint32_t j = 0; j < f->n_inputs; j++) put_tensor(out, &f->inputs[j]);
+    kdc_buf_put_u32(out, f->n_outputs);
+    for (uint32_t j = 0; j < f->n_outputs; j++) put_tensor(out, &f->outputs[j]);
+    kdc_buf_put_u32(out, f->n_steps);
+    for (uint32_t j = 0; j < f->n_steps; j++) put_step(out, &f->steps[j]);
+  }
+}
+
+void kdc_prog_encode_weights(const kdc_prog_tensor *t, const void *const *data, uint32_t n,
+                             kdc_buf *out) {
+  kdc_buf_put_u32(out, KDC_PROG_VERSION);
+  kdc_buf_put_u32(out, n);
+  /* The table first (offsets back-patched), then 64-aligned data. */
+  size_t *at = kdc_xcalloc(n + 1, sizeof *at);
+  for (uint32_t i = 0; i < n; i++) {
+    put_tensor(out, &t[i]);
+    at[i] = out->size;
+    kdc_buf_put_u64(out, 0);
+    kdc_buf_put_u64(out, t[i].bytes);
+  }
+  for (uint32_t i = 0; i < n; i++) {
+    kdc_buf_align(out, KDC_PLAN_ALIGN);
+    kdc_store_le64(out->data + at[i], out->size);
+    kdc_buf_put_bytes(out, data[i], t[i].bytes);
+  }
+  free(at);
+}
+
+/* ---- decode ---------------------------------------------------------------- */
+
+/* An error at byte |pos| of |r|'s section (the start of the bad field). */
+#define BAD_AT(r, pos, ...) \
+  kdc_reader_error(&(kdc_reader){(r)->data, (r)->size, (pos), (r)->file, (r)->section}, __VA_ARGS__)
+
+static kdc_status get_tensor(kdc_reader *r, kdc_arena *a, kdc_prog_tensor *t) {
+  size_t pos = r->pos;
+  const char *name;
+  size_t len;
+  uint8_t dt, rank;
+  KDC_RETURN_IF_ERROR(kdc_reader_str(r, &name, &len));
+  t->name = kdc_arena_strdup(a, name);
+  KDC_RETURN_IF_ERROR(kdc_reader_u8(r, &dt));
+  KDC_RETURN_IF_ERROR(kdc_reader_u8(r, &rank));
+  if (dt >= KDC_IO_DTYPE_COUNT || !kdc_prog_dtype_size((kdc_io_dtype)dt))
+    return BAD_AT(r, pos, "tensor \"%s\": unsupported dtype code %u", t->name, dt);
+  if (rank > KDC_IO_MAX_RANK)
+    return BAD_AT(r, pos, "tensor \"%s\": rank %u exceeds %d", t->name, rank, KDC_IO_MAX_RANK);
+  t->dtype = (kdc_io_dtype)dt;
+  t->rank = rank;
+  memset(t->dims, 0, sizeof t->dims);
+  for (int d = 0; d < rank; d++) KDC_RETURN_IF_ERROR(kdc_reader_i64(r, &t->dims[d]));
+  size_t nbytes;
+  int bad;
+  if (!kdc_io_shape_bytes(t->dtype, rank, t->dims, &nbytes, &bad))
+    return BAD_AT(r, pos, "tensor \"%s\": bad shape (dim %d)", t->name, bad);
+  t->bytes = nbytes;
+  return NULL;
+}
+
+/* Reads a loc and checks it lies inside its buffer. */
+static kdc_status get_loc(kdc_reader *r, const kdc_program *p, const kdc_prog_func *f,
+                          bool writable, kdc_prog_loc *l) {
+  size_t pos = r->pos;
+  KDC_RETURN_IF_ERROR(kdc_reader_u8(r, &l->buf));
+  KDC_RETURN_IF_ERROR(kdc_reader_u32(r, &l->index));
+  KDC_RETURN_IF_ERROR(kdc_reader_u64(r, &l->offset));
+  KDC_RETURN_IF_ERROR(kdc_reader_u64(r, &l->bytes));
+  uint64_t size = 0, count = 0;
+  const char *what = "?";
+  switch (l->buf) {
+  case KDC_PROG_BUF_ARENA: what = "arena"; count = 1; size = p->arena_bytes; break;
+  case KDC_PROG_BUF_INPUT:
+    what = "input", count = f->n_inputs;
+    if (l->index < count) size = f->inputs[l->index].bytes;
+    break;
+  case KDC_PROG_BUF_OUTPUT:
+    what = "output", count = f->n_outputs;
+    if (l->index < count) size = f->outputs[l->index].bytes;
+    break;
+  case KDC_PROG_BUF_WEIGHT:
+    what = "weight", count = p->n_weights;
+    if (l->index < count) size = p->weights[l->index].bytes;
+    break;
+  default: return BAD_AT(r, pos, "unknown buffer kind %u", l->buf);
+  }
+  if (l->index >= count)
+    return BAD_AT(r, pos, "%s buffer %u does not exist (%llu in function %s)", what, l->index,
+                  (unsigned long long)count, f->name);
+  if (l->offset > size || l->bytes > size - l->offset)
+    return BAD_AT(r, pos, "%s buffer %u: bytes [%llu, +%llu) beyond its size %llu", what,
+                  l->index, (unsigned long long)l->offset, (unsigned long long)l->bytes,
+                  (unsigned long long)size);
+  if (writable && l->buf != KDC_PROG_BUF_ARENA && l->buf != KDC_PROG_BUF_OUTPUT)
+    return BAD_AT(r, pos, "step writes read-only %s buffer %u", what, l->index);
+  return NULL;
+}
+
+/* Elements a row-major rows x cols matrix with leading dim ld, repeated
+ * |batch| times |stride| apart, spans; false on overflow or bad ld. */
+static bool matrix_span(int64_t batch, int64_t rows, int64_t cols, int64_t ld, int64_t stride,
+                        uint64_t *out) {
+  if (ld < (cols > 1 ? cols : 1) || stride < 0) return false;
+  if (batch == 0 || rows == 0 || cols == 0) return *out = 0, true;
+  int64_t a, b, c;
+  if (__builtin_mul_overflow(batch - 1, stride, &a) ||
+      __builtin_mul_overflow(rows - 1, ld, &b) || __builtin_add_overflow(a, b, &c) ||
+      __builtin_add_overflow(c, cols, &c))
+    return false;
+  *out = (uint64_t)c;
+  return true;
+}
+
+static kdc_status get_gemm(kdc_reader *r, const kdc_program *p, const kdc_prog_func *f,
+                           kdc_prog_gemm_step *g) {
+  size_t pos = r->pos;
+  int64_t *v[] = {&g->batch, &g->m, &g->n, &g->k};
+  for (int i = 0; i < 4; i++) KDC_RETURN_IF_ERROR(kdc_reader_i64(r, v[i]));
+  uint8_t ta, tb;
+  KDC_RETURN_IF_ERROR(kdc_reader_u8(r, &ta));
+  KDC_RETURN_IF_ERROR(kdc_reader_u8(r, &tb));
+  g->trans_a = ta != 0, g->trans_b = tb != 0;
+  int64_t *w[] = {&g->lda, &g->ldb, &g->ldc, &g->stride_a, &g->stride_b, &g->stride_c};
+  for (int i = 0; i < 6; i++) KDC_RETURN_IF_ERROR(kdc_reader_i64(r, w[i]));
+  KDC_RETURN_IF_ERROR(get_loc(r, p, f, false, &g->a));
+  KDC_RETURN_IF_ERROR(get_loc(r, p, f, false, &g->b));
+  KDC_RETURN_IF_ERROR(get_loc(r, p, f, true, &g->c));
+  if (ta > 1 || tb > 1 || g->batch < 0 || g->m < 0 || g->n < 0 || g->k < 0 ||
+      g->m > INT32_MAX || g->n > INT32_MAX || g->k > INT32_MAX || g->lda > INT32_MAX ||
+      g->ldb > INT32_MAX || g->ldc > INT32_MAX)
+    return BAD_AT(r, pos, "gemm: bad dimensions or transpose flags");
+  uint64_t sa, sb, sc;
+  bool ok = matrix_span(g->batch, ta ? g->k : g->m, ta ? g->m : g->k, g->lda, g->stride_a, &sa) &&
+            matrix_span(g->batch, tb ? g->n : g->k, tb ? g->k : g->n, g->ldb, g->stride_b, &sb) &&
+            matrix_span(g->batch, g->m, g->n, g->ldc, g->stride_c, &sc);
+  if (!ok || sa > g->a.bytes / 4 || sb > g->b.bytes / 4 || sc > g->c.bytes / 4)
+    return BAD_AT(r, pos, "gemm: matrices exceed their buffers");
+  return NULL;
+}
+
+static kdc_status get_step(kdc_reader *r, const kdc_program *p, const kdc_prog_func *f,
+                           kdc_arena *a, kdc_prog_step *s) {
+  size_t pos = r->pos;
+  uint8_t kind;
+  KDC_RETURN_IF_ERROR(kdc_reader_u8(r, &kind));
+  s->kind = (kdc_prog_step_kind)kind;
+  switch (kind) {
+  case KDC_STEP_KERNEL: {
+    kdc_prog_kernel_step *k = &s->kernel;
+    KDC_RETURN_IF_ERROR(kdc_reader_u32(r, &k->kernel));
+    KDC_RETURN_IF_ERROR(kdc_reader_i64(r, &k->extent));
+    KDC_RETURN_IF_ERROR(kdc_reader_i64(r, &k->unit_cost));
+    KDC_RETURN_IF_ERROR(kdc_reader_count(r, 21, &k->n_args));
+    if (k->kernel >= p->n_kernels)
+      return BAD_AT(r, pos, "kernel step: kernel %u does not exist (%u kernels)", k->kernel,
+                    p->n_kernels);
+    if (k->n_args != p->kernels[k->kernel].n_args || k->n_args == 0)
+      return BAD_AT(r, pos, "kernel step: %u arguments, kernel %s takes %u", k->n_args,
+                    p->kernels[k->kernel].name, p->kernels[k->kernel].n_args);
+    if (k->extent < 0 || k->unit_cost < 0)
+      return BAD_AT(r, pos, "kernel step: negative extent or cost");
+    k->args = kdc_arena_alloc(a, k->n_args * sizeof *k->args);
+    for (uint32_t i = 0; i < k->n_args; i++)
+      KDC_RETURN_IF_ERROR(get_loc(r, p, f, i == 0, &k->args[i]));
+    return NULL;
+  }
+  case KDC_STEP_GEMM: return get_gemm(r, p, f, &s->gemm);
+  case KDC_STEP_COPY:
+    KDC_RETURN_IF_ERROR(get_loc(r, p, f, false, &s->src));
+    KDC_RETURN_IF_ERROR(get_loc(r, p, f, true, &s->dst));
+    if (s->src.bytes != s->dst.bytes) return BAD_AT(r, pos, "copy step: sizes differ");
+    return NULL;
+  default: return BAD_AT(r, pos, "unknown step kind %u", kind);
+  }
+}
+
+static kdc_status get_version(kdc_reader *r) {
+  uint32_t v;
+  KDC_RETURN_IF_ERROR(kdc_reader_u32(r, &v));
+  if (v != KDC_PROG_VERSION)
+    return BAD_AT(r, r->pos - 4, "payload version %u, this kdc reads version %u", v,
+                  KDC_PROG_VERSION);
+  return NULL;
+}
+
+kdc_status kdc_prog_decode_weights(kdc_reader *r, kdc_arena *a, kdc_program *p) {
+  KDC_RETURN_IF_ERROR(get_version(r));
+  KDC_RETURN_IF_ERROR(kdc_reader_count(r, 22, &p->n_weights));
+  p->weights = kdc_arena_alloc(a, (p->n_weights + 1) * sizeof *p->weights);
+  p->weight_data = kdc_arena_alloc(a, (p->n_weights + 1) * sizeof *p->weight_data);
+  for (uint32_t i = 0; i < p->n_weights; i++) {
+    kdc_prog_tensor *t = &p->weights[i];
+    KDC_RETURN_IF_ERROR(get_tensor(r, a, t));
+    size_t pos = r->pos;
+    uint64_t off, bytes;
+    KDC_RETURN_IF_ERROR(kdc_reader_u64(r, &off));
+    KDC_RETURN_IF_ERROR(kdc_reader_u64(r, &bytes));
+    if (bytes != t->bytes || off % KDC_PLAN_ALIGN || off > r->size || bytes > r->size - off)
+      return BAD_AT(r, pos, "weight \"%s\": data [%llu, +%llu) is misplaced or does not match "
+                    "its shape (%llu bytes)", t->name, (unsigned long long)off,
+                    (unsigned long long)bytes, (unsigned long long)t->bytes);
+    p->weight_data[i] = r->data + off;
+  }
+  return NULL;
+}
+
+kdc_status kdc_prog_decode(kdc_reader *r, kdc_arena *a, kdc_program *p) {
+  KDC_RETURN_IF_ERROR(get_version(r));
+  KDC_RETURN_IF_ERROR(kdc_reader_u64(r, &p->arena_bytes));
+  KDC_RETURN_IF_ERROR(kdc_reader_count(r, 9, &p->n_kernels));
+  p->kernels = kdc_arena_alloc(a, (p->n_kernels + 1) * sizeof *p->kernels);
+  for (uint32_t i = 0; i < p->n_kernels; i++) {
+    const char *name;
+    size_t len;
+    KDC_RETURN_IF_ERROR(kdc_reader_str(r, &name, &len));
+    p->kernels[i].name = kdc_arena_strdup(a, name);
+    KDC_RETURN_IF_ERROR(kdc_reader_u32(r, &p->kernels[i].n_args));
+  }
+  KDC_RETURN_IF_ERROR(kdc_reader_count(r, 17, &p->n_funcs));
+  p->funcs = kdc_arena_alloc(a, (p->n_funcs + 1) * sizeof *p->funcs);
+  for (uint32_t i = 0; i < p->n_funcs; i++) {
+    kdc_prog_func *f = &p->funcs[i];
+    const char *name;
+    size_t len;
+    KDC_RETURN_IF_ERROR(kdc_reader_str(r, &name, &len));
+    f->name = kdc_arena_strdup(a, name);
+    KDC_RETURN_IF_ERROR(kdc_reader_count(r, 7, &f->n_inputs));
+    f->inputs = kdc_arena_alloc(a, (f->n_inputs + 1) * sizeof *f->inputs);
+    for (uint32_t j = 0; j < f->n_inputs; j++) KDC_RETURN_IF_ERROR(get_tensor(r, a, &f->inputs[j]));
+    KDC_RETURN_IF_ERROR(kdc_reader_count(r, 7, &f->n_outputs));
+    f->outputs = kdc_arena_alloc(a, (f->n_outputs + 1) * sizeof *f->outputs);
+    for (uint32_t j = 0; j < f->n_outputs; j++)
+      KDC_RETURN_IF_ERROR(get_tensor(r, a, &f->outputs[j]));
+    KDC_RETURN_IF_ERROR(kdc_reader_count(r, 1, &f->n_steps));
+    f->steps = kdc_arena_alloc(a, (f->n_steps + 1) * sizeof *f->steps);
+    for (uint32_t j = 0; j < f->n_steps; j++)
+      KDC_RETURN_IF_ERROR(get_step(r, p, f, a, &f->steps[j]));
+  }
+  if (r->pos != r->size) return kdc_reader_error(r, "%zu trailing bytes", r->size - r->pos);
+  return NULL;
+}

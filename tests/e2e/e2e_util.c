@@ -1,0 +1,112 @@
+/* End-to-end test helpers (see e2e_util.h). */
+#include "e2e_util.h"
+
+#include <fcntl.h>
+#include <math.h>
+#include <spawn.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char **environ;
+
+static void slurp(const char *path, char *buf, size_t n) {
+  buf[0] = 0;
+  FILE *f = fopen(path, "rb");
+  if (!f) return;
+  size_t k = fread(buf, 1, n - 1, f);
+  buf[k] = 0;
+  fclose(f);
+}
+
+void e2e_kdc(e2e_result *r, const char *arg0, ...) {
+  const char *args[64];
+  int n = 0;
+  va_list ap;
+  va_start(ap, arg0);
+  for (const char *a = arg0; a && n < 63; a = va_arg(ap, const char *)) args[n++] = a;
+  va_end(ap);
+  args[n] = NULL;
+  e2e_kdcv(r, args);
+}
+
+void e2e_kdcv(e2e_result *r, const char *const *args) {
+  const char *argv[64];
+  int n = 0;
+  argv[n++] = KDC_BINARY_DIR "/tools/kdc";
+  for (int i = 0; args[i] && n < 63; i++) argv[n++] = args[i];
+  argv[n] = NULL;
+  char *errp = e2e_path("stderr.txt"), *outp = e2e_path("stdout.txt");
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 2, errp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&fa, 1, outp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  pid_t pid;
+  r->status = -1;
+  if (posix_spawn(&pid, argv[0], &fa, NULL, (char *const *)argv, environ) == 0) {
+    int ws;
+    if (waitpid(pid, &ws, 0) == pid && WIFEXITED(ws)) r->status = WEXITSTATUS(ws);
+  }
+  posix_spawn_file_actions_destroy(&fa);
+  slurp(errp, r->err, sizeof r->err);
+  slurp(outp, r->out, sizeof r->out);
+  free(errp);
+  free(outp);
+}
+
+const char *e2e_tmpdir(void) {
+  static char dir[256];
+  if (!dir[0]) {
+    const char *base = getenv("TMPDIR");
+    snprintf(dir, sizeof dir, "%s/kdc-e2e-XXXXXX", base && *base ? base : "/tmp");
+    if (!mkdtemp(dir)) abort();
+  }
+  return dir;
+}
+
+char *e2e_path(const char *name) {
+  char *p = NULL;
+  if (asprintf(&p, "%s/%s", e2e_tmpdir(), name) < 0) abort();
+  return p;
+}
+
+char *e2e_src(const char *rel) {
+  char *p = NULL;
+  if (asprintf(&p, "%s/%s", KDC_SOURCE_DIR, rel) < 0) abort();
+  return p;
+}
+
+bool e2e_exists(const char *path) {
+  struct stat s;
+  return stat(path, &s) == 0;
+}
+
+int e2e_lines(const char *s) {
+  int n = 0;
+  for (const char *p = s; *p; p++)
+    if (*p == '\n' && p[1]) n++;
+  return *s ? n + 1 : 0;
+}
+
+double e2e_f32_compare(const float *a, const float *b, size_t n, double atol, double rtol) {
+  double worst = 0;
+  for (size_t i = 0; i < n; i++) {
+    double d = fabs((double)a[i] - (double)b[i]);
+    if (isnan(a[i]) != isnan(b[i])) return 1e30;
+    if (isnan(a[i])) continue;
+    double r = d / (atol + rtol * fabs((double)b[i]));
+    if (r > worst) worst = r;
+  }
+  return worst;
+}
+
+double e2e_npy_compare(const kdc_npy_array *a, const kdc_npy_array *b, double atol, double rtol) {
+  if (a->rank != b->rank || a->dtype != KDC_IO_DTYPE_F32 || b->dtype != KDC_IO_DTYPE_F32) return 1e30;
+  for (int i = 0; i < a->rank; i++)
+    if (a->dims[i] != b->dims[i]) return 1e30;
+  return e2e_f32_compare(a->data, b->data, a->nbytes / 4, atol, rtol);
+}

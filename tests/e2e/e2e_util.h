@@ -1,0 +1,35 @@
+/*
+ * Helpers for end-to-end tests: run the kdc binary, capture its stderr and
+ * exit status, compare .npy arrays with a stated tolerance.
+ */
+#ifndef KDC_TESTS_E2E_UTIL_H
+#define KDC_TESTS_E2E_UTIL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "common/io.h"
+
+typedef struct e2e_result {
+  int status;          /* exit status, or -1 if it did not exit normally */
+  char err[4096];      /* stderr (truncated) */
+  char out[65536];     /* stdout (truncated) */
+} e2e_result;
+
+/* Runs `kdc` with the NULL-terminated argument list (argv[0] excluded). */
+void e2e_kdc(e2e_result *r, const char *arg0, ...);
+/* Same with a NULL-terminated array. */
+void e2e_kdcv(e2e_result *r, const char *const *args);
+/* A fresh temporary directory for this test process; paths inside it. */
+const char *e2e_tmpdir(void);
+char *e2e_path(const char *name); /* malloc'd tmpdir/name */
+char *e2e_src(const char *rel);   /* malloc'd KDC_SOURCE_DIR/rel */
+bool e2e_exists(const char *path);
+/* Lines in |s| (a trailing newline does not start a new line). */
+int e2e_lines(const char *s);
+/* Max over elements of |a-b| / (atol + rtol*|b|); > 1 means out of tolerance.
+ * Shapes must match (else returns 1e30). */
+double e2e_npy_compare(const kdc_npy_array *a, const kdc_npy_array *b, double atol, double rtol);
+double e2e_f32_compare(const float *a, const float *b, size_t n, double atol, double rtol);
+
+#endif

@@ -1,0 +1,252 @@
+/*
+ * runtime/plan_load.c robustness and introspection.  The container tests
+ * (tests/common) cover the header and checksum; here every plan is
+ * re-packed with a valid checksum so the corruption reaches the section
+ * parsers: truncated and bit-flipped PROGRAM and WEIGHTS payloads,
+ * inconsistent references, bad bitcode.  Each must be a KDC_INVALID_INPUT
+ * naming the file and section, never a crash (run under ASan/UBSan).
+ */
+#include "../codegen/cg_test.h"
+
+static char *plan_path;
+
+/* A dense layer + softmax-ish tail: kernels, a GEMM, a weight, a copy. */
+static void build_plan(void) {
+  kdc_module *m = kdc_ir_module_create("tiny");
+  kdc_func *f = kdc_ir_func_create(m, "predict");
+  int64_t xd[2] = {3, 5}, wd[2] = {5, 4};
+  kdc_type xt = kdc_type_make(KDC_DTYPE_F32, 2, xd), wt = kdc_type_make(KDC_DTYPE_F32, 2, wd);
+  float w[20];
+  cgt_fill(&wt, w, 5, false);
+  kdc_ir_module_add_weight(m, "d/kernel", &wt, w);
+  kdc_value_id x = kdc_ir_parameter(f, KDC_PARAM_INPUT, "x", &xt);
+  kdc_value_id k = kdc_ir_parameter(f, KDC_PARAM_WEIGHT, "d/kernel", &wt);
+  kdc_value_id y = kdc_ir_unary(f, KDC_OP_TANH, kdc_ir_matmul(f, x, k));
+  kdc_ir_add_result(f, y, "y");
+  kdc_ir_add_result(f, x, "x_copy");
+  assert_null(kdc_pass_fuse(m, NULL));
+  assert_null(kdc_pass_plan_memory(m, NULL));
+  plan_path = strdup(cgt_path("tiny.plan"));  /* cgt_path buffers rotate */
+  assert_null(kdc_codegen_cpu_plan(m, NULL, plan_path));
+  kdc_ir_module_destroy(m);
+}
+
+/* Re-packs the plan with section |kind| replaced by |data| (NULL: dropped). */
+static const char *repack(uint32_t kind, const void *data, size_t size) {
+  kdc_plan_file *pf;
+  assert_null(kdc_plan_file_open(plan_path, &pf));
+  kdc_plan_writer *w = kdc_plan_writer_create();
+  for (size_t i = 0; i < kdc_plan_file_count(pf); i++) {
+    kdc_plan_section_info si = kdc_plan_file_info(pf, i);
+    if (si.kind != kind) assert_null(kdc_plan_writer_add(w, si.kind, si.name, si.data, si.size));
+    else if (data) assert_null(kdc_plan_writer_add(w, si.kind, si.name, data, size));
+  }
+  const char *out = cgt_path("bad.plan");
+  assert_null(kdc_plan_writer_write(w, out));
+  kdc_plan_writer_destroy(w);
+  kdc_plan_file_close(pf);
+  return out;
+}
+
+static void *section_copy(uint32_t kind, size_t *size) {
+  kdc_plan_file *pf;
+  const void *d;
+  assert_null(kdc_plan_file_open(plan_path, &pf));
+  assert_true(kdc_plan_file_find(pf, kind, &d, size));
+  void *c = malloc(*size + 1);
+  memcpy(c, d, *size);
+  kdc_plan_file_close(pf);
+  return c;
+}
+
+/* Loads |path|; expects failure mentioning |what| (may be NULL). */
+static void expect_bad(const char *path, const char *what) {
+  kdc_rt_plan *p = NULL;
+  kdc_status st = kdc_rt_plan_load(path, &p);
+  if (!st) fail_msg("plan loaded, expected an error about %s", what ? what : "?");
+  assert_null(p);
+  assert_int_equal(kdc_status_code(st), KDC_INVALID_INPUT);
+  assert_non_null(strstr(kdc_status_message(st), path));
+  if (what && !strstr(kdc_status_message(st), what))
+    fail_msg("message \"%s\" lacks \"%s\"", kdc_status_message(st), what);
+  kdc_status_free(st);
+}
+
+static void test_load_run_describe(void **state) {
+  (void)state;
+  kdc_rt_plan *p;
+  assert_null(kdc_rt_plan_load(plan_path, &p));
+  assert_int_equal(kdc_rt_plan_func_count(p), 1);
+  assert_int_equal(kdc_rt_plan_find_func(p, "predict"), 0);
+  assert_int_equal(kdc_rt_plan_find_func(p, "nope"), -1);
+  assert_int_equal(kdc_rt_plan_input_count(p, 0), 1);
+  assert_string_equal(kdc_rt_plan_input(p, 0, 0)->name, "x");
+  assert_int_equal(kdc_rt_plan_input(p, 0, 0)->dims[1], 5);
+  assert_int_equal(kdc_rt_plan_output_count(p, 0), 2);
+  assert_string_equal(kdc_rt_plan_output(p, 0, 1)->name, "x_copy");
+  assert_null(kdc_rt_plan_input(p, 0, 1));
+  float x[15], y[12], xc[15];
+  for (int i = 0; i < 15; i++) x[i] = (float)i / 7;
+  const void *in[1] = {x};
+  void *out[2] = {y, xc};
+  assert_null(kdc_rt_plan_run(p, in, out));
+  assert_memory_equal(x, xc, sizeof x);
+  void *missing[2] = {y, NULL};
+  kdc_status st = kdc_rt_plan_run(p, in, missing);
+  assert_non_null(st);
+  kdc_status_free(st);
+  char *text = NULL;
+  size_t len = 0;
+  FILE *o = open_memstream(&text, &len);
+  kdc_rt_plan_describe(p, o);
+  fclose(o);
+  static const char *const want[] = {"arena:", "gemm", "kernel kdc_kernel_0", "copy in:x",
+                                     "d/kernel f32[5,4]", "func @predict",
+                                     "\"model\": \"tiny\""};
+  for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+    if (!strstr(text, want[i])) fail_msg("describe lacks \"%s\":\n%s", want[i], text);
+  free(text);
+  kdc_rt_plan_retain(p);
+  kdc_rt_plan_release(p);
+  kdc_rt_plan_release(p);
+}
+
+static void test_truncated_program(void **state) {
+  (void)state;
+  size_t size;
+  uint8_t *prog = section_copy(KDC_PLAN_SECTION_PROGRAM, &size);
+  for (size_t n = 0; n < size; n++)
+    expect_bad(repack(KDC_PLAN_SECTION_PROGRAM, prog, n), "program");
+  free(prog);
+}
+
+static void test_truncated_weights(void **state) {
+  (void)state;
+  size_t size;
+  uint8_t *w = section_copy(KDC_PLAN_SECTION_WEIGHTS, &size);
+  for (size_t n = 0; n < size; n += (n < 200 ? 1 : 16))
+    expect_bad(repack(KDC_PLAN_SECTION_WEIGHTS, w, n), "weights");
+  free(w);
+}
+
+/* Every byte of the program flipped in turn: an error or a plan that
+ * loads, never a crash.  Plans that load are described, not run (a flip in
+ * a kernel's argument sizes is a consistent lie the loader cannot see). */
+static void test_flipped_program(void **state) {
+  (void)state;
+  size_t size;
+  uint8_t *prog = section_copy(KDC_PLAN_SECTION_PROGRAM, &size);
+  int loaded = 0;
+  for (size_t i = 0; i < size; i++)
+    for (int bit = 0; bit < 8; bit += 3) {
+      prog[i] ^= (uint8_t)(1u << bit);
+      kdc_rt_plan *p = NULL;
+      kdc_status st = kdc_rt_plan_load(repack(KDC_PLAN_SECTION_PROGRAM, prog, size), &p);
+      if (st) {
+        if (kdc_status_code(st) != KDC_INVALID_INPUT)
+          fail_msg("byte %zu bit %d: %s", i, bit, kdc_status_message(st));
+        kdc_status_free(st);
+      } else {
+        FILE *devnull = fopen("/dev/null", "w");
+        kdc_rt_plan_describe(p, devnull);
+        fclose(devnull);
+        kdc_rt_plan_release(p);
+        loaded++;
+      }
+      prog[i] ^= (uint8_t)(1u << bit);
+    }
+  print_message("%d of %zu flipped programs still load\n", loaded, 3 * size);
+  free(prog);
+}
+
+/* Hand-made programs with one inconsistency each. */
+static void test_inconsistent_program(void **state) {
+  (void)state;
+  kdc_prog_kernel kern = {"kdc_kernel_0", 1};
+  kdc_prog_tensor in = {"x", KDC_IO_DTYPE_F32, 1, {4}, 16};
+  kdc_prog_loc args[1] = {{KDC_PROG_BUF_ARENA, 0, 0, 16}};
+  kdc_prog_step step = {.kind = KDC_STEP_KERNEL, .kernel = {0, 4, 1, 1, args}};
+  kdc_prog_func fn = {"predict", 1, 1, 1, &in, &in, &step};
+  kdc_program p = {.arena_bytes = 64, .n_kernels = 1, .n_funcs = 1, .kernels = &kern, .funcs = &fn};
+  kdc_buf b;
+  /* 1: offset beyond the arena */
+  args[0].offset = 60;
+  kdc_buf_init(&b);
+  kdc_prog_encode(&p, &b);
+  expect_bad(repack(KDC_PLAN_SECTION_PROGRAM, b.data, b.size), "beyond its size 64");
+  kdc_buf_free(&b);
+  args[0].offset = 0;
+  /* 2: a kernel that does not exist */
+  step.kernel.kernel = 3;
+  kdc_buf_init(&b);
+  kdc_prog_encode(&p, &b);
+  expect_bad(repack(KDC_PLAN_SECTION_PROGRAM, b.data, b.size), "kernel 3 does not exist");
+  kdc_buf_free(&b);
+  step.kernel.kernel = 0;
+  /* 3: an output buffer that does not exist */
+  args[0] = (kdc_prog_loc){KDC_PROG_BUF_OUTPUT, 2, 0, 16};
+  kdc_buf_init(&b);
+  kdc_prog_encode(&p, &b);
+  expect_bad(repack(KDC_PLAN_SECTION_PROGRAM, b.data, b.size), "output buffer 2 does not exist");
+  kdc_buf_free(&b);
+  /* 4: a kernel writing an input */
+  args[0] = (kdc_prog_loc){KDC_PROG_BUF_INPUT, 0, 0, 16};
+  kdc_buf_init(&b);
+  kdc_prog_encode(&p, &b);
+  expect_bad(repack(KDC_PLAN_SECTION_PROGRAM, b.data, b.size), "read-only");
+  kdc_buf_free(&b);
+  args[0] = (kdc_prog_loc){KDC_PROG_BUF_ARENA, 0, 0, 16};
+  /* 5: a kernel name the code does not define */
+  kern.name = "kdc_kernel_77";
+  kdc_buf_init(&b);
+  kdc_prog_encode(&p, &b);
+  expect_bad(repack(KDC_PLAN_SECTION_PROGRAM, b.data, b.size), "kdc_kernel_77 is not defined");
+  kdc_buf_free(&b);
+  kern.name = "kdc_kernel_0";
+  /* 6: a GEMM whose matrices exceed their buffers */
+  kdc_prog_step g = {.kind = KDC_STEP_GEMM};
+  g.gemm = (kdc_prog_gemm_step){1, 2, 2, 2, false, false, 2, 2, 2, 4, 4, 4,
+                                {KDC_PROG_BUF_INPUT, 0, 0, 16}, {KDC_PROG_BUF_INPUT, 0, 0, 16},
+                                {KDC_PROG_BUF_ARENA, 0, 0, 12}};
+  fn.steps = &g;
+  kdc_buf_init(&b);
+  kdc_prog_encode(&p, &b);
+  expect_bad(repack(KDC_PLAN_SECTION_PROGRAM, b.data, b.size), "exceed their buffers");
+  kdc_buf_free(&b);
+  /* 7: another payload version */
+  kdc_buf_init(&b);
+  kdc_prog_encode(&p, &b);
+  b.data[0] = 99;
+  expect_bad(repack(KDC_PLAN_SECTION_PROGRAM, b.data, b.size), "version 99");
+  kdc_buf_free(&b);
+}
+
+static void test_bad_code(void **state) {
+  (void)state;
+  size_t size;
+  uint8_t *code = section_copy(KDC_PLAN_SECTION_CODE, &size);
+  expect_bad(repack(KDC_PLAN_SECTION_CODE, code, size / 2), "section code");
+  memset(code + 40, 0x5a, size - 80 > 64 ? 64 : size - 80);
+  expect_bad(repack(KDC_PLAN_SECTION_CODE, code, size), "section code");
+  expect_bad(repack(KDC_PLAN_SECTION_CODE, "not bitcode", 11), "LLVM rejected");
+  expect_bad(repack(KDC_PLAN_SECTION_CODE, NULL, 0), "no code section");
+  expect_bad(repack(KDC_PLAN_SECTION_PROGRAM, NULL, 0), "program");
+  free(code);
+}
+
+static int setup(void **state) {
+  (void)state;
+  build_plan();
+  return 0;
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_load_run_describe), cmocka_unit_test(test_truncated_program),
+      cmocka_unit_test(test_truncated_weights), cmocka_unit_test(test_flipped_program),
+      cmocka_unit_test(test_inconsistent_program), cmocka_unit_test(test_bad_code),
+  };
+  int rc = cmocka_run_group_tests(tests, setup, NULL);
+  free(plan_path);
+  return rc;
+}

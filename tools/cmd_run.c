@@ -1,0 +1,217 @@
+/*
+ * `kdc run`: feeds .npy arrays through a plan's predict function in batches
+ * of the compiled batch size (a last partial batch is zero-padded and its
+ * padding rows dropped from the outputs), and writes .npy outputs.  Every
+ * input is checked against the plan before anything runs; outputs are
+ * written atomically only after every batch succeeded.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/io.h"
+#include "runtime/runtime.h"
+#include "tools/cli.h"
+
+enum { MAX_IO = 64 };
+
+typedef struct run_opts {
+  const char *plan;
+  const char *inputs[MAX_IO], *outputs[MAX_IO];
+  int n_inputs, n_outputs;
+  bool print;
+  int64_t threads;
+} run_opts;
+
+static kdc_status parse(int argc, char **argv, run_opts *o) {
+  cli_args a = {argc, argv, 0};
+  kdc_status st = NULL;
+  const char *v;
+  memset(o, 0, sizeof *o);
+  while (a.i < a.argc && !st) {
+    if (cli_flag_value(&a, "--input", &v, &st)) {
+      if (st) break;
+      if (o->n_inputs == MAX_IO) st = KDC_ERR(KDC_INVALID_INPUT, "run: more than %d --input", MAX_IO);
+      else o->inputs[o->n_inputs++] = v;
+    } else if (cli_flag_value(&a, "--output", &v, &st) || cli_flag_value(&a, "-o", &v, &st)) {
+      if (st) break;
+      if (o->n_outputs == MAX_IO) st = KDC_ERR(KDC_INVALID_INPUT, "run: more than %d --output", MAX_IO);
+      else o->outputs[o->n_outputs++] = v;
+    } else if (cli_flag_value(&a, "--threads", &v, &st)) {
+      if (!st) st = cli_parse_i64("--threads", v, 1, 4096, &o->threads);
+    } else if (cli_flag(&a, "--print")) {
+      o->print = true;
+    } else if (a.argv[a.i][0] != '-' && !o->plan) {
+      o->plan = a.argv[a.i++];
+    } else {
+      st = cli_unknown(&a);
+    }
+  }
+  if (!st && !o->plan) st = KDC_ERR(KDC_INVALID_INPUT, "run: no plan given (see kdc --help)");
+  if (!st && o->n_outputs == 0 && !o->print)
+    st = KDC_ERR(KDC_INVALID_INPUT, "run: give --output Y.npy (or --print)");
+  return st;
+}
+
+static void shape_str(int rank, const int64_t *dims, char *buf, size_t n) {
+  size_t k = (size_t)snprintf(buf, n, "(");
+  for (int i = 0; i < rank && k < n; i++)
+    k += (size_t)snprintf(buf + k, n - k, "%s%" PRId64, i ? ", " : "", dims[i]);
+  if (k < n) snprintf(buf + k, n - k, rank == 1 ? ",)" : ")");
+}
+
+/* Converts |a| in place to the plan input's dtype where that is lossless in
+ * intent (f64 -> f32, i32 <-> i64 ids); anything else is an error. */
+static kdc_status convert_input(const char *path, const kdc_rt_tensor_info *t, kdc_npy_array *a) {
+  if (a->dtype == t->dtype) return NULL;
+  size_t n = a->nbytes / kdc_io_dtype_size(a->dtype);
+  if (t->dtype == KDC_IO_DTYPE_F32 && a->dtype == KDC_IO_DTYPE_F64) return kdc_npy_to_f32(path, a);
+  bool ints = (a->dtype == KDC_IO_DTYPE_I32 || a->dtype == KDC_IO_DTYPE_I64) &&
+              (t->dtype == KDC_IO_DTYPE_I32 || t->dtype == KDC_IO_DTYPE_I64);
+  if (!ints)
+    return KDC_ERR(KDC_INVALID_INPUT, "%s: dtype %s does not match the plan's input \"%s\" (%s)", path,
+                   kdc_io_dtype_name(a->dtype), t->name, kdc_io_dtype_name(t->dtype));
+  void *out = kdc_xmalloc(n * kdc_io_dtype_size(t->dtype));
+  for (size_t i = 0; i < n; i++) {
+    int64_t v = a->dtype == KDC_IO_DTYPE_I32 ? ((int32_t *)a->data)[i] : ((int64_t *)a->data)[i];
+    if (t->dtype == KDC_IO_DTYPE_I32) {
+      if (v < INT32_MIN || v > INT32_MAX) {
+        free(out);
+        return KDC_ERR(KDC_INVALID_INPUT, "%s: element %zu (%" PRId64 ") does not fit int32", path, i, v);
+      }
+      ((int32_t *)out)[i] = (int32_t)v;
+    } else {
+      ((int64_t *)out)[i] = v;
+    }
+  }
+  free(a->data);
+  a->data = out;
+  a->dtype = t->dtype;
+  a->nbytes = n * kdc_io_dtype_size(t->dtype);
+  return NULL;
+}
+
+static kdc_status check_input(const char *path, const kdc_rt_tensor_info *t, kdc_npy_array *a) {
+  char want[160], got[160];
+  shape_str(t->rank, t->dims, want, sizeof want);
+  shape_str(a->rank, a->dims, got, sizeof got);
+  bool ok = a->rank == t->rank && t->rank >= 1;
+  for (int d = 1; ok && d < t->rank; d++) ok = a->dims[d] == t->dims[d];
+  if (!ok)
+    return KDC_ERR(KDC_INVALID_INPUT,
+                   "%s: shape %s does not match the plan's input \"%s\" (batch, ...) = %s", path,
+                   got, t->name, want);
+  return convert_input(path, t, a);
+}
+
+/* Prints |t|-shaped data numpy-like, at most 8 rows of at most 10 values. */
+static void print_array(const char *name, kdc_io_dtype dt, int rank, const int64_t *dims,
+                        const void *data) {
+  char sh[160];
+  shape_str(rank, dims, sh, sizeof sh);
+  printf("%s %s %s\n", name, kdc_io_dtype_name(dt), sh);
+  int64_t rows = rank ? dims[0] : 1, cols = 1;
+  for (int d = 1; d < rank; d++) cols *= dims[d];
+  for (int64_t r = 0; r < rows && r < 8; r++) {
+    printf("  [");
+    for (int64_t c = 0; c < cols && c < 10; c++) {
+      int64_t i = r * cols + c;
+      if (dt == KDC_IO_DTYPE_F32) printf("%s%.6g", c ? " " : "", ((const float *)data)[i]);
+      else if (dt == KDC_IO_DTYPE_I32) printf("%s%d", c ? " " : "", ((const int32_t *)data)[i]);
+      else if (dt == KDC_IO_DTYPE_I64) printf("%s%" PRId64, c ? " " : "", ((const int64_t *)data)[i]);
+      else printf("%s%d", c ? " " : "", ((const uint8_t *)data)[i]);
+    }
+    printf("%s]\n", cols > 10 ? " ..." : "");
+  }
+  if (rows > 8) printf("  ... (%" PRId64 " rows)\n", rows);
+}
+
+typedef struct run_state {
+  kdc_rt_plan *plan;
+  size_t n_in, n_out;
+  kdc_npy_array in[MAX_IO];
+  void *out[MAX_IO];            /* whole outputs, rows x ... */
+  int64_t out_dims[MAX_IO][KDC_IO_MAX_RANK];
+  void *bin[MAX_IO], *bout[MAX_IO]; /* one batch */
+} run_state;
+
+static kdc_status run_batches(run_state *s, int64_t rows) {
+  const kdc_rt_tensor_info *ti0 = kdc_rt_plan_input(s->plan, 0, 0);
+  int64_t batch = ti0->dims[0];
+  for (size_t i = 0; i < s->n_in; i++) s->bin[i] = kdc_xcalloc(1, kdc_rt_plan_input(s->plan, 0, i)->bytes);
+  for (size_t o = 0; o < s->n_out; o++) {
+    const kdc_rt_tensor_info *t = kdc_rt_plan_output(s->plan, 0, o);
+    if (t->rank < 1 || t->dims[0] != batch)
+      return KDC_ERR(KDC_UNSUPPORTED, "output \"%s\" is not batch-major (dim 0 is not the batch %" PRId64 ")",
+                     t->name, batch);
+    s->bout[o] = kdc_xcalloc(1, t->bytes);
+    memcpy(s->out_dims[o], t->dims, sizeof t->dims);
+    s->out_dims[o][0] = rows;
+    s->out[o] = kdc_xcalloc(1, (size_t)(t->bytes / (uint64_t)batch * (uint64_t)rows) + 1);
+  }
+  for (int64_t r0 = 0; r0 < rows; r0 += batch) {
+    int64_t n = rows - r0 < batch ? rows - r0 : batch;
+    for (size_t i = 0; i < s->n_in; i++) {
+      size_t row = kdc_rt_plan_input(s->plan, 0, i)->bytes / (uint64_t)batch;
+      memset(s->bin[i], 0, row * (size_t)batch);
+      memcpy(s->bin[i], (char *)s->in[i].data + row * (size_t)r0, row * (size_t)n);
+    }
+    KDC_RETURN_IF_ERROR(kdc_rt_plan_run(s->plan, (const void *const *)s->bin, s->bout));
+    for (size_t o = 0; o < s->n_out; o++) {
+      size_t row = kdc_rt_plan_output(s->plan, 0, o)->bytes / (uint64_t)batch;
+      memcpy((char *)s->out[o] + row * (size_t)r0, s->bout[o], row * (size_t)n);
+    }
+  }
+  return NULL;
+}
+
+static kdc_status run(const run_opts *o, run_state *s) {
+  kdc_rt_options ro = {.n_threads = (int)o->threads};
+  KDC_RETURN_IF_ERROR(kdc_rt_plan_load_with(o->plan, &ro, &s->plan));
+  if (kdc_rt_plan_func_count(s->plan) == 0 || kdc_rt_plan_find_func(s->plan, "predict") != 0)
+    return KDC_ERR(KDC_INVALID_INPUT, "%s: the plan has no predict function", o->plan);
+  s->n_in = kdc_rt_plan_input_count(s->plan, 0);
+  s->n_out = kdc_rt_plan_output_count(s->plan, 0);
+  if (s->n_in > MAX_IO || s->n_out > MAX_IO)
+    return KDC_ERR(KDC_UNSUPPORTED, "%s: more than %d inputs or outputs", o->plan, MAX_IO);
+  if ((size_t)o->n_inputs != s->n_in)
+    return KDC_ERR(KDC_INVALID_INPUT, "%s: the plan takes %zu input(s), %d --input given", o->plan,
+                   s->n_in, o->n_inputs);
+  if (o->n_outputs && (size_t)o->n_outputs != s->n_out)
+    return KDC_ERR(KDC_INVALID_INPUT, "%s: the plan has %zu output(s), %d --output given", o->plan,
+                   s->n_out, o->n_outputs);
+  int64_t rows = -1;
+  for (size_t i = 0; i < s->n_in; i++) {
+    KDC_RETURN_IF_ERROR(kdc_npy_read(o->inputs[i], &s->in[i]));
+    KDC_RETURN_IF_ERROR(check_input(o->inputs[i], kdc_rt_plan_input(s->plan, 0, i), &s->in[i]));
+    if (rows >= 0 && s->in[i].dims[0] != rows)
+      return KDC_ERR(KDC_INVALID_INPUT, "%s: %" PRId64 " rows, but %s has %" PRId64, o->inputs[i],
+                     s->in[i].dims[0], o->inputs[0], rows);
+    rows = s->in[i].dims[0];
+  }
+  KDC_RETURN_IF_ERROR(run_batches(s, rows));
+  for (size_t k = 0; k < s->n_out; k++) {
+    const kdc_rt_tensor_info *t = kdc_rt_plan_output(s->plan, 0, k);
+    if (o->print) print_array(t->name, t->dtype, t->rank, s->out_dims[k], s->out[k]);
+    if (o->n_outputs)
+      KDC_RETURN_IF_ERROR(kdc_npy_write(o->outputs[k], t->dtype, t->rank, s->out_dims[k], s->out[k]));
+  }
+  return NULL;
+}
+
+int kdc_cmd_run(int argc, char **argv) {
+  run_opts o;
+  run_state s;
+  memset(&s, 0, sizeof s);
+  kdc_status st = parse(argc, argv, &o);
+  if (!st) st = run(&o, &s);
+  for (int i = 0; i < MAX_IO; i++) {
+    kdc_npy_free(&s.in[i]);
+    free(s.out[i]);
+    free(s.bin[i]);
+    free(s.bout[i]);
+  }
+  if (s.plan) kdc_rt_plan_release(s.plan);
+  return st ? cli_fail(st) : 0;
+}

@@ -1,0 +1,56 @@
+/*
+ * kdc: the command line.  `kdc compile`, `kdc run`, `kdc inspect`.
+ * Exit status: 0 ok, 2 bad input (model, layout, plan, array, flag), 3
+ * internal error.  Every error is one line on stderr naming the file and the
+ * place.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "tools/cli.h"
+
+#ifndef KDC_VERSION_STRING
+#define KDC_VERSION_STRING "0.0.0"
+#endif
+
+static const char usage[] =
+    "usage: kdc <command> [options]\n"
+    "\n"
+    "commands:\n"
+    "  compile MODEL -o PLAN   compile a Keras model file into an execution plan\n"
+    "      MODEL                 Keras 3 model.to_json() / .keras config.json, tf.keras 2\n"
+    "                            to_json(), or a TF.js model.json\n"
+    "      -o, --output PLAN     the plan to write (atomically)\n"
+    "      --weights W           weights: .safetensors named by Keras variable path, or a\n"
+    "                            TF.js model.json with its shards; default: the model's own\n"
+    "                            TF.js shards if any, else Keras initialisers from --seed\n"
+    "      --batch N             global batch the plan is compiled for (default 32)\n"
+    "      --seed S              seed of the default initialisers (default 0)\n"
+    "      --dump-ir DIR         write the IR after every pass to DIR/NN-pass.kir\n"
+    "      --print-ir-after-all  print the IR after every pass to stderr\n"
+    "  run PLAN                run a plan\n"
+    "      --input X.npy         model input (repeat for several inputs, in order)\n"
+    "      --output Y.npy        where to write an output (repeat, in order)\n"
+    "      --print               print the outputs\n"
+    "      --threads N           threads for kernels and BLAS (default: all cores)\n"
+    "  inspect FILE            describe a plan (IR, buffers, steps) or summarise a model\n"
+    "\n"
+    "  kdc --help | --version\n"
+    "\n"
+    "A plan is a program: run only plans you built or trust.\n";
+
+int main(int argc, char **argv) {
+  if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
+      strcmp(argv[1], "help") == 0) {
+    fputs(usage, argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  if (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "version") == 0) {
+    printf("kdc %s\n", KDC_VERSION_STRING);
+    return 0;
+  }
+  if (strcmp(argv[1], "compile") == 0) return kdc_cmd_compile(argc - 2, argv + 2);
+  if (strcmp(argv[1], "run") == 0) return kdc_cmd_run(argc - 2, argv + 2);
+  if (strcmp(argv[1], "inspect") == 0) return kdc_cmd_inspect(argc - 2, argv + 2);
+  return cli_fail(KDC_ERR(KDC_INVALID_INPUT, "unknown command \"%s\" (see kdc --help)", argv[1]));
+}
