@@ -165,6 +165,11 @@ const kdc_keras_var *kdc_frontend_variable(const kdc_keras_model *m, size_t i);
 
 typedef struct kdc_lower_options {
   int64_t batch;   /* the batch dimension given to every model input (>= 1) */
+  /* Distribution (frontend/distribute.c): with a mesh, inputs, variables and
+   * "<layer>/output" rules get their user shardings.  |layout| NULL with a
+   * mesh = DataParallel (batch over every axis, variables replicated). */
+  const kdc_mesh *mesh;
+  const struct kdc_layout *layout;
 } kdc_lower_options;
 
 /* Builds a module with one function "predict": parameters are the model
@@ -307,7 +312,16 @@ typedef struct kdc_lower_ctx {
   kdc_func *f;
   int64_t batch;
   kdc_value_id *weight;    /* per top-level variable gid: its parameter */
+  const kdc_mesh *mesh;    /* NULL: no distribution */
+  const struct kdc_layout *layout; /* NULL with a mesh: DataParallel */
 } kdc_lower_ctx;
+
+/* distribute.c: user shardings from the mesh and layout (no-ops without a
+ * mesh).  Errors name the layout rule, the tensor and both sizes. */
+kdc_status kdc_fe_shard_input(kdc_lower_ctx *c, const kdc_keras_layer *l, kdc_value_id v);
+kdc_status kdc_fe_shard_weight(kdc_lower_ctx *c, const kdc_keras_var *var, kdc_value_id v);
+/* Wraps *|v| in a sharding_constraint when layout_map has "<layer path>/output". */
+kdc_status kdc_fe_constrain_output(kdc_lower_ctx *c, const kdc_keras_layer *l, kdc_value_id *v);
 
 /* The parameter value of variable |name| of layer |l|. */
 kdc_value_id kdc_fe_weight(struct kdc_lower_ctx *c, const kdc_keras_layer *l,

@@ -88,6 +88,7 @@ kdc_status kdc_fe_lower_graph(struct kdc_lower_ctx *c, const kdc_keras_model *m,
     for (int i = 0; !st && i < n->n_out; i++) {
       if (out[i] == KDC_NO_VALUE)
         st = kdc_fe_layer_err(l, KDC_INTERNAL, "lowering produced no value for output %d", i);
+      if (!st) st = kdc_fe_constrain_output(c, l, &out[i]);
       vals[n->tensor_base + i] = out[i];
     }
   }
@@ -109,7 +110,9 @@ kdc_status kdc_frontend_lower(const kdc_keras_model *m, const kdc_lower_options 
   int64_t batch = opt ? opt->batch : 1;
   if (batch < 1) return KDC_ERR(KDC_INVALID_INPUT, "batch size must be >= 1, got %lld", (long long)batch);
   kdc_module *mod = kdc_ir_module_create(m->name);
-  kdc_lower_ctx c = {m, mod, kdc_ir_func_create(mod, "predict"), batch, NULL};
+  kdc_lower_ctx c = {m, mod, kdc_ir_func_create(mod, "predict"), batch, NULL,
+                     opt ? opt->mesh : NULL, opt ? opt->layout : NULL};
+  if (c.mesh) mod->mesh = *c.mesh;
   c.weight = kdc_xcalloc((size_t)m->n_vars + 1, sizeof(kdc_value_id));
   kdc_value_id *ins = kdc_xcalloc((size_t)m->n_inputs + 1, sizeof(kdc_value_id));
   kdc_value_id *outs = kdc_xcalloc((size_t)m->n_outputs + 1, sizeof(kdc_value_id));
@@ -131,6 +134,7 @@ kdc_status kdc_frontend_lower(const kdc_keras_model *m, const kdc_lower_options 
     kdc_type t = kdc_type_make(dt, s.rank, s.dims);
     kdc_ir_set_origin(c.f, origin(l));
     ins[i] = kdc_ir_parameter(c.f, KDC_PARAM_INPUT, l->name, &t);
+    st = kdc_fe_shard_input(&c, l, ins[i]);
   }
   for (int i = 0; i < m->n_vars && !st; i++) {
     const kdc_keras_var *v = m->vars[i];
@@ -139,6 +143,7 @@ kdc_status kdc_frontend_lower(const kdc_keras_model *m, const kdc_lower_options 
     w->trainable = v->trainable;
     kdc_ir_set_origin(c.f, origin(v->layer));
     c.weight[i] = kdc_ir_parameter(c.f, KDC_PARAM_WEIGHT, v->path, &t);
+    st = kdc_fe_shard_weight(&c, v, c.weight[i]);
   }
   if (!st && (st = kdc_ir_take_error(c.f)))
     st = kdc_status_annotate(st, "%s", kdc_fe_file(m));

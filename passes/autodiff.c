@@ -57,8 +57,9 @@ static kdc_status check_args(const kdc_func *f, kdc_value_id y, const kdc_value_
     if (wrt[i] >= f->n_nodes)
       return KDC_ERR(KDC_INVALID_INPUT, "autodiff: func %s: wrt[%zu] is not a value", f->name, i);
     if (kdc_ir_type(f, wrt[i])->dtype != KDC_DTYPE_F32)
-      return KDC_ERR(KDC_INVALID_INPUT, "autodiff: func %s: %%%u is %s; only f32 values have "
-                     "gradients", f->name, wrt[i], kdc_type_str(kdc_ir_type(f, wrt[i]), b, sizeof b));
+      return KDC_ERR(KDC_INVALID_INPUT,
+                     "autodiff: func %s: %%%u is %s; only f32 values have gradients", f->name,
+                     wrt[i], kdc_type_str(kdc_ir_type(f, wrt[i]), b, sizeof b));
   }
   return NULL;
 }

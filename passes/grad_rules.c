@@ -247,7 +247,8 @@ static void vjp_slice(kdc_grad_ctx *c, const kdc_node *n, kdc_value_id v, kdc_va
     int64_t k = n->type.dims[d];
     lo[d] = s->start.v[d];
     in[d] = s->stride.v[d] - 1;
-    hi[d] = k > 0 ? xt.dims[d] - (s->start.v[d] + (k - 1) * s->stride.v[d] + 1) : xt.dims[d] - lo[d];
+    int64_t last = s->start.v[d] + (k - 1) * s->stride.v[d]; /* last element taken */
+    hi[d] = k > 0 ? xt.dims[d] - (last + 1) : xt.dims[d] - lo[d];
   }
   acc(c, n, 0, kdc_ir_pad(f, g, kdc_ir_scalar(f, KDC_DTYPE_F32, 0.0), lo, hi, in));
 }
@@ -463,7 +464,8 @@ static void vjp_sharding_constraint(kdc_grad_ctx *c, const kdc_node *n, kdc_valu
   G(PAD, RULE(PAD, vjp_pad, "strided slice; pad value: sum over the padding"))         \
   G(REDUCE, RULE(REDUCE, vjp_reduce, "broadcast; max/min: tied positions share"))      \
   G(DOT, RULE(DOT, vjp_dot, "dot_generals with the other operand"))                    \
-  G(SHARDING_CONSTRAINT, RULE(SHARDING_CONSTRAINT, vjp_sharding_constraint, "identity, same constraint")) \
+  G(SHARDING_CONSTRAINT,                                                               \
+    RULE(SHARDING_CONSTRAINT, vjp_sharding_constraint, "identity, same constraint"))   \
   G(ALL_REDUCE, NONE(ALL_REDUCE, SPMD))                                                \
   G(ALL_GATHER, NONE(ALL_GATHER, SPMD))                                                \
   G(REDUCE_SCATTER, NONE(REDUCE_SCATTER, SPMD))                                        \
@@ -486,7 +488,8 @@ enum {
 static_assert((int)GRAD_N_ROWS == (int)KDC_OP_COUNT, "grad_rules.c: one row per op of ir/ops.def");
 static_assert(sizeof rules / sizeof rules[0] == KDC_OP_COUNT, "grad rule table size");
 #define CHECK(e, row) \
-  static_assert((int)GRAD_POS_##e == (int)KDC_OP_##e, "grad_rules.c: row " #e " is out of ops.def order");
+  static_assert((int)GRAD_POS_##e == (int)KDC_OP_##e,            \
+                "grad_rules.c: row " #e " is out of ops.def order");
 GRAD_TABLE(CHECK)
 #undef CHECK
 

@@ -109,8 +109,10 @@ static kdc_value_id clip_eps(kdc_func *f, kdc_value_id x) {
 static kdc_value_id log_sigmoid(kdc_func *f, kdc_value_id x) {
   kdc_value_id z = un(f, KDC_OP_NEG, x);
   const kdc_type *t = kdc_ir_type(f, z);
-  kdc_value_id pos = kdc_ir_compare(f, KDC_CMP_GT, z, kdc_ir_splat(f, t->dtype, t->rank, t->dims, 0));
-  kdc_value_id hi = bin(f, KDC_OP_ADD, z, un(f, KDC_OP_LOG1P, un(f, KDC_OP_EXP, un(f, KDC_OP_NEG, z))));
+  kdc_value_id zero = kdc_ir_splat(f, t->dtype, t->rank, t->dims, 0);
+  kdc_value_id pos = kdc_ir_compare(f, KDC_CMP_GT, z, zero);
+  kdc_value_id e = un(f, KDC_OP_EXP, un(f, KDC_OP_NEG, z));
+  kdc_value_id hi = bin(f, KDC_OP_ADD, z, un(f, KDC_OP_LOG1P, e));
   kdc_value_id lo = un(f, KDC_OP_LOG1P, un(f, KDC_OP_EXP, z));
   return un(f, KDC_OP_NEG, kdc_ir_select(f, pos, hi, lo));
 }
@@ -118,7 +120,8 @@ static kdc_value_id log_sigmoid(kdc_func *f, kdc_value_id x) {
 /* jax.nn.log_softmax over the last dim. */
 static kdc_value_id log_softmax(kdc_func *f, kdc_value_id x) {
   kdc_value_id shifted = bin(f, KDC_OP_SUB, x, reduce_last(f, KDC_RED_MAX, x, true));
-  kdc_value_id lse = un(f, KDC_OP_LOG, reduce_last(f, KDC_RED_SUM, un(f, KDC_OP_EXP, shifted), true));
+  kdc_value_id e = un(f, KDC_OP_EXP, shifted);
+  kdc_value_id lse = un(f, KDC_OP_LOG, reduce_last(f, KDC_RED_SUM, e, true));
   return bin(f, KDC_OP_SUB, shifted, lse);
 }
 

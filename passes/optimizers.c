@@ -73,7 +73,8 @@ kdc_status kdc_optimizer_options_check(const kdc_optimizer_options *o) {
     return BAD("%s: beta_1 and beta_2 must be in [0, 1), got %g and %g", n, o->beta_1, o->beta_2);
   if (!(o->rho >= 0 && o->rho < 1)) return BAD("%s: rho must be in [0, 1), got %g", n, o->rho);
   if (!(o->epsilon >= 0)) return BAD("%s: epsilon must be >= 0, got %g", n, o->epsilon);
-  if (!(o->weight_decay >= 0)) return BAD("%s: weight_decay must be >= 0, got %g", n, o->weight_decay);
+  if (!(o->weight_decay >= 0))
+    return BAD("%s: weight_decay must be >= 0, got %g", n, o->weight_decay);
   const kdc_lr_schedule *s = &o->schedule;
   if ((s->kind == KDC_LR_EXPONENTIAL || s->kind == KDC_LR_INVERSE_TIME) && !(s->decay_steps > 0))
     return BAD("learning rate schedule: decay_steps must be > 0, got %g", s->decay_steps);
@@ -150,7 +151,8 @@ static kdc_value_id piecewise(kdc_func *f, const kdc_lr_schedule *s, kdc_value_i
     kdc_value_id hi = kdc_ir_scalar(f, KDC_DTYPE_I32, (double)s->boundaries[i]);
     kdc_value_id in = bin(f, KDC_OP_AND, kdc_ir_compare(f, KDC_CMP_GT, it, lo),
                           kdc_ir_compare(f, KDC_CMP_LE, it, hi));
-    r = bin(f, KDC_OP_ADD, r, sc(f, KDC_OP_MUL, kdc_ir_convert(f, in, KDC_DTYPE_F32), s->values[i]));
+    kdc_value_id inf = kdc_ir_convert(f, in, KDC_DTYPE_F32);
+    r = bin(f, KDC_OP_ADD, r, sc(f, KDC_OP_MUL, inf, s->values[i]));
   }
   return r;
 }
@@ -190,9 +192,11 @@ static void sgd(kdc_func *f, const kdc_optimizer_options *o, kdc_value_id lr, kd
 static void adam(kdc_func *f, const kdc_optimizer_options *o, kdc_value_id iteration,
                  kdc_value_id lr, kdc_value_id var, kdc_value_id g, const kdc_value_id *slots,
                  kdc_value_id *out_var, kdc_value_id *out_slots) {
-  kdc_value_id t = kdc_ir_convert(f, kdc_ir_binary_scalar(f, KDC_OP_ADD, iteration, 1), KDC_DTYPE_F32);
+  kdc_value_id t1 = kdc_ir_binary_scalar(f, KDC_OP_ADD, iteration, 1); /* integer add, then cast */
+  kdc_value_id t = kdc_ir_convert(f, t1, KDC_DTYPE_F32);
   kdc_value_id b1p = cs(f, KDC_OP_POW, o->beta_1, t), b2p = cs(f, KDC_OP_POW, o->beta_2, t);
-  kdc_value_id alpha = bin(f, KDC_OP_MUL, lr, kdc_ir_unary(f, KDC_OP_SQRT, cs(f, KDC_OP_SUB, 1.0, b2p)));
+  kdc_value_id root = kdc_ir_unary(f, KDC_OP_SQRT, cs(f, KDC_OP_SUB, 1.0, b2p));
+  kdc_value_id alpha = bin(f, KDC_OP_MUL, lr, root);
   alpha = bin(f, KDC_OP_DIV, alpha, cs(f, KDC_OP_SUB, 1.0, b1p));
   kdc_value_id m = slots[0], v = slots[1];
   m = bin(f, KDC_OP_ADD, m, sc(f, KDC_OP_MUL, bin(f, KDC_OP_SUB, g, m), 1.0 - o->beta_1));

@@ -4,11 +4,13 @@
 
 #include "codegen/codegen.h"
 #include "frontend/frontend.h"
+#include "frontend/layout.h"
 #include "passes/passes.h"
 #include "tools/cli.h"
 
 typedef struct compile_opts {
   const char *model, *out, *weights, *dump_dir;
+  const char *mesh, *axes, *layout, *layout_match;
   int64_t batch;
   uint64_t seed;
   bool print_ir;
@@ -23,7 +25,10 @@ static kdc_status parse(int argc, char **argv, compile_opts *o) {
   while (a.i < a.argc && !st) {
     if (cli_flag_value(&a, "-o", &o->out, &st) || cli_flag_value(&a, "--output", &o->out, &st) ||
         cli_flag_value(&a, "--weights", &o->weights, &st) ||
-        cli_flag_value(&a, "--dump-ir", &o->dump_dir, &st))
+        cli_flag_value(&a, "--dump-ir", &o->dump_dir, &st) ||
+        cli_flag_value(&a, "--mesh", &o->mesh, &st) || cli_flag_value(&a, "--axes", &o->axes, &st) ||
+        cli_flag_value(&a, "--layout", &o->layout, &st) ||
+        cli_flag_value(&a, "--layout-match", &o->layout_match, &st))
       continue;
     if (cli_flag_value(&a, "--batch", &v, &st)) {
       if (!st) st = cli_parse_i64("--batch", v, 1, (int64_t)1 << 30, &o->batch);
@@ -39,23 +44,52 @@ static kdc_status parse(int argc, char **argv, compile_opts *o) {
   }
   if (!st && !o->model) st = KDC_ERR(KDC_INVALID_INPUT, "compile: no model file given (see kdc --help)");
   if (!st && !o->out) st = KDC_ERR(KDC_INVALID_INPUT, "compile: no output plan given (-o PLAN)");
+  if (!st && !o->mesh && (o->axes || o->layout || o->layout_match))
+    st = KDC_ERR(KDC_INVALID_INPUT, "compile: %s needs --mesh (e.g. --mesh 2x4)",
+                 o->axes ? "--axes" : o->layout ? "--layout" : "--layout-match");
+  if (!st && o->layout_match && !o->layout)
+    st = KDC_ERR(KDC_INVALID_INPUT, "compile: --layout-match needs --layout");
   return st;
+}
+
+/* Mesh and layout: parsed and checked before the model is even read, so a
+ * bad mesh string or layout rule fails fast with its own location. */
+static kdc_status distribution(const compile_opts *o, kdc_mesh *mesh, kdc_layout **layout) {
+  memset(mesh, 0, sizeof *mesh);
+  *layout = NULL;
+  if (!o->mesh) return NULL;
+  KDC_RETURN_IF_ERROR(kdc_mesh_parse(o->mesh, o->axes, mesh));
+  if (!o->layout) return NULL;
+  KDC_RETURN_IF_ERROR(kdc_layout_load(o->layout, layout));
+  if (o->layout_match) {
+    kdc_layout_match mm;
+    if (!kdc_layout_match_from_name(o->layout_match, &mm))
+      return KDC_ERR(KDC_INVALID_INPUT, "--layout-match \"%s\": expected fullmatch or search",
+                     o->layout_match);
+    kdc_layout_set_match(*layout, mm);
+  }
+  return kdc_layout_check(*layout, mesh);
 }
 
 static kdc_status compile(const compile_opts *o) {
   kdc_keras_model *km = NULL;
   kdc_module *mod = NULL;
-  kdc_status st = kdc_frontend_load(o->model, &km);
+  kdc_layout *layout = NULL;
+  kdc_mesh mesh;
+  kdc_status st = distribution(o, &mesh, &layout);
+  if (!st) st = kdc_frontend_load(o->model, &km);
   if (!st) {
-    kdc_lower_options lo = {.batch = o->batch};
+    kdc_lower_options lo = {.batch = o->batch, .mesh = o->mesh ? &mesh : NULL, .layout = layout};
     st = kdc_frontend_lower(km, &lo, &mod);
   }
+  if (!st && layout) kdc_layout_report_unmatched(layout, stderr);
   if (!st) st = kdc_frontend_bind_weights(km, mod, o->weights, o->seed);
   if (!st) {
     kdc_pass_options po;
     memset(&po, 0, sizeof po);
     po.dump_dir = o->dump_dir;
     po.print_after_all = o->print_ir ? stderr : NULL;
+    po.warnings = stderr;
     st = kdc_pass_pipeline_run(mod, &po);
   }
   if (!st) {
@@ -65,6 +99,7 @@ static kdc_status compile(const compile_opts *o) {
   }
   kdc_ir_module_destroy(mod);
   kdc_frontend_free(km);
+  kdc_layout_free(layout);
   return st;
 }
 

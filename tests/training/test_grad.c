@@ -29,10 +29,14 @@ typedef struct gcase {
 
 /* ---- builders ------------------------------------------------------------------ */
 
-#define UNARY(name, OP) \
-  static kdc_value_id name(kdc_func *f, const kdc_value_id *x) { return kdc_ir_unary(f, OP, x[0]); }
-#define BINARY(name, OP) \
-  static kdc_value_id name(kdc_func *f, const kdc_value_id *x) { return kdc_ir_binary(f, OP, x[0], x[1]); }
+#define UNARY(name, OP)                                    \
+  static kdc_value_id name(kdc_func *f, const kdc_value_id *x) { \
+    return kdc_ir_unary(f, OP, x[0]);                            \
+  }
+#define BINARY(name, OP)                                   \
+  static kdc_value_id name(kdc_func *f, const kdc_value_id *x) { \
+    return kdc_ir_binary(f, OP, x[0], x[1]);                     \
+  }
 UNARY(b_neg, KDC_OP_NEG)
 UNARY(b_abs, KDC_OP_ABS)
 UNARY(b_exp, KDC_OP_EXP)
@@ -115,13 +119,21 @@ static kdc_value_id reduce(kdc_func *f, kdc_reduce_kind k, kdc_value_id x, int n
   return kdc_ir_reduce(f, k, x, n, d);
 }
 
-static kdc_value_id b_rsum(kdc_func *f, const kdc_value_id *x) { return reduce(f, KDC_RED_SUM, x[0], 2, 0, 2); }
-static kdc_value_id b_rmax(kdc_func *f, const kdc_value_id *x) { return reduce(f, KDC_RED_MAX, x[0], 1, 1, 0); }
-static kdc_value_id b_rmin(kdc_func *f, const kdc_value_id *x) { return reduce(f, KDC_RED_MIN, x[0], 1, 0, 0); }
-static kdc_value_id b_rprod(kdc_func *f, const kdc_value_id *x) { return reduce(f, KDC_RED_PROD, x[0], 1, 1, 0); }
+static kdc_value_id b_rsum(kdc_func *f, const kdc_value_id *x) {
+  return reduce(f, KDC_RED_SUM, x[0], 2, 0, 2);
+}
+static kdc_value_id b_rmax(kdc_func *f, const kdc_value_id *x) {
+  return reduce(f, KDC_RED_MAX, x[0], 1, 1, 0);
+}
+static kdc_value_id b_rmin(kdc_func *f, const kdc_value_id *x) {
+  return reduce(f, KDC_RED_MIN, x[0], 1, 0, 0);
+}
+static kdc_value_id b_rprod(kdc_func *f, const kdc_value_id *x) {
+  return reduce(f, KDC_RED_PROD, x[0], 1, 1, 0);
+}
 
-static kdc_attr_dot dot_attr(int nb, const int64_t *lb, const int64_t *rb, int nc, const int64_t *lc,
-                             const int64_t *rc) {
+static kdc_attr_dot dot_attr(int nb, const int64_t *lb, const int64_t *rb, int nc,
+                             const int64_t *lc, const int64_t *rc) {
   kdc_attr_dot d;
   memset(&d, 0, sizeof d);
   d.lhs_batch.n = d.rhs_batch.n = nb;
@@ -131,7 +143,9 @@ static kdc_attr_dot dot_attr(int nb, const int64_t *lb, const int64_t *rb, int n
   return d;
 }
 
-static kdc_value_id b_matmul(kdc_func *f, const kdc_value_id *x) { return kdc_ir_matmul(f, x[0], x[1]); }
+static kdc_value_id b_matmul(kdc_func *f, const kdc_value_id *x) {
+  return kdc_ir_matmul(f, x[0], x[1]);
+}
 
 static kdc_value_id b_bmm(kdc_func *f, const kdc_value_id *x) { /* [2,3,4] x [2,4,5] */
   int64_t lb[1] = {0}, rb[1] = {0}, lc[1] = {2}, rc[1] = {1};
@@ -145,7 +159,8 @@ static kdc_value_id b_dot2c(kdc_func *f, const kdc_value_id *x) { /* [4,2,3] x [
   return kdc_ir_dot(f, x[0], x[1], &d);
 }
 
-static kdc_value_id b_dotodd(kdc_func *f, const kdc_value_id *x) { /* [3,2,4] x [4,5,2] -> [2,3,5] */
+/* [3,2,4] x [4,5,2] -> [2,3,5] */
+static kdc_value_id b_dotodd(kdc_func *f, const kdc_value_id *x) {
   int64_t lb[1] = {1}, rb[1] = {2}, lc[1] = {2}, rc[1] = {0};
   kdc_attr_dot d = dot_attr(1, lb, rb, 1, lc, rc);
   return kdc_ir_dot(f, x[0], x[1], &d);
@@ -163,7 +178,8 @@ static kdc_value_id b_softmax(kdc_func *f, const kdc_value_id *x) {
 /* ---- input generators ------------------------------------------------------------ */
 
 static void gen_away0(int k, float *x, int64_t n) { /* +-[0.2, 1.5] */
-  for (int64_t i = 0; i < n; i++) x[i] = (float)(tr_rand(0.2, 1.5) * (tr_rand(0, 1) < 0.5 ? -1 : 1));
+  for (int64_t i = 0; i < n; i++)
+    x[i] = (float)(tr_rand(0.2, 1.5) * (tr_rand(0, 1) < 0.5 ? -1 : 1));
 }
 
 static float pair_base[64];
@@ -334,7 +350,8 @@ static void test_ties(void **state) {
   /* y = sum(relu(a)) + sum(max(a, b)) + reduce_max(b) */
   kdc_value_id relu = kdc_ir_binary_scalar(f, KDC_OP_MAX, a, 0.0);
   kdc_value_id y = kdc_ir_reduce(f, KDC_RED_SUM, relu, 1, &d0);
-  y = kdc_ir_binary(f, KDC_OP_ADD, y, kdc_ir_reduce(f, KDC_RED_SUM, kdc_ir_binary(f, KDC_OP_MAX, a, b), 1, &d0));
+  kdc_value_id mab = kdc_ir_binary(f, KDC_OP_MAX, a, b);
+  y = kdc_ir_binary(f, KDC_OP_ADD, y, kdc_ir_reduce(f, KDC_RED_SUM, mab, 1, &d0));
   y = kdc_ir_binary(f, KDC_OP_ADD, y, kdc_ir_reduce(f, KDC_RED_MAX, b, 1, &d0));
   kdc_value_id wrt[2] = {a, b}, g[2];
   tr_expect_ok(kdc_ir_take_error(f));
@@ -402,7 +419,8 @@ static void test_matmul_layout(void **state) {
   size_t n_fwd = f->n_nodes;
   kdc_value_id wrt[2] = {x, w}, g[2];
   tr_expect_ok(kdc_autodiff(f, y, wrt, 2, g));
-  for (size_t v = n_fwd; v < f->n_nodes; v++) assert_int_not_equal(f->nodes[v].op, KDC_OP_TRANSPOSE);
+  for (size_t v = n_fwd; v < f->n_nodes; v++)
+    assert_int_not_equal(f->nodes[v].op, KDC_OP_TRANSPOSE);
   const kdc_node *dx = &f->nodes[g[0]], *dw = &f->nodes[g[1]];
   assert_int_equal(dx->op, KDC_OP_DOT);
   assert_int_equal(dw->op, KDC_OP_DOT);

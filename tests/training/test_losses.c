@@ -155,7 +155,8 @@ static void test_logit_gradients(void **state) {
     for (int c = 0; c < C; c++) tsum += T_ONEHOT[b * C + c];
     for (int c = 0; c < C; c++) {
       double sm = exp(P_LOGIT[b * C + c] - mx) / s;
-      TR_CLOSE(g[b * C + c], (sm * tsum - T_ONEHOT[b * C + c]) / B, 1e-5, 1e-6, "cce grad %d,%d", b, c);
+      double want = (sm * tsum - T_ONEHOT[b * C + c]) / B;
+      TR_CLOSE(g[b * C + c], want, 1e-5, 1e-6, "cce grad %d,%d", b, c);
     }
   }
   tr_free(out, 2);

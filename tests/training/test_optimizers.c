@@ -134,7 +134,8 @@ static void run_steps(const char *what, const kdc_optimizer_options *o) {
     for (int i = 0; i < N; i++) {
       TR_CLOSE(var[i], rvar[i], 1e-5, atol, "%s: step %d var[%d]", what, step, i);
       for (int s = 0; s < ns; s++)
-        TR_CLOSE(slots[s][i], rslots[s][i], 1e-5, atol, "%s: step %d slot %d[%d]", what, step, s, i);
+        TR_CLOSE(slots[s][i], rslots[s][i], 1e-5, atol, "%s: step %d slot %d[%d]", what, step, s,
+                 i);
     }
   }
   kdc_ir_module_destroy(m);

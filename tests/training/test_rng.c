@@ -103,7 +103,8 @@ static void test_dropout(void **state) {
   kdc_value_id x = kdc_ir_parameter(f, KDC_PARAM_INPUT, "x", &xt);
   kdc_value_id s = kdc_ir_parameter(f, KDC_PARAM_STATE, "iteration", &st);
   kdc_value_id u = kdc_ir_rng_uniform(f, s, 99, xt.rank, xt.dims);
-  kdc_value_id keep = kdc_ir_compare(f, KDC_CMP_LT, u, kdc_ir_splat(f, KDC_DTYPE_F32, 2, xt.dims, 1 - rate));
+  kdc_value_id keep_p = kdc_ir_splat(f, KDC_DTYPE_F32, 2, xt.dims, 1 - rate);
+  kdc_value_id keep = kdc_ir_compare(f, KDC_CMP_LT, u, keep_p);
   kdc_value_id y = kdc_ir_select(f, keep, kdc_ir_binary_scalar(f, KDC_OP_DIV, x, 1 - rate),
                                  kdc_ir_splat(f, KDC_DTYPE_F32, 2, xt.dims, 0));
   int64_t all[2] = {0, 1};

@@ -177,7 +177,8 @@ static void test_mlp_adam(void **state) {
     if (i == 5 || i == 6) continue;
     const kdc_type *pt = &ts->nodes[ts->params[i]].type;
     bufs[i] = calloc((size_t)kdc_type_numel(pt), sizeof(float));
-    if (i < 5) memcpy(bufs[i], kdc_ir_module_find_weight(m, W_NAMES[i - 1])->data, kdc_type_bytes(pt));
+    if (i < 5)
+      memcpy(bufs[i], kdc_ir_module_find_weight(m, W_NAMES[i - 1])->data, kdc_type_bytes(pt));
   }
   double lr_sum = 0;
   for (int step = 0; step < STEPS; step++) {
@@ -284,7 +285,8 @@ static void test_train_forward_counter(void **state) {
     kdc_value_id b = kdc_ir_parameter(f, KDC_PARAM_WEIGHT, "d/bias", &wt);
     if (k) kdc_ir_parameter(f, KDC_PARAM_STATE, "iteration", &it);
     int64_t map[1] = {1};
-    kdc_ir_add_result(f, kdc_ir_binary(f, KDC_OP_ADD, x, kdc_ir_broadcast(f, b, 2, xt.dims, map)), "y");
+    kdc_value_id bb = kdc_ir_broadcast(f, b, 2, xt.dims, map);
+    kdc_ir_add_result(f, kdc_ir_binary(f, KDC_OP_ADD, x, bb), "y");
   }
   kdc_train_options o;
   kdc_train_options_init(&o, KDC_LOSS_MSE, KDC_OPT_RMSPROP);
@@ -311,7 +313,8 @@ static void test_errors(void **state) {
   /* a model without weights: nothing to train */
   kdc_func *f = kdc_ir_func_create(m, "predict");
   kdc_type xt = tr_type(2, 2, 3);
-  kdc_ir_add_result(f, kdc_ir_unary(f, KDC_OP_EXP, kdc_ir_parameter(f, KDC_PARAM_INPUT, "x", &xt)), "y");
+  kdc_value_id x = kdc_ir_parameter(f, KDC_PARAM_INPUT, "x", &xt);
+  kdc_ir_add_result(f, kdc_ir_unary(f, KDC_OP_EXP, x), "y");
   st = kdc_pass_build_training(m, &o);
   assert_int_equal(kdc_status_code(st), KDC_INVALID_INPUT);
   assert_non_null(strstr(kdc_status_message(st), "no trainable weight"));
