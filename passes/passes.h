@@ -32,6 +32,9 @@ typedef struct kdc_pass_options {
   int fuse_max_recompute;    /* ops a cheap value may recompute per kernel; 0 = 4, <0 = never */
   int simplify_max_rounds;   /* simplify's fixpoint bound; 0 = 8 */
   FILE *warnings;            /* partition's warnings (full-replication fallbacks); NULL = none */
+  /* Training (passes/train_step.c): when set, the build_training pass adds
+   * train_step and evaluate after infer_shapes; NULL = inference only. */
+  const struct kdc_train_options *train;
 } kdc_pass_options;
 
 /* One entry of the pipeline: a name (used in dumps and errors) and the

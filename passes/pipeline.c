@@ -27,9 +27,16 @@ static kdc_status run_verify(kdc_module *m, const kdc_pass_options *opt) {
 
 /* Every pass by name.  New passes add a row here and, if they belong to the
  * compile pipeline, a line in |pipeline|. */
+/* The build_training pass: a no-op unless the options ask for training. */
+static kdc_status run_build_training(kdc_module *m, const kdc_pass_options *opt) {
+  if (!opt || !opt->train) return NULL;
+  return kdc_pass_build_training(m, opt->train);
+}
+
 static const kdc_pass all_passes[] = {
     {"verify", run_verify},
     {"infer_shapes", kdc_pass_infer_shapes},
+    {"build_training", run_build_training},
     {"algebra", kdc_pass_algebra},
     {"fold", kdc_pass_fold},
     {"cse", kdc_pass_cse},
@@ -47,7 +54,7 @@ static const kdc_pass all_passes[] = {
 static const char *const pipeline[] = {
     "verify",
     "infer_shapes",
-    /* "autodiff", then loss and optimizer: builds train_step from predict */
+    "build_training", /* autodiff + loss + optimizer: train_step, evaluate */
     "simplify",
     "seed_shardings",      /* provenance of the frontend's user shardings; others open */
     "propagate_shardings", /* forward/backward factor fixpoint */

@@ -11,6 +11,9 @@
 typedef struct compile_opts {
   const char *model, *out, *weights, *dump_dir;
   const char *mesh, *axes, *layout, *layout_match;
+  const char *loss, *optimizer;
+  double learning_rate;        /* 0 = the optimizer's Keras default */
+  bool from_logits;
   int64_t batch;
   uint64_t seed;
   bool print_ir;
@@ -28,12 +31,20 @@ static kdc_status parse(int argc, char **argv, compile_opts *o) {
         cli_flag_value(&a, "--dump-ir", &o->dump_dir, &st) ||
         cli_flag_value(&a, "--mesh", &o->mesh, &st) || cli_flag_value(&a, "--axes", &o->axes, &st) ||
         cli_flag_value(&a, "--layout", &o->layout, &st) ||
-        cli_flag_value(&a, "--layout-match", &o->layout_match, &st))
+        cli_flag_value(&a, "--layout-match", &o->layout_match, &st) ||
+        cli_flag_value(&a, "--loss", &o->loss, &st) ||
+        cli_flag_value(&a, "--optimizer", &o->optimizer, &st))
       continue;
     if (cli_flag_value(&a, "--batch", &v, &st)) {
       if (!st) st = cli_parse_i64("--batch", v, 1, (int64_t)1 << 30, &o->batch);
     } else if (cli_flag_value(&a, "--seed", &v, &st)) {
       if (!st) st = cli_parse_u64("--seed", v, &o->seed);
+    } else if (cli_flag_value(&a, "--learning-rate", &v, &st)) {
+      if (!st) st = cli_parse_double("--learning-rate", v, &o->learning_rate);
+      if (!st && !(o->learning_rate > 0))
+        st = KDC_ERR(KDC_INVALID_INPUT, "--learning-rate \"%s\": expected a positive number", v);
+    } else if (cli_flag(&a, "--from-logits")) {
+      o->from_logits = true;
     } else if (cli_flag(&a, "--print-ir-after-all")) {
       o->print_ir = true;
     } else if (a.argv[a.i][0] != '-' && !o->model) {
@@ -47,6 +58,8 @@ static kdc_status parse(int argc, char **argv, compile_opts *o) {
   if (!st && !o->mesh && (o->axes || o->layout || o->layout_match))
     st = KDC_ERR(KDC_INVALID_INPUT, "compile: %s needs --mesh (e.g. --mesh 2x4)",
                  o->axes ? "--axes" : o->layout ? "--layout" : "--layout-match");
+  if (!st && !o->loss && (o->optimizer || o->learning_rate > 0 || o->from_logits))
+    st = KDC_ERR(KDC_INVALID_INPUT, "compile: training options need --loss (e.g. --loss mse)");
   if (!st && o->layout_match && !o->layout)
     st = KDC_ERR(KDC_INVALID_INPUT, "compile: --layout-match needs --layout");
   return st;
@@ -71,12 +84,31 @@ static kdc_status distribution(const compile_opts *o, kdc_mesh *mesh, kdc_layout
   return kdc_layout_check(*layout, mesh);
 }
 
+/* Training options from the flags (Keras defaults for what is not given). */
+static kdc_status training(const compile_opts *o, kdc_train_options *t) {
+  kdc_loss_kind loss;
+  kdc_optimizer_kind opt = KDC_OPT_SGD;
+  if (!kdc_loss_from_name(o->loss, &loss))
+    return KDC_ERR(KDC_INVALID_INPUT, "--loss \"%s\": unknown loss (mean_squared_error, "
+                   "mean_absolute_error, binary_crossentropy, categorical_crossentropy, "
+                   "sparse_categorical_crossentropy)", o->loss);
+  if (o->optimizer && !kdc_optimizer_from_name(o->optimizer, &opt))
+    return KDC_ERR(KDC_INVALID_INPUT, "--optimizer \"%s\": unknown optimizer (sgd, adam, adamw, "
+                   "rmsprop)", o->optimizer);
+  kdc_train_options_init(t, loss, opt);
+  t->from_logits = o->from_logits;
+  if (o->learning_rate > 0) t->optimizer.learning_rate = o->learning_rate;
+  return kdc_optimizer_options_check(&t->optimizer);
+}
+
 static kdc_status compile(const compile_opts *o) {
   kdc_keras_model *km = NULL;
   kdc_module *mod = NULL;
   kdc_layout *layout = NULL;
   kdc_mesh mesh;
+  kdc_train_options train;
   kdc_status st = distribution(o, &mesh, &layout);
+  if (!st && o->loss) st = training(o, &train);
   if (!st) st = kdc_frontend_load(o->model, &km);
   if (!st) {
     kdc_lower_options lo = {.batch = o->batch, .mesh = o->mesh ? &mesh : NULL, .layout = layout};
@@ -90,6 +122,7 @@ static kdc_status compile(const compile_opts *o) {
     po.dump_dir = o->dump_dir;
     po.print_after_all = o->print_ir ? stderr : NULL;
     po.warnings = stderr;
+    po.train = o->loss ? &train : NULL;
     st = kdc_pass_pipeline_run(mod, &po);
   }
   if (!st) {

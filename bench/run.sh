@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Builds kdc in Release and runs every benchmark; each prints one JSON object.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cmake -S . -B build-bench -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build build-bench -j "$(nproc)" --target bench_predict >/dev/null
+./build-bench/bench/bench_predict
