@@ -12,11 +12,14 @@
  * Kernel design (docs/codegen.md).  Each fusion group becomes
  *   - a BODY, generated once as LLVM IR over an element multi-index:
  *       internal alwaysinline void kdc_body_<k>(ptr noalias out,
- *           ptr noalias in_1, ..., i64 i_0, ..., i64 i_{r-1})
+ *           ptr noalias in_1, ..., ptr noalias coords, i64 i_0, ..., i64 i_{r-1})
  *     computing the group's root at that index (operand chains fused,
- *     reductions as loops inside) and storing it to out[linear(i)];
+ *     reductions as loops inside) and storing it to out[linear(i)].
+ *     |coords| is the device's mesh coordinates (one i64 per mesh axis),
+ *     the implicit argument of SPMD programs: shard_slice selects its piece
+ *     and rng_uniform offsets its counter with it (index arithmetic);
  *   - a WRAPPER per target.  CPU (cpu_wrap.c):
- *       void kdc_kernel_<k>(ptr args, i64 begin, i64 end)
+ *       void kdc_kernel_<k>(ptr args, ptr coords, i64 begin, i64 end)
  *     a loop nest over the output whose innermost loop is the innermost
  *     dim (unit stride, no div/mod: LLVM vectorises it), over the range
  *     [begin, end) of the outer iteration space so the runtime can split
@@ -24,7 +27,14 @@
  *     multi-index and calls the same body.
  * A DOT outside any group becomes a GEMM step (cblas_sgemm), preceded when
  * an operand's layout cannot be expressed with transpose flags by a
- * transpose kernel into a staging area after the planned arena.
+ * transpose kernel into a staging area after the planned arena.  A
+ * collective (all_reduce, all_gather, reduce_scatter, all_to_all,
+ * collective_permute) becomes a COLLECTIVE step (lower_spmd.c).
+ *
+ * SPMD.  After passes/partition.c a function's types are LOCAL and the
+ * module's mesh is the device grid; the plan records the mesh and, for
+ * every input, output and weight, its GLOBAL shape and sharding
+ * (lower_spmd.c), so the runtime splits and gathers.
  */
 #ifndef KDC_CODEGEN_H
 #define KDC_CODEGEN_H
@@ -40,6 +50,7 @@ typedef struct kdc_codegen_options {
   const char *const *funcs;  /* functions to compile, in plan order; NULL = all */
   size_t n_funcs;
   bool no_ir_text;           /* omit the IR_TEXT section (smaller plans) */
+  const char *explain;       /* EXPLAIN section text (`kdc inspect --explain`); NULL = none */
 } kdc_codegen_options;
 
 /* Compiles every selected function of |m| (fused and memory-planned) into
@@ -109,6 +120,23 @@ kdc_status cg_lower_func(cg_plan *P, const kdc_func *f, uint64_t *out_arena);
 /* kdc_dtype -> the plan's kdc_io_dtype. */
 kdc_io_dtype cg_io_dtype(kdc_dtype d);
 
+/* ---- lower_spmd.c: the SPMD parts of lowering --------------------------- */
+
+/* The plan tensor of a value of LOCAL type |local| with sharding |s| (NULL
+ * or not present: replicated): global dims and the sharding.  A partial
+ * sharding is a KDC_INTERNAL error (partition reduces every function input
+ * and output); |what| names the value for messages. */
+kdc_status cg_tensor_of(cg_plan *P, const char *name, const kdc_type *local,
+                        const kdc_sharding *s, const char *what, kdc_prog_tensor *out);
+/* The COLLECTIVE step of node |v| of |f| reading |src| and writing |dst|. */
+kdc_status cg_collective_step(cg_plan *P, const kdc_func *f, kdc_value_id v,
+                              const kdc_prog_loc *src, const kdc_prog_loc *dst,
+                              kdc_prog_step *out);
+/* True for the ops that become COLLECTIVE steps. */
+bool cg_is_collective(kdc_op op);
+/* P->prog.mesh from the module's mesh. */
+void cg_set_mesh(cg_plan *P);
+
 /* ---- gemm.c: DOT -> GEMM parameters ------------------------------------ */
 
 typedef struct cg_gemm {
@@ -128,6 +156,29 @@ void cg_gemm_plan(const kdc_func *f, kdc_value_id v, cg_gemm *out);
 /* Emits "kdc_body_<index>" for |k| into P->mod and returns it. */
 kdc_status cg_body_emit(cg_plan *P, cg_kernel *k, uint32_t index, LLVMValueRef *out_body);
 
+/* ---- body_window.c: windowed and indexed ops inside a body ------------- */
+
+/* What kernel_body.c gives body_window.c for node |v| (convolution,
+ * reduce_window, select_and_scatter, gather, scatter_add) at one output
+ * multi-index. */
+typedef struct cg_window_io {
+  cg_plan *P;
+  const kdc_func *f;
+  kdc_value_id v;
+  LLVMValueRef fn;                /* the body function being emitted */
+  LLVMBasicBlockRef entry;        /* its entry block (for allocas) */
+  LLVMValueRef const *idx;        /* the output multi-index (i64, rank of v) */
+  /* Element |lin| (row-major, i64) of operand |k| of v, as a register value,
+   * emitted at P->b's position; NULL with *|st| set on error. */
+  LLVMValueRef (*load)(void *ctx, int k, LLVMValueRef lin, kdc_status *st);
+  void *ctx;
+  int64_t cost;                   /* out: ~ops per output element */
+} cg_window_io;
+/* Emits the loops computing v at io->idx (interpreter order, file comment)
+ * and returns the value (f32, or the integer type for integer gather /
+ * scatter_add).  Leaves P->b after the loops. */
+LLVMValueRef cg_window_emit(cg_window_io *io, kdc_status *st);
+
 /* ---- elementwise.c: scalar semantics of every elementwise op ------------ */
 
 LLVMTypeRef cg_reg_type(cg_plan *P, kdc_dtype d);  /* i1 for bool */
@@ -142,6 +193,8 @@ LLVMValueRef cg_reduce_init(cg_plan *P, kdc_reduce_kind kind, kdc_dtype d);
 LLVMValueRef cg_reduce_step(cg_plan *P, kdc_reduce_kind kind, kdc_dtype d, LLVMValueRef acc,
                             LLVMValueRef x);
 LLVMValueRef cg_emit_binop(cg_plan *P, kdc_op op, kdc_dtype d, LLVMValueRef a, LLVMValueRef b);
+/* rng_uniform's f32 at the i64 global |index| for the i64 |step|. */
+LLVMValueRef cg_emit_rng_uniform(cg_plan *P, int64_t seed, LLVMValueRef step, LLVMValueRef index);
 
 /* ---- cpu_wrap.c: the CPU loop nest --------------------------------------- */
 

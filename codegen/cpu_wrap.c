@@ -1,9 +1,10 @@
 /*
  * codegen/cpu_wrap.c: the CPU wrapper of a kernel body.
  *
- *   void kdc_kernel_<k>(ptr args, i64 begin, i64 end)
+ *   void kdc_kernel_<k>(ptr args, ptr coords, i64 begin, i64 end)
  *
- * |args| is the step's array of buffer pointers (slot 0 = output).  The
+ * |args| is the step's array of buffer pointers (slot 0 = output); |coords|
+ * the device's mesh coordinates, passed through to the body.  The
  * iteration space the runtime splits over threads is the output's "rows":
  * for rank >= 2 the flattened leading dims (row r covers every element whose
  * leading multi-index ravels to r), for rank 1 the elements, for rank 0 the
@@ -47,8 +48,8 @@ void cg_cpu_wrap(cg_plan *P, const cg_kernel *k, LLVMValueRef body, const char *
                  int64_t *out_extent, int64_t *out_unit_cost) {
   const kdc_type *t = &k->out_type;
   int rank = t->rank;
-  LLVMTypeRef params[3] = {P->ptr, P->i64, P->i64};
-  LLVMValueRef fn = LLVMAddFunction(P->mod, name, LLVMFunctionType(P->void_t, params, 3, 0));
+  LLVMTypeRef params[4] = {P->ptr, P->ptr, P->i64, P->i64};
+  LLVMValueRef fn = LLVMAddFunction(P->mod, name, LLVMFunctionType(P->void_t, params, 4, 0));
   unsigned nounwind = LLVMGetEnumAttributeKindForName("nounwind", 8);
   LLVMAddAttributeAtIndex(fn, LLVMAttributeFunctionIndex,
                           LLVMCreateEnumAttribute(P->ctx, nounwind, 0));
@@ -57,7 +58,7 @@ void cg_cpu_wrap(cg_plan *P, const cg_kernel *k, LLVMValueRef body, const char *
   LLVMValueRef row_slot = LLVMBuildAlloca(P->b, P->i64, "row");
   LLVMValueRef col_slot = LLVMBuildAlloca(P->b, P->i64, "col");
 
-  LLVMValueRef cargs[64 + KDC_MAX_RANK];
+  LLVMValueRef cargs[65 + KDC_MAX_RANK];
   unsigned nc = 0;
   LLVMValueRef args = LLVMGetParam(fn, 0);
   for (uint32_t i = 0; i < k->n_args; i++) {
@@ -65,9 +66,10 @@ void cg_cpu_wrap(cg_plan *P, const cg_kernel *k, LLVMValueRef body, const char *
     LLVMValueRef g = LLVMBuildInBoundsGEP2(P->b, P->ptr, args, &idx, 1, "");
     cargs[nc++] = LLVMBuildLoad2(P->b, P->ptr, g, "");
   }
+  cargs[nc++] = LLVMGetParam(fn, 1);  /* coords */
   LLVMTypeRef bt = LLVMGlobalGetValueType(body);
   wloop rows, cols;
-  LLVMValueRef r = open_loop(P, fn, row_slot, &rows, LLVMGetParam(fn, 1), LLVMGetParam(fn, 2));
+  LLVMValueRef r = open_loop(P, fn, row_slot, &rows, LLVMGetParam(fn, 2), LLVMGetParam(fn, 3));
   int64_t extent = 1, inner = 1;
   if (rank == 1) {
     cargs[nc++] = r;

@@ -298,3 +298,33 @@ LLVMValueRef cg_reduce_step(cg_plan *P, kdc_reduce_kind kind, kdc_dtype d, LLVMV
     return cg_emit_binop(P, ops[kind], d, x, acc);
   return cg_emit_binop(P, ops[kind], d, acc, x);
 }
+
+/* rng_uniform's element (ir/ir.h, kdc_rng_uniform_at): Philox-4x32-10 of
+ * counter (lo32 index, hi32 index, lo32 step, hi32 step) and key (lo32 seed,
+ * hi32 seed), then (out[0] >> 8) * 2^-24 -- exact in f32, so bit-identical
+ * to the interpreter.  The key schedule is folded into constants. */
+LLVMValueRef cg_emit_rng_uniform(cg_plan *P, int64_t seed, LLVMValueRef step, LLVMValueRef index) {
+  LLVMBuilderRef B = P->b;
+  LLVMValueRef s32 = LLVMConstInt(P->i64, 32, 0);
+  LLVMValueRef c0 = LLVMBuildTrunc(B, index, P->i32, "");
+  LLVMValueRef c1 = LLVMBuildTrunc(B, LLVMBuildLShr(B, index, s32, ""), P->i32, "");
+  LLVMValueRef c2 = LLVMBuildTrunc(B, step, P->i32, "");
+  LLVMValueRef c3 = LLVMBuildTrunc(B, LLVMBuildLShr(B, step, s32, ""), P->i32, "");
+  uint32_t k0 = (uint32_t)(uint64_t)seed, k1 = (uint32_t)((uint64_t)seed >> 32);
+  LLVMValueRef m0 = LLVMConstInt(P->i64, 0xD2511F53u, 0), m1 = LLVMConstInt(P->i64, 0xCD9E8D57u, 0);
+  for (int r = 0; r < 10; r++) {
+    if (r > 0) k0 += 0x9E3779B9u, k1 += 0xBB67AE85u;
+    LLVMValueRef p0 = LLVMBuildMul(B, LLVMBuildZExt(B, c0, P->i64, ""), m0, "");
+    LLVMValueRef p1 = LLVMBuildMul(B, LLVMBuildZExt(B, c2, P->i64, ""), m1, "");
+    LLVMValueRef h0 = LLVMBuildTrunc(B, LLVMBuildLShr(B, p0, s32, ""), P->i32, "");
+    LLVMValueRef h1 = LLVMBuildTrunc(B, LLVMBuildLShr(B, p1, s32, ""), P->i32, "");
+    LLVMValueRef n0 = LLVMBuildXor(B, LLVMBuildXor(B, h1, c1, ""), LLVMConstInt(P->i32, k0, 0), "");
+    LLVMValueRef n2 = LLVMBuildXor(B, LLVMBuildXor(B, h0, c3, ""), LLVMConstInt(P->i32, k1, 0), "");
+    c1 = LLVMBuildTrunc(B, p1, P->i32, "");
+    c3 = LLVMBuildTrunc(B, p0, P->i32, "");
+    c0 = n0;
+    c2 = n2;
+  }
+  LLVMValueRef top = LLVMBuildLShr(B, c0, LLVMConstInt(P->i32, 8, 0), "");
+  return LLVMBuildFMul(B, LLVMBuildUIToFP(B, top, P->f32, ""), fconst(P, 0x1p-24), "");
+}

@@ -3,7 +3,7 @@
  * element multi-index and shared by every target's wrapper.
  *
  *   internal alwaysinline void kdc_body_<k>(ptr noalias out, ptr noalias a1,
- *       ..., i64 i_0, ..., i64 i_{r-1})
+ *       ..., ptr noalias coords, i64 i_0, ..., i64 i_{r-1})
  *
  * computes the kernel's root at index (i_0..i_{r-1}) of its output and
  * stores it at out[linear].  Operand chains are emitted recursively from the
@@ -12,7 +12,10 @@
  * arithmetic, iota from the index, splat constants as immediates, dense
  * constants as global data, values outside the group as loads from their
  * argument pointer, reduce and an in-kernel dot_general as loops inside the
- * body (accumulating in increasing index order, like the interpreter).
+ * body (accumulating in increasing index order, like the interpreter), the
+ * windowed and indexed ops (convolution, reduce_window, select_and_scatter,
+ * gather, scatter_add) through codegen/body_window.c, reverse as index
+ * arithmetic.
  *
  * Indices.  An index is kept as a multi-index, a linear offset, or both,
  * and converted lazily: a reshape passes the linear offset through, and a
@@ -53,6 +56,7 @@ typedef struct emitter {
   LLVMValueRef fn;
   LLVMBasicBlockRef entry;
   LLVMValueRef *arg;  /* pointer for each arg slot */
+  LLVMValueRef coords; /* the device's mesh coordinates (i64 per axis) */
   memo *memo;
   size_t n_memo, cap_memo;
   int next_ctx;
@@ -339,6 +343,100 @@ static LLVMValueRef emit_concat(emitter *E, kdc_value_id v, ix *x, kdc_status *s
   return r;
 }
 
+/* Operand loads for codegen/body_window.c: element |lin| of operand |k|. */
+typedef struct window_ctx { emitter *E; kdc_value_id v; } window_ctx;
+
+static LLVMValueRef window_load(void *ctx, int k, LLVMValueRef lin, kdc_status *st) {
+  window_ctx *w = ctx;
+  const kdc_type *t = &w->E->f->nodes[w->E->f->nodes[w->v].in[k]].type;
+  ix in;
+  ix_init(w->E, &in, t->rank, t->dims);
+  in.lin = lin;
+  return emit(w->E, w->E->f->nodes[w->v].in[k], &in, st);
+}
+
+static LLVMValueRef emit_window(emitter *E, kdc_value_id v, ix *x, kdc_status *st) {
+  multi_of(E, x);
+  window_ctx w = {E, v};
+  cg_window_io io = {E->P, E->f, v, E->fn, E->entry, x->m, window_load, &w, 0};
+  LLVMValueRef r = cg_window_emit(&io, st);
+  E->cost += io.cost * E->trips;
+  return r;
+}
+
+/* The device's group index over |axes| (ir/spmd.c): its coordinates on
+ * them read as a mixed-radix number, major first. */
+static LLVMValueRef group_index(emitter *E, int n, const uint8_t *axes) {
+  const kdc_mesh *m = &E->f->module->mesh;
+  LLVMValueRef g = C(E, 0);
+  for (int i = 0; i < n; i++) {
+    LLVMValueRef idx = C(E, axes[i]);
+    LLVMValueRef p = LLVMBuildInBoundsGEP2(E->b, E->P->i64, E->coords, &idx, 1, "");
+    LLVMValueRef c = LLVMBuildLoad2(E->b, E->P->i64, p, "");
+    LLVMSetAlignment(c, 8);
+    g = LLVMBuildNSWAdd(E->b, LLVMBuildNSWMul(E->b, g, C(E, m->sizes[axes[i]]), ""), c, "");
+  }
+  return g;
+}
+
+/* shard_slice: piece <group index over axes> of the operand along |dim|. */
+static LLVMValueRef emit_shard_slice(emitter *E, kdc_value_id v, ix *x, kdc_status *st) {
+  const kdc_node *nd = &E->f->nodes[v];
+  const kdc_attr_coll *c = &nd->attr.coll;
+  const kdc_type *xt = &E->f->nodes[nd->in[0]].type;
+  multi_of(E, x);
+  ix in;
+  ix_init(E, &in, xt->rank, xt->dims);
+  memcpy(in.m, x->m, sizeof in.m);
+  LLVMValueRef off = LLVMBuildNSWMul(E->b, group_index(E, c->naxes, c->axes),
+                                     C(E, nd->type.dims[c->dim]), "");
+  in.m[c->dim] = LLVMBuildNSWAdd(E->b, x->m[c->dim], off, "");
+  in.have_m = true;
+  return emit(E, nd->in[0], &in, st);
+}
+
+/* rng_uniform at the element's global index: the local multi-index plus
+ * the piece offsets of the value's sharding, raveled over the global dims. */
+static LLVMValueRef emit_rng(emitter *E, kdc_value_id v, ix *x, kdc_status *st) {
+  const kdc_node *nd = &E->f->nodes[v];
+  const kdc_sharding *s = &nd->sharding;
+  const kdc_type *stt = &E->f->nodes[nd->in[0]].type;
+  if (stt->dtype == KDC_DTYPE_F32) {
+    *st = KDC_ERR(KDC_UNSUPPORTED, "codegen: func %s: %%%u: rng_uniform with an f32 step",
+                  E->f->name, v);
+    return NULL;
+  }
+  ix scalar;
+  ix_init(E, &scalar, 0, NULL);
+  scalar.have_m = true;
+  LLVMValueRef step = emit(E, nd->in[0], &scalar, st);
+  if (!step) return NULL;
+  if (stt->dtype != KDC_DTYPE_I64)
+    step = stt->dtype == KDC_DTYPE_BOOL ? LLVMBuildZExt(E->b, step, E->P->i64, "")
+                                        : LLVMBuildSExt(E->b, step, E->P->i64, "");
+  bool split = false;
+  for (int d = 0; s->present && d < s->rank && d < nd->type.rank; d++) split |= s->naxes[d] > 0;
+  LLVMValueRef index;
+  if (!split) {
+    index = lin_of(E, x);
+  } else {
+    const kdc_mesh *m = &E->f->module->mesh;
+    multi_of(E, x);
+    index = C(E, 0);
+    for (int d = 0; d < nd->type.rank; d++) {
+      int64_t k = kdc_sharding_dim_shards(m, s, d), l = nd->type.dims[d];
+      LLVMValueRef i = x->m[d];
+      if (s->naxes[d]) {
+        LLVMValueRef g = group_index(E, s->naxes[d], s->axes[d]);
+        i = LLVMBuildNSWAdd(E->b, i, LLVMBuildNSWMul(E->b, g, C(E, l), ""), "");
+      }
+      index = LLVMBuildNSWAdd(E->b, LLVMBuildNSWMul(E->b, index, C(E, l * k), ""), i, "");
+    }
+  }
+  E->cost += 40 * E->trips;  /* ten Philox rounds */
+  return cg_emit_rng_uniform(E->P, nd->attr.seed, step, index);
+}
+
 static LLVMValueRef emit_member(emitter *E, kdc_value_id v, ix *x, kdc_status *st) {
   const kdc_node *nd = &E->f->nodes[v];
   LLVMBuilderRef B = E->b;
@@ -382,11 +480,26 @@ static LLVMValueRef emit_member(emitter *E, kdc_value_id v, ix *x, kdc_status *s
   case KDC_OP_CONCAT: return emit_concat(E, v, x, st);
   case KDC_OP_REDUCE: return emit_reduce(E, v, x, st);
   case KDC_OP_DOT: return emit_dot(E, v, x, st);
+  case KDC_OP_SHARD_SLICE: return emit_shard_slice(E, v, x, st);
+  case KDC_OP_RNG_UNIFORM: return emit_rng(E, v, x, st);
+  case KDC_OP_CONVOLUTION: case KDC_OP_REDUCE_WINDOW: case KDC_OP_SELECT_AND_SCATTER:
+  case KDC_OP_GATHER: case KDC_OP_SCATTER_ADD:
+    return emit_window(E, v, x, st);  /* codegen/body_window.c */
+  case KDC_OP_REVERSE:
+    multi_of(E, x);
+    ix_init(E, &in, xt->rank, xt->dims);
+    memcpy(in.m, x->m, sizeof in.m);
+    for (int i = 0; i < nd->attr.dims.n; i++) {
+      int64_t d = nd->attr.dims.v[i];
+      in.m[d] = LLVMBuildNSWSub(B, C(E, xt->dims[d] - 1), x->m[d], "");
+    }
+    in.have_m = true;
+    return emit(E, nd->in[0], &in, st);
   default: break;
   }
   if (kdc_op_flags(nd->op) & OPF_COLL) {
-    *st = KDC_ERR(KDC_UNSUPPORTED, "codegen: func %s: %%%u: %s needs a COLLECTIVE step, which "
-                  "the CPU plan does not have yet", E->f->name, v, kdc_op_name(nd->op));
+    *st = KDC_ERR(KDC_INTERNAL, "codegen: func %s: %%%u: %s is a COLLECTIVE step and cannot be "
+                  "part of a kernel", E->f->name, v, kdc_op_name(nd->op));
     return NULL;
   }
   if (!(kdc_op_flags(nd->op) & OPF_EW)) {
@@ -419,12 +532,13 @@ static LLVMValueRef emit(emitter *E, kdc_value_id v, ix *x, kdc_status *st) {
 
 kdc_status cg_body_emit(cg_plan *P, cg_kernel *k, uint32_t index, LLVMValueRef *out_body) {
   int rank = k->out_type.rank;
-  LLVMTypeRef params[1 + 64 + KDC_MAX_RANK];
+  LLVMTypeRef params[1 + 65 + KDC_MAX_RANK];
   if (k->n_args > 64)
     return KDC_ERR(KDC_UNSUPPORTED, "codegen: func %s: kernel %%%u reads %u buffers (max 64)",
                    k->f->name, k->root, k->n_args);
   unsigned np = 0;
   for (uint32_t i = 0; i < k->n_args; i++) params[np++] = P->ptr;
+  params[np++] = P->ptr;  /* coords */
   for (int d = 0; d < rank; d++) params[np++] = P->i64;
   char name[48];
   snprintf(name, sizeof name, "kdc_body_%u", index);
@@ -438,7 +552,7 @@ kdc_status cg_body_emit(cg_plan *P, cg_kernel *k, uint32_t index, LLVMValueRef *
                           LLVMCreateEnumAttribute(P->ctx, nounwind, 0));
   /* Distinct args never overlap (plan_memory gives live values disjoint
    * ranges; an in-place operand is read through slot 0 itself). */
-  for (uint32_t i = 0; i < k->n_args; i++)
+  for (uint32_t i = 0; i <= k->n_args; i++)  /* the buffers and coords */
     LLVMAddAttributeAtIndex(fn, i + 1, LLVMCreateEnumAttribute(P->ctx, noalias, 0));
 
   emitter E = {.P = P, .k = k, .f = k->f, .b = P->b, .fn = fn, .trips = 1};
@@ -447,9 +561,10 @@ kdc_status cg_body_emit(cg_plan *P, cg_kernel *k, uint32_t index, LLVMValueRef *
   LLVMValueRef args[64];
   for (uint32_t i = 0; i < k->n_args; i++) args[i] = LLVMGetParam(fn, i);
   E.arg = args;
+  E.coords = LLVMGetParam(fn, k->n_args);
   ix out;
   ix_init(&E, &out, rank, k->out_type.dims);
-  for (int d = 0; d < rank; d++) out.m[d] = LLVMGetParam(fn, k->n_args + (unsigned)d);
+  for (int d = 0; d < rank; d++) out.m[d] = LLVMGetParam(fn, k->n_args + 1 + (unsigned)d);
   out.have_m = true;
 
   kdc_status st = NULL;

@@ -13,10 +13,16 @@
  * globals, splats as immediates).
  *
  * Steps, in node order: one KERNEL per kernel root (group root or ungrouped
- * compute node), one GEMM per ungrouped f32 DOT (preceded by transpose
- * kernels into the staging area after the planned arena when an operand
- * needs canonicalising, see gemm.c), then COPY steps for results that are
- * not their own storage.  Zero-element kernels and GEMMs are dropped.
+ * compute node, shard_slice and rng_uniform included), one GEMM per
+ * ungrouped f32 DOT (preceded by transpose kernels into the staging area
+ * after the planned arena when an operand needs canonicalising, see
+ * gemm.c), one COLLECTIVE per collective node (lower_spmd.c), then COPY
+ * steps for results that are not their own storage.  Zero-element kernels,
+ * GEMMs and collectives are dropped.
+ *
+ * Types are LOCAL (one device's piece) after partitioning: every loc and
+ * kernel shape is per device; inputs, outputs and weights are recorded with
+ * their global shape and sharding (cg_tensor_of).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,30 +59,22 @@ kdc_io_dtype cg_io_dtype(kdc_dtype d) {
   }
 }
 
-static kdc_prog_tensor tensor_of(cg_plan *P, const char *name, const kdc_type *t) {
-  kdc_prog_tensor pt;
-  memset(&pt, 0, sizeof pt);
-  pt.name = kdc_arena_strdup(P->a, name);
-  pt.dtype = cg_io_dtype(t->dtype);
-  pt.rank = t->rank;
-  for (int d = 0; d < t->rank; d++) pt.dims[d] = t->dims[d];
-  pt.bytes = kdc_type_bytes(t);
-  return pt;
-}
-
 static kdc_status bad(const lowerer *L, kdc_value_id v, const char *what) {
   return KDC_ERR(KDC_INTERNAL, "codegen: func %s: %%%u (%s): %s", L->f->name, v,
                  kdc_op_name(L->f->nodes[v].op), what);
 }
 
-/* Index of weight |name| in the plan's table, adding it when new. */
-static uint32_t add_weight(cg_plan *P, const char *name, const kdc_type *t, const void *data) {
+/* Index of weight |t| (global data |data|) in the plan's table, adding it
+ * when new (same name and sharding: the same entry). */
+static uint32_t add_weight(cg_plan *P, const kdc_prog_tensor *t, const void *data) {
   for (uint32_t i = 0; i < P->nw; i++)
-    if (strcmp(P->w[i].name, name) == 0) return i;
+    if (strcmp(P->w[i].name, t->name) == 0 &&
+        memcmp(&P->w[i].sharding, &t->sharding, sizeof t->sharding) == 0)
+      return i;
   size_t cap = P->cap_w;
   KDC_GROW(P->w, P->cap_w, P->nw + 1);
   if (cap != P->cap_w) P->wdata = kdc_xrealloc(P->wdata, P->cap_w * sizeof *P->wdata);
-  P->w[P->nw] = tensor_of(P, name, t);
+  P->w[P->nw] = *t;
   P->wdata[P->nw] = data;
   return P->nw++;
 }
@@ -99,7 +97,9 @@ static kdc_status loc_of(lowerer *L, kdc_value_id v, kdc_prog_loc *out) {
     }
     char name[96];
     snprintf(name, sizeof name, "const:%s:%%%u", L->f->name, v);
-    uint32_t w = add_weight(L->P, name, &nd->type, data);
+    kdc_prog_tensor t;  /* the same on every device: replicated */
+    KDC_RETURN_IF_ERROR(cg_tensor_of(L->P, name, &nd->type, NULL, "constant", &t));
+    uint32_t w = add_weight(L->P, &t, data);
     L->loc[v] = (kdc_prog_loc){KDC_PROG_BUF_WEIGHT, w, 0, bytes};
   } else if (L->kind[v] == SK_ALIAS) {
     KDC_RETURN_IF_ERROR(loc_of(L, nd->in[0], &L->loc[v]));
@@ -143,16 +143,21 @@ static kdc_status bind(lowerer *L, kdc_prog_func *pf) {
     const kdc_node *nd = &f->nodes[v];
     const char *name = nd->attr.param.name;
     const kdc_weight *w = name ? kdc_ir_module_find_weight(f->module, name) : NULL;
+    char def[32];
+    snprintf(def, sizeof def, "input_%u", pf->n_inputs);
+    kdc_prog_tensor t;
+    KDC_RETURN_IF_ERROR(cg_tensor_of(L->P, name ? name : def, &nd->type, &nd->sharding,
+                                     "parameter", &t));
     if (nd->attr.param.kind == KDC_PARAM_WEIGHT && w && w->data) {
-      if (!kdc_type_equal(&w->type, &nd->type))
+      bool same = w->type.rank == t.rank && cg_io_dtype(w->type.dtype) == t.dtype;
+      for (int d = 0; same && d < t.rank; d++) same = w->type.dims[d] == t.dims[d];
+      if (!same)
         return KDC_ERR(KDC_INVALID_INPUT, "codegen: func %s: weight \"%s\" has the wrong type",
                        f->name, name);
-      L->loc[v] = (kdc_prog_loc){KDC_PROG_BUF_WEIGHT, add_weight(L->P, name, &w->type, w->data),
-                                 0, kdc_type_bytes(&w->type)};
+      L->loc[v] = (kdc_prog_loc){KDC_PROG_BUF_WEIGHT, add_weight(L->P, &t, w->data), 0,
+                                 kdc_type_bytes(&nd->type)};
     } else {
-      char def[32];
-      snprintf(def, sizeof def, "input_%u", pf->n_inputs);
-      pf->inputs[pf->n_inputs] = tensor_of(L->P, name ? name : def, &nd->type);
+      pf->inputs[pf->n_inputs] = t;
       L->loc[v] = (kdc_prog_loc){KDC_PROG_BUF_INPUT, pf->n_inputs++, 0, kdc_type_bytes(&nd->type)};
     }
     L->has_loc[v] = true;
@@ -165,7 +170,8 @@ static kdc_status bind(lowerer *L, kdc_prog_func *pf) {
     char def[32];
     snprintf(def, sizeof def, "output_%zu", i);
     const char *name = f->result_names && f->result_names[i] ? f->result_names[i] : def;
-    pf->outputs[i] = tensor_of(L->P, name, &f->nodes[r].type);
+    KDC_RETURN_IF_ERROR(cg_tensor_of(L->P, name, &f->nodes[r].type, &f->nodes[r].sharding,
+                                     "result", &pf->outputs[i]));
     if (L->kind[r] == SK_NONE) return bad(L, r, "result is a fused interior");
     if (L->kind[r] == SK_STORED && f->nodes[r].mem_offset < 0 && !L->has_loc[r]) {
       L->loc[r] = (kdc_prog_loc){KDC_PROG_BUF_OUTPUT, (uint32_t)i, 0,
@@ -306,6 +312,18 @@ static kdc_status lower_gemm(lowerer *L, kdc_value_id v) {
   return NULL;
 }
 
+static kdc_status lower_collective(lowerer *L, kdc_value_id v) {
+  const kdc_node *nd = &L->f->nodes[v];
+  if (kdc_type_numel(&nd->type) == 0) return NULL;
+  if (nd->group >= 0) return bad(L, v, "a collective inside a fusion group");
+  kdc_prog_loc src;
+  KDC_RETURN_IF_ERROR(loc_of(L, nd->in[0], &src));
+  kdc_prog_step s;
+  KDC_RETURN_IF_ERROR(cg_collective_step(L->P, L->f, v, &src, &L->loc[v], &s));
+  add_step(L, &s);
+  return NULL;
+}
+
 static bool is_gemm(const kdc_func *f, kdc_value_id v) {
   const kdc_node *nd = &f->nodes[v];
   return nd->op == KDC_OP_DOT && nd->group < 0 && nd->type.dtype == KDC_DTYPE_F32 &&
@@ -327,7 +345,9 @@ kdc_status cg_lower_func(cg_plan *P, const kdc_func *f, uint64_t *out_arena) {
   kdc_status st = bind(&L, pf);
   for (kdc_value_id v = 0; v < L.n && !st; v++) {
     if (L.kind[v] != SK_STORED || L.root[v] != v) continue;
-    st = is_gemm(f, v) ? lower_gemm(&L, v) : lower_kernel(&L, v);
+    st = is_gemm(f, v)                      ? lower_gemm(&L, v)
+         : cg_is_collective(f->nodes[v].op) ? lower_collective(&L, v)
+                                            : lower_kernel(&L, v);
   }
   for (size_t i = 0; i < f->n_results && !st; i++) {
     kdc_value_id r = f->results[i];

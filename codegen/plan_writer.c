@@ -85,8 +85,14 @@ static char *metadata_text(const cg_plan *P, size_t *out_len) {
   long long batch = f0 && f0->n_inputs && f0->inputs[0].rank ? (long long)f0->inputs[0].dims[0] : 0;
   fprintf(o, "{\"model\": ");
   put_json_str(o, P->m->name);
-  fprintf(o, ", \"target\": \"cpu\", \"kdc_version\": \"%s\", \"batch\": %lld, "
-          "\"functions\": [", kdc_plan_kdc_version(), batch);
+  fprintf(o, ", \"target\": \"cpu\", \"kdc_version\": \"%s\", \"batch\": %lld, \"mesh\": {",
+          kdc_plan_kdc_version(), batch);
+  for (uint32_t a = 0; a < P->prog.mesh.naxes; a++) {
+    fprintf(o, "%s", a ? ", " : "");
+    put_json_str(o, P->prog.mesh.names[a]);
+    fprintf(o, ": %lld", (long long)P->prog.mesh.sizes[a]);
+  }
+  fprintf(o, "}, \"functions\": [");
   for (uint32_t i = 0; i < P->prog.n_funcs; i++) {
     const kdc_prog_func *f = &P->prog.funcs[i];
     fprintf(o, "%s\n  {\"name\": ", i ? "," : "");
@@ -104,6 +110,11 @@ static char *metadata_text(const cg_plan *P, size_t *out_len) {
 
 static kdc_status compile(cg_plan *P, const kdc_codegen_options *opt) {
   const kdc_module *m = P->m;
+  KDC_RETURN_IF_ERROR(kdc_mesh_check(&m->mesh));
+  if (kdc_mesh_devices(&m->mesh) > KDC_PROG_MAX_DEVICES)
+    return KDC_ERR(KDC_UNSUPPORTED, "codegen: a mesh of %lld devices (at most %d)",
+                   (long long)kdc_mesh_devices(&m->mesh), KDC_PROG_MAX_DEVICES);
+  cg_set_mesh(P);
   size_t n = opt && opt->funcs ? opt->n_funcs : m->n_funcs;
   for (size_t i = 0; i < n; i++) {
     const kdc_func *f = opt && opt->funcs ? kdc_ir_module_find_func(m, opt->funcs[i]) : m->funcs[i];
@@ -145,6 +156,9 @@ static kdc_status write_plan(cg_plan *P, const kdc_codegen_options *opt, const c
     st = kdc_plan_writer_add(w, KDC_PLAN_SECTION_CODE, "code", LLVMGetBufferStart(bc),
                              LLVMGetBufferSize(bc));
   if (!st && ir) st = kdc_plan_writer_add(w, KDC_PLAN_SECTION_IR_TEXT, "ir", ir, strlen(ir));
+  if (!st && opt && opt->explain)
+    st = kdc_plan_writer_add(w, KDC_PLAN_SECTION_EXPLAIN, "explain", opt->explain,
+                             strlen(opt->explain));
   if (!st) st = kdc_plan_writer_write(w, path);
   kdc_plan_writer_destroy(w);
   LLVMDisposeMemoryBuffer(bc);

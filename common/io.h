@@ -238,6 +238,7 @@ enum {
   KDC_PLAN_SECTION_WEIGHTS = 5,
   KDC_PLAN_SECTION_IR_TEXT = 6,
   KDC_PLAN_SECTION_PTX = 7,
+  KDC_PLAN_SECTION_EXPLAIN = 8,  /* text: why each named value has its sharding */
 };
 
 /* "metadata", "program", ... or "unknown" for other kinds. */

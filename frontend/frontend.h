@@ -290,6 +290,46 @@ kdc_status kdc_fe_infer_embedding(kdc_infer_args *a);
 kdc_status kdc_fe_infer_rnn(kdc_infer_args *a);
 kdc_status kdc_fe_infer_mha(kdc_infer_args *a);
 kdc_status kdc_fe_infer_prelu(kdc_infer_args *a);
+kdc_status kdc_fe_infer_groupnorm(kdc_infer_args *a);
+/* layers_shape.c */
+kdc_status kdc_fe_infer_upsampling(kdc_infer_args *a);
+kdc_status kdc_fe_infer_repeat_vector(kdc_infer_args *a);
+kdc_status kdc_fe_infer_dot(kdc_infer_args *a);
+kdc_status kdc_fe_infer_elementwise(kdc_infer_args *a); /* UnitNormalization, ThresholdedReLU */
+/* einsum.c */
+kdc_status kdc_fe_infer_einsum_dense(kdc_infer_args *a);
+
+/* Per-dimension (before, after) pairs of config |key| for |n| spatial dims
+ * (ZeroPadding/Cropping forms: int, n ints, or n pairs; 1-D: one pair);
+ * absent or null: |dflt| everywhere.  Negative values are errors. */
+kdc_status kdc_fe_cfg_pairs(const kdc_keras_layer *l, const char *key, int n, int64_t dflt,
+                            int64_t *lo, int64_t *hi);
+/* UpSampling1D/2D/3D config: spatial rank, sizes, channels_last, and
+ * whether interpolation is "bilinear" (others but "nearest" are errors). */
+kdc_status kdc_fe_upsampling_config(const kdc_keras_layer *l, int *n, int64_t *size, bool *last,
+                                    bool *bilinear);
+/* Dot config.axes for inputs of rank |rank0|, |rank1|: two non-batch axes
+ * (negative ones taken modulo the rank, as Keras does). */
+kdc_status kdc_fe_dot_axes(const kdc_keras_layer *l, int rank0, int rank1, int64_t *ax);
+
+/* einsum.c: a two-operand einsum "x,y->z" as label ids (letters 0..51,
+ * "..." dims 52..). */
+typedef struct kdc_fe_einsum {
+  int n[3];                   /* labels of x, y and the output */
+  int8_t lab[3][KDC_MAX_RANK];
+} kdc_fe_einsum;
+/* Parses |eq| for operands of rank |rank_a| and |rank_b|; errors name the
+ * layer's config |key|.  Repeated labels in one operand are UNSUPPORTED. */
+kdc_status kdc_fe_einsum_parse(const kdc_keras_layer *l, const char *key, const char *eq,
+                               int rank_a, int rank_b, kdc_fe_einsum *out);
+/* einsum(|e|, a, b) as reduce + dot_general + transpose. */
+kdc_value_id kdc_fe_einsum_lower(kdc_func *f, const kdc_fe_einsum *e, kdc_value_id a,
+                                 kdc_value_id b);
+/* EinsumDense's equation for input |x|: kernel, bias (|has_bias|) and
+ * output shapes as keras' _analyze_split_string computes them. */
+kdc_status kdc_fe_einsum_dense_shapes(const kdc_keras_layer *l, const kdc_kshape *x,
+                                      kdc_fe_einsum *e, kdc_kshape *kernel, kdc_kshape *bias,
+                                      bool *has_bias, kdc_kshape *out);
 
 /* Merge broadcasting (Keras Merge: batch aligned at 0, the other dims
  * trailing-aligned numpy-style).  Errors name both shapes. */
@@ -359,6 +399,34 @@ kdc_status kdc_fe_lower_activation_layer(struct kdc_lower_ctx *c, const kdc_kera
 kdc_status kdc_fe_lower_submodel(struct kdc_lower_ctx *c, const kdc_keras_layer *l,
                                  const kdc_keras_node *n, const kdc_value_id *in,
                                  const kdc_value_id *kw, kdc_value_id *out);
+
+#define KDC_FE_LOWER_FN(name)                                                             \
+  kdc_status name(struct kdc_lower_ctx *c, const kdc_keras_layer *l, const kdc_keras_node *n, \
+                  const kdc_value_id *in, const kdc_value_id *kw, kdc_value_id *out)
+/* lower_norm.c: normalisation and preprocessing layers at inference. */
+KDC_FE_LOWER_FN(kdc_fe_lower_batchnorm);
+KDC_FE_LOWER_FN(kdc_fe_lower_layernorm);
+KDC_FE_LOWER_FN(kdc_fe_lower_groupnorm);
+KDC_FE_LOWER_FN(kdc_fe_lower_unitnorm);
+KDC_FE_LOWER_FN(kdc_fe_lower_rescaling);
+KDC_FE_LOWER_FN(kdc_fe_lower_normalization);
+/* lower_shape.c: padding, cropping, upsampling, global pooling, PReLU, Dot. */
+KDC_FE_LOWER_FN(kdc_fe_lower_pad_crop);
+KDC_FE_LOWER_FN(kdc_fe_lower_upsampling);
+KDC_FE_LOWER_FN(kdc_fe_lower_repeat_vector);
+KDC_FE_LOWER_FN(kdc_fe_lower_global_pool);
+KDC_FE_LOWER_FN(kdc_fe_lower_prelu);
+KDC_FE_LOWER_FN(kdc_fe_lower_thresholded_relu);
+KDC_FE_LOWER_FN(kdc_fe_lower_dot_layer);
+/* lower_conv.c: convolutions, pooling, Embedding (+ transposed conv shapes). */
+KDC_FE_LOWER_FN(kdc_fe_lower_conv);
+KDC_FE_LOWER_FN(kdc_fe_lower_conv_transpose);
+KDC_FE_LOWER_FN(kdc_fe_lower_pool);
+KDC_FE_LOWER_FN(kdc_fe_lower_embedding);
+kdc_status kdc_fe_infer_conv_transpose(kdc_infer_args *a);
+/* lower_attention.c: EinsumDense and MultiHeadAttention. */
+KDC_FE_LOWER_FN(kdc_fe_lower_einsum_dense);
+KDC_FE_LOWER_FN(kdc_fe_lower_mha);
 
 /* activations.c: Keras 3 activation formulas over IR values. */
 /* Applies activation |name| (Keras 3 defaults) to |x|; unknown names give an

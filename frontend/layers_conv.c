@@ -182,14 +182,10 @@ kdc_status kdc_fe_infer_global_pool(kdc_infer_args *a) {
   return NULL;
 }
 
-kdc_status kdc_fe_infer_zero_pad(kdc_infer_args *a) {
-  KDC_RETURN_IF_ERROR(one_input(a));
-  const kdc_keras_layer *l = a->l;
-  int n = class_rank(l->class_name);
-  bool last;
-  KDC_RETURN_IF_ERROR(channels_last(l, &last));
-  int64_t lo[3] = {1, 1, 1}, hi[3] = {1, 1, 1};
-  json_object *p = kdc_fe_get(l->config, "padding");
+kdc_status kdc_fe_cfg_pairs(const kdc_keras_layer *l, const char *key, int n, int64_t dflt,
+                            int64_t *lo, int64_t *hi) {
+  for (int i = 0; i < n; i++) lo[i] = hi[i] = dflt;
+  json_object *p = kdc_fe_get(l->config, key);
   const char *want = "expected an integer, a list of integers or a list of (before, after) pairs";
   if (json_object_is_type(p, json_type_int)) {
     for (int i = 0; i < n; i++) lo[i] = hi[i] = json_object_get_int64(p);
@@ -206,12 +202,30 @@ kdc_status kdc_fe_infer_zero_pad(kdc_infer_args *a) {
         lo[i] = json_object_get_int64(json_object_array_get_idx(e, 0));
         hi[i] = json_object_get_int64(json_object_array_get_idx(e, 1));
       } else {
-        return kdc_fe_layer_err(l, KDC_INVALID_INPUT, "config.padding: %s", want);
+        return kdc_fe_layer_err(l, KDC_INVALID_INPUT, "config.%s: %s", key, want);
       }
     }
   } else if (!kdc_fe_is_null(p)) {
-    return kdc_fe_layer_err(l, KDC_INVALID_INPUT, "config.padding: %s", want);
+    return kdc_fe_layer_err(l, KDC_INVALID_INPUT, "config.%s: %s", key, want);
   }
+  for (int i = 0; i < n; i++)
+    if (lo[i] < 0 || hi[i] < 0)
+      return kdc_fe_layer_err(l, KDC_INVALID_INPUT, "config.%s: negative value", key);
+  return NULL;
+}
+
+/* ZeroPadding1D/2D/3D and Cropping1D/2D/3D (Keras defaults: padding 1,
+ * Cropping1D and Cropping3D 1, Cropping2D 0). */
+kdc_status kdc_fe_infer_zero_pad(kdc_infer_args *a) {
+  KDC_RETURN_IF_ERROR(one_input(a));
+  const kdc_keras_layer *l = a->l;
+  int n = class_rank(l->class_name);
+  bool crop = !strncmp(l->class_name, "Cropping", 8);
+  bool last;
+  KDC_RETURN_IF_ERROR(channels_last(l, &last));
+  int64_t lo[3], hi[3];
+  KDC_RETURN_IF_ERROR(kdc_fe_cfg_pairs(l, crop ? "cropping" : "padding", n, crop && n == 2 ? 0 : 1,
+                                       lo, hi));
   const kdc_kshape *x = &a->in[0];
   if (x->rank != n + 2)
     return kdc_fe_shape_err(a, kdc_arena_printf(a->m->arena, "%s expects an input of rank %d",
@@ -219,9 +233,16 @@ kdc_status kdc_fe_infer_zero_pad(kdc_infer_args *a) {
   kdc_kshape o = *x;
   int sp0 = last ? 1 : 2;
   for (int i = 0; i < n; i++) {
-    if (lo[i] < 0 || hi[i] < 0)
-      return kdc_fe_layer_err(l, KDC_INVALID_INPUT, "config.padding: negative padding");
-    if (o.dims[sp0 + i] >= 0) o.dims[sp0 + i] += lo[i] + hi[i];
+    if (o.dims[sp0 + i] < 0) continue;
+    if (!crop) {
+      o.dims[sp0 + i] += lo[i] + hi[i];
+    } else if (lo[i] + hi[i] >= o.dims[sp0 + i]) {
+      return kdc_fe_shape_err(a, kdc_arena_printf(a->m->arena, "config.cropping (%lld, %lld) "
+                              "must be smaller than spatial dimension %d", (long long)lo[i],
+                              (long long)hi[i], i), x, NULL);
+    } else {
+      o.dims[sp0 + i] -= lo[i] + hi[i];
+    }
   }
   kdc_fe_set_outputs(a, 1, &o);
   return NULL;
@@ -267,7 +288,8 @@ kdc_status kdc_fe_infer_batchnorm(kdc_infer_args *a) {
   KDC_RETURN_IF_ERROR(feature_shape(a, "axis", -1, &a->in[0], false, &s));
   if (scale) KDC_RETURN_IF_ERROR(kdc_fe_add_var(a, "gamma", &s, true, "gamma_initializer", "ones"));
   if (center) KDC_RETURN_IF_ERROR(kdc_fe_add_var(a, "beta", &s, true, "beta_initializer", "zeros"));
-  KDC_RETURN_IF_ERROR(kdc_fe_add_var(a, "moving_mean", &s, false, "moving_mean_initializer", "zeros"));
+  KDC_RETURN_IF_ERROR(
+      kdc_fe_add_var(a, "moving_mean", &s, false, "moving_mean_initializer", "zeros"));
   KDC_RETURN_IF_ERROR(kdc_fe_add_var(a, "moving_variance", &s, false,
                                      "moving_variance_initializer", "ones"));
   kdc_fe_set_outputs(a, 1, &a->in[0]);
@@ -277,11 +299,39 @@ kdc_status kdc_fe_infer_batchnorm(kdc_infer_args *a) {
 kdc_status kdc_fe_infer_layernorm(kdc_infer_args *a) {
   KDC_RETURN_IF_ERROR(one_input(a));
   const kdc_keras_layer *l = a->l;
-  bool center, scale;
+  bool center, scale, rms;
   KDC_RETURN_IF_ERROR(kdc_fe_cfg_bool(l, "center", true, &center));
   KDC_RETURN_IF_ERROR(kdc_fe_cfg_bool(l, "scale", true, &scale));
+  /* deprecated Keras 3 flag: gamma only, scaled by the variance */
+  KDC_RETURN_IF_ERROR(kdc_fe_cfg_bool(l, "rms_scaling", false, &rms));
   kdc_kshape s;
   KDC_RETURN_IF_ERROR(feature_shape(a, "axis", -1, &a->in[0], false, &s));
+  if (scale || rms)
+    KDC_RETURN_IF_ERROR(kdc_fe_add_var(a, "gamma", &s, true, "gamma_initializer", "ones"));
+  if (center && !rms)
+    KDC_RETURN_IF_ERROR(kdc_fe_add_var(a, "beta", &s, true, "beta_initializer", "zeros"));
+  kdc_fe_set_outputs(a, 1, &a->in[0]);
+  return NULL;
+}
+
+/* GroupNormalization: gamma and beta of the channel count (groups -1 =
+ * one group per channel; the channels must divide into the groups). */
+kdc_status kdc_fe_infer_groupnorm(kdc_infer_args *a) {
+  KDC_RETURN_IF_ERROR(one_input(a));
+  const kdc_keras_layer *l = a->l;
+  bool center, scale;
+  int64_t groups;
+  KDC_RETURN_IF_ERROR(kdc_fe_cfg_bool(l, "center", true, &center));
+  KDC_RETURN_IF_ERROR(kdc_fe_cfg_bool(l, "scale", true, &scale));
+  KDC_RETURN_IF_ERROR(kdc_fe_cfg_int(l, "groups", 32, &groups));
+  kdc_kshape s;
+  KDC_RETURN_IF_ERROR(feature_shape(a, "axis", -1, &a->in[0], false, &s));
+  if (s.rank != 1) return kdc_fe_layer_err(l, KDC_INVALID_INPUT, "config.axis: expected one axis");
+  if (groups == -1) groups = s.dims[0];
+  if (groups <= 0 || s.dims[0] % groups)
+    return kdc_fe_shape_err(a, kdc_arena_printf(a->m->arena, "config.groups %lld must be positive "
+                            "and divide the %lld channels", (long long)groups,
+                            (long long)s.dims[0]), &a->in[0], NULL);
   if (scale) KDC_RETURN_IF_ERROR(kdc_fe_add_var(a, "gamma", &s, true, "gamma_initializer", "ones"));
   if (center) KDC_RETURN_IF_ERROR(kdc_fe_add_var(a, "beta", &s, true, "beta_initializer", "zeros"));
   kdc_fe_set_outputs(a, 1, &a->in[0]);
@@ -336,7 +386,8 @@ kdc_status kdc_fe_infer_rnn(kdc_infer_args *a) {
   if (a->node->n_in < 1)
     return kdc_fe_layer_err(l, KDC_INVALID_INPUT, "expected an input sequence");
   if (a->node->n_in > 1)
-    return kdc_fe_layer_err(l, KDC_UNSUPPORTED, "initial states passed as inputs are not supported");
+    return kdc_fe_layer_err(l, KDC_UNSUPPORTED,
+                            "initial states passed as inputs are not supported");
   bool lstm = !strcmp(l->class_name, "LSTM"), gru = !strcmp(l->class_name, "GRU");
   int gates = lstm ? 4 : gru ? 3 : 1;
   int64_t units;
@@ -398,7 +449,13 @@ kdc_status kdc_fe_infer_mha(kdc_infer_args *a) {
   KDC_RETURN_IF_ERROR(kdc_fe_cfg_int(l, "value_dim", kd, &vd));
   KDC_RETURN_IF_ERROR(kdc_fe_cfg_bool(l, "use_bias", true, &bias));
   if (heads <= 0 || kd <= 0 || vd <= 0)
-    return kdc_fe_layer_err(l, KDC_INVALID_INPUT, "num_heads, key_dim and value_dim must be positive");
+    return kdc_fe_layer_err(l, KDC_INVALID_INPUT,
+                            "num_heads, key_dim and value_dim must be positive");
+  bool gate;
+  KDC_RETURN_IF_ERROR(kdc_fe_cfg_bool(l, "use_gate", false, &gate));
+  if (gate) return kdc_fe_layer_err(l, KDC_UNSUPPORTED, "config.use_gate=true is not supported");
+  if (!kdc_fe_is_null(kdc_fe_get(l->config, "sliding_window")))
+    return kdc_fe_layer_err(l, KDC_UNSUPPORTED, "config.sliding_window is not supported");
   int64_t qd = q->dims[q->rank - 1], kdim = k->dims[k->rank - 1], vdim = v->dims[v->rank - 1];
   if (q->rank < 3 || qd < 0 || kdim < 0 || vdim < 0)
     return kdc_fe_shape_err(a, "query, key and value need rank >= 3 and a known last dimension",

@@ -191,6 +191,9 @@ kdc_status kdc_fe_lower_activation_layer(struct kdc_lower_ctx *c, const kdc_kera
     return NULL;
   }
   /* Softmax */
+  for (int i = 0; i < n->n_kw; i++)
+    if (!strcmp(n->kw_names[i], "mask"))
+      return kdc_fe_layer_err(l, KDC_UNSUPPORTED, "the call's mask tensor is not supported");
   int na;
   int64_t axes[KDC_MAX_RANK];
   KDC_RETURN_IF_ERROR(kdc_fe_cfg_axes(l, "axis", -1, &na, axes));

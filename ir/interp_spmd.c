@@ -14,7 +14,11 @@
  *     device-id order, in f32 for f32 values (wrapping for integers), so the
  *     result is bit-identical on every member;
  *   - collective_permute fills with zeros where the source coordinate is off
- *     the mesh (halo boundaries).
+ *     the mesh (halo boundaries);
+ *   - rng_uniform whose sharding splits a dim draws each element at its
+ *     GLOBAL index (local index plus the piece's offset along every split
+ *     dim, raveled over the global shape), so a sharded rng_uniform holds
+ *     exactly the pieces of the unsharded one (ops.def).
  * Also here: kdc_sharding_shard / kdc_sharding_unshard, which split a global
  * tensor into device pieces and assemble them back (tests, the runtime).
  */
@@ -234,6 +238,41 @@ static kdc_status run_coll(spmd *s, kdc_value_id v, int64_t dev, void **out) {
   return NULL;
 }
 
+/* Does |n| (an rng_uniform) have a sharding that splits a dim? */
+static bool rng_split(const kdc_node *n) {
+  if (n->op != KDC_OP_RNG_UNIFORM || !n->sharding.present || n->sharding.rank != n->type.rank)
+    return false;
+  for (int d = 0; d < n->type.rank; d++)
+    if (n->sharding.naxes[d]) return true;
+  return false;
+}
+
+/* rng_uniform on |dev| at the global index of each local element. */
+static kdc_status run_rng(spmd *s, kdc_value_id v, int64_t dev, void **out) {
+  const kdc_node *n = &s->f->nodes[v];
+  const kdc_node *sn = &s->f->nodes[n->in[0]];
+  const void *sp = s->vals[dev][n->in[0]];
+  int64_t step = sn->type.dtype == KDC_DTYPE_I64 ? *(const int64_t *)sp
+                 : sn->type.dtype == KDC_DTYPE_I32 ? *(const int32_t *)sp
+                                                  : *(const uint8_t *)sp;
+  int64_t off[KDC_MAX_RANK], gdims[KDC_MAX_RANK], idx[KDC_MAX_RANK];
+  piece_offsets(s->m, &n->sharding, &n->type, dev, off);
+  for (int d = 0; d < n->type.rank; d++)
+    gdims[d] = n->type.dims[d] * kdc_sharding_dim_shards(s->m, &n->sharding, d);
+  KDC_RETURN_IF_ERROR(alloc_type(&n->type, out));
+  int64_t numel = kdc_type_numel(&n->type);
+  for (int64_t i = 0; i < numel; i++) {
+    int64_t r = i, g = 0;
+    for (int d = n->type.rank - 1; d >= 0; d--) {
+      idx[d] = r % n->type.dims[d];
+      r /= n->type.dims[d];
+    }
+    for (int d = 0; d < n->type.rank; d++) g = g * gdims[d] + off[d] + idx[d];
+    ((float *)*out)[i] = kdc_rng_uniform_at(n->attr.seed, step, g);
+  }
+  return NULL;
+}
+
 /* Binds parameter |v| on every device. */
 static kdc_status bind_params(spmd *s, kdc_value_id v, const kdc_tensor *const *args, bool **owned) {
   const kdc_node *n = &s->f->nodes[v];
@@ -290,8 +329,9 @@ kdc_status kdc_ir_interpret_spmd(const kdc_func *f, const kdc_mesh *mesh,
     bool coll = (kdc_op_flags(n->op) & OPF_COLL) && n->op != KDC_OP_SHARDING_CONSTRAINT;
     if (coll) st = check_coll(&s, (kdc_value_id)v);
     for (int64_t d = 0; d < s.nd && !st; d++) {
-      st = coll ? run_coll(&s, (kdc_value_id)v, d, &s.vals[d][v])
-                : kdc_ir_interp_node(f, (kdc_value_id)v, s.vals[d], &s.vals[d][v]);
+      st = coll            ? run_coll(&s, (kdc_value_id)v, d, &s.vals[d][v])
+           : rng_split(n) ? run_rng(&s, (kdc_value_id)v, d, &s.vals[d][v])
+                          : kdc_ir_interp_node(f, (kdc_value_id)v, s.vals[d], &s.vals[d][v]);
       owned[d][v] = s.vals[d][v] != NULL;
     }
     if (st) st = kdc_status_annotate(st, "spmd interpreter: func @%s: %%%zu = %s", f->name, v,

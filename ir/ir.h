@@ -187,18 +187,42 @@ typedef struct kdc_attr_coll {
   int64_t shift;  /* collective_permute: receive from coordinate c - shift (naxes == 1) */
 } kdc_attr_coll;
 
+/* convolution (ir/window.c), channels-last dimension numbers fixed:
+ * lhs [N, S_0..S_{n-1}, Ci], rhs [K_0..K_{n-1}, Ci/groups, Co],
+ * result [N, O_0..O_{n-1}, Co]; one list entry per spatial dim.
+ * Text: `convolution %x, %w stride=[1,1] pad_low=[1,1] pad_high=[1,1]
+ * lhs_dilation=[1,1] rhs_dilation=[1,1] groups=1 : f32[...]`. */
+typedef struct kdc_attr_conv {
+  kdc_dimlist stride;       /* window step in the (dilated, padded) input */
+  kdc_dimlist pad_low;      /* may be negative (cropping) */
+  kdc_dimlist pad_high;
+  kdc_dimlist lhs_dilation; /* input dilation (transposed conv, gradients) */
+  kdc_dimlist rhs_dilation; /* kernel dilation (Keras dilation_rate) */
+  int64_t groups;           /* feature_group_count: Ci and Co divisible by it */
+} kdc_attr_conv;
+
+/* reduce_window, select_and_scatter: one list entry per operand dim.
+ * Text: `reduce_window max %x window=[1,2,2,1] stride=[1,2,2,1]
+ * pad_low=[0,0,0,0] pad_high=[0,1,1,0] dilation=[1,1,1,1] : f32[...]`. */
+typedef struct kdc_attr_window {
+  kdc_reduce_kind kind;     /* sum, max, min (select_and_scatter: max or min) */
+  kdc_dimlist window, stride, pad_low, pad_high, dilation;
+} kdc_attr_window;
+
 typedef union kdc_attrs {
   kdc_attr_param param;     /* PARAMETER */
   kdc_attr_const constant;  /* CONSTANT */
   int64_t dim;              /* IOTA, CONCAT */
   kdc_cmp cmp;              /* COMPARE */
-  kdc_dimlist dims;         /* BROADCAST (operand dim -> result dim), TRANSPOSE (perm) */
+  kdc_dimlist dims;         /* BROADCAST (operand dim -> result dim), TRANSPOSE (perm), REVERSE */
   struct { kdc_reduce_kind kind; kdc_dimlist dims; } reduce; /* REDUCE */
   kdc_attr_dot dot;         /* DOT */
   kdc_attr_slice slice;     /* SLICE */
   kdc_attr_pad pad;         /* PAD */
   kdc_attr_coll coll;       /* ALL_REDUCE .. SHARD_SLICE */
   int64_t seed;             /* RNG_UNIFORM: the Philox key */
+  kdc_attr_conv conv;       /* CONVOLUTION */
+  kdc_attr_window window;   /* REDUCE_WINDOW, SELECT_AND_SCATTER */
 } kdc_attrs;
 
 /* Names of the enum attributes in the text form (ir/print.c): "lt", "sum",
@@ -385,6 +409,33 @@ kdc_value_id kdc_ir_matmul(kdc_func *f, kdc_value_id a, kdc_value_id b);
 kdc_status kdc_ir_infer_type(kdc_op op, int n_in, const kdc_type *in, const kdc_attrs *attr,
                              kdc_type *out);
 
+/* ---- windowed and indexed ops (ir/window.c) --------------------------------
+ * Shapes (called by kdc_ir_infer_type) and builders of convolution,
+ * reduce_window, select_and_scatter, gather, scatter_add and reverse.
+ *   convolution: O_d = floor((Sd_d + lo_d + hi_d - Kd_d) / stride_d) + 1 with
+ *     Sd = (S-1)*lhs_dilation + 1 and Kd = (K-1)*rhs_dilation + 1 (>= 1 needed).
+ *   reduce_window / select_and_scatter: the same per operand dim with window
+ *     W, dilation for the window and no input dilation.
+ *   gather(table [V, F..], ids [I..] i32/i64) -> [I.., F..].
+ *   scatter_add(ids [I..], updates [I.., F..]) -> given type [V, F..].
+ * Builder versions follow the kdc_ir_* conventions (sticky errors). */
+kdc_status kdc_ir_infer_window_op(kdc_op op, int n_in, const kdc_type *in, const kdc_attrs *attr,
+                                  kdc_type *out);
+/* An all-default conv attribute for |n| spatial dims: stride 1, no padding,
+ * no dilation, groups 1. */
+void kdc_attr_conv_init(kdc_attr_conv *a, int n);
+/* An all-default window attribute for rank |r| (window 1 everywhere). */
+void kdc_attr_window_init(kdc_attr_window *a, kdc_reduce_kind kind, int r);
+kdc_value_id kdc_ir_convolution(kdc_func *f, kdc_value_id x, kdc_value_id w,
+                                const kdc_attr_conv *a);
+kdc_value_id kdc_ir_reduce_window(kdc_func *f, kdc_value_id x, const kdc_attr_window *a);
+kdc_value_id kdc_ir_select_and_scatter(kdc_func *f, kdc_value_id x, kdc_value_id g,
+                                       const kdc_attr_window *a);
+kdc_value_id kdc_ir_gather(kdc_func *f, kdc_value_id table, kdc_value_id ids);
+kdc_value_id kdc_ir_scatter_add(kdc_func *f, kdc_value_id ids, kdc_value_id updates,
+                                const kdc_type *out);
+kdc_value_id kdc_ir_reverse(kdc_func *f, kdc_value_id x, int n, const int64_t *dims);
+
 /* ---- verifier (ir/verify.c) ---------------------------------------------- */
 /* Checks SSA order, arities, attribute ranges and types of every node. */
 kdc_status kdc_ir_verify(const kdc_func *f);
@@ -423,6 +474,17 @@ float kdc_rng_uniform_at(int64_t seed, int64_t step, int64_t index);
  * SPMD op other than sharding_constraint) from the operand buffers in
  * |vals| (indexed by value id) into a new malloc'd buffer *|out|. */
 kdc_status kdc_ir_interp_node(const kdc_func *f, kdc_value_id v, void *const *vals, void **out);
+/* ir/interp_window.c: node |v| (convolution, reduce_window,
+ * select_and_scatter, gather, scatter_add, reverse) from operand buffers
+ * |vals| into |out| (its type's size). */
+kdc_status kdc_ir_interp_window(const kdc_func *f, kdc_value_id v, void *const *vals, void *out);
+/* Keras-on-JAX index rule of gather/scatter_add (jnp.take, mode "fill"): id
+ * in [-V, 0) wraps to id + V; the result is in [0, V), or -1 when out of
+ * range (gather: a NaN row; scatter_add: dropped). */
+static inline int64_t kdc_gather_index(int64_t id, int64_t V) {
+  if (id < 0) id += V;
+  return id >= 0 && id < V ? id : -1;
+}
 
 /* ---- provenance table (ir/prov.c) ------------------------------------------ */
 /* Appends |e| (copied; |e->text| copied into the arena); returns its index

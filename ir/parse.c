@@ -430,13 +430,20 @@ static bool parse_prefix(parser *p, kdc_op op, kdc_attrs *a, literal *lit) {
         !kdc_reduce_kind_from_name(w, &a->reduce.kind))
       return expected(p, "a reduction (sum, max, min, prod)");
     return next(p);
+  case KDC_OP_REDUCE_WINDOW:
+  case KDC_OP_SELECT_AND_SCATTER:
+    if (p->tok.k != T_IDENT || !tok_text(p, w, sizeof w) ||
+        !kdc_reduce_kind_from_name(w, &a->window.kind))
+      return expected(p, "a reduction (sum, max, min)");
+    return next(p);
   default: return true;
   }
 }
 
 /* `kw=...` attributes up to the ':' before the type. */
 static bool parse_kws(parser *p, kdc_op op, kdc_attrs *a) {
-  unsigned seen = 0;
+  uint64_t seen = 0; /* bit i: kdc_ir_attr_kws[i] (the table has < 64 rows) */
+  KDC_ASSERT(kdc_ir_n_attr_kws <= 64);
   char w[32];
   while (p->tok.k == T_IDENT) {
     size_t i = 0;
@@ -446,8 +453,8 @@ static bool parse_kws(parser *p, kdc_op op, kdc_attrs *a) {
     if (!ok || i == kdc_ir_n_attr_kws)
       return error_at(p, p->tok.off, "unknown attribute '%.*s' for %s", (int)p->tok.len,
                       p->src + p->tok.off, kdc_op_name(op));
-    if (seen & (1u << i)) return error_at(p, p->tok.off, "attribute '%s' given twice", w);
-    seen |= 1u << i;
+    if (seen & (1ull << i)) return error_at(p, p->tok.off, "attribute '%s' given twice", w);
+    seen |= 1ull << i;
     const kdc_attr_kw *k = &kdc_ir_attr_kws[i];
     char *field = (char *)a + k->offset;
     if (!next(p) || !expect(p, '=')) return false;
@@ -457,7 +464,7 @@ static bool parse_kws(parser *p, kdc_op op, kdc_attrs *a) {
   }
   for (size_t i = 0; i < kdc_ir_n_attr_kws; i++) {
     const kdc_attr_kw *k = &kdc_ir_attr_kws[i];
-    if (k->op == op && !k->optional && !(seen & (1u << i)))
+    if (k->op == op && !k->optional && !(seen & (1ull << i)))
       return error_at(p, p->tok.off, "missing attribute '%s' for %s", k->kw, kdc_op_name(op));
   }
   return true;

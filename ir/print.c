@@ -21,7 +21,7 @@
  * Node line: `%N = op [prefix] [operands] [kw=...]* : type [sharding]
  * [group=N] [mem=N] [loc "..."]`.  Prefixes: parameter `INDEX KIND ["name"]`,
  * constant `SCALAR` (splat) or `[a, b, ...]` (dense, row-major), compare
- * `DIR`, reduce `KIND`, SPMD ops `[axis,...]` (mesh axis names, e.g.
+ * `DIR`, reduce, reduce_window and select_and_scatter `KIND`, SPMD ops `[axis,...]` (mesh axis names, e.g.
  * `%9 = all_gather [data,model] %8 dim=0 : f32[32,10]`).  Floats print with %.9g, which strtof reads back
  * bit-exactly (nan, inf, -inf, -0 included).  Strings escape `"`, `\` and
  * bytes below 0x20 or 0x7f as \" \\ \n \t \xHH; other bytes pass through.
@@ -105,6 +105,23 @@ const kdc_attr_kw kdc_ir_attr_kws[] = {
     KW(COLLECTIVE_PERMUTE, "shift", coll.shift, true, false),
     KW(SHARD_SLICE, "dim", coll.dim, true, false),
     KW(RNG_UNIFORM, "seed", seed, true, false),
+    KW(CONVOLUTION, "stride", conv.stride, false, false),
+    KW(CONVOLUTION, "pad_low", conv.pad_low, false, false),
+    KW(CONVOLUTION, "pad_high", conv.pad_high, false, false),
+    KW(CONVOLUTION, "lhs_dilation", conv.lhs_dilation, false, false),
+    KW(CONVOLUTION, "rhs_dilation", conv.rhs_dilation, false, false),
+    KW(CONVOLUTION, "groups", conv.groups, true, false),
+    KW(REDUCE_WINDOW, "window", window.window, false, false),
+    KW(REDUCE_WINDOW, "stride", window.stride, false, false),
+    KW(REDUCE_WINDOW, "pad_low", window.pad_low, false, false),
+    KW(REDUCE_WINDOW, "pad_high", window.pad_high, false, false),
+    KW(REDUCE_WINDOW, "dilation", window.dilation, false, false),
+    KW(SELECT_AND_SCATTER, "window", window.window, false, false),
+    KW(SELECT_AND_SCATTER, "stride", window.stride, false, false),
+    KW(SELECT_AND_SCATTER, "pad_low", window.pad_low, false, false),
+    KW(SELECT_AND_SCATTER, "pad_high", window.pad_high, false, false),
+    KW(SELECT_AND_SCATTER, "dilation", window.dilation, false, false),
+    KW(REVERSE, "dims", dims, false, false),
 };
 #undef KW
 const size_t kdc_ir_n_attr_kws = N_OF(kdc_ir_attr_kws);
@@ -200,6 +217,10 @@ static void print_prefix(FILE *out, const kdc_node *n, const kdc_mesh *mesh) {
   case KDC_OP_CONSTANT: print_constant(out, n); break;
   case KDC_OP_COMPARE: fprintf(out, " %s", kdc_cmp_name(n->attr.cmp)); break;
   case KDC_OP_REDUCE: fprintf(out, " %s", kdc_reduce_kind_name(n->attr.reduce.kind)); break;
+  case KDC_OP_REDUCE_WINDOW:
+  case KDC_OP_SELECT_AND_SCATTER:
+    fprintf(out, " %s", kdc_reduce_kind_name(n->attr.window.kind));
+    break;
   default: break;
   }
 }

@@ -278,6 +278,13 @@ kdc_status kdc_ir_infer_type(kdc_op op, int n_in, const kdc_type *in, const kdc_
     if (out->dtype != KDC_DTYPE_F32)
       return BAD("rng_uniform: the result must be f32, got %s", ts(out, b2));
     return NULL;
+  case KDC_OP_CONVOLUTION:
+  case KDC_OP_REDUCE_WINDOW:
+  case KDC_OP_SELECT_AND_SCATTER:
+  case KDC_OP_GATHER:
+  case KDC_OP_SCATTER_ADD:
+  case KDC_OP_REVERSE:
+    return kdc_ir_infer_window_op(op, n_in, in, attr, out); /* ir/window.c */
   default:
     if (kdc_op_flags(op) & OPF_EW) return infer_elementwise(op, n_in, in, out);
     return BAD("%s: no shape rule", kdc_op_name(op));

@@ -12,6 +12,9 @@
  *     file does not know: never in a group (-1), always materialized.
  *   - REDUCE: always the root of its own kernel; the chain that feeds it is
  *     fused into it (input fusion); its users read it from memory.
+ *   - convolution, reduce_window, select_and_scatter, gather, scatter_add:
+ *     roots of their own kernels too, but without input fusion (they read
+ *     every operand element many times); reverse is data movement.
  *   - elementwise ops, broadcast_in_dim, transpose, slice, concatenate, pad,
  *     reshape, iota: fused into their consumer's kernel when every user is in
  *     that one kernel (loop fusion), else the root of a new kernel.
@@ -50,11 +53,18 @@ typedef enum kind {
   K_FUSIBLE,  /* member or root */
 } kind;
 
+/* Windowed and indexed ops read each operand element many times (a window,
+ * every id): they are kernel roots and never pull their producers in. */
+static bool is_windowed(kdc_op op) {
+  return op == KDC_OP_CONVOLUTION || op == KDC_OP_REDUCE_WINDOW ||
+         op == KDC_OP_SELECT_AND_SCATTER || op == KDC_OP_GATHER || op == KDC_OP_SCATTER_ADD;
+}
+
 static kind classify(const kdc_func *f, kdc_value_id v) {
   const kdc_node *nd = kdc_ir_node(f, v);
   unsigned fl = kdc_op_flags(nd->op);
   if (nd->op == KDC_OP_IOTA) return K_FUSIBLE;
-  if (nd->op == KDC_OP_REDUCE) return K_ROOT;
+  if (nd->op == KDC_OP_REDUCE || is_windowed(nd->op)) return K_ROOT;
   if (fl & OPF_COLL) return K_MATERIAL;
   if (fl & (OPF_EW | OPF_SHAPE)) return K_FUSIBLE;
   return K_MATERIAL; /* PARAMETER, DOT, anything new */
@@ -67,6 +77,7 @@ static bool is_free(const kdc_func *f, kdc_value_id v) {
 
 /* May producer |p| be recomputed inside the kernel of its user |u|? */
 static bool edge_ok(const kdc_func *f, kdc_value_id p, kdc_value_id u) {
+  if (is_windowed(kdc_ir_node(f, u)->op)) return false;
   if (kdc_ir_node(f, u)->op != KDC_OP_BROADCAST || is_free(f, p)) return true;
   return kdc_type_numel(kdc_ir_type(f, u)) <= kdc_type_numel(kdc_ir_type(f, p));
 }

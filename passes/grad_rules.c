@@ -472,7 +472,13 @@ static void vjp_sharding_constraint(kdc_grad_ctx *c, const kdc_node *n, kdc_valu
   G(ALL_TO_ALL, NONE(ALL_TO_ALL, SPMD))                                                \
   G(COLLECTIVE_PERMUTE, NONE(COLLECTIVE_PERMUTE, SPMD))                                \
   G(SHARD_SLICE, NONE(SHARD_SLICE, SPMD))                                              \
-  G(RNG_UNIFORM, ZERO(RNG_UNIFORM, "random numbers: no gradient"))
+  G(RNG_UNIFORM, ZERO(RNG_UNIFORM, "random numbers: no gradient"))                     \
+  G(CONVOLUTION, RULE(CONVOLUTION, kdc_vjp_convolution, "transposed conv; batch-contracted conv")) \
+  G(REDUCE_WINDOW, RULE(REDUCE_WINDOW, kdc_vjp_reduce_window, "sum: windowed sum; max: select_and_scatter")) \
+  G(SELECT_AND_SCATTER, NONE(SELECT_AND_SCATTER, "second-order max pooling is not supported")) \
+  G(GATHER, RULE(GATHER, kdc_vjp_gather, "scatter_add of g at the ids"))                \
+  G(SCATTER_ADD, RULE(SCATTER_ADD, kdc_vjp_scatter_add, "gather of g, 0 for dropped ids")) \
+  G(REVERSE, RULE(REVERSE, kdc_vjp_reverse, "reverse"))
 
 #define ROW(e, row) row,
 static const kdc_grad_rule rules[] = {GRAD_TABLE(ROW)};

@@ -35,6 +35,11 @@ typedef struct kdc_pass_options {
   /* Training (passes/train_step.c): when set, the build_training pass adds
    * train_step and evaluate after infer_shapes; NULL = inference only. */
   const struct kdc_train_options *train;
+  /* Called after every pass (and its verification) with the pass name; tools
+   * use it to capture state between passes (e.g. sharding explanations
+   * before partition rewrites the function).  NULL = none. */
+  void (*after_pass)(const char *pass, const kdc_module *m, void *user);
+  void *after_pass_user;
 } kdc_pass_options;
 
 /* One entry of the pipeline: a name (used in dumps and errors) and the
@@ -305,6 +310,15 @@ bool kdc_grad_wants(const kdc_grad_ctx *c, kdc_value_id v);
 bool kdc_grad_is_constant(const kdc_grad_ctx *c, kdc_value_id v);
 /* Adds |contribution| to the gradient of |v| (ignored unless wanted). */
 void kdc_grad_accum(kdc_grad_ctx *c, kdc_value_id v, kdc_value_id contribution);
+
+/* ---- grad_window (passes/grad_window.c): the rules of the windowed and
+ * indexed ops (convolution, reduce_window, gather, scatter_add, reverse),
+ * rows of grad_rules.c's table; the formulas are in the file comment. */
+void kdc_vjp_convolution(kdc_grad_ctx *c, const kdc_node *n, kdc_value_id v, kdc_value_id g);
+void kdc_vjp_reduce_window(kdc_grad_ctx *c, const kdc_node *n, kdc_value_id v, kdc_value_id g);
+void kdc_vjp_gather(kdc_grad_ctx *c, const kdc_node *n, kdc_value_id v, kdc_value_id g);
+void kdc_vjp_scatter_add(kdc_grad_ctx *c, const kdc_node *n, kdc_value_id v, kdc_value_id g);
+void kdc_vjp_reverse(kdc_grad_ctx *c, const kdc_node *n, kdc_value_id v, kdc_value_id g);
 
 /* ---- losses (passes/losses.c) ---------------------------------------------
  * Keras 3 losses with reduction "sum_over_batch_size": the per-sample loss

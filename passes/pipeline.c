@@ -99,6 +99,7 @@ typedef struct runner {
 static kdc_status dump(runner *r, const char *name) {
   const kdc_pass_options *opt = r->opt;
   int step = r->step++;
+  if (opt && opt->after_pass) opt->after_pass(name, r->m, opt->after_pass_user);
   if (opt && opt->print_after_all) {
     fprintf(opt->print_after_all, "# -- after %s --\n", name);
     kdc_ir_print_module(opt->print_after_all, r->m);

@@ -9,7 +9,14 @@
  *   - the root of each fusion group (its highest-id member): one kernel;
  *   - a DOT outside any group: one GEMM;
  *   - any other compute node outside a group (IOTA, an unfused add, ...): a
- *     kernel of one node, so an unfused function is still plannable.
+ *     kernel of one node, so an unfused function is still plannable;
+ *   - a collective (all_reduce, ...; never in a group): one COLLECTIVE
+ *     step.  Its result never shares storage with its operand: in-place
+ *     reuse is only for elementwise kernels, and the operand's interval
+ *     includes the step (intervals are closed), because the other devices
+ *     of the group read it while this one writes its result.
+ * After partitioning, types are LOCAL and the arena is per device: every
+ * device of the mesh gets one of this size (runtime/devices.c).
  * A RESHAPE outside any group is an alias: it shares its operand's storage
  * (row-major reinterpretation), so its uses extend its base's lifetime; so
  * is a SHARDING_CONSTRAINT (an identity once partitioning is done).

@@ -29,6 +29,15 @@
  *   reduce sum: reduced dims are reduction factors; reduce max/min/prod:
  *     need_replication (partials are sums only).
  *   dot_general: batch and free dims pass, contracting dims reduction.
+ *   convolution: batch pass; groups 1: output channels pass, input channels
+ *     reduction; spatial dims (and, with groups, channels) need_replication
+ *     (SHARDING.md's halo exchange is not implemented).  reduce_window,
+ *     select_and_scatter: dims with a trivial window pass, others
+ *     need_replication.  gather: vocab (table dim 0) reduction, id and
+ *     feature dims pass; scatter_add: vocab pass, id dims reduction, feature
+ *     dims pass (partition.c masks the local lookup / scatter by the shard's
+ *     vocab range: passes/partition_gather.c).  reverse: reversed dims
+ *     need_replication, others pass.
  *   collectives, shard_slice: need_replication everywhere (they only exist
  *     after partitioning).
  * Also here: projecting a tensor's sharding onto factors and back.
@@ -158,6 +167,78 @@ static void rule_same_or_repl(kdc_factor_rule *r, const kdc_type *x, const kdc_t
   }
 }
 
+/* convolution: batch pass; output channels pass (groups 1); input channels
+ * reduction (groups 1); spatial dims and, with groups, the channel dims
+ * need_replication (halo exchange and group-aware splits are not done). */
+static void rule_conv(kdc_factor_rule *r, const kdc_node *n, const kdc_type *x,
+                      const kdc_type *w) {
+  int ns = x->rank - 2, res = 2;
+  bool g1 = n->attr.conv.groups == 1;
+  int f = new_factor(r, x->dims[0], KDC_FACTOR_PASS);
+  add(r, 0, 0, f);
+  add(r, res, 0, f);
+  f = new_factor(r, w->dims[ns + 1], g1 ? KDC_FACTOR_PASS : KDC_FACTOR_NEED_REPL);
+  add(r, 1, ns + 1, f);
+  add(r, res, ns + 1, f);
+  if (g1) {
+    f = new_factor(r, x->dims[ns + 1], KDC_FACTOR_REDUCTION);
+    add(r, 0, ns + 1, f);
+    add(r, 1, ns, f);
+  } else {
+    add(r, 0, ns + 1, new_factor(r, x->dims[ns + 1], KDC_FACTOR_NEED_REPL));
+    if (w->dims[ns] > 1) add(r, 1, ns, new_factor(r, w->dims[ns], KDC_FACTOR_NEED_REPL));
+  }
+  for (int d = 0; d < ns; d++) {
+    if (x->dims[d + 1] > 1) add(r, 0, d + 1, new_factor(r, x->dims[d + 1], KDC_FACTOR_NEED_REPL));
+    if (w->dims[d] > 1) add(r, 1, d, new_factor(r, w->dims[d], KDC_FACTOR_NEED_REPL));
+    if (n->type.dims[d + 1] > 1)
+      add(r, res, d + 1, new_factor(r, n->type.dims[d + 1], KDC_FACTOR_NEED_REPL));
+  }
+}
+
+/* reduce_window, select_and_scatter: dims with a trivial window pass, the
+ * others need replication (no halos yet). */
+static void rule_window(kdc_factor_rule *r, const kdc_node *n, const kdc_func *fn) {
+  const kdc_attr_window *a = &n->attr.window;
+  int res = r->ntensors - 1;
+  for (int d = 0; d < n->type.rank; d++) {
+    bool triv = a->window.v[d] == 1 && a->stride.v[d] == 1 && a->pad_low.v[d] == 0 &&
+                a->pad_high.v[d] == 0;
+    for (int t = 0; t <= res; t++) {
+      int64_t sz = t == res ? n->type.dims[d] : kdc_ir_type(fn, n->in[t])->dims[d];
+      if (triv) {
+        if (t == 0) new_factor(r, sz, KDC_FACTOR_PASS);
+        add(r, t, d, r->nfactors - 1);
+      } else if (sz > 1) {
+        add(r, t, d, new_factor(r, sz, KDC_FACTOR_NEED_REPL));
+      }
+    }
+  }
+}
+
+/* gather(table [V,F..], ids [I..]) -> [I..,F..]: V (factor 0) reduction
+ * (a masked local lookup, passes/partition_gather.c), F and I pass.
+ * scatter_add(ids [I..], upd [I..,F..]) -> [V,F..]: V (factor 0) pass on the
+ * result only (masked local scatter), F pass, I reduction. */
+static void rule_indexed(kdc_factor_rule *r, const kdc_node *n, const kdc_type *a,
+                         const kdc_type *b) {
+  bool g = n->op == KDC_OP_GATHER;
+  const kdc_type *ids = g ? b : a, *table = g ? a : &n->type;
+  int res = 2, ti = g ? 0 : res, ii = g ? 1 : 0, oi = g ? res : 1; /* table, ids, rows */
+  int f = new_factor(r, table->dims[0], g ? KDC_FACTOR_REDUCTION : KDC_FACTOR_PASS);
+  add(r, ti, 0, f);
+  for (int d = 0; d < ids->rank; d++) {
+    f = new_factor(r, ids->dims[d], g ? KDC_FACTOR_PASS : KDC_FACTOR_REDUCTION);
+    add(r, ii, d, f);
+    add(r, oi, d, f);
+  }
+  for (int d = 1; d < table->rank; d++) {
+    f = new_factor(r, table->dims[d], KDC_FACTOR_PASS);
+    add(r, ti, d, f);
+    add(r, oi, ids->rank + d - 1, f);
+  }
+}
+
 kdc_status kdc_sharding_rule(const kdc_func *fn, kdc_value_id v, kdc_factor_rule *r) {
   const kdc_node *n = kdc_ir_node(fn, v);
   const kdc_type *out = &n->type, *x = n->n_in ? kdc_ir_type(fn, n->in[0]) : NULL;
@@ -223,6 +304,19 @@ kdc_status kdc_sharding_rule(const kdc_func *fn, kdc_value_id v, kdc_factor_rule
     for (int d = 0; d < x->rank; d++)
       same[d] = n->attr.pad.low.v[d] == 0 && n->attr.pad.high.v[d] == 0 &&
                 n->attr.pad.interior.v[d] == 0;
+    rule_same_or_repl(r, x, out, same, false);
+    return NULL;
+  case KDC_OP_CONVOLUTION: rule_conv(r, n, x, kdc_ir_type(fn, n->in[1])); return NULL;
+  case KDC_OP_REDUCE_WINDOW:
+  case KDC_OP_SELECT_AND_SCATTER: rule_window(r, n, fn); return NULL;
+  case KDC_OP_GATHER:
+  case KDC_OP_SCATTER_ADD: rule_indexed(r, n, x, kdc_ir_type(fn, n->in[1])); return NULL;
+  case KDC_OP_REVERSE:
+    for (int d = 0; d < x->rank; d++) {
+      bool rev = false;
+      for (int k = 0; k < n->attr.dims.n; k++) rev |= n->attr.dims.v[k] == d;
+      same[d] = !rev;
+    }
     rule_same_or_repl(r, x, out, same, false);
     return NULL;
   case KDC_OP_CONCAT:

@@ -1,17 +1,69 @@
 /*
  * runtime/describe.c: kdc_rt_plan_describe, the text `kdc inspect plan.bin`
- * prints: what the plan holds, in the order a reader wants it (sizes first,
- * then each function's steps with their buffer ranges, then the IR).
- * The format is for people; it is not parsed and not golden-tested.
+ * prints: what the plan holds, in the order a reader wants it (the mesh and
+ * sizes first, each device's peak memory, then each function's inputs,
+ * outputs and steps with their buffer ranges -- collectives with their
+ * device groups and the bytes each device sends per call (SHARDING.md 4) --
+ * then the IR).  The format is for people; it is not parsed and not
+ * golden-tested.
  */
 #include <inttypes.h>
 
 #include "runtime/runtime.h"
 
-static void put_tensor(FILE *o, const kdc_prog_tensor *t) {
-  fprintf(o, "%s[", kdc_io_dtype_name(t->dtype));
-  for (int d = 0; d < t->rank; d++) fprintf(o, "%s%" PRId64, d ? "," : "", t->dims[d]);
+static void put_dims(FILE *o, kdc_io_dtype dt, int rank, const int64_t *dims) {
+  fprintf(o, "%s[", kdc_io_dtype_name(dt));
+  for (int d = 0; d < rank; d++) fprintf(o, "%s%" PRId64, d ? "," : "", dims[d]);
   fprintf(o, "]");
+}
+
+/* "f32[64,128]", plus " {data,-} local f32[32,128]" on a mesh. */
+static void put_tensor_sharded(FILE *o, const kdc_program *p, const kdc_prog_tensor *t) {
+  put_dims(o, t->dtype, t->rank, t->dims);
+  if (p->mesh.naxes == 0) return;
+  char sh[512];
+  fprintf(o, " %s local ", kdc_prog_sharding_str(&p->mesh, &t->sharding, t->rank, sh, sizeof sh));
+  put_dims(o, t->dtype, t->rank, t->local_dims);
+}
+
+/* Bytes one device sends (= receives) per call of |c|, for bandwidth-optimal
+ * algorithms (SHARDING.md 4), and the formula. */
+static double coll_bytes(const kdc_prog_coll_step *c, const char **out_formula) {
+  double n = (double)c->group_size, s = (double)c->src.bytes, f = (n - 1) / n;
+  switch (c->kind) {
+  case KDC_COLL_ALL_REDUCE: *out_formula = "2(n-1)/n*S"; return 2 * f * s;
+  case KDC_COLL_ALL_GATHER: *out_formula = "(n-1)/n*S"; return f * (double)c->dst.bytes;
+  case KDC_COLL_REDUCE_SCATTER: *out_formula = "(n-1)/n*S"; return f * s;
+  case KDC_COLL_ALL_TO_ALL: *out_formula = "(n-1)/n^2*S"; return f * s;
+  default: *out_formula = "S_local"; return s;
+  }
+}
+
+static void put_axes(FILE *o, const kdc_program *p, const kdc_prog_coll_step *c) {
+  for (uint32_t i = 0; i < c->naxes; i++)
+    fprintf(o, "%s%s", i ? "," : "", p->mesh.names[c->axes[i]]);
+}
+
+static void put_coll(FILE *o, const kdc_program *p, const kdc_prog_coll_step *c) {
+  char groups[4096];
+  const char *formula;
+  fprintf(o, "collective %s[", kdc_prog_coll_name(c->kind));
+  put_axes(o, p, c);
+  fprintf(o, "] ");
+  put_dims(o, c->dtype, c->rank, c->in_dims);
+  fprintf(o, " -> ");
+  put_dims(o, c->dtype, c->rank, c->out_dims);
+  if (c->kind == KDC_COLL_ALL_GATHER || c->kind == KDC_COLL_REDUCE_SCATTER)
+    fprintf(o, " dim=%" PRId64, c->dim);
+  if (c->kind == KDC_COLL_ALL_TO_ALL)
+    fprintf(o, " split=%" PRId64 " concat=%" PRId64, c->dim, c->dim2);
+  if (c->kind == KDC_COLL_PERMUTE) fprintf(o, " shift=%" PRId64, c->shift);
+  double b = coll_bytes(c, &formula);
+  fprintf(o, " n=%" PRId64 " bytes/device=%.0f (%s)\n          groups (", c->group_size, b,
+          formula);
+  put_axes(o, p, c);
+  fprintf(o, "): %s\n          ",
+          rt_mesh_groups_str(&p->mesh, (int)c->naxes, c->axes, groups, sizeof groups));
 }
 
 static void put_loc(FILE *o, const kdc_prog_func *f, const kdc_program *p, const kdc_prog_loc *l) {
@@ -54,8 +106,60 @@ static void put_step(FILE *o, const kdc_program *p, const kdc_prog_func *f, uint
     fprintf(o, " -> ");
     put_loc(o, f, p, &s->dst);
     break;
+  case KDC_STEP_COLLECTIVE:
+    put_coll(o, p, &s->coll);
+    fprintf(o, "src=");
+    put_loc(o, f, p, &s->coll.src);
+    fprintf(o, " dst=");
+    put_loc(o, f, p, &s->coll.dst);
+    break;
   }
   fprintf(o, "\n");
+}
+
+/* The mesh, and each device's peak memory: its arena, its pieces of the
+ * weights, and its pieces of the largest function's inputs and outputs. */
+static void put_devices(FILE *o, const kdc_rt_plan *plan) {
+  const kdc_program *p = &plan->prog;
+  int64_t nd = kdc_rt_plan_device_count(plan);
+  fprintf(o, "mesh: ");
+  if (p->mesh.naxes == 0) fprintf(o, "none");
+  for (uint32_t a = 0; a < p->mesh.naxes; a++)
+    fprintf(o, "%s%s=%" PRId64, a ? ", " : "", p->mesh.names[a], p->mesh.sizes[a]);
+  fprintf(o, " (%" PRId64 " device%s, device ids row-major)\n", nd, nd == 1 ? "" : "s");
+  uint64_t w = 0, io = 0;
+  for (uint32_t i = 0; i < p->n_weights; i++) w += p->weights[i].local_bytes;
+  for (uint32_t i = 0; i < p->n_funcs; i++) {
+    uint64_t b = 0;
+    for (uint32_t j = 0; j < p->funcs[i].n_inputs; j++) b += p->funcs[i].inputs[j].local_bytes;
+    for (uint32_t j = 0; j < p->funcs[i].n_outputs; j++) b += p->funcs[i].outputs[j].local_bytes;
+    if (b > io) io = b;
+  }
+  uint64_t total = p->arena_bytes + w + io;
+  fprintf(o, "memory per device (peak): arena %" PRIu64 " + weights %" PRIu64
+          " + inputs/outputs %" PRIu64 " = %" PRIu64 " bytes\n", p->arena_bytes, w, io, total);
+  for (int64_t d = 0; d < nd && d < 64 && p->mesh.naxes; d++) {
+    int64_t c[KDC_PROG_MAX_AXES];
+    rt_mesh_coords(&p->mesh, d, c);
+    fprintf(o, "  device %" PRId64 " (", d);
+    for (uint32_t a = 0; a < p->mesh.naxes; a++)
+      fprintf(o, "%s%s=%" PRId64, a ? "," : "", p->mesh.names[a], c[a]);
+    fprintf(o, "): %" PRIu64 " bytes\n", total);
+  }
+  if (nd > 64) fprintf(o, "  ... (every device: %" PRIu64 " bytes)\n", total);
+}
+
+/* Collectives of |f|: count and bytes per device per call of the function. */
+static void put_coll_summary(FILE *o, const kdc_prog_func *f) {
+  int n = 0;
+  double bytes = 0;
+  for (uint32_t s = 0; s < f->n_steps; s++)
+    if (f->steps[s].kind == KDC_STEP_COLLECTIVE) {
+      const char *formula;
+      n++;
+      bytes += coll_bytes(&f->steps[s].coll, &formula);
+    }
+  if (n) fprintf(o, "  collectives: %d, %.0f bytes per device per step\n", n, bytes);
 }
 
 void kdc_rt_plan_describe(const kdc_rt_plan *plan, FILE *o) {
@@ -64,11 +168,12 @@ void kdc_rt_plan_describe(const kdc_rt_plan *plan, FILE *o) {
   fprintf(o, "%s", kdc_rt_plan_metadata(plan));
   uint64_t wbytes = 0;
   for (uint32_t i = 0; i < p->n_weights; i++) wbytes += p->weights[i].bytes;
-  fprintf(o, "arena: %" PRIu64 " bytes\nkernels: %u\nweights: %u (%" PRIu64 " bytes)\n",
-          p->arena_bytes, p->n_kernels, p->n_weights, wbytes);
+  put_devices(o, plan);
+  fprintf(o, "arena: %" PRIu64 " bytes per device\nkernels: %u\nweights: %u (%" PRIu64
+          " bytes)\n", p->arena_bytes, p->n_kernels, p->n_weights, wbytes);
   for (uint32_t i = 0; i < p->n_weights; i++) {
     fprintf(o, "  %s ", p->weights[i].name);
-    put_tensor(o, &p->weights[i]);
+    put_tensor_sharded(o, p, &p->weights[i]);
     fprintf(o, "\n");
   }
   for (uint32_t i = 0; i < p->n_funcs; i++) {
@@ -77,14 +182,15 @@ void kdc_rt_plan_describe(const kdc_rt_plan *plan, FILE *o) {
             f->n_steps);
     for (uint32_t j = 0; j < f->n_inputs; j++) {
       fprintf(o, "  input %s ", f->inputs[j].name);
-      put_tensor(o, &f->inputs[j]);
+      put_tensor_sharded(o, p, &f->inputs[j]);
       fprintf(o, "\n");
     }
     for (uint32_t j = 0; j < f->n_outputs; j++) {
       fprintf(o, "  output %s ", f->outputs[j].name);
-      put_tensor(o, &f->outputs[j]);
+      put_tensor_sharded(o, p, &f->outputs[j]);
       fprintf(o, "\n");
     }
+    put_coll_summary(o, f);
     for (uint32_t s = 0; s < f->n_steps; s++) put_step(o, p, f, s, &f->steps[s]);
   }
   const char *ir = kdc_rt_plan_ir_text(plan);

@@ -1,58 +1,83 @@
 /*
- * runtime/exec.c: running one function of a plan.
+ * runtime/exec.c: running one function of a plan on every device, in lock
+ * step.
  *
- * A run binds the caller's input and output pointers, resolves every kernel
- * argument to base + offset in the argument arrays made at load, and walks
- * the steps: KERNEL calls the JIT'd function over its rows (split over the
- * thread pool when the step is big enough), GEMM calls cblas_sgemm per
- * batch entry, COPY is a memcpy.  No allocation, no locks besides the
- * pool's wake-up.  Every offset was checked against its buffer's size when
- * the plan was loaded, so nothing here is re-checked per step.
+ * The program is SPMD: every device runs the same steps on its own buffers.
+ * A run binds the caller's arrays (shard_io.c), then walks the steps so
+ * that no device starts step s+1 before every device finished step s --
+ * which is all a collective needs to read its peers' operands safely.  Two
+ * schedules, picked at load (docs/runtime.md, "Threads"):
+ *   - devices >= threads ("device-parallel"): a run of consecutive
+ *     non-collective steps is one pool job with one task per device, each
+ *     task running those steps for its device (kernels unsplit, GEMMs with
+ *     OpenBLAS on 1 thread: GEMMs of different devices run concurrently,
+ *     safe with the pthreads OpenBLAS in single-thread mode).  The devices
+ *     meet only at collectives.
+ *   - otherwise (one device, or fewer devices than threads): step by step;
+ *     a kernel's rows on every device are split into devices x chunks pool
+ *     tasks, GEMMs run device after device with OpenBLAS on every thread.
+ * Either way there are never more runnable threads than the pool's (at
+ * most the cores): OpenBLAS's threads only run while the pool's workers
+ * sleep, and in device-parallel mode OpenBLAS starts none.
+ * A COLLECTIVE step: every device arrives at the communicator with its
+ * buffers, then the call completes (comm.h).  Nothing here allocates; every
+ * buffer reference was checked at load.
  */
+#include <stdatomic.h>
 #include <string.h>
 
 #include <cblas.h>
 
+#include "runtime/comm.h"
 #include "runtime/runtime.h"
 
-/* Below this many element-ops a kernel runs on the calling thread: waking
- * workers costs a few microseconds, about what 64K simple ops take. */
+/* Below this many element-ops a step (all devices) runs on the calling
+ * thread: waking workers costs a few microseconds, about what 64K simple
+ * ops take. */
 enum { PARALLEL_MIN_OPS = 1 << 16, OPS_PER_CHUNK = 1 << 14 };
 
-typedef struct bind {
-  void *const *in;
-  void *const *out;
-  const void *const *weights;
-  void *arena;
-} bind;
+/* OpenBLAS's thread count is process-wide: set it only when it changes. */
+static atomic_int blas_threads;
 
-static void *resolve(const bind *b, const kdc_prog_loc *l) {
+static void set_blas_threads(int n) {
+  if (atomic_exchange(&blas_threads, n) != n) openblas_set_num_threads(n);
+}
+
+typedef struct runner {
+  kdc_rt_plan *p;
+  const kdc_prog_func *f;
+  rt_func *rf;
+  uint32_t s0, s1;    /* device-parallel: the steps of the current segment */
+  uint32_t step;      /* step mode: the kernel step */
+  int64_t chunks;     /* step mode: chunks per device */
+} runner;
+
+static void *resolve(const runner *r, int64_t dev, const kdc_prog_loc *l) {
+  const kdc_rt_plan *p = r->p;
   char *base;
   switch (l->buf) {
-  case KDC_PROG_BUF_ARENA: base = b->arena; break;
-  case KDC_PROG_BUF_INPUT: base = b->in[l->index]; break;
-  case KDC_PROG_BUF_OUTPUT: base = b->out[l->index]; break;
-  default: base = (char *)b->weights[l->index]; break;
+  case KDC_PROG_BUF_ARENA: base = p->scratch + (uint64_t)dev * p->arena_stride; break;
+  case KDC_PROG_BUF_INPUT: base = (char *)r->rf->in_ptr[dev * r->f->n_inputs + l->index]; break;
+  case KDC_PROG_BUF_OUTPUT: base = r->rf->out_ptr[dev * r->f->n_outputs + l->index]; break;
+  default: base = (char *)p->dev_weights[dev * p->prog.n_weights + l->index]; break;
   }
   return base + l->offset;
 }
 
-static void run_kernel(kdc_rt_plan *p, kdc_rt_kernel_fn fn, void **args,
-                       const kdc_prog_kernel_step *k) {
-  int64_t ops = k->extent * (k->unit_cost > 0 ? k->unit_cost : 1);
-  if (p->n_threads <= 1 || k->extent < 2 || ops < PARALLEL_MIN_OPS) {
-    fn(args, 0, k->extent);
-    return;
-  }
-  int64_t chunks = ops / OPS_PER_CHUNK;
-  if (chunks > 4 * (int64_t)p->n_threads) chunks = 4 * (int64_t)p->n_threads;
-  if (chunks > k->extent) chunks = k->extent;
-  rt_pool_run(p->pool, fn, args, k->extent, chunks);
+static void **bind_kernel(const runner *r, int64_t dev, uint32_t s) {
+  const kdc_prog_kernel_step *k = &r->f->steps[s].kernel;
+  void **args = r->rf->step_args[dev * r->f->n_steps + s];
+  for (uint32_t a = 0; a < k->n_args; a++) args[a] = resolve(r, dev, &k->args[a]);
+  return args;
 }
 
-static void run_gemm(const bind *b, const kdc_prog_gemm_step *g) {
-  const float *A = resolve(b, &g->a), *B = resolve(b, &g->b);
-  float *C = resolve(b, &g->c);
+static const int64_t *coords(const kdc_rt_plan *p, int64_t dev) {
+  return p->coords + dev * KDC_PROG_MAX_AXES;
+}
+
+static void run_gemm(const runner *r, int64_t dev, const kdc_prog_gemm_step *g) {
+  const float *A = resolve(r, dev, &g->a), *B = resolve(r, dev, &g->b);
+  float *C = resolve(r, dev, &g->c);
   for (int64_t i = 0; i < g->batch; i++)
     cblas_sgemm(CblasRowMajor, g->trans_a ? CblasTrans : CblasNoTrans,
                 g->trans_b ? CblasTrans : CblasNoTrans, (blasint)g->m, (blasint)g->n,
@@ -60,11 +85,137 @@ static void run_gemm(const bind *b, const kdc_prog_gemm_step *g) {
                 (blasint)g->ldb, 0.0f, C + i * g->stride_c, (blasint)g->ldc);
 }
 
-kdc_status kdc_rt_plan_run_func(kdc_rt_plan *p, size_t func, const void *const *inputs,
-                                void *const *outputs) {
+/* Step |s| (not a collective) on device |dev|, whole, on this thread. */
+static void run_local_step(const runner *r, int64_t dev, uint32_t s) {
+  const kdc_prog_step *st = &r->f->steps[s];
+  switch (st->kind) {
+  case KDC_STEP_KERNEL:
+    r->p->kernels[st->kernel.kernel](bind_kernel(r, dev, s), coords(r->p, dev), 0,
+                                     st->kernel.extent);
+    break;
+  case KDC_STEP_GEMM: run_gemm(r, dev, &st->gemm); break;
+  case KDC_STEP_COPY:
+    memmove(resolve(r, dev, &st->dst), resolve(r, dev, &st->src), st->src.bytes);
+    break;
+  case KDC_STEP_COLLECTIVE: kdc_unreachable();
+  }
+}
+
+/* ~element-ops of a step on one device (the threading heuristic). */
+static int64_t step_ops(const kdc_prog_step *st) {
+  switch (st->kind) {
+  case KDC_STEP_KERNEL:
+    return st->kernel.extent * (st->kernel.unit_cost > 0 ? st->kernel.unit_cost : 1);
+  case KDC_STEP_GEMM: return 2 * st->gemm.batch * st->gemm.m * st->gemm.n * st->gemm.k;
+  case KDC_STEP_COPY: return (int64_t)(st->src.bytes / 4);
+  default: return 0;
+  }
+}
+
+static kdc_status run_collective(runner *r, uint32_t s) {
+  kdc_rt_plan *p = r->p;
+  const kdc_prog_coll_step *c = &r->f->steps[s].coll;
+  rt_coll_call call = {c, &r->rf->groups[s], ++p->coll_seq, r->f->name, s};
+  for (int64_t d = 0; d < p->nd; d++)
+    KDC_RETURN_IF_ERROR(p->comm->vt->arrive(p->comm, &call, d, resolve(r, d, &c->src),
+                                            resolve(r, d, &c->dst)));
+  return p->comm->vt->complete(p->comm, &call);
+}
+
+/* ---- device-parallel schedule ------------------------------------------------ */
+
+static void segment_task(void *ctx, int64_t dev) {
+  const runner *r = ctx;
+  for (uint32_t s = r->s0; s < r->s1; s++) run_local_step(r, dev, s);
+}
+
+static kdc_status run_device_parallel(runner *r) {
+  const kdc_prog_func *f = r->f;
+  set_blas_threads(1);
+  for (uint32_t s = 0; s < f->n_steps;) {
+    if (f->steps[s].kind == KDC_STEP_COLLECTIVE) {
+      KDC_RETURN_IF_ERROR(run_collective(r, s));
+      s++;
+      continue;
+    }
+    int64_t ops = 0;
+    r->s0 = s;
+    while (s < f->n_steps && f->steps[s].kind != KDC_STEP_COLLECTIVE)
+      ops += step_ops(&f->steps[s++]);
+    r->s1 = s;
+    if (ops * r->p->nd < PARALLEL_MIN_OPS || r->p->nd > RT_POOL_MAX_TASKS) {
+      for (int64_t d = 0; d < r->p->nd; d++) segment_task(r, d);
+    } else {
+      rt_pool_run(r->p->pool, segment_task, r, r->p->nd);
+    }
+  }
+  return NULL;
+}
+
+/* ---- step-by-step schedule --------------------------------------------------- */
+
+static void chunk_task(void *ctx, int64_t task) {
+  const runner *r = ctx;
+  const kdc_prog_kernel_step *k = &r->f->steps[r->step].kernel;
+  int64_t dev = task / r->chunks, c = task % r->chunks;
+  int64_t b = k->extent * c / r->chunks, e = k->extent * (c + 1) / r->chunks;
+  r->p->kernels[k->kernel](r->rf->step_args[dev * r->f->n_steps + r->step], coords(r->p, dev),
+                           b, e);
+}
+
+static void run_kernel_split(runner *r, uint32_t s) {
+  kdc_rt_plan *p = r->p;
+  const kdc_prog_kernel_step *k = &r->f->steps[s].kernel;
+  int64_t ops = step_ops(&r->f->steps[s]), chunks = ops / OPS_PER_CHUNK;
+  int64_t most = 4 * (int64_t)p->n_threads / p->nd;
+  if (chunks > most) chunks = most;
+  if (chunks > k->extent) chunks = k->extent;
+  if (chunks > RT_POOL_MAX_TASKS / p->nd) chunks = RT_POOL_MAX_TASKS / p->nd;
+  if (chunks < 1) chunks = 1;
+  if (p->n_threads <= 1 || ops * p->nd < PARALLEL_MIN_OPS || chunks * p->nd < 2) {
+    for (int64_t d = 0; d < p->nd; d++) run_local_step(r, d, s);
+    return;
+  }
+  for (int64_t d = 0; d < p->nd; d++) bind_kernel(r, d, s);
+  r->step = s;
+  r->chunks = chunks;
+  rt_pool_run(p->pool, chunk_task, r, chunks * p->nd);
+}
+
+static kdc_status run_stepwise(runner *r) {
+  const kdc_prog_func *f = r->f;
+  set_blas_threads(r->p->n_threads);
+  for (uint32_t s = 0; s < f->n_steps; s++) {
+    switch (f->steps[s].kind) {
+    case KDC_STEP_KERNEL: run_kernel_split(r, s); break;
+    case KDC_STEP_COLLECTIVE: KDC_RETURN_IF_ERROR(run_collective(r, s)); break;
+    default:
+      for (int64_t d = 0; d < r->p->nd; d++) run_local_step(r, d, s);
+      break;
+    }
+  }
+  return NULL;
+}
+
+kdc_status rt_exec_steps(kdc_rt_plan *p, size_t func) {
+  runner r = {.p = p, .f = &p->prog.funcs[func], .rf = &p->funcs[func]};
+  kdc_status st = p->device_parallel ? run_device_parallel(&r) : run_stepwise(&r);
+  if (st) st = kdc_status_annotate(st, "%s: %s", p->path, r.f->name);
+  return st;
+}
+
+/* ---- the API -------------------------------------------------------------------- */
+
+static kdc_status check_func(const kdc_rt_plan *p, size_t func) {
   if (func >= p->prog.n_funcs)
     return KDC_ERR(KDC_INVALID_INPUT, "%s: no function %zu (the plan has %u)", p->path, func,
                    p->prog.n_funcs);
+  return NULL;
+}
+
+kdc_status kdc_rt_plan_run_func(kdc_rt_plan *p, size_t func, const void *const *inputs,
+                                void *const *outputs) {
+  KDC_RETURN_IF_ERROR(check_func(p, func));
   const kdc_prog_func *f = &p->prog.funcs[func];
   for (uint32_t i = 0; i < f->n_inputs; i++)
     if (!inputs || (!inputs[i] && f->inputs[i].bytes))
@@ -74,26 +225,34 @@ kdc_status kdc_rt_plan_run_func(kdc_rt_plan *p, size_t func, const void *const *
     if (!outputs || (!outputs[i] && f->outputs[i].bytes))
       return KDC_ERR(KDC_INVALID_INPUT, "%s: %s: output %u (%s) is missing", p->path, f->name, i,
                      f->outputs[i].name);
-  bind b = {(void *const *)inputs, outputs, p->prog.weight_data, p->scratch};
   rt_func *rf = &p->funcs[func];
-  for (uint32_t s = 0; s < f->n_steps; s++) {
-    const kdc_prog_step *st = &f->steps[s];
-    switch (st->kind) {
-    case KDC_STEP_KERNEL: {
-      void **args = rf->step_args[s];
-      for (uint32_t a = 0; a < st->kernel.n_args; a++) args[a] = resolve(&b, &st->kernel.args[a]);
-      run_kernel(p, p->kernels[st->kernel.kernel], args, &st->kernel);
-      break;
-    }
-    case KDC_STEP_GEMM: run_gemm(&b, &st->gemm); break;
-    case KDC_STEP_COPY:
-      memmove(resolve(&b, &st->dst), resolve(&b, &st->src), st->src.bytes);
-      break;
-    }
-  }
-  return NULL;
+  rt_io_split(p, f, rf, inputs, outputs);
+  KDC_RETURN_IF_ERROR(rt_exec_steps(p, func));
+  return rt_io_gather(p, f, rf, outputs, p->check_replicas);
 }
 
 kdc_status kdc_rt_plan_run(kdc_rt_plan *p, const void *const *inputs, void *const *outputs) {
   return kdc_rt_plan_run_func(p, 0, inputs, outputs);
+}
+
+kdc_status kdc_rt_plan_run_local(kdc_rt_plan *p, size_t func, const void *const *const *inputs,
+                                 void *const *const *outputs) {
+  KDC_RETURN_IF_ERROR(check_func(p, func));
+  const kdc_prog_func *f = &p->prog.funcs[func];
+  rt_func *rf = &p->funcs[func];
+  for (int64_t d = 0; d < p->nd; d++) {
+    for (uint32_t i = 0; i < f->n_inputs; i++) {
+      if (!inputs || !inputs[d] || (!inputs[d][i] && f->inputs[i].local_bytes))
+        return KDC_ERR(KDC_INVALID_INPUT, "%s: %s: device %lld: input %u (%s) is missing",
+                       p->path, f->name, (long long)d, i, f->inputs[i].name);
+      rf->in_ptr[d * f->n_inputs + i] = inputs[d][i];
+    }
+    for (uint32_t o = 0; o < f->n_outputs; o++) {
+      if (!outputs || !outputs[d] || (!outputs[d][o] && f->outputs[o].local_bytes))
+        return KDC_ERR(KDC_INVALID_INPUT, "%s: %s: device %lld: output %u (%s) is missing",
+                       p->path, f->name, (long long)d, o, f->outputs[o].name);
+      rf->out_ptr[d * f->n_outputs + o] = outputs[d][o];
+    }
+  }
+  return rt_exec_steps(p, func);
 }

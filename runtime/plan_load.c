@@ -5,16 +5,18 @@
  * then WEIGHTS and PROGRAM through bounds-checked readers
  * (runtime/program.c checks every reference against buffer sizes), then
  * METADATA and IR_TEXT as text, then CODE through the JIT, whose kernels
- * must all exist.  Only then is anything big allocated: the scratch arena
- * (once, 64-byte aligned) and each kernel step's argument array, so
- * kdc_rt_plan_run allocates nothing.
+ * must all exist.  Only then is anything big allocated: the thread pool, the
+ * per-device state (devices.c: arenas, weight pieces, argument arrays,
+ * collective groups, I/O staging) and the collectives backend, so
+ * kdc_rt_plan_run allocates nothing.  The PROGRAM payload is read in two
+ * parts around WEIGHTS: its head holds the mesh the weights' shardings are
+ * checked against.
  */
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include <cblas.h>
-
+#include "runtime/comm.h"
 #include "runtime/runtime.h"
 
 static char *section_text(const kdc_plan_file *pf, uint32_t kind) {
@@ -25,26 +27,6 @@ static char *section_text(const kdc_plan_file *pf, uint32_t kind) {
   memcpy(s, data, size);
   s[size] = 0;
   return s;
-}
-
-/* Argument arrays: one void* per kernel argument of every step. */
-static void make_args(kdc_rt_plan *p) {
-  p->funcs = kdc_xcalloc(p->prog.n_funcs + 1, sizeof *p->funcs);
-  for (uint32_t i = 0; i < p->prog.n_funcs; i++) {
-    const kdc_prog_func *f = &p->prog.funcs[i];
-    size_t total = 0;
-    for (uint32_t s = 0; s < f->n_steps; s++)
-      if (f->steps[s].kind == KDC_STEP_KERNEL) total += f->steps[s].kernel.n_args;
-    rt_func *rf = &p->funcs[i];
-    rf->argv = kdc_xcalloc(total + 1, sizeof *rf->argv);
-    rf->step_args = kdc_xcalloc(f->n_steps + 1, sizeof *rf->step_args);
-    size_t at = 0;
-    for (uint32_t s = 0; s < f->n_steps; s++)
-      if (f->steps[s].kind == KDC_STEP_KERNEL) {
-        rf->step_args[s] = rf->argv + at;
-        at += f->steps[s].kernel.n_args;
-      }
-  }
 }
 
 /* Bytes of the arena the steps actually use (<= arena_bytes, checked by the
@@ -58,7 +40,9 @@ static uint64_t arena_used(const kdc_program *p) {
       const kdc_prog_loc *ls[3] = {&st->src, &st->dst, NULL};
       const kdc_prog_loc *const *list = ls;
       const kdc_prog_loc *g[4] = {&st->gemm.a, &st->gemm.b, &st->gemm.c, NULL};
+      const kdc_prog_loc *c[3] = {&st->coll.src, &st->coll.dst, NULL};
       if (st->kind == KDC_STEP_GEMM) list = g;
+      if (st->kind == KDC_STEP_COLLECTIVE) list = c;
       for (; *list; list++)
         if ((*list)->buf == KDC_PROG_BUF_ARENA && (*list)->offset + (*list)->bytes > used)
           used = (*list)->offset + (*list)->bytes;
@@ -91,30 +75,33 @@ static kdc_status load_code(kdc_rt_plan *p) {
 
 static kdc_status load(kdc_rt_plan *p, const kdc_rt_options *opt) {
   KDC_RETURN_IF_ERROR(kdc_plan_file_open(p->path, &p->file));
-  kdc_reader r;
+  kdc_reader r, rw;
   const void *data;
   size_t size;
-  if (kdc_plan_file_find(p->file, KDC_PLAN_SECTION_WEIGHTS, &data, &size)) {
-    kdc_reader_init(&r, data, size, p->path, "weights");
-    KDC_RETURN_IF_ERROR(kdc_prog_decode_weights(&r, p->arena, &p->prog));
-  }
+  /* The mesh first: weight and I/O shardings are checked against it. */
   KDC_RETURN_IF_ERROR(kdc_plan_file_reader(p->file, KDC_PLAN_SECTION_PROGRAM, &r));
   r.section = "program";
+  KDC_RETURN_IF_ERROR(kdc_prog_decode_mesh(&r, p->arena, &p->prog));
+  if (kdc_plan_file_find(p->file, KDC_PLAN_SECTION_WEIGHTS, &data, &size)) {
+    kdc_reader_init(&rw, data, size, p->path, "weights");
+    KDC_RETURN_IF_ERROR(kdc_prog_decode_weights(&rw, p->arena, &p->prog));
+  }
   KDC_RETURN_IF_ERROR(kdc_prog_decode(&r, p->arena, &p->prog));
   p->metadata = section_text(p->file, KDC_PLAN_SECTION_METADATA);
   p->ir_text = section_text(p->file, KDC_PLAN_SECTION_IR_TEXT);
   KDC_RETURN_IF_ERROR(load_code(p));
-  size_t bytes = (size_t)(arena_used(&p->prog) + 63) / 64 * 64;
-  p->scratch = aligned_alloc(64, bytes ? bytes : 64);
-  if (!p->scratch)
-    return KDC_ERR(KDC_OUT_OF_MEMORY, "%s: cannot allocate the %zu-byte arena", p->path, bytes);
-  make_args(p);
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   p->n_threads = opt && opt->n_threads > 0 ? opt->n_threads : cores > 0 ? (int)cores : 1;
   KDC_RETURN_IF_ERROR(rt_pool_create(p->n_threads, &p->pool));
-  /* One device per process here: BLAS gets every thread the plan has. */
-  openblas_set_num_threads(p->n_threads);
-  return NULL;
+  KDC_RETURN_IF_ERROR(rt_devices_create(p, arena_used(&p->prog)));
+  p->device_parallel = p->nd > 1 && p->nd >= p->n_threads;
+  p->timeout_s = opt && opt->collective_timeout_s > 0 ? opt->collective_timeout_s : 60;
+#ifdef NDEBUG
+  p->check_replicas = opt && opt->check_replicas > 0;
+#else
+  p->check_replicas = true;
+#endif
+  return rt_comm_shm_create(&p->prog.mesh, p->pool, p->timeout_s, &p->comm);
 }
 
 kdc_status kdc_rt_plan_load_with(const char *path, const kdc_rt_options *opt, kdc_rt_plan **out) {
@@ -140,16 +127,11 @@ void kdc_rt_plan_retain(kdc_rt_plan *p) { p->refs++; }
 
 void kdc_rt_plan_release(kdc_rt_plan *p) {
   if (!p || --p->refs > 0) return;
+  rt_comm_destroy(p->comm);
   rt_pool_destroy(p->pool);
   rt_jit_destroy(p->jit);
-  if (p->funcs)
-    for (uint32_t i = 0; i < p->prog.n_funcs; i++) {
-      free(p->funcs[i].argv);
-      free(p->funcs[i].step_args);
-    }
-  free(p->funcs);
+  rt_devices_destroy(p);
   free(p->kernels);
-  free(p->scratch);
   free(p->metadata);
   free(p->ir_text);
   kdc_plan_file_close(p->file);
@@ -189,3 +171,5 @@ const kdc_rt_tensor_info *kdc_rt_plan_output(const kdc_rt_plan *p, size_t func, 
 const char *kdc_rt_plan_metadata(const kdc_rt_plan *p) { return p->metadata ? p->metadata : ""; }
 const char *kdc_rt_plan_ir_text(const kdc_rt_plan *p) { return p->ir_text ? p->ir_text : ""; }
 int kdc_rt_plan_threads(const kdc_rt_plan *p) { return p->n_threads; }
+const kdc_prog_mesh *kdc_rt_plan_mesh(const kdc_rt_plan *p) { return &p->prog.mesh; }
+int64_t kdc_rt_plan_device_count(const kdc_rt_plan *p) { return p->nd > 0 ? p->nd : 1; }

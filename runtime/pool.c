@@ -1,14 +1,14 @@
 /*
- * runtime/pool.c: a small persistent thread pool for splitting one kernel's
- * iteration space.
+ * runtime/pool.c: a small persistent thread pool running one job at a time,
+ * a job being |n_tasks| independent tasks (a kernel's row chunks on every
+ * device, one device's run of steps, a collective's pieces).
  *
  * n_threads - 1 workers are started once, at plan load; the calling thread
- * is the n-th.  A job is one kernel call split into |chunks| contiguous
- * ranges that threads claim with a compare-and-swap on one word packing
- * (job generation, chunk count, next chunk), so a late worker costs nothing
- * (the others take its chunks) and a worker still leaving an old job can
- * never claim, or skip, a chunk of the next one.  rt_pool_run returns when
- * every chunk is done; nothing is allocated per job.
+ * is the n-th.  Threads claim tasks with a compare-and-swap on one word
+ * packing (job generation, task count, next task), so a late worker costs
+ * nothing (the others take its tasks) and a worker still leaving an old job
+ * can never claim, or skip, a task of the next one.  rt_pool_run returns
+ * when every task is done; nothing is allocated per job.
  *
  * Idle workers spin briefly (a kernel step is usually followed by another
  * within microseconds) and then sleep on a condition variable, so while a
@@ -32,15 +32,12 @@ struct rt_pool {
   atomic_uint_fast64_t generation;  /* bumped per job */
   atomic_bool stop;
   /* the current job */
-  kdc_rt_kernel_fn fn;
-  void **args;
-  int64_t extent;
+  rt_task_fn fn;
+  void *ctx;
   uint64_t jobs;                     /* caller-side job counter */
-  atomic_uint_fast64_t claim;        /* gen:32 | chunks:16 | next chunk:16 */
-  atomic_int_fast64_t done;          /* chunks finished */
+  atomic_uint_fast64_t claim;        /* gen:32 | tasks:16 | next task:16 */
+  atomic_int_fast64_t done;          /* tasks finished */
 };
-
-enum { MAX_CHUNKS = 0xffff };
 
 static inline void cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -50,18 +47,17 @@ static inline void cpu_relax(void) {
 #endif
 }
 
-/* Claims and runs chunks of job |gen| until none is left. */
+/* Claims and runs tasks of job |gen| until none is left. */
 static void work(rt_pool *p, uint64_t gen) {
   uint64_t v = atomic_load_explicit(&p->claim, memory_order_acquire);
   for (;;) {
     if ((v >> 32) != (gen & 0xffffffffu)) return;  /* another job now */
-    int64_t chunks = (int64_t)(v >> 16 & 0xffff), c = (int64_t)(v & 0xffff);
-    if (c >= chunks) return;
+    int64_t tasks = (int64_t)(v >> 16 & 0xffff), c = (int64_t)(v & 0xffff);
+    if (c >= tasks) return;
     if (!atomic_compare_exchange_weak_explicit(&p->claim, &v, v + 1, memory_order_acq_rel,
                                                memory_order_acquire))
       continue;
-    int64_t b = p->extent * c / chunks, e = p->extent * (c + 1) / chunks;
-    p->fn(p->args, b, e);
+    p->fn(p->ctx, c);
     atomic_fetch_add_explicit(&p->done, 1, memory_order_acq_rel);
     v = atomic_load_explicit(&p->claim, memory_order_acquire);
   }
@@ -123,21 +119,21 @@ void rt_pool_destroy(rt_pool *p) {
   free(p);
 }
 
-void rt_pool_run(rt_pool *p, kdc_rt_kernel_fn fn, void **args, int64_t extent, int64_t chunks) {
-  if (p->n_workers == 0 || chunks <= 1) {
-    fn(args, 0, extent);
+void rt_pool_run(rt_pool *p, rt_task_fn fn, void *ctx, int64_t n_tasks) {
+  KDC_ASSERT(n_tasks <= RT_POOL_MAX_TASKS);
+  if (p->n_workers == 0 || n_tasks <= 1) {
+    for (int64_t t = 0; t < n_tasks; t++) fn(ctx, t);
     return;
   }
-  if (chunks > MAX_CHUNKS) chunks = MAX_CHUNKS;
   uint64_t gen = ++p->jobs;
-  p->fn = fn, p->args = args, p->extent = extent;
+  p->fn = fn, p->ctx = ctx;
   atomic_store_explicit(&p->done, 0, memory_order_relaxed);
-  atomic_store_explicit(&p->claim, (gen & 0xffffffffu) << 32 | (uint64_t)chunks << 16,
+  atomic_store_explicit(&p->claim, (gen & 0xffffffffu) << 32 | (uint64_t)n_tasks << 16,
                         memory_order_release);
   pthread_mutex_lock(&p->mu);  /* pairs with the sleeping workers' check */
   atomic_store_explicit(&p->generation, gen, memory_order_release);
   pthread_cond_broadcast(&p->wake);
   pthread_mutex_unlock(&p->mu);
   work(p, gen);
-  while (atomic_load_explicit(&p->done, memory_order_acquire) < chunks) cpu_relax();
+  while (atomic_load_explicit(&p->done, memory_order_acquire) < n_tasks) cpu_relax();
 }

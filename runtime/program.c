@@ -26,11 +26,66 @@ size_t kdc_prog_dtype_size(kdc_io_dtype dt) {
 
 /* ---- encode ---------------------------------------------------------------- */
 
+bool kdc_prog_tensor_localize(kdc_prog_tensor *t, const kdc_prog_mesh *mesh) {
+  unsigned used = 0;
+  t->local_bytes = 0;
+  memcpy(t->local_dims, t->dims, sizeof t->dims);
+  for (int d = 0; d < t->rank; d++) {
+    int64_t k = 1;
+    if (t->sharding.naxes[d] > KDC_PROG_MAX_AXES) return false;
+    for (int i = 0; i < t->sharding.naxes[d]; i++) {
+      uint8_t a = t->sharding.axes[d][i];
+      if (a >= mesh->naxes || (used & (1u << a))) return false;
+      used |= 1u << a;
+      k *= mesh->sizes[a];  /* <= KDC_PROG_MAX_DEVICES: no overflow */
+    }
+    if (t->dims[d] % k) return false;
+    t->local_dims[d] = t->dims[d] / k;
+  }
+  size_t es = kdc_prog_dtype_size(t->dtype);
+  uint64_t n = es;
+  for (int d = 0; d < t->rank; d++) n *= (uint64_t)t->local_dims[d];  /* <= global bytes */
+  t->local_bytes = n;
+  return true;
+}
+
+char *kdc_prog_sharding_str(const kdc_prog_mesh *mesh, const kdc_prog_sharding *s, int rank,
+                            char *buf, size_t n) {
+  size_t o = 0;
+  if (n == 0) return buf;
+  buf[0] = 0;
+#define PUT(...) (o += o < n ? (size_t)snprintf(buf + o, n - o, __VA_ARGS__) : 0)
+  PUT("{");
+  for (int d = 0; d < rank; d++) {
+    int k = s->naxes[d];
+    PUT("%s%s", d ? "," : "", k == 0 ? "-" : k > 1 ? "(" : "");
+    for (int i = 0; i < k; i++) {
+      uint8_t a = s->axes[d][i];
+      if (a < mesh->naxes) PUT("%s%s", i ? "," : "", mesh->names[a]);
+      else PUT("%s<axis%u>", i ? "," : "", a);
+    }
+    if (k > 1) PUT(")");
+  }
+  PUT("}");
+#undef PUT
+  return buf;
+}
+
+const char *kdc_prog_coll_name(kdc_prog_coll_kind k) {
+  static const char *const names[] = {"?", "all_reduce", "all_gather", "reduce_scatter",
+                                      "all_to_all", "collective_permute"};
+  return k > 0 && k < KDC_COLL_KIND_END ? names[k] : "?";
+}
+
 static void put_tensor(kdc_buf *b, const kdc_prog_tensor *t) {
   kdc_buf_put_str(b, t->name);
   kdc_buf_put_u8(b, (uint8_t)t->dtype);
   kdc_buf_put_u8(b, (uint8_t)t->rank);
   for (int d = 0; d < t->rank; d++) kdc_buf_put_i64(b, t->dims[d]);
+  for (int d = 0; d < t->rank; d++) {
+    kdc_buf_put_u8(b, t->sharding.naxes[d]);
+    for (int i = 0; i < t->sharding.naxes[d]; i++) kdc_buf_put_u8(b, t->sharding.axes[d][i]);
+  }
 }
 
 static void put_loc(kdc_buf *b, const kdc_prog_loc *l) {
@@ -67,11 +122,32 @@ static void put_step(kdc_buf *b, const kdc_prog_step *s) {
     put_loc(b, &s->src);
     put_loc(b, &s->dst);
     break;
+  case KDC_STEP_COLLECTIVE: {
+    const kdc_prog_coll_step *c = &s->coll;
+    kdc_buf_put_u8(b, (uint8_t)c->kind);
+    kdc_buf_put_u8(b, (uint8_t)c->dtype);
+    kdc_buf_put_u8(b, (uint8_t)c->naxes);
+    for (uint32_t i = 0; i < c->naxes; i++) kdc_buf_put_u8(b, c->axes[i]);
+    kdc_buf_put_i64(b, c->dim);
+    kdc_buf_put_i64(b, c->dim2);
+    kdc_buf_put_i64(b, c->shift);
+    kdc_buf_put_u8(b, (uint8_t)c->rank);
+    for (int d = 0; d < c->rank; d++) kdc_buf_put_i64(b, c->in_dims[d]);
+    for (int d = 0; d < c->rank; d++) kdc_buf_put_i64(b, c->out_dims[d]);
+    put_loc(b, &c->src);
+    put_loc(b, &c->dst);
+    break;
+  }
   }
 }
 
 void kdc_prog_encode(const kdc_program *p, kdc_buf *out) {
   kdc_buf_put_u32(out, KDC_PROG_VERSION);
+  kdc_buf_put_u32(out, p->mesh.naxes);
+  for (uint32_t i = 0; i < p->mesh.naxes; i++) {
+    kdc_buf_put_str(out, p->mesh.names[i]);
+    kdc_buf_put_i64(out, p->mesh.sizes[i]);
+  }
   kdc_buf_put_u64(out, p->arena_bytes);
   kdc_buf_put_u32(out, p->n_kernels);
   for (uint32_t i = 0; i < p->n_kernels; i++) {
@@ -117,7 +193,8 @@ void kdc_prog_encode_weights(const kdc_prog_tensor *t, const void *const *data, 
 #define BAD_AT(r, pos, ...) \
   kdc_reader_error(&(kdc_reader){(r)->data, (r)->size, (pos), (r)->file, (r)->section}, __VA_ARGS__)
 
-static kdc_status get_tensor(kdc_reader *r, kdc_arena *a, kdc_prog_tensor *t) {
+static kdc_status get_tensor(kdc_reader *r, kdc_arena *a, const kdc_prog_mesh *mesh,
+                             kdc_prog_tensor *t) {
   size_t pos = r->pos;
   const char *name;
   size_t len;
@@ -139,6 +216,21 @@ static kdc_status get_tensor(kdc_reader *r, kdc_arena *a, kdc_prog_tensor *t) {
   if (!kdc_io_shape_bytes(t->dtype, rank, t->dims, &nbytes, &bad))
     return BAD_AT(r, pos, "tensor \"%s\": bad shape (dim %d)", t->name, bad);
   t->bytes = nbytes;
+  memset(&t->sharding, 0, sizeof t->sharding);
+  for (int d = 0; d < rank; d++) {
+    uint8_t k;
+    KDC_RETURN_IF_ERROR(kdc_reader_u8(r, &k));
+    if (k > mesh->naxes)
+      return BAD_AT(r, pos, "tensor \"%s\": dim %d split by %u axes, the mesh has %u", t->name, d,
+                    k, mesh->naxes);
+    t->sharding.naxes[d] = k;
+    for (int i = 0; i < k; i++) KDC_RETURN_IF_ERROR(kdc_reader_u8(r, &t->sharding.axes[d][i]));
+  }
+  if (!kdc_prog_tensor_localize(t, mesh)) {
+    char sh[256];
+    return BAD_AT(r, pos, "tensor \"%s\": sharding %s does not fit the mesh or the shape",
+                  t->name, kdc_prog_sharding_str(mesh, &t->sharding, rank, sh, sizeof sh));
+  }
   return NULL;
 }
 
@@ -156,15 +248,15 @@ static kdc_status get_loc(kdc_reader *r, const kdc_program *p, const kdc_prog_fu
   case KDC_PROG_BUF_ARENA: what = "arena"; count = 1; size = p->arena_bytes; break;
   case KDC_PROG_BUF_INPUT:
     what = "input", count = f->n_inputs;
-    if (l->index < count) size = f->inputs[l->index].bytes;
+    if (l->index < count) size = f->inputs[l->index].local_bytes;
     break;
   case KDC_PROG_BUF_OUTPUT:
     what = "output", count = f->n_outputs;
-    if (l->index < count) size = f->outputs[l->index].bytes;
+    if (l->index < count) size = f->outputs[l->index].local_bytes;
     break;
   case KDC_PROG_BUF_WEIGHT:
     what = "weight", count = p->n_weights;
-    if (l->index < count) size = p->weights[l->index].bytes;
+    if (l->index < count) size = p->weights[l->index].local_bytes;
     break;
   default: return BAD_AT(r, pos, "unknown buffer kind %u", l->buf);
   }
@@ -222,6 +314,94 @@ static kdc_status get_gemm(kdc_reader *r, const kdc_program *p, const kdc_prog_f
   return NULL;
 }
 
+static bool dims_equal(int rank, const int64_t *a, const int64_t *b, int except1, int except2) {
+  for (int d = 0; d < rank; d++)
+    if (d != except1 && d != except2 && a[d] != b[d]) return false;
+  return true;
+}
+
+/* The shape rules of ir/verify.c's check_coll for local shapes. */
+static bool coll_shapes_ok(const kdc_prog_coll_step *c) {
+  int64_t k = c->group_size, d = c->dim, d2 = c->dim2;
+  const int64_t *in = c->in_dims, *out = c->out_dims;
+  bool dim_ok = d >= 0 && d < c->rank;
+  switch (c->kind) {
+  case KDC_COLL_ALL_REDUCE:
+  case KDC_COLL_PERMUTE: return dims_equal(c->rank, in, out, -1, -1);
+  case KDC_COLL_ALL_GATHER:
+    return dim_ok && dims_equal(c->rank, in, out, (int)d, -1) && in[d] <= INT64_MAX / k &&
+           out[d] == in[d] * k;
+  case KDC_COLL_REDUCE_SCATTER:
+    return dim_ok && dims_equal(c->rank, in, out, (int)d, -1) && out[d] <= INT64_MAX / k &&
+           in[d] == out[d] * k;
+  case KDC_COLL_ALL_TO_ALL:
+    if (!dim_ok || d2 < 0 || d2 >= c->rank || in[d] % k) return false;
+    if (d == d2) return dims_equal(c->rank, in, out, -1, -1);
+    return dims_equal(c->rank, in, out, (int)d, (int)d2) && out[d] == in[d] / k &&
+           in[d2] <= INT64_MAX / k && out[d2] == in[d2] * k;
+  default: return false;
+  }
+}
+
+static bool locs_overlap(const kdc_prog_loc *a, const kdc_prog_loc *b) {
+  return a->buf == b->buf && a->index == b->index && a->bytes && b->bytes &&
+         a->offset < b->offset + b->bytes && b->offset < a->offset + a->bytes;
+}
+
+static kdc_status get_coll(kdc_reader *r, const kdc_program *p, const kdc_prog_func *f,
+                           kdc_prog_coll_step *c) {
+  size_t pos = r->pos;
+  uint8_t kind, dt, naxes, rank;
+  KDC_RETURN_IF_ERROR(kdc_reader_u8(r, &kind));
+  KDC_RETURN_IF_ERROR(kdc_reader_u8(r, &dt));
+  KDC_RETURN_IF_ERROR(kdc_reader_u8(r, &naxes));
+  if (kind == 0 || kind >= KDC_COLL_KIND_END)
+    return BAD_AT(r, pos, "collective step: unknown kind %u", kind);
+  c->kind = (kdc_prog_coll_kind)kind;
+  if (dt >= KDC_IO_DTYPE_COUNT || !kdc_prog_dtype_size((kdc_io_dtype)dt))
+    return BAD_AT(r, pos, "collective step: unsupported dtype code %u", dt);
+  c->dtype = (kdc_io_dtype)dt;
+  bool sums = kind == KDC_COLL_ALL_REDUCE || kind == KDC_COLL_REDUCE_SCATTER;
+  if (sums && c->dtype == KDC_IO_DTYPE_BOOL)
+    return BAD_AT(r, pos, "collective step: %s of bool", kdc_prog_coll_name(c->kind));
+  if (naxes > p->mesh.naxes || (kind == KDC_COLL_PERMUTE && naxes != 1))
+    return BAD_AT(r, pos, "collective step: %u axes on a mesh of %u", naxes, p->mesh.naxes);
+  c->naxes = naxes;
+  c->group_size = 1;
+  unsigned used = 0;
+  for (uint32_t i = 0; i < naxes; i++) {
+    KDC_RETURN_IF_ERROR(kdc_reader_u8(r, &c->axes[i]));
+    if (c->axes[i] >= p->mesh.naxes || (used & (1u << c->axes[i])))
+      return BAD_AT(r, pos, "collective step: axis %u is not in the mesh or repeated",
+                    c->axes[i]);
+    used |= 1u << c->axes[i];
+    c->group_size *= p->mesh.sizes[c->axes[i]];
+  }
+  KDC_RETURN_IF_ERROR(kdc_reader_i64(r, &c->dim));
+  KDC_RETURN_IF_ERROR(kdc_reader_i64(r, &c->dim2));
+  KDC_RETURN_IF_ERROR(kdc_reader_i64(r, &c->shift));
+  KDC_RETURN_IF_ERROR(kdc_reader_u8(r, &rank));
+  if (rank > KDC_IO_MAX_RANK) return BAD_AT(r, pos, "collective step: rank %u", rank);
+  c->rank = rank;
+  memset(c->in_dims, 0, sizeof c->in_dims);
+  memset(c->out_dims, 0, sizeof c->out_dims);
+  for (int d = 0; d < rank; d++) KDC_RETURN_IF_ERROR(kdc_reader_i64(r, &c->in_dims[d]));
+  for (int d = 0; d < rank; d++) KDC_RETURN_IF_ERROR(kdc_reader_i64(r, &c->out_dims[d]));
+  KDC_RETURN_IF_ERROR(get_loc(r, p, f, false, &c->src));
+  KDC_RETURN_IF_ERROR(get_loc(r, p, f, true, &c->dst));
+  size_t ib, ob;
+  int bad;
+  if (!kdc_io_shape_bytes(c->dtype, rank, c->in_dims, &ib, &bad) ||
+      !kdc_io_shape_bytes(c->dtype, rank, c->out_dims, &ob, &bad) || !coll_shapes_ok(c))
+    return BAD_AT(r, pos, "collective step: %s shapes do not match a group of %lld",
+                  kdc_prog_coll_name(c->kind), (long long)c->group_size);
+  if (ib != c->src.bytes || ob != c->dst.bytes)
+    return BAD_AT(r, pos, "collective step: buffer sizes do not match the shapes");
+  if (locs_overlap(&c->src, &c->dst))
+    return BAD_AT(r, pos, "collective step: source and destination overlap");
+  return NULL;
+}
+
 static kdc_status get_step(kdc_reader *r, const kdc_program *p, const kdc_prog_func *f,
                            kdc_arena *a, kdc_prog_step *s) {
   size_t pos = r->pos;
@@ -254,6 +434,7 @@ static kdc_status get_step(kdc_reader *r, const kdc_program *p, const kdc_prog_f
     KDC_RETURN_IF_ERROR(get_loc(r, p, f, true, &s->dst));
     if (s->src.bytes != s->dst.bytes) return BAD_AT(r, pos, "copy step: sizes differ");
     return NULL;
+  case KDC_STEP_COLLECTIVE: return get_coll(r, p, f, &s->coll);
   default: return BAD_AT(r, pos, "unknown step kind %u", kind);
   }
 }
@@ -267,6 +448,32 @@ static kdc_status get_version(kdc_reader *r) {
   return NULL;
 }
 
+kdc_status kdc_prog_decode_mesh(kdc_reader *r, kdc_arena *a, kdc_program *p) {
+  KDC_RETURN_IF_ERROR(get_version(r));
+  size_t pos = r->pos;
+  kdc_prog_mesh *m = &p->mesh;
+  KDC_RETURN_IF_ERROR(kdc_reader_u32(r, &m->naxes));
+  if (m->naxes > KDC_PROG_MAX_AXES)
+    return BAD_AT(r, pos, "mesh of %u axes (at most %d)", m->naxes, KDC_PROG_MAX_AXES);
+  m->n_devices = 1;
+  for (uint32_t i = 0; i < m->naxes; i++) {
+    const char *name;
+    size_t len;
+    pos = r->pos;
+    KDC_RETURN_IF_ERROR(kdc_reader_str(r, &name, &len));
+    m->names[i] = kdc_arena_strdup(a, name);
+    KDC_RETURN_IF_ERROR(kdc_reader_i64(r, &m->sizes[i]));
+    if (len == 0 || m->sizes[i] < 1 || m->sizes[i] > KDC_PROG_MAX_DEVICES / m->n_devices)
+      return BAD_AT(r, pos, "mesh axis %u (\"%s\", size %lld): empty name, or more than %d "
+                    "devices", i, name, (long long)m->sizes[i], KDC_PROG_MAX_DEVICES);
+    for (uint32_t j = 0; j < i; j++)
+      if (strcmp(m->names[j], name) == 0)
+        return BAD_AT(r, pos, "mesh axis \"%s\" appears twice", name);
+    m->n_devices *= m->sizes[i];
+  }
+  return NULL;
+}
+
 kdc_status kdc_prog_decode_weights(kdc_reader *r, kdc_arena *a, kdc_program *p) {
   KDC_RETURN_IF_ERROR(get_version(r));
   KDC_RETURN_IF_ERROR(kdc_reader_count(r, 22, &p->n_weights));
@@ -274,7 +481,7 @@ kdc_status kdc_prog_decode_weights(kdc_reader *r, kdc_arena *a, kdc_program *p) 
   p->weight_data = kdc_arena_alloc(a, (p->n_weights + 1) * sizeof *p->weight_data);
   for (uint32_t i = 0; i < p->n_weights; i++) {
     kdc_prog_tensor *t = &p->weights[i];
-    KDC_RETURN_IF_ERROR(get_tensor(r, a, t));
+    KDC_RETURN_IF_ERROR(get_tensor(r, a, &p->mesh, t));
     size_t pos = r->pos;
     uint64_t off, bytes;
     KDC_RETURN_IF_ERROR(kdc_reader_u64(r, &off));
@@ -289,7 +496,6 @@ kdc_status kdc_prog_decode_weights(kdc_reader *r, kdc_arena *a, kdc_program *p) 
 }
 
 kdc_status kdc_prog_decode(kdc_reader *r, kdc_arena *a, kdc_program *p) {
-  KDC_RETURN_IF_ERROR(get_version(r));
   KDC_RETURN_IF_ERROR(kdc_reader_u64(r, &p->arena_bytes));
   KDC_RETURN_IF_ERROR(kdc_reader_count(r, 9, &p->n_kernels));
   p->kernels = kdc_arena_alloc(a, (p->n_kernels + 1) * sizeof *p->kernels);
@@ -310,11 +516,12 @@ kdc_status kdc_prog_decode(kdc_reader *r, kdc_arena *a, kdc_program *p) {
     f->name = kdc_arena_strdup(a, name);
     KDC_RETURN_IF_ERROR(kdc_reader_count(r, 7, &f->n_inputs));
     f->inputs = kdc_arena_alloc(a, (f->n_inputs + 1) * sizeof *f->inputs);
-    for (uint32_t j = 0; j < f->n_inputs; j++) KDC_RETURN_IF_ERROR(get_tensor(r, a, &f->inputs[j]));
+    for (uint32_t j = 0; j < f->n_inputs; j++)
+      KDC_RETURN_IF_ERROR(get_tensor(r, a, &p->mesh, &f->inputs[j]));
     KDC_RETURN_IF_ERROR(kdc_reader_count(r, 7, &f->n_outputs));
     f->outputs = kdc_arena_alloc(a, (f->n_outputs + 1) * sizeof *f->outputs);
     for (uint32_t j = 0; j < f->n_outputs; j++)
-      KDC_RETURN_IF_ERROR(get_tensor(r, a, &f->outputs[j]));
+      KDC_RETURN_IF_ERROR(get_tensor(r, a, &p->mesh, &f->outputs[j]));
     KDC_RETURN_IF_ERROR(kdc_reader_count(r, 1, &f->n_steps));
     f->steps = kdc_arena_alloc(a, (f->n_steps + 1) * sizeof *f->steps);
     for (uint32_t j = 0; j < f->n_steps; j++)

@@ -13,6 +13,13 @@
  * which buffer, a byte offset and the bytes the step may touch, so the
  * decoder can check every access against the buffer's size once, at load.
  *
+ * SPMD: the program is the same for every device of |mesh|.  Steps address
+ * the device's own buffers (its arena, its piece of each input, output and
+ * weight, of LOCAL shape); kernels read the device's mesh coordinates;
+ * COLLECTIVE steps move data between the devices of a group.  Inputs,
+ * outputs and weights are described GLOBALLY with their sharding, so the
+ * runtime splits what the caller passes and gathers what it returns.
+ *
  * Ownership: a decoded program lives in a kdc_arena the caller passes (its
  * strings are copied), so freeing the arena frees it.
  */
@@ -27,8 +34,34 @@
 #include "kdc/status.h"
 
 /* Version of the PROGRAM/WEIGHTS payload layout (inside the container's own
- * version).  Bump on any change; a reader refuses other versions. */
-#define KDC_PROG_VERSION 1u
+ * version).  Bump on any change; a reader refuses other versions.
+ * 2: the mesh, shardings of inputs/outputs/weights (global shapes), and
+ *    COLLECTIVE steps. */
+#define KDC_PROG_VERSION 2u
+
+/* Caps of the format: mesh axes (ir/ir.h KDC_MAX_MESH_AXES) and devices a
+ * plan may ask for (a bound checked before anything per device is made). */
+enum { KDC_PROG_MAX_AXES = 8, KDC_PROG_MAX_DEVICES = 4096 };
+
+/* The device mesh of an SPMD program: named axes, devices numbered
+ * row-major over the sizes (device id <-> coordinates, ir/spmd.c). */
+typedef struct kdc_prog_mesh {
+  uint32_t naxes;                        /* 0: one device */
+  const char *names[KDC_PROG_MAX_AXES];
+  int64_t sizes[KDC_PROG_MAX_AXES];
+  int64_t n_devices;                     /* product of sizes, 1 when naxes == 0 */
+} kdc_prog_mesh;
+
+/* How a GLOBAL tensor is laid out over the mesh: per dim, the mesh axes
+ * that split it, major to minor (each axis at most once in the tensor).
+ * A device holds the piece whose index along dim d is its coordinates on
+ * axes[d] read as a mixed-radix number; over the axes no dim uses the
+ * tensor is replicated.  All zeros = replicated.  Never partial: partition
+ * reduces every function input and output. */
+typedef struct kdc_prog_sharding {
+  uint8_t naxes[KDC_IO_MAX_RANK];
+  uint8_t axes[KDC_IO_MAX_RANK][KDC_PROG_MAX_AXES];
+} kdc_prog_sharding;
 
 typedef enum kdc_prog_buf {
   KDC_PROG_BUF_ARENA = 0,   /* the scratch arena (index 0) */
@@ -46,19 +79,27 @@ typedef struct kdc_prog_loc {
   uint64_t bytes;           /* extent the step may read or write */
 } kdc_prog_loc;
 
-/* A named tensor: a function input/output or a weight. */
+/* A named tensor: a function input/output or a weight.  |dims| and |bytes|
+ * are GLOBAL (what the user passes and gets); every device holds a piece of
+ * |local_dims| (global dims divided by their shard counts, exactly: the
+ * decoder refuses indivisible shapes), and buffer references (kdc_prog_loc)
+ * to it are checked against |local_bytes|. */
 typedef struct kdc_prog_tensor {
   const char *name;
   kdc_io_dtype dtype;       /* F32, I32, I64 or BOOL */
   int rank;
   int64_t dims[KDC_IO_MAX_RANK];
   uint64_t bytes;           /* numel * dtype size (checked) */
+  kdc_prog_sharding sharding;
+  int64_t local_dims[KDC_IO_MAX_RANK]; /* set by kdc_prog_tensor_localize */
+  uint64_t local_bytes;
 } kdc_prog_tensor;
 
 typedef enum kdc_prog_step_kind {
   KDC_STEP_KERNEL = 1,      /* call a JIT kernel over [0, extent) */
   KDC_STEP_GEMM = 2,        /* batched cblas_sgemm (row-major) */
   KDC_STEP_COPY = 3,        /* memcpy src -> dst */
+  KDC_STEP_COLLECTIVE = 4,  /* a collective over device groups of the mesh */
 } kdc_prog_step_kind;
 
 typedef struct kdc_prog_kernel_step {
@@ -79,11 +120,38 @@ typedef struct kdc_prog_gemm_step {
   kdc_prog_loc a, b, c;
 } kdc_prog_gemm_step;
 
+/* The collectives of ir/ops.def, same semantics (ir/interp_spmd.c is the
+ * reference): groups over |axes| (major to minor), members ordered by group
+ * index; sums in increasing device-id order. */
+typedef enum kdc_prog_coll_kind {
+  KDC_COLL_ALL_REDUCE = 1,     /* group sum */
+  KDC_COLL_ALL_GATHER = 2,     /* concat of the members' pieces along |dim| */
+  KDC_COLL_REDUCE_SCATTER = 3, /* group sum, piece <group index> along |dim| */
+  KDC_COLL_ALL_TO_ALL = 4,     /* piece j along |dim| to member j, concat along |dim2| */
+  KDC_COLL_PERMUTE = 5,        /* value of coordinate c - |shift| on the one axis, or 0 */
+  KDC_COLL_KIND_END
+} kdc_prog_coll_kind;
+
+/* Every device runs the step on its own |src| and |dst| (local shapes
+ * |in_dims| and |out_dims|); |src| and |dst| never overlap. */
+typedef struct kdc_prog_coll_step {
+  kdc_prog_coll_kind kind;
+  kdc_io_dtype dtype;
+  uint32_t naxes;
+  uint8_t axes[KDC_PROG_MAX_AXES];
+  int64_t dim, dim2, shift;
+  int rank;
+  int64_t in_dims[KDC_IO_MAX_RANK], out_dims[KDC_IO_MAX_RANK];
+  int64_t group_size;          /* product of the axes' sizes (decoder) */
+  kdc_prog_loc src, dst;
+} kdc_prog_coll_step;
+
 typedef struct kdc_prog_step {
   kdc_prog_step_kind kind;
   kdc_prog_kernel_step kernel;   /* KERNEL */
   kdc_prog_gemm_step gemm;       /* GEMM */
   kdc_prog_loc src, dst;         /* COPY (equal bytes) */
+  kdc_prog_coll_step coll;       /* COLLECTIVE */
 } kdc_prog_step;
 
 typedef struct kdc_prog_func {
@@ -99,7 +167,8 @@ typedef struct kdc_prog_kernel {
 } kdc_prog_kernel;
 
 typedef struct kdc_program {
-  uint64_t arena_bytes;
+  kdc_prog_mesh mesh;
+  uint64_t arena_bytes;     /* per device */
   uint32_t n_kernels, n_funcs, n_weights;
   kdc_prog_kernel *kernels;
   kdc_prog_func *funcs;
@@ -110,10 +179,20 @@ typedef struct kdc_program {
 /* Byte size of one element of |dt| (kdc_io_dtype_size) for the dtypes a
  * program may use, 0 for others. */
 size_t kdc_prog_dtype_size(kdc_io_dtype dt);
+/* Sets |t|'s local dims and bytes from its global shape and sharding on
+ * |mesh|; false (nothing reliable set) when an axis is not in the mesh or
+ * used twice, or a dim is not divisible by its shard count. */
+bool kdc_prog_tensor_localize(kdc_prog_tensor *t, const kdc_prog_mesh *mesh);
+/* "{data,-,(data,model)}" (axis names from |mesh|) into |buf|; returns buf. */
+char *kdc_prog_sharding_str(const kdc_prog_mesh *mesh, const kdc_prog_sharding *s, int rank,
+                            char *buf, size_t n);
+/* "all_reduce" ... for a collective kind ("?" when unknown). */
+const char *kdc_prog_coll_name(kdc_prog_coll_kind k);
 
 /* ---- encode (codegen) ------------------------------------------------------ */
 
-/* Appends the PROGRAM payload for |p| (weights are not part of it). */
+/* Appends the PROGRAM payload for |p| (weights are not part of it; tensors
+ * are written with their global dims and sharding). */
 void kdc_prog_encode(const kdc_program *p, kdc_buf *out);
 /* Appends the WEIGHTS payload: |n| tensors with their data (|data[i]| holds
  * tensors[i].bytes bytes), each 64-byte aligned from the section start. */
@@ -126,10 +205,14 @@ void kdc_prog_encode_weights(const kdc_prog_tensor *tensors, const void *const *
  * offset of the first inconsistency (kdc_reader_error).  Nothing they accept
  * can make a step touch memory outside its buffer. */
 
+/* Decodes the head of the PROGRAM payload of |r| (version and mesh) into
+ * |p|; call first: weight and I/O shardings are checked against the mesh. */
+kdc_status kdc_prog_decode_mesh(kdc_reader *r, kdc_arena *a, kdc_program *p);
 /* Decodes the WEIGHTS payload of |r| into |p|'s weights tables (data stays
- * in the payload: it must outlive |p|). */
+ * in the payload: it must outlive |p|).  After kdc_prog_decode_mesh. */
 kdc_status kdc_prog_decode_weights(kdc_reader *r, kdc_arena *a, kdc_program *p);
-/* Decodes the PROGRAM payload of |r| into |p| (after the weights). */
+/* Decodes the rest of the PROGRAM payload of |r| into |p| (after the mesh
+ * and the weights). */
 kdc_status kdc_prog_decode(kdc_reader *r, kdc_arena *a, kdc_program *p);
 
 #endif

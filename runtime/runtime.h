@@ -8,10 +8,17 @@
  * returned by getters (tensor infos, names, text) are borrowed and live as
  * long as the plan.
  *
- * Threading: a plan owns one scratch arena, so runs of one plan must not
- * overlap (callers serialise; different plans may run concurrently).  Each
- * run uses the plan's thread pool for large kernels and OpenBLAS for GEMMs,
- * see docs/runtime.md ("Threads").
+ * Devices: a plan is ONE SPMD program for every device of its mesh
+ * (kdc_rt_plan_device_count; 1 for a plan compiled without a mesh).  The
+ * `cpu` device set runs them as virtual devices in this process, in lock
+ * step on one thread pool, with collectives through shared memory
+ * (runtime/comm.h).  The caller passes and receives GLOBAL arrays: inputs
+ * are split by their sharding, outputs gathered (docs/runtime.md).
+ *
+ * Threading: a plan owns one scratch arena per device, so runs of one plan
+ * must not overlap (callers serialise; different plans may run
+ * concurrently, but OpenBLAS's thread count is process-wide: see
+ * docs/runtime.md, "Threads").
  */
 #ifndef KDC_RUNTIME_H
 #define KDC_RUNTIME_H
@@ -30,6 +37,10 @@ typedef kdc_prog_tensor kdc_rt_tensor_info;
 
 typedef struct kdc_rt_options {
   int n_threads;  /* threads for kernels and BLAS, caller included; 0 = online cores */
+  double collective_timeout_s; /* a device that does not reach a collective within this
+                                  fails the run naming it; 0 = 60 s */
+  int check_replicas;          /* 1: every run checks that the replicas of each output
+                                  agree (always on in builds without NDEBUG) */
 } kdc_rt_options;
 
 /* ---- plan_load.c ------------------------------------------------------------ */
@@ -57,30 +68,55 @@ const char *kdc_rt_plan_metadata(const kdc_rt_plan *p);
 const char *kdc_rt_plan_ir_text(const kdc_rt_plan *p);
 /* Threads the plan runs with. */
 int kdc_rt_plan_threads(const kdc_rt_plan *p);
+/* The plan's device mesh, and its number of devices (>= 1). */
+const kdc_prog_mesh *kdc_rt_plan_mesh(const kdc_rt_plan *p);
+int64_t kdc_rt_plan_device_count(const kdc_rt_plan *p);
 
 /* ---- exec.c ----------------------------------------------------------------- */
 
-/* Runs function |func|: |inputs[i]| holds kdc_rt_plan_input(p, func, i)->bytes
- * bytes (row-major, the declared dtype; read, never written), |outputs[i]|
- * receives output i.  Buffers must not overlap each other.  Inputs are read
- * in place (no copy); outputs are written directly by the kernel or GEMM
- * that computes them, or copied at the end.  Allocates nothing. */
+/* Runs function |func| on every device: |inputs[i]| holds the GLOBAL array
+ * kdc_rt_plan_input(p, func, i) (->bytes bytes, row-major, the declared
+ * dtype; read, never written), |outputs[i]| receives global output i.
+ * Buffers must not overlap each other.  Each input is split by its
+ * sharding: a replicated input, or a piece that is contiguous in the global
+ * array (a split of the leading dim), is read in place; other pieces are
+ * copied into staging buffers made at load.  Outputs are gathered likewise
+ * (pieces written in place when contiguous); an output replicated over an
+ * axis is taken from coordinate 0 of that axis.  Allocates nothing.
+ * Errors: KDC_INVALID_INPUT (missing buffer), KDC_UNAVAILABLE (a device
+ * missed a collective), KDC_INTERNAL (replicas of an output disagree, when
+ * checked). */
 kdc_status kdc_rt_plan_run_func(kdc_rt_plan *p, size_t func, const void *const *inputs,
                                 void *const *outputs);
 /* kdc_rt_plan_run_func on function 0 ("predict" in plans kdc compiles). */
 kdc_status kdc_rt_plan_run(kdc_rt_plan *p, const void *const *inputs, void *const *outputs);
+/* Runs |func| on per-device LOCAL buffers, no split or gather:
+ * |inputs[d][i]| holds device d's piece of input i (->local_bytes bytes),
+ * |outputs[d][o]| receives device d's piece of output o.  For tests and for
+ * callers that already hold shards.  Allocates nothing. */
+kdc_status kdc_rt_plan_run_local(kdc_rt_plan *p, size_t func, const void *const *const *inputs,
+                                 void *const *const *outputs);
 
 /* ---- describe.c ------------------------------------------------------------- */
 
-/* `kdc inspect plan.bin`: buffers and sizes, weights, every step with its
- * buffer ranges, the metadata and the IR text. */
+/* `kdc inspect plan.bin`: the mesh, buffers and sizes, each device's peak
+ * memory, inputs/outputs/weights with their shardings, every step with its
+ * buffer ranges (collectives with their device groups and bytes per device,
+ * SHARDING.md 4), the metadata and the IR text. */
 void kdc_rt_plan_describe(const kdc_rt_plan *p, FILE *out);
+/* `kdc inspect --sharding NAME plan.bin` (describe_sharding.c): how the
+ * input, output or weight called |name| is laid out over the devices (a grid
+ * of blocks for rank 2, a list of blocks otherwise, each with the device ids
+ * holding it).  KDC_INVALID_INPUT when no tensor has that name. */
+kdc_status kdc_rt_plan_describe_sharding(const kdc_rt_plan *p, const char *name, FILE *out);
 
 /* ======================================================================
  * Internal: shared by the files of runtime/.
  * ==================================================================== */
 
-typedef void (*kdc_rt_kernel_fn)(void **args, int64_t begin, int64_t end);
+/* A JIT'd kernel: the rows [begin, end) of its output on the device whose
+ * mesh coordinates are |coords| (one i64 per mesh axis). */
+typedef void (*kdc_rt_kernel_fn)(void **args, const int64_t *coords, int64_t begin, int64_t end);
 
 /* ---- jit.c: LLVM ORC LLJIT over the CODE section ----------------------------- */
 
@@ -96,20 +132,98 @@ void rt_jit_destroy(rt_jit *j);
 /* ---- pool.c: a small persistent thread pool -------------------------------- */
 
 typedef struct rt_pool rt_pool;
+enum { RT_POOL_MAX_TASKS = 0xffff };
+/* One task of a job: |task| in [0, n_tasks). */
+typedef void (*rt_task_fn)(void *ctx, int64_t task);
 /* |n_threads| counts the caller: n_threads - 1 workers are started. */
 kdc_status rt_pool_create(int n_threads, rt_pool **out);
 void rt_pool_destroy(rt_pool *pool);
-/* Runs fn(args, b, e) over [0, extent) split into |chunks| ranges, on the
+/* Runs fn(ctx, t) for every t < |n_tasks| (<= RT_POOL_MAX_TASKS) on the
  * workers and the calling thread; returns when all are done. */
-void rt_pool_run(rt_pool *pool, kdc_rt_kernel_fn fn, void **args, int64_t extent,
-                 int64_t chunks);
+void rt_pool_run(rt_pool *pool, rt_task_fn fn, void *ctx, int64_t n_tasks);
 
-/* ---- the plan object (plan_load.c) ----------------------------------------- */
+/* ---- mesh.c: device ids, coordinates, groups, pieces ----------------------- */
+
+/* The conventions of ir/spmd.c, on the plan's mesh (the runtime does not
+ * link ir/). */
+void rt_mesh_coords(const kdc_prog_mesh *m, int64_t device, int64_t *out_coords);
+int64_t rt_mesh_device(const kdc_prog_mesh *m, const int64_t *coords);
+int64_t rt_mesh_axes_size(const kdc_prog_mesh *m, int n, const uint8_t *axes);
+int64_t rt_mesh_group_index(const kdc_prog_mesh *m, const int64_t *coords, int n,
+                            const uint8_t *axes);
+/* |device|'s group over |axes|, in group-index order. */
+void rt_mesh_group_members(const kdc_prog_mesh *m, int64_t device, int n, const uint8_t *axes,
+                           int64_t *out);
+/* Element offsets of |device|'s piece of |t| (one per dim). */
+void rt_mesh_piece_offsets(const kdc_prog_mesh *m, const kdc_prog_tensor *t, int64_t device,
+                           int64_t *out);
+/* The device whose copy of |device|'s piece of |t| is the canonical one:
+ * coordinate 0 on every axis |t| does not split. */
+int64_t rt_mesh_canonical(const kdc_prog_mesh *m, const kdc_prog_tensor *t, int64_t device);
+/* "[[0,1,2,3],[4,5,6,7]]": every group over |axes| (ir/spmd.c's form). */
+char *rt_mesh_groups_str(const kdc_prog_mesh *m, int n, const uint8_t *axes, char *buf,
+                         size_t len);
+
+/* ---- box.c: copies of rectangular blocks between row-major tensors -------- */
+
+/* A block |block| at |src_off| in a tensor of |src_dims| goes to |dst_off|
+ * in a tensor of |dst_dims|.  rt_box_init merges the trailing dims that are
+ * whole in both into one contiguous run: the copy is |rows| memcpys of
+ * |run| bytes. */
+typedef struct rt_box {
+  int nouter;                          /* dims iterated row by row */
+  int64_t outer[KDC_IO_MAX_RANK];
+  int64_t src_stride[KDC_IO_MAX_RANK], dst_stride[KDC_IO_MAX_RANK]; /* bytes */
+  int64_t src_base, dst_base;          /* bytes */
+  int64_t rows;
+  size_t run;
+} rt_box;
+void rt_box_init(rt_box *b, int rank, size_t elem, const int64_t *block, const int64_t *src_dims,
+                 const int64_t *src_off, const int64_t *dst_dims, const int64_t *dst_off);
+/* Byte offsets of row |r| in the source and the destination. */
+void rt_box_row(const rt_box *b, int64_t r, int64_t *out_src, int64_t *out_dst);
+/* Copies rows [r0, r1). */
+void rt_box_copy(const rt_box *b, void *dst, const void *src, int64_t r0, int64_t r1);
+
+/* ---- the plan object (plan_load.c, devices.c) ------------------------------- */
+
+/* How one function input or output meets the caller's global array on
+ * every device (shard_io.c). */
+typedef enum rt_io_mode {
+  RT_IO_SHARED,   /* replicated: every device uses the global array itself */
+  RT_IO_SLICE,    /* the piece is contiguous in the global array: used in place */
+  RT_IO_STAGED,   /* copied to / from a staging buffer made at load */
+} rt_io_mode;
+
+typedef struct rt_io {
+  const kdc_prog_tensor *t;
+  rt_io_mode mode;          /* of the canonical devices */
+  uint64_t *offset;         /* per device: byte offset of its piece (RT_IO_SLICE) */
+  void **staging;           /* per device: its staging buffer, or NULL */
+  int64_t *canonical;       /* per device: the device whose copy is gathered */
+  int64_t *piece_off;       /* [device * KDC_IO_MAX_RANK + dim]: element offsets of its piece */
+} rt_io;
+
+/* Device groups of one collective step, computed at load. */
+typedef struct rt_coll_groups {
+  int64_t k, n_groups;
+  int64_t *members;         /* [group * k + j]: member of group index j */
+  int64_t *sorted;          /* [group * k + j]: members by increasing device id */
+  int64_t *group_of;        /* per device */
+  int64_t *index_of;        /* per device: its group index */
+  int64_t *peer;            /* collective_permute: per device, its source or -1 */
+} rt_coll_groups;
 
 typedef struct rt_func {
-  void ***step_args;        /* per step: its kernel's argument array (or NULL) */
+  void ***step_args;        /* [device * n_steps + step]: a kernel step's argument array */
   void **argv;              /* storage for all of them */
+  rt_coll_groups *groups;   /* per step (collective steps only) */
+  rt_io *in, *out;
+  const void **in_ptr;      /* [device * n_inputs + i]: bound per run */
+  void **out_ptr;           /* [device * n_outputs + o] */
 } rt_func;
+
+struct rt_comm;
 
 struct kdc_rt_plan {
   int refs;
@@ -123,7 +237,45 @@ struct kdc_rt_plan {
   rt_jit *jit;
   rt_pool *pool;
   int n_threads;
-  void *scratch;            /* the arena, 64-byte aligned, prog.arena_bytes */
+  bool device_parallel;     /* devices >= threads: one task per device, BLAS 1 thread */
+  bool check_replicas;
+  double timeout_s;
+  /* devices (devices.c) */
+  int64_t nd;
+  int64_t *coords;          /* [device * KDC_PROG_MAX_AXES + axis] */
+  char *scratch;            /* nd arenas of arena_stride bytes, 64-byte aligned */
+  uint64_t arena_stride;
+  const void **dev_weights; /* [device * n_weights + w]: the device's piece */
+  void **weight_pieces;     /* buffers owned for split weights */
+  size_t n_weight_pieces;
+  struct rt_comm *comm;
+  uint64_t coll_seq;        /* collectives called so far */
 };
+
+/* ---- devices.c: per-device state, made once at load ------------------------- */
+
+/* Coordinates, arenas (|arena_bytes| each), weight pieces, argument arrays,
+ * collective groups and I/O staging for every device of p->prog.mesh. */
+kdc_status rt_devices_create(kdc_rt_plan *p, uint64_t arena_bytes);
+void rt_devices_destroy(kdc_rt_plan *p);
+
+/* ---- shard_io.c: global arrays <-> device pieces ---------------------------- */
+
+/* Plans the I/O of function |rf| (modes, offsets, staging buffers). */
+void rt_io_create(kdc_rt_plan *p, const kdc_prog_func *f, rt_func *rf);
+void rt_io_destroy(kdc_rt_plan *p, const kdc_prog_func *f, rt_func *rf);
+/* Binds the caller's global arrays to every device's in_ptr/out_ptr and
+ * splits the staged inputs. */
+void rt_io_split(kdc_rt_plan *p, const kdc_prog_func *f, rt_func *rf, const void *const *inputs,
+                 void *const *outputs);
+/* Gathers the staged outputs into the caller's arrays; with |check|,
+ * compares every replica with its canonical copy first. */
+kdc_status rt_io_gather(kdc_rt_plan *p, const kdc_prog_func *f, rt_func *rf,
+                        void *const *outputs, bool check);
+
+/* ---- exec.c ------------------------------------------------------------------ */
+
+/* Runs the steps of |func| on every device with the bound in_ptr/out_ptr. */
+kdc_status rt_exec_steps(kdc_rt_plan *p, size_t func);
 
 #endif

@@ -1,5 +1,6 @@
 /* `kdc compile`: model file -> frontend -> passes -> codegen -> plan.bin. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "codegen/codegen.h"
@@ -101,12 +102,55 @@ static kdc_status training(const compile_opts *o, kdc_train_options *t) {
   return kdc_optimizer_options_check(&t->optimizer);
 }
 
+/* The sharding explanations kept in the plan (EXPLAIN section) for
+ * `kdc inspect --explain NAME`: after propagation, for every parameter, result
+ * and layer output (the last value a layer defines) of every function, a
+ * block "@@ <func> <name>" followed by kdc_sharding_explain's chain. */
+typedef struct explain_capture {
+  char *text;
+  size_t len;
+} explain_capture;
+
+static void capture_func(FILE *out, const kdc_module *m, const kdc_func *f) {
+  for (size_t i = 0; i < f->n_params; i++) {
+    const kdc_node *n = kdc_ir_node(f, f->params[i]);
+    fprintf(out, "@@ %s %s\n", f->name, n->attr.param.name);
+    kdc_sharding_explain(m, f, f->params[i], out);
+  }
+  for (size_t i = 0; i < f->n_results; i++) {
+    if (!f->result_names[i]) continue;
+    fprintf(out, "@@ %s %s\n", f->name, f->result_names[i]);
+    kdc_sharding_explain(m, f, f->results[i], out);
+  }
+  /* layer outputs: the last node of each run of nodes with one origin */
+  for (size_t v = 0; v < f->n_nodes; v++) {
+    const char *o = f->nodes[v].origin;
+    if (!o || f->nodes[v].op == KDC_OP_PARAMETER) continue;
+    if (v + 1 < f->n_nodes && f->nodes[v + 1].origin && !strcmp(f->nodes[v + 1].origin, o)) continue;
+    const char *sp = strstr(o, " (");
+    fprintf(out, "@@ %s %.*s\n", f->name, sp ? (int)(sp - o) : (int)strlen(o), o);
+    kdc_sharding_explain(m, f, (kdc_value_id)v, out);
+  }
+}
+
+static void capture_explain(const char *pass, const kdc_module *m, void *user) {
+  explain_capture *c = user;
+  if (strcmp(pass, "propagate_shardings") != 0 || m->mesh.naxes == 0) return;
+  free(c->text);
+  c->text = NULL;
+  FILE *out = open_memstream(&c->text, &c->len);
+  if (!out) return;
+  for (size_t i = 0; i < m->n_funcs; i++) capture_func(out, m, m->funcs[i]);
+  fclose(out);
+}
+
 static kdc_status compile(const compile_opts *o) {
   kdc_keras_model *km = NULL;
   kdc_module *mod = NULL;
   kdc_layout *layout = NULL;
   kdc_mesh mesh;
   kdc_train_options train;
+  explain_capture explain = {NULL, 0};
   kdc_status st = distribution(o, &mesh, &layout);
   if (!st && o->loss) st = training(o, &train);
   if (!st) st = kdc_frontend_load(o->model, &km);
@@ -123,16 +167,20 @@ static kdc_status compile(const compile_opts *o) {
     po.print_after_all = o->print_ir ? stderr : NULL;
     po.warnings = stderr;
     po.train = o->loss ? &train : NULL;
+    po.after_pass = capture_explain;
+    po.after_pass_user = &explain;
     st = kdc_pass_pipeline_run(mod, &po);
   }
   if (!st) {
     kdc_codegen_options co;
     memset(&co, 0, sizeof co);
+    co.explain = explain.text;
     st = kdc_codegen_cpu_plan(mod, &co, o->out);
   }
   kdc_ir_module_destroy(mod);
   kdc_frontend_free(km);
   kdc_layout_free(layout);
+  free(explain.text);
   return st;
 }
 

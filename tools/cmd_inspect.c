@@ -1,8 +1,18 @@
-/* `kdc inspect FILE`: a plan (by its magic) is described; anything else is
- * read as a Keras model and summarised like model.summary(). */
+/*
+ * `kdc inspect FILE`: a plan (by its magic) is described; anything else is
+ * read as a Keras model and summarised like model.summary().
+ *   --explain NAME   why value NAME (a weight path, an input, an output or a
+ *                    layer name) has its sharding: the chain of rules and ops
+ *                    recorded at compile time (the plan's EXPLAIN section).
+ *   --sharding NAME  how input, output or weight NAME is laid out over the
+ *                    devices: a grid of blocks with the device ids holding
+ *                    each (runtime/describe_sharding.c).
+ */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "common/io.h"
 #include "frontend/frontend.h"
 #include "runtime/runtime.h"
 #include "tools/cli.h"
@@ -16,20 +26,71 @@ static bool is_plan(const char *path) {
   return n == sizeof magic && memcmp(magic, "KDCPLAN", 7) == 0;
 }
 
+/* Prints the EXPLAIN blocks whose name is |name| (any function). */
+static kdc_status explain(const char *path, const char *name) {
+  kdc_plan_file *pf = NULL;
+  KDC_RETURN_IF_ERROR(kdc_plan_file_open(path, &pf));
+  const void *data = NULL;
+  size_t size = 0;
+  kdc_status st = NULL;
+  if (!kdc_plan_file_find(pf, KDC_PLAN_SECTION_EXPLAIN, &data, &size)) {
+    st = KDC_ERR(KDC_INVALID_INPUT, "%s: the plan has no sharding explanations (compiled without "
+                 "--mesh)", path);
+  } else {
+    const char *s = data, *end = s + size;
+    size_t nlen = strlen(name);
+    bool found = false;
+    while (s < end) {
+      const char *next = s + 1;
+      while (next < end && !(next[-1] == '\n' && next + 2 < end && next[0] == '@' && next[1] == '@'))
+        next++;
+      /* "@@ func name\n" */
+      const char *sp = memchr(s, ' ', (size_t)(next - s));
+      const char *sp2 = sp ? memchr(sp + 1, ' ', (size_t)(next - sp - 1)) : NULL;
+      const char *nl = memchr(s, '\n', (size_t)(next - s));
+      if (sp2 && nl && (size_t)(nl - sp2 - 1) == nlen && !memcmp(sp2 + 1, name, nlen)) {
+        fwrite(s, 1, (size_t)(next - s), stdout);
+        found = true;
+      }
+      s = next;
+    }
+    if (!found)
+      st = KDC_ERR(KDC_INVALID_INPUT, "%s: no value named \"%s\" (give a weight path, an input, an "
+                   "output or a layer name)", path, name);
+  }
+  kdc_plan_file_close(pf);
+  return st;
+}
+
 int kdc_cmd_inspect(int argc, char **argv) {
   cli_args a = {argc, argv, 0};
-  const char *file = NULL;
+  const char *file = NULL, *explain_name = NULL, *sharding_name = NULL;
   kdc_status st = NULL;
   while (a.i < a.argc && !st) {
+    if (cli_flag_value(&a, "--explain", &explain_name, &st)) continue;
+    if (cli_flag_value(&a, "--sharding", &sharding_name, &st)) continue;
     if (a.argv[a.i][0] != '-' && !file) file = a.argv[a.i++];
     else st = cli_unknown(&a);
   }
   if (!st && !file) st = KDC_ERR(KDC_INVALID_INPUT, "inspect: no file given (see kdc --help)");
   if (st) return cli_fail(st);
-  if (is_plan(file)) {
+  bool plan = is_plan(file);
+  if (explain_name) {
+    if (!plan) return cli_fail(KDC_ERR(KDC_INVALID_INPUT, "%s: --explain needs a plan", file));
+    st = explain(file, explain_name);
+    return st ? cli_fail(st) : 0;
+  }
+  if (sharding_name && !plan)
+    return cli_fail(KDC_ERR(KDC_INVALID_INPUT, "%s: --sharding needs a plan", file));
+  if (plan) {
     kdc_rt_plan *p = NULL;
     st = kdc_rt_plan_load(file, &p);
     if (st) return cli_fail(st);
+    if (sharding_name) {
+      st = kdc_rt_plan_describe_sharding(p, sharding_name, stdout);
+      kdc_rt_plan_release(p);
+      return st ? cli_fail(st) : 0;
+    }
     kdc_rt_plan_describe(p, stdout);
     kdc_rt_plan_release(p);
     return 0;

@@ -1,7 +1,11 @@
 /*
  * `kdc run`: feeds .npy arrays through a plan's predict function in batches
  * of the compiled batch size (a last partial batch is zero-padded and its
- * padding rows dropped from the outputs), and writes .npy outputs.  Every
+ * padding rows dropped from the outputs), and writes .npy outputs.  Arrays
+ * are GLOBAL: a plan compiled for a mesh runs on that many virtual devices
+ * in this process, splitting inputs and gathering outputs by their
+ * shardings (--threads caps the threads, --collective-timeout SECONDS bounds
+ * how long a collective waits for a device, default 60).  Every
  * input is checked against the plan before anything runs; outputs are
  * written atomically only after every batch succeeded.
  */
@@ -22,6 +26,7 @@ typedef struct run_opts {
   int n_inputs, n_outputs;
   bool print;
   int64_t threads;
+  double collective_timeout;  /* seconds, 0 = the runtime's default (60) */
 } run_opts;
 
 static kdc_status parse(int argc, char **argv, run_opts *o) {
@@ -40,6 +45,10 @@ static kdc_status parse(int argc, char **argv, run_opts *o) {
       else o->outputs[o->n_outputs++] = v;
     } else if (cli_flag_value(&a, "--threads", &v, &st)) {
       if (!st) st = cli_parse_i64("--threads", v, 1, 4096, &o->threads);
+    } else if (cli_flag_value(&a, "--collective-timeout", &v, &st)) {
+      if (!st) st = cli_parse_double("--collective-timeout", v, &o->collective_timeout);
+      if (!st && !(o->collective_timeout > 0))
+        st = KDC_ERR(KDC_INVALID_INPUT, "run: --collective-timeout must be > 0 seconds, got %s", v);
     } else if (cli_flag(&a, "--print")) {
       o->print = true;
     } else if (a.argv[a.i][0] != '-' && !o->plan) {
@@ -167,7 +176,8 @@ static kdc_status run_batches(run_state *s, int64_t rows) {
 }
 
 static kdc_status run(const run_opts *o, run_state *s) {
-  kdc_rt_options ro = {.n_threads = (int)o->threads};
+  kdc_rt_options ro = {.n_threads = (int)o->threads,
+                       .collective_timeout_s = o->collective_timeout};
   KDC_RETURN_IF_ERROR(kdc_rt_plan_load_with(o->plan, &ro, &s->plan));
   if (kdc_rt_plan_func_count(s->plan) == 0 || kdc_rt_plan_find_func(s->plan, "predict") != 0)
     return KDC_ERR(KDC_INVALID_INPUT, "%s: the plan has no predict function", o->plan);

@@ -166,7 +166,7 @@ static CGT_UNUSED void cgt_check(kdc_module *m, kdc_func *f, const cgt_opts *o) 
   const char *path = cgt_path("case.plan");
   cgt_fail(kdc_codegen_cpu_plan(m, NULL, path), "codegen");
   kdc_rt_plan *plan;
-  kdc_rt_options ro = {o->threads};
+  kdc_rt_options ro = {.n_threads = o->threads};
   cgt_fail(kdc_rt_plan_load_with(path, &ro, &plan), "load");
   if (o->out_arena) *o->out_arena = (int64_t)plan->prog.arena_bytes;
   if (o->inspect) o->inspect(plan, o->ctx);

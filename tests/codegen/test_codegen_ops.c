@@ -371,12 +371,138 @@ static void test_sharding_constraint(void **state) {
   }
 }
 
+/* ---- windowed and indexed ops (codegen/body_window.c): exact -------------- */
+
+static kdc_attr_conv conv_attr(int n, const int64_t *s, const int64_t *lo, const int64_t *hi,
+                               const int64_t *ld, const int64_t *rd, int64_t groups) {
+  kdc_attr_conv a;
+  kdc_attr_conv_init(&a, n);
+  for (int d = 0; d < n; d++) {
+    a.stride.v[d] = s[d], a.pad_low.v[d] = lo[d], a.pad_high.v[d] = hi[d];
+    a.lhs_dilation.v[d] = ld[d], a.rhs_dilation.v[d] = rd[d];
+  }
+  a.groups = groups;
+  return a;
+}
+
+static void test_convolution(void **state) {
+  (void)state;
+  static const struct { int n; int64_t x[5], w[5], s[3], lo[3], hi[3], ld[3], rd[3], g; } cs[] = {
+      {2, {2, 7, 6, 5}, {3, 3, 5, 4}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, 1},   /* same */
+      {2, {1, 9, 8, 3}, {3, 2, 3, 2}, {2, 3}, {0, 1}, {2, 0}, {1, 1}, {2, 1}, 1},   /* strided */
+      {2, {2, 5, 5, 4}, {3, 3, 1, 8}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, 4},   /* depthwise */
+      {2, {1, 4, 3, 6}, {2, 2, 3, 4}, {1, 1}, {1, 0}, {1, 2}, {2, 3}, {1, 1}, 2},   /* lhs dil */
+      {2, {1, 6, 6, 2}, {3, 3, 2, 3}, {1, 1}, {-1, 2}, {0, -1}, {1, 1}, {1, 2}, 1}, /* crop */
+      {1, {3, 11, 4}, {5, 4, 7}, {2}, {2}, {2}, {1}, {1}, 1},                       /* conv1d */
+      {3, {1, 4, 3, 5, 2}, {2, 2, 3, 2, 3}, {1, 1, 2}, {0, 1, 1}, {1, 0, 1}, {1, 1, 1},
+       {1, 1, 1}, 1},                                                                 /* conv3d */
+  };
+  for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++)
+    for (int fuse = 0; fuse < 2; fuse++) {
+      kdc_func *f;
+      kdc_module *m = new_case(&f);
+      kdc_value_id x = param(f, KDC_DTYPE_F32, cs[i].n + 2, cs[i].x);
+      kdc_value_id w = param(f, KDC_DTYPE_F32, cs[i].n + 2, cs[i].w);
+      if (fuse) x = kdc_ir_unary(f, KDC_OP_TANH, x); /* a producer: never pulled in */
+      kdc_attr_conv a = conv_attr(cs[i].n, cs[i].s, cs[i].lo, cs[i].hi, cs[i].ld, cs[i].rd,
+                                  cs[i].g);
+      kdc_value_id y = kdc_ir_convolution(f, x, w, &a);
+      if (fuse) y = kdc_ir_unary(f, KDC_OP_NEG, y);
+      finish(m, f, y, &(cgt_opts){.no_fuse = !fuse});
+    }
+}
+
+static void test_reduce_window(void **state) {
+  (void)state;
+  int64_t d[4] = {2, 7, 6, 3};
+  for (int k = KDC_RED_SUM; k <= KDC_RED_MIN; k++)
+    for (int c = 0; c < 3; c++) {
+      kdc_func *f;
+      kdc_module *m = new_case(&f);
+      kdc_value_id x = param(f, KDC_DTYPE_F32, 4, d);
+      if (c == 2) x = kdc_ir_unary(f, KDC_OP_FLOOR, x); /* ties for select_and_scatter */
+      kdc_attr_window a;
+      kdc_attr_window_init(&a, (kdc_reduce_kind)k, 4);
+      a.window.v[1] = 3, a.window.v[2] = 2;
+      a.stride.v[1] = 2, a.stride.v[2] = c ? 2 : 1;
+      a.pad_low.v[1] = c ? 1 : 0, a.pad_high.v[1] = 1, a.pad_high.v[2] = c;
+      a.dilation.v[2] = c == 1 ? 2 : 1;
+      kdc_value_id y = kdc_ir_reduce_window(f, x, &a);
+      if (k != KDC_RED_SUM) { /* and its gradient: select_and_scatter of y-shaped g */
+        kdc_value_id g = param(f, KDC_DTYPE_F32, 4, kdc_ir_type(f, y)->dims);
+        kdc_ir_add_result(f, kdc_ir_select_and_scatter(f, x, g, &a), "dx");
+      }
+      finish(m, f, y, NULL);
+    }
+}
+
+static void test_gather_scatter(void **state) {
+  (void)state;
+  static const struct { kdc_dtype td, id; int tr; int64_t t[3]; int ir; int64_t i[2]; } cs[] = {
+      {KDC_DTYPE_F32, KDC_DTYPE_I32, 2, {13, 5}, 2, {3, 4}},
+      {KDC_DTYPE_F32, KDC_DTYPE_I64, 3, {7, 2, 3}, 1, {6}},
+      {KDC_DTYPE_I32, KDC_DTYPE_I32, 1, {9}, 2, {5, 2}},
+      {KDC_DTYPE_F32, KDC_DTYPE_I32, 2, {33, 7}, 0, {0}},
+  };
+  for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+    kdc_func *f;
+    kdc_module *m = new_case(&f);
+    kdc_value_id t = param(f, cs[i].td, cs[i].tr, cs[i].t);
+    kdc_value_id ids = param(f, cs[i].id, cs[i].ir, cs[i].i);
+    kdc_value_id y = kdc_ir_gather(f, t, ids);
+    kdc_value_id u = param(f, cs[i].td, kdc_ir_type(f, y)->rank, kdc_ir_type(f, y)->dims);
+    kdc_ir_add_result(f, kdc_ir_scatter_add(f, ids, u, kdc_ir_type(f, t)), "scatter");
+    finish(m, f, y, NULL);
+  }
+}
+
+static void test_reverse(void **state) {
+  (void)state;
+  for (int fuse = 0; fuse < 2; fuse++) {
+    kdc_func *f;
+    kdc_module *m = new_case(&f);
+    kdc_value_id x = param(f, KDC_DTYPE_F32, 4, shapes[4].dims);
+    kdc_value_id y = kdc_ir_reverse(f, x, 2, (int64_t[]){3, 0});
+    if (fuse) y = kdc_ir_unary(f, KDC_OP_NEG, y);
+    finish(m, f, y, &(cgt_opts){.no_fuse = !fuse});
+  }
+}
+
+/* rng_uniform: Philox-4x32-10 in the kernel, bit-exact against the
+ * interpreter for i32 and i64 steps (negative ones too), 64-bit seeds, every
+ * shape, alone and feeding a fused consumer.  On one device the global index
+ * is the local one; tests/runtime/test_spmd_kernels.c covers sharded ones. */
+static void test_rng_uniform(void **state) {
+  (void)state;
+  static const int64_t seeds[] = {0, 42, -7, INT64_C(0x123456789abcdef)};
+  static const kdc_dtype steps[] = {KDC_DTYPE_I32, KDC_DTYPE_I64};
+  for (int s = 0; s < N_SHAPES; s++)
+    for (size_t k = 0; k < sizeof seeds / sizeof seeds[0]; k++) {
+      kdc_func *f;
+      kdc_module *m = new_case(&f);
+      kdc_value_id step = param(f, steps[k % 2], 0, NULL);
+      kdc_value_id u = kdc_ir_rng_uniform(f, step, seeds[k], shapes[s].rank, shapes[s].dims);
+      if (k % 2) {
+        kdc_value_id x = param(f, KDC_DTYPE_F32, shapes[s].rank, shapes[s].dims);
+        u = kdc_ir_binary(f, KDC_OP_ADD, kdc_ir_unary(f, KDC_OP_NEG, u), x);
+      }
+      finish(m, f, u, NULL);
+    }
+  /* a big 1-D one: the wrapper's vector loop and the threaded split */
+  int64_t n = 100003;
+  kdc_func *f;
+  kdc_module *m = new_case(&f);
+  kdc_value_id step = param(f, KDC_DTYPE_I64, 0, NULL);
+  cgt_opts o = {.threads = 2};
+  finish(m, f, kdc_ir_rng_uniform(f, step, 1234, 1, &n), &o);
+}
+
 static void test_all_ops_covered(void **state) {
   (void)state;
   covered[KDC_OP_DOT] = true;  /* f32 GEMM paths: test_codegen_gemm.c */
   for (int op = 0; op < KDC_OP_COUNT; op++) {
-    /* Collectives need the COLLECTIVE step (multi-device plans): not yet;
-     * codegen refuses them with KDC_UNSUPPORTED. */
+    /* The SPMD ops need a mesh: tests/runtime/test_collectives.c (every
+     * collective) and test_spmd_kernels.c (shard_slice, sharded rng). */
     if ((kdc_op_flags((kdc_op)op) & OPF_COLL) && op != KDC_OP_SHARDING_CONSTRAINT) continue;
     if (!covered[op]) fail_msg("op %s has no codegen test case", kdc_op_name((kdc_op)op));
   }
@@ -391,7 +517,10 @@ int main(void) {
       cmocka_unit_test(test_transpose),      cmocka_unit_test(test_slice),
       cmocka_unit_test(test_concat),         cmocka_unit_test(test_pad),
       cmocka_unit_test(test_reduce),         cmocka_unit_test(test_dot_kernel),
-      cmocka_unit_test(test_sharding_constraint), cmocka_unit_test(test_all_ops_covered),
+      cmocka_unit_test(test_sharding_constraint), cmocka_unit_test(test_convolution),
+      cmocka_unit_test(test_reduce_window),  cmocka_unit_test(test_gather_scatter),
+      cmocka_unit_test(test_reverse),        cmocka_unit_test(test_rng_uniform),
+      cmocka_unit_test(test_all_ops_covered),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

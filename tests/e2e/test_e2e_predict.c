@@ -30,6 +30,10 @@ static const example examples[] = {
     {"mlp_sequential", 1, 1},
     {"activations", 1, 1},
     {"merge_reshape", 2, 2},
+    {"transformer_block", 1, 1},
+    {"norm_zoo", 1, 1},
+    {"small_cnn", 1, 1},
+    {"text_classifier", 1, 1},
 };
 
 static char *ex_file(const example *e, const char *fmt, int i) {

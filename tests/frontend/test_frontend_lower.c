@@ -73,8 +73,9 @@ static void run_example(const char *model, const char *weights, const char *cons
 static void test_example_mnist_mlp(void **s FE_UNUSED) {
   run_example(FE_EXAMPLE("mnist_mlp", "model.json"), FE_EXAMPLE("mnist_mlp", "weights.safetensors"),
               ONE("mnist_mlp", "input.npy"), 1, ONE("mnist_mlp", "expected.npy"), 1);
-  run_example(FE_EXAMPLE("mnist_mlp", "model_tfjs.json"), FE_EXAMPLE("mnist_mlp", "model_tfjs.json"),
-              ONE("mnist_mlp", "input.npy"), 1, ONE("mnist_mlp", "expected.npy"), 1);
+  run_example(FE_EXAMPLE("mnist_mlp", "model_tfjs.json"),
+              FE_EXAMPLE("mnist_mlp", "model_tfjs.json"), ONE("mnist_mlp", "input.npy"), 1,
+              ONE("mnist_mlp", "expected.npy"), 1);
 }
 
 static void test_example_mlp_sequential(void **s FE_UNUSED) {
@@ -104,6 +105,24 @@ static void test_example_merge_reshape(void **s FE_UNUSED) {
               FE_EXAMPLE("merge_reshape", "weights.safetensors"), ins, 2, outs, 2);
   run_example(FE_EXAMPLE("merge_reshape", "model_tfjs.json"),
               FE_EXAMPLE("merge_reshape", "model_tfjs.json"), ins, 2, outs, 2);
+}
+
+static void test_example_transformer_block(void **s FE_UNUSED) {
+  run_example(FE_EXAMPLE("transformer_block", "model.json"),
+              FE_EXAMPLE("transformer_block", "weights.safetensors"),
+              ONE("transformer_block", "input.npy"), 1, ONE("transformer_block", "expected.npy"),
+              1);
+  run_example(FE_EXAMPLE("transformer_block", "model_tfjs.json"),
+              FE_EXAMPLE("transformer_block", "model_tfjs.json"),
+              ONE("transformer_block", "input.npy"), 1, ONE("transformer_block", "expected.npy"),
+              1);
+}
+
+static void test_example_norm_zoo(void **s FE_UNUSED) {
+  run_example(FE_EXAMPLE("norm_zoo", "model.json"), FE_EXAMPLE("norm_zoo", "weights.safetensors"),
+              ONE("norm_zoo", "input.npy"), 1, ONE("norm_zoo", "expected.npy"), 1);
+  run_example(FE_EXAMPLE("norm_zoo", "model_tfjs.json"), FE_EXAMPLE("norm_zoo", "model_tfjs.json"),
+              ONE("norm_zoo", "input.npy"), 1, ONE("norm_zoo", "expected.npy"), 1);
 }
 
 static void test_predict_layout(void **s FE_UNUSED) {
@@ -145,8 +164,13 @@ static void test_err_unsupported_lowering(void **s FE_UNUSED) {
   assert_int_equal(kdc_frontend_param_count(m), 3 * 3 * 4 + 4 + 256 * 2 + 2);
   kdc_lower_options opt = {.batch = 1};
   kdc_module *mod = NULL;
+  assert_null(kdc_frontend_lower(m, &opt, &mod)); /* Conv2D lowers (lower_conv.c) */
+  kdc_ir_module_destroy(mod);
+  kdc_frontend_free(m);
+  m = fe_load_ok(FE_DATA("lstm_sequential.json"));
+  mod = NULL;
   fe_assert_err(kdc_frontend_lower(m, &opt, &mod), KDC_UNSUPPORTED,
-                "conv_sequential.json: config.layers[1] (Conv2D \"conv2d\"): layer Conv2D is not "
+                "lstm_sequential.json: config.layers[1] (LSTM \"lstm\"): layer LSTM is not "
                 "supported by kdc for compilation yet", NULL);
   assert_null(mod);
   kdc_frontend_free(m);
@@ -271,6 +295,8 @@ int main(void) {
       cmocka_unit_test(test_example_mlp_sequential),
       cmocka_unit_test(test_example_activations),
       cmocka_unit_test(test_example_merge_reshape),
+      cmocka_unit_test(test_example_transformer_block),
+      cmocka_unit_test(test_example_norm_zoo),
       cmocka_unit_test(test_predict_layout),
       cmocka_unit_test(test_nested_lowering),
       cmocka_unit_test(test_err_unsupported_lowering),

@@ -89,6 +89,15 @@ static const char everything[] =
     "    %59 = collective_permute [model] %58 shift=-1 : f32[2,3,6]\n"
     "    %60 = shard_slice [model,data] %56 dim=1 : f32[2,3,3] {-,-,?}\n"
     "    %61 = rng_uniform %3 seed=-5 : f32[2,3]\n"
+    "    %62 = convolution %52, %53 stride=[1] pad_low=[1] pad_high=[0] lhs_dilation=[1] "
+    "rhs_dilation=[1] groups=1 : f32[2,3,3] {data,-,-}\n"
+    "    %63 = reduce_window max %47 window=[2,2] stride=[2,1] pad_low=[0,1] pad_high=[1,0] "
+    "dilation=[1,1] : f32[4,4]\n"
+    "    %64 = select_and_scatter max %47, %63 window=[2,2] stride=[2,1] pad_low=[0,1] "
+    "pad_high=[1,0] dilation=[1,1] : f32[7,4]\n"
+    "    %65 = gather %1, %2 : f32[2,3]\n"
+    "    %66 = scatter_add %2, %65 : f32[4,3]\n"
+    "    %67 = reverse %40 dims=[0] : f32[2,3]\n"
     "    return %53 \"out\", %48, %49 \"max\"\n"
     "  }\n"
     "  func @\"train step\" {\n"
@@ -120,7 +129,7 @@ static void test_round_trip_everything(void **state) {
   kdc_status st = kdc_ir_verify_module(m);
   if (st) fail_msg("%s", kdc_status_message(st));
   kdc_func *f = kdc_ir_module_find_func(m, "predict");
-  assert_int_equal(f->n_nodes, 62);
+  assert_int_equal(f->n_nodes, 68);
   assert_int_equal(f->n_params, 4);
   assert_int_equal(f->n_results, 3);
   assert_null(f->result_names[1]);

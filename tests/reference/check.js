@@ -13,7 +13,8 @@ const path = require('path');
 const L = require('./lib');
 
 const EX = path.resolve(__dirname, '..', '..', 'examples');
-const MODELS = ['mnist_mlp', 'mlp_sequential', 'activations', 'merge_reshape'];
+const MODELS = ['mnist_mlp', 'mlp_sequential', 'activations', 'merge_reshape', 'transformer_block',
+  'norm_zoo'];
 const ATOL = 1e-5, RTOL = 1e-5;
 let failures = 0;
 
@@ -128,6 +129,77 @@ function elementwise(ts, f) {
   return T(ts[0].shape, out);
 }
 
+// Generic two-operand einsum (letters only), by brute force over every
+// label assignment: deliberately a different algorithm from the loops in
+// keras3_layers.js that produced expected.npy.
+function einsum(eq, A, B) {
+  const [ins, out] = eq.split('->'); const [sa, sb] = ins.split(',');
+  const size = {};
+  [...sa].forEach((c, i) => { size[c] = A.shape[i]; });
+  [...sb].forEach((c, i) => { size[c] = B.shape[i]; });
+  const labels = Object.keys(size), oshape = [...out].map(c => size[c]);
+  const res = new Float64Array(oshape.reduce((p, q) => p * q, 1));
+  const st = sh => { const r = []; let k = 1; for (let i = sh.length - 1; i >= 0; i--) { r[i] = k; k *= sh[i]; } return r; };
+  const as = st(A.shape), bs = st(B.shape), os = st(oshape);
+  const val = {}; labels.forEach(c => { val[c] = 0; });
+  const total = labels.reduce((p, c) => p * size[c], 1);
+  for (let n = 0; n < total; n++) {
+    let r = n;
+    for (let i = labels.length - 1; i >= 0; i--) { val[labels[i]] = r % size[labels[i]]; r = Math.floor(r / size[labels[i]]); }
+    let ia = 0, ib = 0, io = 0;
+    for (let i = 0; i < sa.length; i++) ia += val[sa[i]] * as[i];
+    for (let i = 0; i < sb.length; i++) ib += val[sb[i]] * bs[i];
+    for (let i = 0; i < out.length; i++) io += val[out[i]] * os[i];
+    res[io] += A.data[ia] * B.data[ib];
+  }
+  return T(oshape, res);
+}
+
+// Broadcasts |p| (numpy rules, trailing-aligned) against |x| with f.
+function bcast(x, p, f) {
+  const r = x.shape.length, pr = p.shape.length, out = new Float64Array(x.data.length);
+  const xs = [], ps = []; let k = 1, q = 1;
+  for (let i = r - 1; i >= 0; i--) { xs[i] = k; k *= x.shape[i]; }
+  for (let i = pr - 1; i >= 0; i--) { ps[i] = p.shape[i] === 1 ? 0 : q; q *= p.shape[i]; }
+  for (let o = 0; o < out.length; o++) {
+    let pi = 0;
+    for (let i = 0; i < pr; i++) pi += Math.floor(o / xs[r - pr + i]) % x.shape[r - pr + i] * ps[i];
+    out[o] = f(x.data[o], p.data[pi]);
+  }
+  return T(x.shape, out);
+}
+
+// Mean and variance (two-pass) over the last axis / the groups.
+function normalizeGroups(x, groupOf, nGroups, eps, gamma, beta) {
+  const sum = new Float64Array(nGroups), cnt = new Float64Array(nGroups), sq = new Float64Array(nGroups);
+  x.data.forEach((v, i) => { sum[groupOf(i)] += v; cnt[groupOf(i)]++; });
+  x.data.forEach((v, i) => { const g = groupOf(i); sq[g] += (v - sum[g] / cnt[g]) ** 2; });
+  const C = x.shape[x.shape.length - 1];
+  return T(x.shape, x.data.map((v, i) => {
+    const g = groupOf(i), m = sum[g] / cnt[g];
+    return (v - m) / Math.sqrt(sq[g] / cnt[g] + eps) * gamma[i % C] + beta[i % C];
+  }));
+}
+
+function batchDot(x, y, axes) {  // keras batch_dot via einsum
+  const L = 'abcdefgh', M = 'ijklmnop';
+  const sx = [...L.slice(0, x.shape.length)], sy = [...M.slice(0, y.shape.length)];
+  sy[0] = sx[0]; sy[axes[1]] = sx[axes[0]];
+  const o = sx.filter((c, i) => i !== axes[0]).concat(sy.filter((c, i) => i !== 0 && i !== axes[1]));
+  const r = einsum(`${sx.join('')},${sy.join('')}->${o.join('')}`, x, y);
+  return r.shape.length === 1 ? T([r.shape[0], 1], r.data) : r;
+}
+
+function l2norm(x, axis) {
+  const C = x.shape[axis], inner = size(x.shape.slice(axis + 1)), out = new Float64Array(x.data.length);
+  for (let o = 0; o < x.data.length / (C * inner); o++) for (let i = 0; i < inner; i++) {
+    let s = 0;
+    for (let c = 0; c < C; c++) s += x.data[(o * C + c) * inner + i] ** 2;
+    for (let c = 0; c < C; c++) out[(o * C + c) * inner + i] = x.data[(o * C + c) * inner + i] / Math.sqrt(Math.max(s, 1e-14));
+  }
+  return T(x.shape, out);
+}
+
 function applyLayer(cls, cfg, x, W, prefix) {
   const w = n => {
     const t = W[`${prefix}${cfg.name}/${n}`];
@@ -166,6 +238,75 @@ function applyLayer(cls, cfg, x, W, prefix) {
     case 'Activation': return activation(cfg.activation, x);
     case 'ReLU': return T(x.shape, x.data.map(v => kerasRelu(v, cfg)));
     case 'Softmax': return softmaxAxis(x, cfg.axis);
+    case 'Rescaling': return T(x.shape, x.data.map(v => v * cfg.scale + cfg.offset));
+    case 'Normalization': {
+      const m = w('mean'), v = w('variance');
+      return bcast(bcast(x, m, (a, b) => a - b), v, (a, b) => a / Math.max(Math.sqrt(b), 1e-7));
+    }
+    case 'BatchNormalization': {
+      const m = w('moving_mean').data, v = w('moving_variance').data, g = w('gamma').data, be = w('beta').data;
+      const C = x.shape[x.shape.length - 1];
+      return T(x.shape, x.data.map((a, i) => (a - m[i % C]) / Math.sqrt(v[i % C] + cfg.epsilon) * g[i % C] + be[i % C]));
+    }
+    case 'LayerNormalization': {
+      const C = x.shape[x.shape.length - 1];
+      return normalizeGroups(x, i => Math.floor(i / C), x.data.length / C, cfg.epsilon, w('gamma').data, w('beta').data);
+    }
+    case 'GroupNormalization': {
+      const C = x.shape[x.shape.length - 1], cg = C / cfg.groups, per = size(x.shape.slice(1));
+      return normalizeGroups(x, i => Math.floor(i / per) * cfg.groups + Math.floor((i % C) / cg),
+        x.shape[0] * cfg.groups, cfg.epsilon, w('gamma').data, w('beta').data);
+    }
+    case 'UnitNormalization': return l2norm(x, x.shape.length - 1);
+    case 'PReLU': return bcast(x, w('alpha'), (a, al) => (a > 0 ? a : al * a));
+    case 'LeakyReLU': return T(x.shape, x.data.map(v => (v >= 0 ? v : cfg.negative_slope * v)));
+    case 'ELU': return T(x.shape, x.data.map(v => (v > 0 ? v : cfg.alpha * Math.expm1(v))));
+    case 'ZeroPadding2D': case 'Cropping2D': case 'UpSampling2D': {
+      const [B, H, Wd, C] = x.shape;
+      const p = cls === 'ZeroPadding2D' ? cfg.padding : cls === 'Cropping2D' ? cfg.cropping.map(a => a.map(v => -v)) : null;
+      const oh = p ? H + p[0][0] + p[0][1] : H * cfg.size[0], ow = p ? Wd + p[1][0] + p[1][1] : Wd * cfg.size[1];
+      const out = new Float64Array(B * oh * ow * C);
+      for (let b = 0; b < B; b++) for (let i = 0; i < oh; i++) for (let j = 0; j < ow; j++) for (let c = 0; c < C; c++) {
+        const si = p ? i - p[0][0] : Math.floor(i / cfg.size[0]), sj = p ? j - p[1][0] : Math.floor(j / cfg.size[1]);
+        out[((b * oh + i) * ow + j) * C + c] = si < 0 || si >= H || sj < 0 || sj >= Wd ? 0 : x.data[((b * H + si) * Wd + sj) * C + c];
+      }
+      return T([B, oh, ow, C], out);
+    }
+    case 'GlobalMaxPooling2D': case 'GlobalAveragePooling2D': case 'GlobalAveragePooling1D': {
+      const B = x.shape[0], C = x.shape[x.shape.length - 1], P = size(x.shape.slice(1, -1)), out = new Float64Array(B * C);
+      const avg = cls.includes('Average');
+      for (let b = 0; b < B; b++) for (let c = 0; c < C; c++) {
+        let r = avg ? 0 : -Infinity;
+        for (let p = 0; p < P; p++) { const v = x.data[(b * P + p) * C + c]; r = avg ? r + v / P : Math.max(r, v); }
+        out[b * C + c] = r;
+      }
+      return T([B, C], out);
+    }
+    case 'RepeatVector': {
+      const [B, D] = x.shape, out = new Float64Array(B * cfg.n * D);
+      for (let b = 0; b < B; b++) for (let k = 0; k < cfg.n; k++) for (let d = 0; d < D; d++) out[(b * cfg.n + k) * D + d] = x.data[b * D + d];
+      return T([B, cfg.n, D], out);
+    }
+    case 'EinsumDense': {
+      let y = einsum(cfg.equation, x, w('kernel'));
+      if (cfg.bias_axes) y = bcast(y, w('bias'), (a, b) => a + b);
+      return activation(cfg.activation, y);
+    }
+    case 'Dot': {
+      const ax = typeof cfg.axes === 'number' ? [cfg.axes, cfg.axes] : cfg.axes;
+      const axes = ax.map((a, i) => (a < 0 ? a + x[i].shape.length : a));
+      const [p, q] = cfg.normalize ? [l2norm(x[0], axes[0]), l2norm(x[1], axes[1])] : x;
+      return batchDot(p, q, axes);
+    }
+    case 'MultiHeadAttention': {  // Keras' own equations for rank-3 inputs
+      const [q, v] = x, k = x[2] || v;
+      const proj = (n, t) => bcast(einsum('abc,cde->abde', t, w(`${n}/kernel`)), w(`${n}/bias`), (a, b) => a + b);
+      const Q = proj('query', q), K = proj('key', k), V = proj('value', v);
+      const Qs = T(Q.shape, Q.data.map(e => e * Math.fround(1 / Math.sqrt(cfg.key_dim))));
+      const sc = softmaxAxis(einsum('aecd,abcd->acbe', K, Qs), -1);
+      const o = einsum('acbe,aecd->abcd', sc, V);
+      return bcast(einsum('abcd,cde->abe', o, w('attention_output/kernel')), w('attention_output/bias'), (a, b) => a + b);
+    }
     default: throw new Error(`interpreter: unsupported layer ${cls}`);
   }
 }
@@ -186,7 +327,8 @@ function runKeras3(modelJson, W, inputs) {
   while (pending.length) {
     const next = [];
     for (const l of pending) {
-      const arg = resolve(l.inbound_nodes[0].args[0]);
+      const a0 = l.inbound_nodes[0].args;
+      const arg = l.class_name === 'MultiHeadAttention' ? a0.map(resolve) : resolve(a0[0]);
       if ((Array.isArray(arg) ? arg : [arg]).some(v => v === undefined)) { next.push(l); continue; }
       vals[l.name] = applyLayer(l.class_name, l.config, arg, W, '');
     }
@@ -228,7 +370,8 @@ async function main() {
     for (const s of tj.weightsManifest[0].weights) {
       const n = size(s.shape), st = W[prefix + s.name];
       if (!st || JSON.stringify(st.shape) !== JSON.stringify(s.shape)) { wbad++; continue; }
-      for (let i = 0; i < n; i++) if (bin.readFloatLE(off + 4 * i) !== st.data[i]) { wbad++; break; }
+      const rd = s.dtype === 'int32' ? o => bin.readInt32LE(o) : o => bin.readFloatLE(o);
+      for (let i = 0; i < n; i++) if (rd(off + 4 * i) !== st.data[i]) { wbad++; break; }
       off += 4 * n;
     }
     if (off !== bin.length || Object.keys(W).length !== tj.weightsManifest[0].weights.length) wbad++;
@@ -239,6 +382,7 @@ async function main() {
   // 2. TF.js round trip (needs the tfjs extensions registered)
   const tf = require('@tensorflow/tfjs');
   const ext = require('./tfjs_keras3');
+  require('./keras3_layers');  // MultiHeadAttention, EinsumDense, ... (tfjs lacks them)
   // tfjs camelCases activation names when it reads a topology
   // ('leaky_relu' -> 'leakyRelu'; 'hard_sigmoid' -> tfjs' own 'hardSigmoid',
   // i.e. tf.keras 2 semantics, which is what expected_tfjs.npy holds).

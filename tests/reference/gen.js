@@ -26,6 +26,7 @@ const OUT = path.resolve(__dirname, '..', '..', 'examples');
 const BATCH = 37;
 
 const { KReLU, KSubtract } = require('./tfjs_keras3');
+const K3 = require('./keras3_layers');
 
 // ====================================================================
 // Keras 3 JSON building blocks (Keras 3.13 field sets).
@@ -39,7 +40,11 @@ const ZE = () => ({ module: 'keras.initializers', class_name: 'Zeros', config: {
 // default Layer.build on first call (Flatten, Permute). Reshape, Dropout,
 // Activation, ReLU, Softmax and InputLayer are marked built in __init__.
 const HAS_BUILD_CONFIG = new Set(['Dense', 'Flatten', 'Permute', 'Add', 'Subtract', 'Multiply',
-  'Average', 'Maximum', 'Minimum', 'Concatenate']);
+  'Average', 'Maximum', 'Minimum', 'Concatenate', 'Dot', 'BatchNormalization', 'LayerNormalization',
+  'GroupNormalization', 'Normalization', 'PReLU', 'EinsumDense', 'MultiHeadAttention',
+  'ZeroPadding2D', 'Cropping2D', 'UpSampling2D', 'GlobalMaxPooling2D', 'GlobalAveragePooling2D',
+  'GlobalAveragePooling1D', 'RepeatVector', 'Conv2D', 'DepthwiseConv2D', 'MaxPooling2D',
+  'AveragePooling2D', 'Embedding']);
 const MERGE = new Set(['Add', 'Subtract', 'Multiply', 'Average', 'Maximum', 'Minimum', 'Concatenate']);
 
 function denseSpecific(units, activation, useBias) {
@@ -78,16 +83,22 @@ class Builder {
   // cls: Keras class name; specific: Keras 3 config keys after
   // name/trainable/dtype; tfLayer: the tfjs layer; inp: handle or array of
   // handles (merge layers); kwargs: recorded call kwargs.
-  layer(cls, name, specific, tfLayer, inp, kwargs = {}) {
+  // positional: the inputs are separate positional args (MultiHeadAttention
+  // query, value), not one list arg (merge layers).
+  layer(cls, name, specific, tfLayer, inp, kwargs = {}, { positional = false } = {}) {
     const ins = Array.isArray(inp) ? inp : [inp];
     const sym = tfLayer.apply(Array.isArray(inp) ? ins.map(h => h.sym) : inp.sym);
     const kt = h => ({ class_name: '__keras_tensor__', config: { shape: h.shape, dtype: 'float32', keras_history: h.hist } });
-    const args = Array.isArray(inp) ? [ins.map(kt)] : [kt(inp)];
+    const args = positional ? ins.map(kt) : Array.isArray(inp) ? [ins.map(kt)] : [kt(inp)];
     const buildShape = Array.isArray(inp) ? ins.map(h => h.shape) : inp.shape;
+    let buildConfig = HAS_BUILD_CONFIG.has(cls) ? { input_shape: buildShape } : undefined;
+    if (positional) {  // multi-argument build(): Keras records shapes_dict
+      buildConfig = { shapes_dict: { query_shape: ins[0].shape, value_shape: ins[1].shape } };
+    }
     this.entries.push({
       cls, name,
       config: Object.assign({ name, trainable: true, dtype: DP() }, specific),
-      buildConfig: HAS_BUILD_CONFIG.has(cls) ? { input_shape: buildShape } : undefined,
+      buildConfig,
       inbound: [{ args, kwargs }],
       outShape: sym.shape.slice(),
     });
@@ -140,6 +151,13 @@ class Builder {
 // pre-activations into the interesting ranges: relu6 > 6, hard_sigmoid
 // outside [-3, 3] ...), non-zero small biases in [-0.2, 0.2].
 
+// Non-trivial values for normalisation parameters and state, so that a
+// swapped or ignored variable shows up in the outputs.
+const STATE_INIT = {
+  gamma: [0.6, 1.4], beta: [-0.3, 0.3], moving_mean: [-0.4, 0.4], moving_variance: [0.3, 2.0],
+  alpha: [0.05, 0.5], mean: [-0.3, 0.6], variance: [0.2, 1.5],
+};
+
 function setSeededWeights(model, builder) {
   const rng = builder.rng;
   const list = [];  // {layer, wname, shape, data}, model.weights order
@@ -150,18 +168,33 @@ function setSeededWeights(model, builder) {
     const vals = [];
     for (const w of layer.weights) {
       const shape = w.shape.slice();
-      const wname = w.originalName.split('/').pop();
+      // the weight's path inside its layer: 'kernel', 'query/kernel'
+      if (!w.originalName.startsWith(layer.name + '/')) throw new Error(`weight ${w.originalName}`);
+      const wname = w.originalName.slice(layer.name.length + 1);
       const n = shape.reduce((a, b) => a * b, 1);
-      let data;
-      if (wname === 'kernel') {
-        const fanIn = shape[0], fanOut = shape[1];
+      const leaf = wname.split('/').pop();
+      let data, dtype = 'float32';
+      if (leaf === 'embeddings') {
+        data = L.uniformArray(rng, n, -1, 1);
+      } else if (leaf === 'kernel' || leaf === 'depthwise_kernel' || leaf === 'pointwise_kernel') {
+        // fan_in: the contracted dims (two for MultiHeadAttention's output
+        // projection), fan_out: the rest
+        const nIn = wname === 'attention_output/kernel' ? 2 : 1;
+        const fanIn = shape.slice(0, nIn).reduce((a, b) => a * b, 1);
+        const fanOut = n / fanIn;
         const lim = gain * Math.sqrt(6 / (fanIn + fanOut));
         data = L.uniformArray(rng, n, -lim, lim);
-      } else if (wname === 'bias') {
+      } else if (leaf === 'bias') {
         data = L.uniformArray(rng, n, -0.2, 0.2);
+      } else if (STATE_INIT[leaf]) {
+        const [lo, hi] = STATE_INIT[leaf];
+        data = L.uniformArray(rng, n, lo, hi);
+      } else if (leaf === 'count') {
+        data = new Int32Array([1000]);
+        dtype = 'int32';
       } else throw new Error(`unexpected weight ${w.originalName}`);
-      vals.push(tf.tensor(data, shape));
-      list.push({ layer: layer.name, wname, shape, data });
+      vals.push(tf.tensor(data, shape, dtype));
+      list.push({ layer: layer.name, wname, shape, data, dtype });
     }
     layer.setWeights(vals);
     vals.forEach(t => t.dispose());
@@ -292,6 +325,176 @@ function buildMergeReshape() {
   return { b, model, outputs: [head0, head1], inputRanges: [[-1, 1], [-1, 1]] };
 }
 
+// ---- Keras 3.13 config key sets of the layers below
+const ON = () => ({ module: 'keras.initializers', class_name: 'Ones', config: {}, registered_name: null });
+const normSpecific = extra => Object.assign(extra, {
+  beta_initializer: ZE(), gamma_initializer: ON(), beta_regularizer: null, gamma_regularizer: null,
+  beta_constraint: null, gamma_constraint: null,
+});
+const einsumSpecific = (equation, outputShape, biasAxes) => ({
+  output_shape: outputShape, equation, activation: 'linear', bias_axes: biasAxes,
+  kernel_initializer: GU(), bias_initializer: ZE(), kernel_regularizer: null, bias_regularizer: null,
+  kernel_constraint: null, bias_constraint: null, quantization_config: null,
+});
+
+// Input(16, 32) -> MultiHeadAttention(4 heads, key_dim 8) self-attention ->
+// Add -> LayerNormalization -> Dense(64, relu) -> Dense(32) -> Add ->
+// LayerNormalization -> GlobalAveragePooling1D -> Dense(5, softmax).
+function buildTransformerBlock() {
+  const b = new Builder('functional', 'transformer_block', 0x7F0B10C);
+  const x = b.input('input_layer', [16, 32]);
+  b.denseInit.mha = 1;
+  const att = b.layer('MultiHeadAttention', 'mha', {
+    num_heads: 4, key_dim: 8, value_dim: 8, dropout: L.pyf(0), use_bias: true, output_shape: null,
+    attention_axes: [1], kernel_initializer: GU(), bias_initializer: ZE(), kernel_regularizer: null,
+    bias_regularizer: null, activity_regularizer: null, kernel_constraint: null, bias_constraint: null,
+    seed: null,
+  }, new K3.KMultiHeadAttention({ name: 'mha', num_heads: 4, key_dim: 8, value_dim: 8 }), [x, x], {},
+  { positional: true });
+  const add1 = b.layer('Add', 'add', {}, tf.layers.add({ name: 'add' }), [x, att]);
+  b.denseInit.ln1 = 1;
+  const ln = (name, h) => b.layer('LayerNormalization', name,
+    normSpecific({ axis: [-1], epsilon: L.pyf(0.001), center: true, scale: true }),
+    tf.layers.layerNormalization({ axis: -1, epsilon: 0.001, name }), h);
+  const n1 = ln('ln1', add1);
+  const f1 = b.dense('ffn1', 64, 'relu', n1);
+  const f2 = b.dense('ffn2', 32, 'linear', f1);
+  const add2 = b.layer('Add', 'add_1', {}, tf.layers.add({ name: 'add_1' }), [n1, f2]);
+  b.denseInit.ln2 = 1;
+  const n2 = ln('ln2', add2);
+  const gap = b.layer('GlobalAveragePooling1D', 'gap', { data_format: 'channels_last', keepdims: false },
+    tf.layers.globalAveragePooling1d({ name: 'gap' }), n2);
+  const head = b.dense('head', 5, 'softmax', gap);
+  const model = tf.model({ inputs: b.inputs, outputs: head.sym, name: 'transformer_block' });
+  return { b, model, outputs: [head], inputRanges: [[-1, 1]] };
+}
+
+// Many small layers in branches concatenated into one output vector.
+function buildNormZoo() {
+  const b = new Builder('functional', 'norm_zoo', 0x2005EED);
+  const x = b.input('input_layer', [6, 6, 4]);
+  const L1 = (cls, name, specific, tfl, inp, kw) => {
+    b.denseInit[name] = 1;
+    return b.layer(cls, name, specific, tfl, inp, kw);
+  };
+  const r = L1('Rescaling', 'rescaling', { scale: L.pyf(0.5), offset: L.pyf(0.25) },
+    tf.layers.rescaling({ scale: 0.5, offset: 0.25, name: 'rescaling' }), x);
+  const nr = L1('Normalization', 'normalization', { axis: [-1], invert: false, mean: null, variance: null },
+    new K3.KNormalization({ name: 'normalization', axis: [-1] }), r);
+  const bn = L1('BatchNormalization', 'bn', normSpecific({
+    axis: -1, momentum: L.pyf(0.99), epsilon: L.pyf(0.001), center: true, scale: true,
+    moving_mean_initializer: ZE(), moving_variance_initializer: ON(), synchronized: false,
+  }), tf.layers.batchNormalization({ axis: -1, epsilon: 0.001, name: 'bn' }), nr, { mask: null });
+  const gn = L1('GroupNormalization', 'gn', normSpecific({ groups: 2, axis: -1, epsilon: L.pyf(0.001),
+    center: true, scale: true }), new K3.KGroupNormalization({ name: 'gn', groups: 2 }), bn);
+  const pr = L1('PReLU', 'prelu', { alpha_initializer: ZE(), alpha_regularizer: null,
+    alpha_constraint: null, shared_axes: [1, 2] }, tf.layers.prelu({ sharedAxes: [1, 2], name: 'prelu' }), gn);
+  const zp = L1('ZeroPadding2D', 'zero_pad', { padding: [[1, 2], [0, 1]], data_format: 'channels_last' },
+    tf.layers.zeroPadding2d({ padding: [[1, 2], [0, 1]], name: 'zero_pad' }), pr);          // (9,7,4)
+  const cr = L1('Cropping2D', 'crop', { cropping: [[2, 1], [1, 0]], data_format: 'channels_last' },
+    tf.layers.cropping2D({ cropping: [[2, 1], [1, 0]], name: 'crop' }), zp);                // (6,6,4)
+  const up = L1('UpSampling2D', 'up', { size: [2, 1], data_format: 'channels_last', interpolation: 'nearest' },
+    tf.layers.upSampling2d({ size: [2, 1], name: 'up' }), cr);                               // (12,6,4)
+  const gmp = L1('GlobalMaxPooling2D', 'gmp', { data_format: 'channels_last', keepdims: false },
+    tf.layers.globalMaxPooling2d({ name: 'gmp' }), up);
+  const gap = L1('GlobalAveragePooling2D', 'gap', { data_format: 'channels_last', keepdims: false },
+    tf.layers.globalAveragePooling2d({ name: 'gap' }), up);
+  const v = L1('Concatenate', 'concat_pool', { axis: -1 },
+    tf.layers.concatenate({ axis: -1, name: 'concat_pool' }), [gmp, gap]);                  // (8)
+  const d1 = b.dense('d1', 10, 'linear', v, { gain: 2 });
+  const lr = L1('LeakyReLU', 'leaky', { negative_slope: L.pyf(0.3) },
+    tf.layers.leakyReLU({ alpha: 0.3, name: 'leaky' }), d1);
+  const el = L1('ELU', 'elu', { alpha: L.pyf(1.0) }, tf.layers.elu({ alpha: 1.0, name: 'elu' }), d1);
+  const un = L1('UnitNormalization', 'unit_norm', { axis: -1 },
+    new K3.KUnitNormalization({ name: 'unit_norm', axis: -1 }), v);
+  const rv = L1('RepeatVector', 'repeat', { n: 3 }, tf.layers.repeatVector({ n: 3, name: 'repeat' }), lr);
+  const ed1 = L1('EinsumDense', 'einsum_seq', einsumSpecific('abc,cd->abd', [3, 6], 'd'),
+    new K3.KEinsumDense({ name: 'einsum_seq', equation: 'abc,cd->abd', output_shape: [3, 6], bias_axes: 'd' }), rv);
+  const ed2 = L1('EinsumDense', 'einsum_vec', einsumSpecific('ab,bcd->acd', [3, 6], 'cd'),
+    new K3.KEinsumDense({ name: 'einsum_vec', equation: 'ab,bcd->acd', output_shape: [3, 6], bias_axes: 'cd' }), el);
+  const dt1 = L1('Dot', 'dot_cos', { axes: -1, normalize: true },
+    tf.layers.dot({ axes: -1, normalize: true, name: 'dot_cos' }), [ed1, ed2]);            // (3,3)
+  const dt2 = L1('Dot', 'dot_vec', { axes: 1, normalize: false },
+    tf.layers.dot({ axes: 1, name: 'dot_vec' }), [lr, el]);                                  // (1)
+  const flat = (name, h) => L1('Flatten', name, { data_format: 'channels_last' },
+    tf.layers.flatten({ name }), h);
+  const cat = L1('Concatenate', 'concat_out', { axis: -1 }, tf.layers.concatenate({ axis: -1, name: 'concat_out' }),
+    [flat('flat_dot', dt1), dt2, el, un, flat('flat_einsum', ed1)]);
+  const model = tf.model({ inputs: b.inputs, outputs: cat.sym, name: 'norm_zoo' });
+  return { b, model, outputs: [cat], inputRanges: [[-1, 1]] };
+}
+
+// ---- convolutions, pooling, Embedding (Keras 3.13 config keys)
+const convSpecific = (extra, init = 'kernel') => Object.assign(extra, {
+  data_format: 'channels_last', dilation_rate: extra.dilation_rate || [1, 1],
+}, init === 'kernel' ? { groups: 1 } : {}, {
+  activation: extra.activation || 'linear', use_bias: true,
+  [`${init}_initializer`]: GU(), bias_initializer: ZE(), [`${init}_regularizer`]: null,
+  bias_regularizer: null, activity_regularizer: null, [`${init}_constraint`]: null,
+  bias_constraint: null,
+});
+const poolSpecific = (size, strides, padding) => ({
+  pool_size: size, padding, strides, data_format: 'channels_last',
+});
+
+// Input(16,16,3) -> Conv2D(8,3,same,relu) -> BatchNormalization -> MaxPooling2D
+// -> Conv2D(16,3,strides 2,valid) -> DepthwiseConv2D(3,same, depth_multiplier 1)
+// -> AveragePooling2D(2,same: the edge windows average only their valid
+// elements) -> GlobalAveragePooling2D -> Dense(10, softmax).
+function buildSmallCnn() {
+  const b = new Builder('functional', 'small_cnn', 0xC0417E5);
+  b.depthwise = new Set(['dw']);
+  const x = b.input('input_layer', [16, 16, 3]);
+  const L1 = (cls, name, specific, tfl, inp, kw) => {
+    b.denseInit[name] = 1;
+    return b.layer(cls, name, specific, tfl, inp, kw);
+  };
+  const c1 = L1('Conv2D', 'conv1', convSpecific({ filters: 8, kernel_size: [3, 3], strides: [1, 1],
+    padding: 'same', activation: 'relu' }),
+  tf.layers.conv2d({ filters: 8, kernelSize: 3, padding: 'same', activation: 'relu', name: 'conv1' }), x);
+  const bn = L1('BatchNormalization', 'bn', normSpecific({
+    axis: -1, momentum: L.pyf(0.99), epsilon: L.pyf(0.001), center: true, scale: true,
+    moving_mean_initializer: ZE(), moving_variance_initializer: ON(), synchronized: false,
+  }), tf.layers.batchNormalization({ axis: -1, epsilon: 0.001, name: 'bn' }), c1, { mask: null });
+  const mp = L1('MaxPooling2D', 'pool1', poolSpecific([2, 2], [2, 2], 'valid'),
+    tf.layers.maxPooling2d({ poolSize: 2, name: 'pool1' }), bn);                     // (8,8,8)
+  const c2 = L1('Conv2D', 'conv2', convSpecific({ filters: 16, kernel_size: [3, 3], strides: [2, 2],
+    padding: 'valid' }),
+  tf.layers.conv2d({ filters: 16, kernelSize: 3, strides: 2, padding: 'valid', name: 'conv2' }), mp); // (3,3,16)
+  const dw = L1('DepthwiseConv2D', 'dw', convSpecific({ kernel_size: [3, 3], strides: [1, 1],
+    padding: 'same', depth_multiplier: 1 }, 'depthwise'),
+  tf.layers.depthwiseConv2d({ kernelSize: 3, padding: 'same', name: 'dw' }), c2);  // (3,3,16)
+  const ap = L1('AveragePooling2D', 'avg', poolSpecific([2, 2], [2, 2], 'same'),
+    tf.layers.averagePooling2d({ poolSize: 2, padding: 'same', name: 'avg' }), dw); // (2,2,16)
+  const gap = L1('GlobalAveragePooling2D', 'gap', { data_format: 'channels_last', keepdims: false },
+    tf.layers.globalAveragePooling2d({ name: 'gap' }), ap);
+  const head = b.dense('head', 10, 'softmax', gap, { gain: 2 });
+  const model = tf.model({ inputs: b.inputs, outputs: head.sym, name: 'small_cnn' });
+  return { b, model, outputs: [head], inputRanges: [[-1, 1]] };
+}
+
+// Input(20) of integer-valued float ids -> Embedding(1000, 16) ->
+// GlobalAveragePooling1D -> Dense(1, sigmoid).  Keras casts the float ids to
+// int32 (tfjs does the same).
+function buildTextClassifier() {
+  const b = new Builder('functional', 'text_classifier', 0x7E47C1A);
+  const x = b.input('input_layer', [20]);
+  b.denseInit.embedding = 1;
+  const e = b.layer('Embedding', 'embedding', {
+    input_dim: 1000, output_dim: 16, embeddings_initializer: { module: 'keras.initializers',
+      class_name: 'RandomUniform', config: { seed: null, minval: -0.05, maxval: 0.05 },
+      registered_name: null },
+    embeddings_regularizer: null, activity_regularizer: null, embeddings_constraint: null,
+    mask_zero: false, lora_rank: null,
+  }, tf.layers.embedding({ inputDim: 1000, outputDim: 16, name: 'embedding' }), x);
+  b.denseInit.gap = 1;
+  const gap = b.layer('GlobalAveragePooling1D', 'gap', { data_format: 'channels_last', keepdims: false },
+    tf.layers.globalAveragePooling1d({ name: 'gap' }), e);
+  const head = b.dense('head', 1, 'sigmoid', gap, { gain: 2 });
+  const model = tf.model({ inputs: b.inputs, outputs: head.sym, name: 'text_classifier' });
+  return { b, model, outputs: [head], inputRanges: [[0, 1000]], integerInputs: true };
+}
+
 // ====================================================================
 // Writers
 
@@ -309,7 +512,16 @@ function write(dir, file, data) {
   console.log('  wrote', path.relative(path.resolve(__dirname, '..', '..'), path.join(dir, file)));
 }
 
+// `node gen.js small_cnn text_classifier` regenerates only those folders.
+const ONLY = process.argv.slice(2);
+
+// Keras 3 names the DepthwiseConv2D kernel `kernel`; tfjs (tf.keras 2) says
+// `depthwise_kernel` (SeparableConv keeps `depthwise_kernel` in both).
+const k3WeightName = (b, w) =>
+  (b.depthwise && b.depthwise.has(w.layer) && w.wname === 'depthwise_kernel' ? 'kernel' : w.wname);
+
 async function emit(folder, built, { sequentialPrefix = null, extraExpected = null } = {}) {
+  if (ONLY.length && !ONLY.includes(folder)) return;
   const dir = path.join(OUT, folder);
   fs.mkdirSync(dir, { recursive: true });
   const { b, model, outputs, inputRanges } = built;
@@ -321,13 +533,16 @@ async function emit(folder, built, { sequentialPrefix = null, extraExpected = nu
 
   // ---- safetensors (Keras 3 variable paths)
   const prefix = sequentialPrefix ? sequentialPrefix + '/' : '';
+  // Keras stores Normalization's count as int64
   write(dir, 'weights.safetensors', L.safetensorsBytes(
-    wlist.map(w => ({ name: `${prefix}${w.layer}/${w.wname}`, shape: w.shape, data: w.data }))));
+    wlist.map(w => ({ name: `${prefix}${w.layer}/${k3WeightName(b, w)}`,
+      shape: w.shape, data: w.data,
+      dtype: w.dtype === 'int32' ? 'I64' : 'F32' }))));
 
   // ---- TF.js layers-model
   const art = await tfjsArtifacts(model);
   for (const s of art.weightSpecs) {
-    if (!/^[^/]+\/[^/]+$/.test(s.name)) throw new Error(`unexpected tfjs weight name ${s.name}`);
+    if (!/^[^/]+(\/[^/]+)+$/.test(s.name)) throw new Error(`unexpected tfjs weight name ${s.name}`);
   }
   const tfjsJson = {
     format: art.format, generatedBy: art.generatedBy, convertedBy: art.convertedBy,
@@ -344,7 +559,8 @@ async function emit(folder, built, { sequentialPrefix = null, extraExpected = nu
     const shape = [BATCH, ...sym.shape.slice(1)];
     const n = shape.reduce((p, q) => p * q, 1);
     const [lo, hi] = inputRanges[i];
-    const data = L.uniformArray(b.rng, n, lo, hi);
+    let data = L.uniformArray(b.rng, n, lo, hi);
+    if (built.integerInputs) data = data.map(Math.floor);
     xs.push(tf.tensor(data, shape));
     write(dir, multi ? `input${i}.npy` : 'input.npy', L.npyBytes(shape, data));
   });
@@ -382,6 +598,14 @@ async function main() {
   });
   console.log('merge_reshape');
   await emit('merge_reshape', buildMergeReshape());
+  console.log('transformer_block');
+  await emit('transformer_block', buildTransformerBlock());
+  console.log('norm_zoo');
+  await emit('norm_zoo', buildNormZoo());
+  console.log('small_cnn');
+  await emit('small_cnn', buildSmallCnn());
+  console.log('text_classifier');
+  await emit('text_classifier', buildTextClassifier());
 }
 
 main().catch(e => { console.error(e); process.exit(1); });

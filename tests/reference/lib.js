@@ -61,13 +61,14 @@ function readNpy(path) {
 
 // ---------------------------------------------------------------- safetensors
 // 8-byte LE u64 header length N, N bytes of JSON header, then raw data.
-// tensors: array of {name, shape, data: Float32Array} (written in this order).
+// tensors: array of {name, shape, data, dtype: 'F32' (default) or 'I64'}
+// (written in this order).
 function safetensorsBytes(tensors) {
   const header = {};
   let off = 0;
   for (const t of tensors) {
-    const nbytes = t.data.length * 4;
-    header[t.name] = { dtype: 'F32', shape: t.shape, data_offsets: [off, off + nbytes] };
+    const nbytes = t.data.length * (t.dtype === 'I64' ? 8 : 4);
+    header[t.name] = { dtype: t.dtype || 'F32', shape: t.shape, data_offsets: [off, off + nbytes] };
     off += nbytes;
   }
   let hjson = JSON.stringify(header);
@@ -81,7 +82,11 @@ function safetensorsBytes(tensors) {
   hbuf.copy(buf, 8);
   let p = 8 + hbuf.length;
   for (const t of tensors) {
-    for (let i = 0; i < t.data.length; i++) { buf.writeFloatLE(t.data[i], p); p += 4; }
+    if (t.dtype === 'I64') {
+      for (let i = 0; i < t.data.length; i++) { buf.writeBigInt64LE(BigInt(t.data[i]), p); p += 8; }
+    } else {
+      for (let i = 0; i < t.data.length; i++) { buf.writeFloatLE(t.data[i], p); p += 4; }
+    }
   }
   return buf;
 }
@@ -95,9 +100,15 @@ function readSafetensors(path) {
   for (const [name, info] of Object.entries(header)) {
     if (name === '__metadata__') continue;
     const [b, e] = info.data_offsets;
-    const data = new Float32Array((e - b) / 4);
-    for (let i = 0; i < data.length; i++) data[i] = buf.readFloatLE(base + b + 4 * i);
-    out[name] = { shape: info.shape, data };
+    let data;
+    if (info.dtype === 'I64') {
+      data = new Float64Array((e - b) / 8);
+      for (let i = 0; i < data.length; i++) data[i] = Number(buf.readBigInt64LE(base + b + 8 * i));
+    } else {
+      data = new Float32Array((e - b) / 4);
+      for (let i = 0; i < data.length; i++) data[i] = buf.readFloatLE(base + b + 4 * i);
+    }
+    out[name] = { shape: info.shape, data, dtype: info.dtype };
   }
   return out;
 }

@@ -163,7 +163,8 @@ static void test_flipped_program(void **state) {
 static void test_inconsistent_program(void **state) {
   (void)state;
   kdc_prog_kernel kern = {"kdc_kernel_0", 1};
-  kdc_prog_tensor in = {"x", KDC_IO_DTYPE_F32, 1, {4}, 16};
+  kdc_prog_tensor in = {
+      .name = "x", .dtype = KDC_IO_DTYPE_F32, .rank = 1, .dims = {4}, .bytes = 16};
   kdc_prog_loc args[1] = {{KDC_PROG_BUF_ARENA, 0, 0, 16}};
   kdc_prog_step step = {.kind = KDC_STEP_KERNEL, .kernel = {0, 4, 1, 1, args}};
   kdc_prog_func fn = {"predict", 1, 1, 1, &in, &in, &step};
@@ -221,6 +222,84 @@ static void test_inconsistent_program(void **state) {
   kdc_buf_free(&b);
 }
 
+/* Hand-made SPMD programs: a valid one (an all_reduce on a 2x4 mesh, run
+ * through the global API), then one inconsistency each in the mesh, the
+ * shardings and the COLLECTIVE step. */
+static void test_spmd_program(void **state) {
+  (void)state;
+  kdc_prog_kernel kern = {"kdc_kernel_0", 1};
+  kdc_prog_tensor x = {.name = "x", .dtype = KDC_IO_DTYPE_F32, .rank = 1, .dims = {8}, .bytes = 32};
+  x.sharding.naxes[0] = 1;  /* {a}: local f32[4] */
+  kdc_prog_tensor y = x;
+  y.name = "y";
+  kdc_prog_step step = {.kind = KDC_STEP_COLLECTIVE};
+  kdc_prog_coll_step *c = &step.coll;
+  *c = (kdc_prog_coll_step){.kind = KDC_COLL_ALL_REDUCE, .dtype = KDC_IO_DTYPE_F32, .naxes = 1,
+                            .axes = {1}, .rank = 1, .in_dims = {4}, .out_dims = {4},
+                            .src = {KDC_PROG_BUF_INPUT, 0, 0, 16},
+                            .dst = {KDC_PROG_BUF_OUTPUT, 0, 0, 16}};
+  kdc_prog_func fn = {"predict", 1, 1, 1, &x, &y, &step};
+  kdc_program p = {.n_kernels = 1, .n_funcs = 1, .kernels = &kern, .funcs = &fn};
+  p.mesh = (kdc_prog_mesh){2, {"a", "b"}, {2, 4}, 8};
+  kdc_buf b;
+  kdc_buf_init(&b);
+  kdc_prog_encode(&p, &b);
+  const char *good = repack(KDC_PLAN_SECTION_PROGRAM, b.data, b.size);
+  kdc_buf_free(&b);
+  kdc_rt_plan *plan;
+  assert_null(kdc_rt_plan_load(good, &plan));
+  assert_int_equal(kdc_rt_plan_device_count(plan), 8);
+  float in[8] = {1, 2, 3, 4, 5, 6, 7, 8}, out[8];
+  const void *ins[1] = {in};
+  void *outs[1] = {out};
+  assert_null(kdc_rt_plan_run(plan, ins, outs));
+  for (int i = 0; i < 8; i++) assert_true(out[i] == 4 * in[i]);  /* 4 replicas over b */
+  kdc_rt_plan_release(plan);
+  /* 1: an axis not in the mesh */
+  c->axes[0] = 5;
+  kdc_buf_init(&b);
+  kdc_prog_encode(&p, &b);
+  expect_bad(repack(KDC_PLAN_SECTION_PROGRAM, b.data, b.size), "not in the mesh");
+  kdc_buf_free(&b);
+  c->axes[0] = 1;
+  /* 2: shapes that do not match the kind */
+  c->kind = KDC_COLL_ALL_GATHER;
+  kdc_buf_init(&b);
+  kdc_prog_encode(&p, &b);
+  expect_bad(repack(KDC_PLAN_SECTION_PROGRAM, b.data, b.size), "shapes do not match");
+  kdc_buf_free(&b);
+  c->kind = KDC_COLL_ALL_REDUCE;
+  /* 3: source and destination overlap */
+  c->src = (kdc_prog_loc){KDC_PROG_BUF_ARENA, 0, 0, 16};
+  c->dst = (kdc_prog_loc){KDC_PROG_BUF_ARENA, 0, 8, 16};
+  p.arena_bytes = 64;
+  kdc_buf_init(&b);
+  kdc_prog_encode(&p, &b);
+  expect_bad(repack(KDC_PLAN_SECTION_PROGRAM, b.data, b.size), "overlap");
+  kdc_buf_free(&b);
+  c->dst.offset = 16;
+  /* 4: a sum of bools */
+  c->dtype = KDC_IO_DTYPE_BOOL;
+  kdc_buf_init(&b);
+  kdc_prog_encode(&p, &b);
+  expect_bad(repack(KDC_PLAN_SECTION_PROGRAM, b.data, b.size), "of bool");
+  kdc_buf_free(&b);
+  c->dtype = KDC_IO_DTYPE_F32;
+  /* 5: a sharding the shape does not divide */
+  x.dims[0] = 7;
+  kdc_buf_init(&b);
+  kdc_prog_encode(&p, &b);
+  expect_bad(repack(KDC_PLAN_SECTION_PROGRAM, b.data, b.size), "does not fit");
+  kdc_buf_free(&b);
+  x.dims[0] = 8;
+  /* 6: too many devices */
+  p.mesh.sizes[1] = 4000;
+  kdc_buf_init(&b);
+  kdc_prog_encode(&p, &b);
+  expect_bad(repack(KDC_PLAN_SECTION_PROGRAM, b.data, b.size), "more than 4096 devices");
+  kdc_buf_free(&b);
+}
+
 static void test_bad_code(void **state) {
   (void)state;
   size_t size;
@@ -244,7 +323,8 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_load_run_describe), cmocka_unit_test(test_truncated_program),
       cmocka_unit_test(test_truncated_weights), cmocka_unit_test(test_flipped_program),
-      cmocka_unit_test(test_inconsistent_program), cmocka_unit_test(test_bad_code),
+      cmocka_unit_test(test_inconsistent_program), cmocka_unit_test(test_spmd_program),
+      cmocka_unit_test(test_bad_code),
   };
   int rc = cmocka_run_group_tests(tests, setup, NULL);
   free(plan_path);

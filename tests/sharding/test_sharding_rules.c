@@ -59,6 +59,21 @@ static const char text[] =
     "    %ss = shard_slice [model] %ag dim=1 : f32[8,6]\n"
     "    %step = constant 3 : i64[]\n"
     "    %rng = rng_uniform %step seed=7 : f32[8,6]\n"
+    "    %cx = parameter 6 input \"cx\" : f32[2,5,5,3]\n"
+    "    %cw = parameter 7 input \"cw\" : f32[3,3,3,4]\n"
+    "    %cv = convolution %cx, %cw stride=[1,1] pad_low=[1,1] pad_high=[1,1] lhs_dilation=[1,1]"
+    " rhs_dilation=[1,1] groups=1 : f32[2,5,5,4]\n"
+    "    %dw = parameter 8 input \"dw\" : f32[3,3,1,6]\n"
+    "    %dc = convolution %cx, %dw stride=[1,1] pad_low=[1,1] pad_high=[1,1] lhs_dilation=[1,1]"
+    " rhs_dilation=[1,1] groups=3 : f32[2,5,5,6]\n"
+    "    %rw = reduce_window max %cx window=[1,2,2,1] stride=[1,2,2,1] pad_low=[0,0,0,0]"
+    " pad_high=[0,1,1,0] dilation=[1,1,1,1] : f32[2,3,3,3]\n"
+    "    %sas = select_and_scatter max %cx, %rw window=[1,2,2,1] stride=[1,2,2,1]"
+    " pad_low=[0,0,0,0] pad_high=[0,1,1,0] dilation=[1,1,1,1] : f32[2,5,5,3]\n"
+    "    %gi = parameter 9 input \"gi\" : i32[4,5]\n"
+    "    %ga = gather %w, %gi : f32[4,5,4]\n"
+    "    %sca = scatter_add %gi, %ga : f32[6,4]\n"
+    "    %rev = reverse %x dims=[1] : f32[8,6]\n"
     "    return %sel\n"
     "  }\n"
     "}\n";
@@ -101,6 +116,20 @@ static const char *const want[] = {
     "([i,k])->([j,l]) {i=8,j=8,k=24,l=6} need_replication={i,j,k,l}", /* shard_slice */
     "()->([]) {}",                                                 /* scalar constant */
     "([])->([i,j]) {i=8,j=6}",                                     /* rng_uniform */
+    "()->([i,j,k,l]) {i=2,j=5,k=5,l=3}",                           /* parameter */
+    "()->([i,j,k,l]) {i=3,j=3,k=3,l=4}",                           /* parameter */
+    "([i,l,o,k],[m,p,k,j])->([i,n,q,j]) {i=2,j=4,k=3,l=5,m=3,n=5,o=5,p=3,q=5} reduction={k} "
+    "need_replication={l,m,n,o,p,q}",                               /* convolution */
+    "()->([i,j,k,l]) {i=3,j=3,k=1,l=6}",                           /* parameter */
+    "([i,l,o,k],[m,p,_,j])->([i,n,q,j]) {i=2,j=6,k=3,l=5,m=3,n=5,o=5,p=3,q=5} "
+    "need_replication={j,k,l,m,n,o,p,q}",                           /* grouped convolution */
+    "([i,j,l,n])->([i,k,m,n]) {i=2,j=5,k=3,l=5,m=3,n=3} need_replication={j,k,l,m}", /* r_w */
+    "([i,j,m,p],[i,k,n,p])->([i,l,o,p]) {i=2,j=5,k=3,l=5,m=5,n=3,o=5,p=3} "
+    "need_replication={j,k,l,m,n,o}",                               /* select_and_scatter */
+    "()->([i,j]) {i=4,j=5}",                                       /* parameter */
+    "([i,l],[j,k])->([j,k,l]) {i=6,j=4,k=5,l=4} reduction={i}",    /* gather */
+    "([j,k],[j,k,l])->([i,l]) {i=6,j=4,k=5,l=4} reduction={j,k}",  /* scatter_add */
+    "([i,j])->([i,k]) {i=8,j=6,k=6} need_replication={j,k}",       /* reverse */
 };
 
 static void test_rule_table(void **state) {

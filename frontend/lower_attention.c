@@ -1,0 +1,177 @@
+/*
+ * frontend/lower_attention.c: lowering of EinsumDense and MultiHeadAttention.
+ *
+ * EinsumDense (keras/src/layers/core/einsum_dense.py call):
+ *   y = activation(einsum(equation, x, kernel) + bias)   (numpy broadcast)
+ * MultiHeadAttention (keras/src/layers/attention/multi_head_attention.py),
+ * with its equations built exactly as _build_proj_equation and
+ * _build_attention_equation build them for the query rank r:
+ *   q = query_dense(query)   "abc,cde->abde" for r = 3, bias (heads, key_dim)
+ *   k = key_dense(key); v = value_dense(value)
+ *   q = q * (1 / sqrt(key_dim))                 (_compute_attention)
+ *   scores = softmax(einsum(dot_eq, k, q)) over the attention axes, with
+ *            use_causal_mask: -1e9 where key index > query index, 0 after
+ *   out = attention_output(einsum(combine_eq, scores, v))
+ * Dropout is the identity at inference.  Keras routes 4-D projections
+ * through ops.dot_product_attention, which scales the logits instead of the
+ * query: the same function up to rounding.  attention_mask, query_mask,
+ * value_mask and key_mask tensors, and Keras masks, are not supported.
+ */
+#include <json-c/json.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "frontend/frontend.h"
+
+kdc_status kdc_fe_lower_einsum_dense(struct kdc_lower_ctx *c, const kdc_keras_layer *l,
+                                     const kdc_keras_node *n, const kdc_value_id *in,
+                                     const kdc_value_id *kw, kdc_value_id *out) {
+  const char *act, *eq;
+  KDC_RETURN_IF_ERROR(kdc_fe_cfg_activation(l, "activation", &act));
+  KDC_RETURN_IF_ERROR(kdc_fe_cfg_str(l, "equation", NULL, &eq));
+  kdc_value_id k = kdc_fe_weight(c, l, "kernel");
+  kdc_fe_einsum e;
+  KDC_RETURN_IF_ERROR(kdc_fe_einsum_parse(l, "equation", eq, kdc_ir_type(c->f, in[0])->rank,
+                                          kdc_ir_type(c->f, k)->rank, &e));
+  kdc_value_id y = kdc_fe_einsum_lower(c->f, &e, in[0], k);
+  kdc_value_id b = kdc_fe_weight(c, l, "bias");
+  if (b != KDC_NO_VALUE) y = kdc_ir_binary_bcast(c->f, KDC_OP_ADD, y, b);
+  if (kdc_fe_is_null(kdc_fe_get(l->config, "activation"))) act = "linear";
+  return kdc_fe_activation(c, l, "activation", act, y, &out[0]);
+}
+
+static char letter(int i) { return (char)('a' + i); }
+
+enum { EQ_LEN = 96 }; /* room for "%s,%s->%s" of three label strings */
+
+/* _build_proj_equation(free_dims, bound_dims, output_dims). */
+static void proj_equation(char *buf, int free_dims, int bound, int outd) {
+  char in[16] = "", ker[16] = "", o[16] = "";
+  int a = 0, b = 0, z = 0, off = 0;
+  for (int i = 0; i < free_dims; i++) in[a++] = o[z++] = letter(off + i);
+  off += free_dims;
+  for (int i = 0; i < bound; i++) in[a++] = ker[b++] = letter(off + i);
+  off += bound;
+  for (int i = 0; i < outd; i++) ker[b++] = o[z++] = letter(off + i);
+  snprintf(buf, EQ_LEN, "%s,%s->%s", in, ker, o);
+}
+
+/* _build_attention_equation(rank, attn_axes): dot_eq "key,query->scores"
+ * and combine_eq "scores,value->out". */
+static void attention_equations(char *dot, char *combine, int rank, int na, const int64_t *attn) {
+  char target[16] = "", source[16] = "", prod[24] = "";
+  bool is_attn[16] = {0};
+  for (int i = 0; i < na; i++) is_attn[attn[i]] = true;
+  int off = rank, k = 0;
+  for (int i = 0; i < rank; i++) target[i] = letter(i);
+  for (int i = 0; i < rank; i++)
+    source[i] = (!is_attn[i] || i == rank - 1) ? target[i] : letter(off++);
+  for (int i = 0; i < rank; i++)
+    if (!is_attn[i] && i != rank - 1) prod[k++] = target[i];
+  for (int i = 0; i < na; i++) prod[k++] = target[attn[i]];
+  for (int i = 0; i < na; i++) prod[k++] = source[attn[i]];
+  snprintf(dot, EQ_LEN, "%s,%s->%s", source, target, prod);
+  snprintf(combine, EQ_LEN, "%s,%s->%s", prod, source, target);
+}
+
+/* einsum(eq, x, kernel) + bias of sublayer |name| ("query", ...). */
+static kdc_status project(kdc_lower_ctx *c, const kdc_keras_layer *l, const char *name,
+                          const char *eq, kdc_value_id x, kdc_value_id *out) {
+  char kn[64], bn[64];
+  snprintf(kn, sizeof kn, "%s/kernel", name);
+  snprintf(bn, sizeof bn, "%s/bias", name);
+  kdc_value_id k = kdc_fe_weight(c, l, kn), b = kdc_fe_weight(c, l, bn);
+  kdc_fe_einsum e;
+  if (x == KDC_NO_VALUE) return NULL;
+  KDC_RETURN_IF_ERROR(kdc_fe_einsum_parse(l, name, eq, kdc_ir_type(c->f, x)->rank,
+                                          kdc_ir_type(c->f, k)->rank, &e));
+  *out = kdc_fe_einsum_lower(c->f, &e, x, k);
+  if (b != KDC_NO_VALUE) *out = kdc_ir_binary_bcast(c->f, KDC_OP_ADD, *out, b);
+  return NULL;
+}
+
+static kdc_value_id tensor_kw(const kdc_keras_node *n, const kdc_value_id *kw, const char *name) {
+  for (int i = 0; i < n->n_kw; i++)
+    if (!strcmp(n->kw_names[i], name)) return kw[i];
+  return KDC_NO_VALUE;
+}
+
+/* Causal masking of scores (..., T, S) as keras' Softmax with a mask:
+ * where(mask, x, -1e9), softmax, where(mask, y, 0); mask = s <= t. */
+static kdc_value_id causal_softmax(kdc_func *f, kdc_value_id x, int n_axes, const int64_t *axes) {
+  const kdc_type t = *kdc_ir_type(f, x);
+  kdc_type it = kdc_type_make(KDC_DTYPE_I32, t.rank, t.dims);
+  kdc_value_id p = kdc_ir_compare(f, KDC_CMP_LE, kdc_ir_iota(f, &it, t.rank - 1),
+                                  kdc_ir_iota(f, &it, t.rank - 2));
+  kdc_value_id neg = kdc_ir_splat(f, t.dtype, t.rank, t.dims, -1e9);
+  kdc_value_id y = kdc_fe_softmax(f, kdc_ir_select(f, p, x, neg), n_axes, axes, false);
+  return kdc_ir_select(f, p, y, kdc_ir_splat(f, t.dtype, t.rank, t.dims, 0));
+}
+
+kdc_status kdc_fe_lower_mha(struct kdc_lower_ctx *c, const kdc_keras_layer *l,
+                            const kdc_keras_node *n, const kdc_value_id *in,
+                            const kdc_value_id *kw, kdc_value_id *out) {
+  kdc_func *f = c->f;
+  static const char *const refused[] = {"attention_mask", "query_mask", "value_mask", "key_mask"};
+  for (int i = 0; i < 4; i++)
+    if (tensor_kw(n, kw, refused[i]) != KDC_NO_VALUE)
+      return kdc_fe_layer_err(l, KDC_UNSUPPORTED, "the call's %s tensor is not supported "
+                              "(only unmasked attention is)", refused[i]);
+  kdc_value_id q = n->n_in > 0 ? in[0] : tensor_kw(n, kw, "query");
+  kdc_value_id v = n->n_in > 1 ? in[1] : tensor_kw(n, kw, "value");
+  kdc_value_id k = n->n_in > 2 ? in[2] : tensor_kw(n, kw, "key");
+  if (k == KDC_NO_VALUE) k = v;
+  int64_t kd;
+  KDC_RETURN_IF_ERROR(kdc_fe_cfg_int(l, "key_dim", 1, &kd));
+  json_object *causal = kdc_fe_get(n->kwargs, "use_causal_mask");
+  bool use_causal = causal && json_object_get_boolean(causal);
+  json_object *ras = kdc_fe_get(n->kwargs, "return_attention_scores");
+  bool scores_out = ras && json_object_get_boolean(ras);
+  int qr = kdc_ir_type(f, q)->rank, kr = kdc_ir_type(f, k)->rank, vr = kdc_ir_type(f, v)->rank;
+  /* output_shape: the attention_output kernel's trailing dims */
+  int n_os = 1;
+  json_object *os = kdc_fe_get(l->config, "output_shape");
+  if (json_object_is_type(os, json_type_array)) n_os = (int)json_object_array_length(os);
+  char eq[EQ_LEN], dot_eq[EQ_LEN], comb_eq[EQ_LEN];
+  kdc_value_id pq = KDC_NO_VALUE, pk = KDC_NO_VALUE, pv = KDC_NO_VALUE, o = KDC_NO_VALUE;
+  proj_equation(eq, qr - 1, 1, 2);
+  KDC_RETURN_IF_ERROR(project(c, l, "query", eq, q, &pq));
+  proj_equation(eq, kr - 1, 1, 2);
+  KDC_RETURN_IF_ERROR(project(c, l, "key", eq, k, &pk));
+  proj_equation(eq, vr - 1, 1, 2);
+  KDC_RETURN_IF_ERROR(project(c, l, "value", eq, v, &pv));
+  /* attention axes of the projected rank qr + 1: default 1 .. qr - 2 */
+  int rank = qr + 1, na = 0;
+  int64_t attn[KDC_MAX_RANK];
+  if (kdc_fe_is_null(kdc_fe_get(l->config, "attention_axes"))) {
+    for (int i = 1; i < rank - 2; i++) attn[na++] = i;
+  } else {
+    KDC_RETURN_IF_ERROR(kdc_fe_cfg_axes(l, "attention_axes", 1, &na, attn));
+    for (int i = 0; i < na; i++) {
+      if (attn[i] < 0) attn[i] += rank - 1;
+      if (attn[i] < 1 || attn[i] >= rank - 2)
+        return kdc_fe_layer_err(l, KDC_INVALID_INPUT, "config.attention_axes: axis %lld is not an "
+                                "attention axis of a rank-%d query", (long long)attn[i], qr);
+    }
+  }
+  if (use_causal && na != 1)
+    return kdc_fe_layer_err(l, KDC_UNSUPPORTED, "use_causal_mask needs one attention axis");
+  attention_equations(dot_eq, comb_eq, rank, na, attn);
+  pq = kdc_ir_binary_scalar(f, KDC_OP_MUL, pq, (double)(float)(1.0 / sqrt((double)kd)));
+  kdc_fe_einsum e;
+  if (pq == KDC_NO_VALUE || pk == KDC_NO_VALUE || pv == KDC_NO_VALUE) return NULL;
+  KDC_RETURN_IF_ERROR(kdc_fe_einsum_parse(l, "attention_axes", dot_eq, rank, rank, &e));
+  kdc_value_id s = kdc_fe_einsum_lower(f, &e, pk, pq);
+  int sr = e.n[2];
+  int64_t norm[KDC_MAX_RANK];
+  for (int i = 0; i < na; i++) norm[i] = sr - na + i;
+  s = use_causal ? causal_softmax(f, s, na, norm) : kdc_fe_softmax(f, s, na, norm, false);
+  KDC_RETURN_IF_ERROR(kdc_fe_einsum_parse(l, "attention_axes", comb_eq, sr, rank, &e));
+  kdc_value_id a = kdc_fe_einsum_lower(f, &e, s, pv);
+  proj_equation(eq, qr - 1, 2, n_os);
+  KDC_RETURN_IF_ERROR(project(c, l, "attention_output", eq, a, &o));
+  out[0] = o;
+  if (scores_out && n->n_out > 1) out[1] = s;
+  return NULL;
+}
