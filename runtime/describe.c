@@ -162,6 +162,27 @@ static void put_coll_summary(FILE *o, const kdc_prog_func *f) {
   if (n) fprintf(o, "  collectives: %d, %.0f bytes per device per step\n", n, bytes);
 }
 
+void kdc_rt_plan_describe_collectives(const kdc_rt_plan *plan, FILE *o) {
+  const kdc_program *p = &plan->prog;
+  const kdc_prog_mesh *m = &p->mesh;
+  fprintf(o, "mesh:");
+  if (m->naxes == 0) fprintf(o, " none (1 device)");
+  for (uint32_t a = 0; a < m->naxes; a++) fprintf(o, "%s %s=%lld", a ? "," : "", m->names[a], (long long)m->sizes[a]);
+  fprintf(o, "\n");
+  for (uint32_t i = 0; i < p->n_funcs; i++) {
+    const kdc_prog_func *f = &p->funcs[i];
+    fprintf(o, "func %s:\n", f->name);
+    put_coll_summary(o, f);
+    bool any = false;
+    for (uint32_t s = 0; s < f->n_steps; s++)
+      if (f->steps[s].kind == KDC_STEP_COLLECTIVE) {
+        put_step(o, p, f, s, &f->steps[s]);
+        any = true;
+      }
+    if (!any) fprintf(o, "  no collectives\n");
+  }
+}
+
 void kdc_rt_plan_describe(const kdc_rt_plan *plan, FILE *o) {
   const kdc_program *p = &plan->prog;
   fprintf(o, "plan %s (written by kdc %s)\n", plan->path, kdc_plan_file_kdc_version(plan->file));

@@ -104,6 +104,9 @@ kdc_status kdc_rt_plan_run_local(kdc_rt_plan *p, size_t func, const void *const 
  * buffer ranges (collectives with their device groups and bytes per device,
  * SHARDING.md 4), the metadata and the IR text. */
 void kdc_rt_plan_describe(const kdc_rt_plan *p, FILE *out);
+/* `kdc inspect --collectives plan.bin`: the mesh and, per function, every
+ * collective step with its axes, device groups and bytes per device. */
+void kdc_rt_plan_describe_collectives(const kdc_rt_plan *p, FILE *out);
 /* `kdc inspect --sharding NAME plan.bin` (describe_sharding.c): how the
  * input, output or weight called |name| is laid out over the devices (a grid
  * of blocks for rank 2, a list of blocks otherwise, each with the device ids

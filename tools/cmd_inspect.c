@@ -65,8 +65,13 @@ static kdc_status explain(const char *path, const char *name) {
 int kdc_cmd_inspect(int argc, char **argv) {
   cli_args a = {argc, argv, 0};
   const char *file = NULL, *explain_name = NULL, *sharding_name = NULL;
+  bool collectives = false;
   kdc_status st = NULL;
   while (a.i < a.argc && !st) {
+    if (cli_flag(&a, "--collectives")) {
+      collectives = true;
+      continue;
+    }
     if (cli_flag_value(&a, "--explain", &explain_name, &st)) continue;
     if (cli_flag_value(&a, "--sharding", &sharding_name, &st)) continue;
     if (a.argv[a.i][0] != '-' && !file) file = a.argv[a.i++];
@@ -80,8 +85,9 @@ int kdc_cmd_inspect(int argc, char **argv) {
     st = explain(file, explain_name);
     return st ? cli_fail(st) : 0;
   }
-  if (sharding_name && !plan)
-    return cli_fail(KDC_ERR(KDC_INVALID_INPUT, "%s: --sharding needs a plan", file));
+  if ((sharding_name || collectives) && !plan)
+    return cli_fail(KDC_ERR(KDC_INVALID_INPUT, "%s: --%s needs a plan", file,
+                            collectives ? "collectives" : "sharding"));
   if (plan) {
     kdc_rt_plan *p = NULL;
     st = kdc_rt_plan_load(file, &p);
@@ -91,7 +97,8 @@ int kdc_cmd_inspect(int argc, char **argv) {
       kdc_rt_plan_release(p);
       return st ? cli_fail(st) : 0;
     }
-    kdc_rt_plan_describe(p, stdout);
+    if (collectives) kdc_rt_plan_describe_collectives(p, stdout);
+    else kdc_rt_plan_describe(p, stdout);
     kdc_rt_plan_release(p);
     return 0;
   }

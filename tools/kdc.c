@@ -50,6 +50,7 @@ static const char usage[] =
     "                          bytes, memory per device, steps, IR) or summarise a model\n"
     "      --explain NAME        why NAME (weight path, input, output, layer) is sharded so\n"
     "      --sharding NAME       picture of how tensor NAME is laid out over the devices\n"
+    "      --collectives         only the mesh and every collective (groups, bytes)\n"
     "\n"
     "  kdc --help | --version\n"
     "\n"
