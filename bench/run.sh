@@ -3,5 +3,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cmake -S . -B build-bench -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build build-bench -j "$(nproc)" --target bench_predict >/dev/null
+cmake --build build-bench -j "$(nproc)" --target bench_predict bench_mesh bench_collectives >/dev/null
 ./build-bench/bench/bench_predict
+./build-bench/bench/bench_mesh
+./build-bench/bench/bench_collectives

@@ -282,7 +282,8 @@ static LLVMValueRef emit_gather(wctx *W) {
   if (!v) return NULL;
   LLVMValueRef fill;
   if (tt->dtype == KDC_DTYPE_F32) fill = LLVMConstReal(P->f32, NAN);
-  else if (tt->dtype == KDC_DTYPE_I32) fill = LLVMConstInt(P->i32, (unsigned long long)INT32_MIN, 1);
+  else if (tt->dtype == KDC_DTYPE_I32)
+    fill = LLVMConstInt(P->i32, (unsigned long long)INT32_MIN, 1);
   else fill = LLVMConstInt(P->i64, (unsigned long long)INT64_MIN, 1);
   W->io->cost = 2;
   return LLVMBuildSelect(W->b, ok, v, fill, "");

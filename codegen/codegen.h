@@ -51,6 +51,8 @@ typedef struct kdc_codegen_options {
   size_t n_funcs;
   bool no_ir_text;           /* omit the IR_TEXT section (smaller plans) */
   const char *explain;       /* EXPLAIN section text (`kdc inspect --explain`); NULL = none */
+  int cuda_sm;               /* > 0: also lower every kernel to PTX for sm_<cuda_sm> (80, 90):
+                                PTX and CUDA sections, metadata target "cuda" (docs/gpu.md) */
 } kdc_codegen_options;
 
 /* Compiles every selected function of |m| (fused and memory-planned) into
@@ -109,6 +111,9 @@ typedef struct cg_plan {
   size_t cap_w;
   cg_global *globals;
   size_t n_globals, cap_globals;
+  kdc_type *ktype;            /* per kernel: the type of what it writes (ptx_wrap.c) */
+  size_t cap_ktype;
+  int cuda_sm;                /* options' cuda_sm (metadata) */
 } cg_plan;
 
 /* ---- lower.c: one function -> steps, storage, kernels ------------------ */
@@ -203,5 +208,16 @@ LLVMValueRef cg_emit_rng_uniform(cg_plan *P, int64_t seed, LLVMValueRef step, LL
  * unit_cost) for the step. */
 void cg_cpu_wrap(cg_plan *P, const cg_kernel *k, LLVMValueRef body, const char *name,
                  int64_t *out_extent, int64_t *out_unit_cost);
+
+/* ---- ptx_wrap.c: the CUDA wrapper and the PTX of every kernel ------------ */
+
+/* Lowers a clone of P->mod (bodies shared with the CPU wrappers, which are
+ * dropped from the clone) through LLVM's NVPTX backend for sm_<sm>: one
+ * PTX kernel "kdc_cuda_<k>" per kernel, one thread per output element,
+ * libm calls mapped to libdevice's __nv_* functions.  *|ptx| (malloc'd,
+ * NUL-terminated) is the PTX text; |launch| receives the CUDA section
+ * (docs/gpu.md: version, sm, then per kernel its entry name and thread
+ * count). */
+kdc_status cg_ptx_emit(cg_plan *P, int sm, char **ptx, size_t *ptx_len, kdc_buf *launch);
 
 #endif

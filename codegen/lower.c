@@ -216,6 +216,8 @@ static kdc_status emit_kernel(lowerer *L, cg_kernel *k, const kdc_prog_loc *args
   s.kind = KDC_STEP_KERNEL;
   s.kernel.kernel = idx;
   cg_cpu_wrap(P, k, body, name, &s.kernel.extent, &s.kernel.unit_cost);
+  KDC_GROW(P->ktype, P->cap_ktype, (size_t)idx + 1);
+  P->ktype[idx] = k->out_type;  /* for the CUDA wrapper (ptx_wrap.c) */
   s.kernel.n_args = k->n_args;
   s.kernel.args = kdc_arena_memdup(P->a, args, k->n_args * sizeof *args);
   KDC_GROW(P->prog.kernels, P->cap_kernels, P->prog.n_kernels + 1);

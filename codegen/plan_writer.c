@@ -12,6 +12,8 @@
  *                       and runs the O3 pipeline at load (JIT), so the build
  *                       never probes the host (STYLE anti-pattern 5)
  *   ir        IR_TEXT   the final IR in its canonical text (kdc inspect)
+ *   ptx       PTX       with --target cuda: the PTX of every kernel (ptx_wrap.c)
+ *   cuda      CUDA      with --target cuda: the launch table (docs/gpu.md)
  * The file appears complete at |out_path| or not at all.
  */
 #include <stdio.h>
@@ -49,6 +51,7 @@ static void plan_free(cg_plan *P) {
   free(P->w);
   free(P->wdata);
   free(P->globals);
+  free(P->ktype);
 }
 
 /* A JSON string literal (names come from the model: escape everything). */
@@ -85,7 +88,9 @@ static char *metadata_text(const cg_plan *P, size_t *out_len) {
   long long batch = f0 && f0->n_inputs && f0->inputs[0].rank ? (long long)f0->inputs[0].dims[0] : 0;
   fprintf(o, "{\"model\": ");
   put_json_str(o, P->m->name);
-  fprintf(o, ", \"target\": \"cpu\", \"kdc_version\": \"%s\", \"batch\": %lld, \"mesh\": {",
+  if (P->cuda_sm) fprintf(o, ", \"target\": \"cuda\", \"sm\": %d", P->cuda_sm);
+  else fprintf(o, ", \"target\": \"cpu\"");
+  fprintf(o, ", \"kdc_version\": \"%s\", \"batch\": %lld, \"mesh\": {",
           kdc_plan_kdc_version(), batch);
   for (uint32_t a = 0; a < P->prog.mesh.naxes; a++) {
     fprintf(o, "%s", a ? ", " : "");
@@ -137,9 +142,12 @@ static kdc_status compile(cg_plan *P, const kdc_codegen_options *opt) {
 
 static kdc_status write_plan(cg_plan *P, const kdc_codegen_options *opt, const char *path) {
   kdc_plan_writer *w = kdc_plan_writer_create();
-  kdc_buf prog, weights;
+  kdc_buf prog, weights, launch;
   kdc_buf_init(&prog);
   kdc_buf_init(&weights);
+  kdc_buf_init(&launch);
+  char *ptx = NULL;
+  size_t ptx_len = 0;
   size_t meta_len = 0;
   char *meta = metadata_text(P, &meta_len);
   kdc_prog_encode(&P->prog, &prog);
@@ -147,7 +155,8 @@ static kdc_status write_plan(cg_plan *P, const kdc_codegen_options *opt, const c
   LLVMMemoryBufferRef bc = LLVMWriteBitcodeToMemoryBuffer(P->mod);
   char *ir = opt && opt->no_ir_text ? NULL : kdc_ir_module_to_string(P->m);
   kdc_status st = NULL;
-  if (!meta) st = KDC_ERR(KDC_OUT_OF_MEMORY, "codegen: metadata");
+  if (opt && opt->cuda_sm) st = cg_ptx_emit(P, opt->cuda_sm, &ptx, &ptx_len, &launch);
+  if (!st && !meta) st = KDC_ERR(KDC_OUT_OF_MEMORY, "codegen: metadata");
   if (!st) st = kdc_plan_writer_add(w, KDC_PLAN_SECTION_METADATA, "metadata", meta, meta_len);
   if (!st) st = kdc_plan_writer_add(w, KDC_PLAN_SECTION_PROGRAM, "program", prog.data, prog.size);
   if (!st)
@@ -156,6 +165,9 @@ static kdc_status write_plan(cg_plan *P, const kdc_codegen_options *opt, const c
     st = kdc_plan_writer_add(w, KDC_PLAN_SECTION_CODE, "code", LLVMGetBufferStart(bc),
                              LLVMGetBufferSize(bc));
   if (!st && ir) st = kdc_plan_writer_add(w, KDC_PLAN_SECTION_IR_TEXT, "ir", ir, strlen(ir));
+  if (!st && ptx) st = kdc_plan_writer_add(w, KDC_PLAN_SECTION_PTX, "ptx", ptx, ptx_len);
+  if (!st && ptx)
+    st = kdc_plan_writer_add(w, KDC_PLAN_SECTION_CUDA, "cuda", launch.data, launch.size);
   if (!st && opt && opt->explain)
     st = kdc_plan_writer_add(w, KDC_PLAN_SECTION_EXPLAIN, "explain", opt->explain,
                              strlen(opt->explain));
@@ -164,6 +176,8 @@ static kdc_status write_plan(cg_plan *P, const kdc_codegen_options *opt, const c
   LLVMDisposeMemoryBuffer(bc);
   kdc_buf_free(&prog);
   kdc_buf_free(&weights);
+  kdc_buf_free(&launch);
+  free(ptx);
   free(meta);
   free(ir);
   return st;
@@ -173,6 +187,7 @@ kdc_status kdc_codegen_cpu_plan(const kdc_module *m, const kdc_codegen_options *
                                 const char *out_path) {
   cg_plan P;
   plan_init(&P, m);
+  P.cuda_sm = opt ? opt->cuda_sm : 0;
   kdc_status st = compile(&P, opt);
   if (!st) st = write_plan(&P, opt, out_path);
   plan_free(&P);

@@ -170,6 +170,12 @@ typedef struct kdc_lower_options {
    * mesh = DataParallel (batch over every axis, variables replicated). */
   const kdc_mesh *mesh;
   const struct kdc_layout *layout;
+  /* Also lower "train_forward" (the training-mode forward: Dropout and
+   * SpatialDropout active, keyed by |dropout_seed|, the layer path and an
+   * i32[] STATE parameter "iteration"; docs/training.md).  Layers without
+   * a training lowering (BatchNormalization, GaussianNoise, ...) fail. */
+  bool train_forward;
+  uint64_t dropout_seed;
 } kdc_lower_options;
 
 /* Builds a module with one function "predict": parameters are the model
@@ -194,6 +200,9 @@ kdc_status kdc_frontend_lower(const kdc_keras_model *m, const kdc_lower_options 
  * misshapen weights are errors naming the variable/tensor and both shapes. */
 kdc_status kdc_frontend_bind_weights(const kdc_keras_model *m, kdc_module *mod,
                                      const char *weights_path, uint64_t seed);
+/* Keras' default initialisers from |seed| for every weight, even when the
+ * model file carries weights of its own (`kdc compile --random-init`). */
+kdc_status kdc_frontend_init_weights(const kdc_keras_model *m, kdc_module *mod, uint64_t seed);
 /* Fills |n| elements at |dst| for |v| from its layer's initializer config
  * (or the Keras default), drawn from a counter-based generator keyed by
  * (|seed|, v->path).  Errors name the initializer's JSON location. */
@@ -354,6 +363,9 @@ typedef struct kdc_lower_ctx {
   kdc_value_id *weight;    /* per top-level variable gid: its parameter */
   const kdc_mesh *mesh;    /* NULL: no distribution */
   const struct kdc_layout *layout; /* NULL with a mesh: DataParallel */
+  bool training;           /* lowering train_forward (lower_dropout.c) */
+  kdc_value_id iteration;  /* train_forward: the step counter parameter */
+  uint64_t dropout_seed;
 } kdc_lower_ctx;
 
 /* distribute.c: user shardings from the mesh and layout (no-ops without a
@@ -372,6 +384,14 @@ kdc_status kdc_fe_lower_graph(struct kdc_lower_ctx *c, const kdc_keras_model *m,
                               const kdc_value_id *inputs, kdc_value_id *outputs);
 
 /* lower_layers.c: lowering rules of the supported classes. */
+/* lower_dropout.c: Dropout / SpatialDropout{1,2,3}D / Gaussian* / AlphaDropout:
+ * the identity at inference; active in train_forward. */
+kdc_status kdc_fe_lower_dropout(struct kdc_lower_ctx *c, const kdc_keras_layer *l,
+                                const kdc_keras_node *n, const kdc_value_id *in,
+                                const kdc_value_id *kw, kdc_value_id *out);
+/* kdc_frontend_lower's training-mode check: a located UNSUPPORTED error for
+ * the first layer of |m| (nested models too) that has no training lowering. */
+kdc_status kdc_fe_check_trainable_layers(const kdc_keras_model *m);
 kdc_status kdc_fe_lower_identity(struct kdc_lower_ctx *c, const kdc_keras_layer *l,
                                  const kdc_keras_node *n, const kdc_value_id *in,
                                  const kdc_value_id *kw, kdc_value_id *out);

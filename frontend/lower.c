@@ -104,15 +104,15 @@ static kdc_type var_type(const kdc_keras_var *v) {
   return kdc_type_make(v->dtype, v->shape.rank, v->shape.dims);
 }
 
-kdc_status kdc_frontend_lower(const kdc_keras_model *m, const kdc_lower_options *opt,
-                              kdc_module **out) {
-  *out = NULL;
-  int64_t batch = opt ? opt->batch : 1;
-  if (batch < 1) return KDC_ERR(KDC_INVALID_INPUT, "batch size must be >= 1, got %lld", (long long)batch);
-  kdc_module *mod = kdc_ir_module_create(m->name);
-  kdc_lower_ctx c = {m, mod, kdc_ir_func_create(mod, "predict"), batch, NULL,
-                     opt ? opt->mesh : NULL, opt ? opt->layout : NULL};
-  if (c.mesh) mod->mesh = *c.mesh;
+/* Lowers |m| into a new function |name| of |mod|; |training|: the
+ * train_forward variant (weights already registered by predict's lowering,
+ * plus the "iteration" STATE parameter after them). */
+static kdc_status lower_func(const kdc_keras_model *m, kdc_module *mod,
+                             const kdc_lower_options *opt, int64_t batch, const char *fname,
+                             bool training) {
+  kdc_lower_ctx c = {m, mod, kdc_ir_func_create(mod, fname), batch, NULL,
+                     opt ? opt->mesh : NULL, opt ? opt->layout : NULL, training, KDC_NO_VALUE,
+                     opt ? opt->dropout_seed : 0};
   c.weight = kdc_xcalloc((size_t)m->n_vars + 1, sizeof(kdc_value_id));
   kdc_value_id *ins = kdc_xcalloc((size_t)m->n_inputs + 1, sizeof(kdc_value_id));
   kdc_value_id *outs = kdc_xcalloc((size_t)m->n_outputs + 1, sizeof(kdc_value_id));
@@ -139,11 +139,18 @@ kdc_status kdc_frontend_lower(const kdc_keras_model *m, const kdc_lower_options 
   for (int i = 0; i < m->n_vars && !st; i++) {
     const kdc_keras_var *v = m->vars[i];
     kdc_type t = var_type(v);
-    kdc_weight *w = kdc_ir_module_add_weight(mod, v->path, &t, NULL);
-    w->trainable = v->trainable;
+    if (!training) {
+      kdc_weight *w = kdc_ir_module_add_weight(mod, v->path, &t, NULL);
+      w->trainable = v->trainable;
+    }
     kdc_ir_set_origin(c.f, origin(v->layer));
     c.weight[i] = kdc_ir_parameter(c.f, KDC_PARAM_WEIGHT, v->path, &t);
     st = kdc_fe_shard_weight(&c, v, c.weight[i]);
+  }
+  if (!st && training) {
+    kdc_type it = kdc_type_make(KDC_DTYPE_I32, 0, NULL);
+    kdc_ir_set_origin(c.f, NULL);
+    c.iteration = kdc_ir_parameter(c.f, KDC_PARAM_STATE, "iteration", &it);
   }
   if (!st && (st = kdc_ir_take_error(c.f)))
     st = kdc_status_annotate(st, "%s", kdc_fe_file(m));
@@ -158,6 +165,20 @@ kdc_status kdc_frontend_lower(const kdc_keras_model *m, const kdc_lower_options 
   free(c.weight);
   free(ins);
   free(outs);
+  return st;
+}
+
+kdc_status kdc_frontend_lower(const kdc_keras_model *m, const kdc_lower_options *opt,
+                              kdc_module **out) {
+  *out = NULL;
+  int64_t batch = opt ? opt->batch : 1;
+  if (batch < 1) return KDC_ERR(KDC_INVALID_INPUT, "batch size must be >= 1, got %lld", (long long)batch);
+  bool train = opt && opt->train_forward;
+  if (train) KDC_RETURN_IF_ERROR(kdc_fe_check_trainable_layers(m));
+  kdc_module *mod = kdc_ir_module_create(m->name);
+  if (opt && opt->mesh) mod->mesh = *opt->mesh;
+  kdc_status st = lower_func(m, mod, opt, batch, "predict", false);
+  if (!st && train) st = lower_func(m, mod, opt, batch, "train_forward", true);
   if (st) {
     kdc_ir_module_destroy(mod);
     return st;

@@ -282,6 +282,10 @@ static bool ends_with(const char *s, const char *suf) {
   return a >= b && !strcmp(s + a - b, suf);
 }
 
+kdc_status kdc_frontend_init_weights(const kdc_keras_model *m, kdc_module *mod, uint64_t seed) {
+  return bind_init(m, mod, seed);
+}
+
 kdc_status kdc_frontend_bind_weights(const kdc_keras_model *m, kdc_module *mod,
                                      const char *weights_path, uint64_t seed) {
   /* A TF.js model.json carries its own weights: use them (a missing shard is

@@ -10,13 +10,15 @@
  * What goes where:
  *   - PARAMETER, dense CONSTANT, DOT (a GEMM call), collectives and ops this
  *     file does not know: never in a group (-1), always materialized.
+ *   - shard_slice (SPMD, but no communication): data movement, index
+ *     arithmetic over the device coordinates; fused like slice.
  *   - REDUCE: always the root of its own kernel; the chain that feeds it is
  *     fused into it (input fusion); its users read it from memory.
  *   - convolution, reduce_window, select_and_scatter, gather, scatter_add:
  *     roots of their own kernels too, but without input fusion (they read
  *     every operand element many times); reverse is data movement.
  *   - elementwise ops, broadcast_in_dim, transpose, slice, concatenate, pad,
- *     reshape, iota: fused into their consumer's kernel when every user is in
+ *     reshape, iota, shard_slice: fused into their consumer's kernel when every user is in
  *     that one kernel (loop fusion), else the root of a new kernel.
  *   - CONSTANT, splat or dense: -1 too (the verifier enforces it); codegen
  *     reads a splat operand as an immediate, so nothing is lost.
@@ -63,7 +65,7 @@ static bool is_windowed(kdc_op op) {
 static kind classify(const kdc_func *f, kdc_value_id v) {
   const kdc_node *nd = kdc_ir_node(f, v);
   unsigned fl = kdc_op_flags(nd->op);
-  if (nd->op == KDC_OP_IOTA) return K_FUSIBLE;
+  if (nd->op == KDC_OP_IOTA || nd->op == KDC_OP_SHARD_SLICE) return K_FUSIBLE;
   if (nd->op == KDC_OP_REDUCE || is_windowed(nd->op)) return K_ROOT;
   if (fl & OPF_COLL) return K_MATERIAL;
   if (fl & (OPF_EW | OPF_SHAPE)) return K_FUSIBLE;

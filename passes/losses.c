@@ -176,6 +176,26 @@ static kdc_value_id per_sample(kdc_func *f, kdc_loss_kind k, bool from_logits, k
 
 kdc_status kdc_loss_build(kdc_func *f, kdc_loss_kind k, bool from_logits, kdc_value_id y_true,
                           kdc_value_id y_pred, kdc_value_id *out_loss) {
+  return kdc_loss_build_masked(f, k, from_logits, y_true, y_pred, KDC_NO_VALUE, out_loss);
+}
+
+/* sum(per * mask) / (sum(mask) * per-values per row). */
+static kdc_value_id masked_mean(kdc_func *f, kdc_value_id per, kdc_value_id mask) {
+  const kdc_type *st = kdc_ir_type(f, per);
+  int rank = st->rank;
+  int64_t dims[KDC_MAX_RANK], all[KDC_MAX_RANK], map[1] = {0}, zero[1] = {0};
+  for (int i = 0; i < rank; i++) dims[i] = st->dims[i], all[i] = i;
+  double per_row = (double)kdc_type_numel(st) / (double)st->dims[0];
+  kdc_value_id m = kdc_ir_broadcast(f, mask, rank, dims, map);
+  kdc_value_id num = kdc_ir_reduce(f, KDC_RED_SUM, bin(f, KDC_OP_MUL, per, m), rank, all);
+  kdc_value_id den = kdc_ir_reduce(f, KDC_RED_SUM, mask, 1, zero);
+  if (per_row != 1.0) den = sc(f, KDC_OP_MUL, den, per_row);
+  return bin(f, KDC_OP_DIV, num, den);
+}
+
+kdc_status kdc_loss_build_masked(kdc_func *f, kdc_loss_kind k, bool from_logits,
+                                 kdc_value_id y_true, kdc_value_id y_pred, kdc_value_id mask,
+                                 kdc_value_id *out_loss) {
   char b1[96], b2[96], b3[96];
   *out_loss = KDC_NO_VALUE;
   if ((unsigned)k >= KDC_LOSS_COUNT) return KDC_ERR(KDC_INVALID_INPUT, "unknown loss %d", (int)k);
@@ -191,7 +211,13 @@ kdc_status kdc_loss_build(kdc_func *f, kdc_loss_kind k, bool from_logits, kdc_va
   kdc_value_id per = per_sample(f, k, from_logits, y_true, y_pred);
   kdc_value_id loss = per;
   const kdc_type *st = per == KDC_NO_VALUE ? NULL : kdc_ir_type(f, per);
-  if (st && st->rank > 0) {
+  if (st && st->rank > 0 && mask != KDC_NO_VALUE) {
+    const kdc_type *mt = kdc_ir_type(f, mask);
+    if (mt->dtype != KDC_DTYPE_F32 || mt->rank != 1 || mt->dims[0] != st->dims[0])
+      return KDC_ERR(KDC_INVALID_INPUT, "loss %s: sample mask is %s; expected f32[%lld]",
+                     names[k], kdc_type_str(mt, b1, sizeof b1), (long long)st->dims[0]);
+    loss = masked_mean(f, per, mask);
+  } else if (st && st->rank > 0) {
     int64_t dims[KDC_MAX_RANK];
     for (int i = 0; i < st->rank; i++) dims[i] = i;
     double count = (double)kdc_type_numel(st);

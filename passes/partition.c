@@ -24,9 +24,12 @@
  *      consistent factors changed the result's sharding, it is resharded back
  *      to the propagated one;
  * special cases: parameters keep their (user) sharding and get local types;
+ * a gather / scatter_add split on its vocabulary becomes a masked local
+ * lookup / scatter (passes/partition_gather.c);
  * sharding_constraint becomes a reshard to its sharding (materialising
- * partials); iota split on its own dim, and dense constants and
- * rng_uniform split anywhere, are built global and cut with shard_slice; function results are
+ * partials); iota split on its own dim and dense constants split anywhere
+ * are built global and cut with shard_slice (fused, no copy), rng_uniform
+ * is emitted split (codegen draws at the global index); function results are
  * materialised (no partial).
  * An operand that must be gathered because the op cannot run split on that
  * factor (a need_replication factor, or a reshape the factors cannot
@@ -158,7 +161,7 @@ static void linear(part *p, const kdc_node *n, unsigned fs_axes, uint16_t *keep)
       for (int i = 0; i < n->n_in; i++) keep[i] = pa[i];
     break;
   }
-  case KDC_OP_MUL: case KDC_OP_DOT:
+  case KDC_OP_MUL: case KDC_OP_DOT: case KDC_OP_CONVOLUTION:
     if (np == 1) keep[pa[0] ? 0 : 1] = pa[0] ? pa[0] : pa[1];
     break;
   case KDC_OP_DIV:
@@ -196,9 +199,10 @@ static kdc_status emit(part *p, kdc_value_id v, const kdc_value_id *ins, const k
   if (nd.op == KDC_OP_SLICE)
     for (int d = 0; d < lt.rank; d++)
       if (rs->naxes[d]) a.slice.limit.v[d] = lt.dims[d];
-  /* built global, then cut: dense constants, iota on its own dim, rng_uniform
-   * (its counter is the global element index) */
-  bool whole = (nd.op == KDC_OP_CONSTANT && !nd.attr.constant.splat) || nd.op == KDC_OP_RNG_UNIFORM;
+  /* built global, then cut: dense constants and iota on its own dim (the cut
+   * fuses into the consumer as index arithmetic, passes/fuse.c); rng_uniform
+   * is emitted split: its counter is the global element index */
+  bool whole = nd.op == KDC_OP_CONSTANT && !nd.attr.constant.splat;
   kdc_type bt = lt; /* build type: global on the dims cut afterwards */
   for (int d = 0; d < lt.rank; d++)
     if (rs->naxes[d] && (whole || (nd.op == KDC_OP_IOTA && d == nd.attr.dim)))
@@ -260,6 +264,8 @@ static kdc_status node(part *p, kdc_value_id v) {
   uint16_t keep[KDC_RULE_MAX_TENSORS];
   linear(p, &p->f->nodes[v], fs_axes, keep);
   kdc_value_id *ins = kdc_xmalloc((size_t)(nd.n_in ? nd.n_in : 1) * sizeof *ins);
+  kdc_type lts[KDC_RULE_MAX_TENSORS];      /* operands' local types */
+  kdc_sharding wants[KDC_RULE_MAX_TENSORS]; /* and shardings */
   uint16_t partial = 0;
   for (int t = 0; t < nd.n_in && !st; t++) {
     kdc_value_id u = nd.in[t];
@@ -273,7 +279,9 @@ static kdc_status node(part *p, kdc_value_id v) {
     for (int f = 0; f < r.nfactors && exact; f++)
       if (had.n[f] > fs.n[f] && r.kind[f] == KDC_FACTOR_NEED_REPL) exact = false;
     if (!exact) warn_fallback(p, v, u, &want);
-    st = get(p, u, &want, &ins[t]);
+    wants[t] = want;
+    st = kdc_sharding_local_type(mesh, &want, &p->f->nodes[u].type, &lts[t]);
+    if (!st) st = get(p, u, &want, &ins[t]);
   }
   for (int f = 0; f < r.nfactors; f++)
     if (r.kind[f] == KDC_FACTOR_REDUCTION)
@@ -283,7 +291,10 @@ static kdc_status node(part *p, kdc_value_id v) {
   rs.partial = partial;
   rs.origin = nd.sharding.origin;
   kdc_value_id x = KDC_NO_VALUE;
-  if (!st) st = emit(p, v, ins, &rs, &x);
+  bool vocab = (nd.op == KDC_OP_GATHER || nd.op == KDC_OP_SCATTER_ADD) && fs.n[0] > 0;
+  if (!st && vocab) /* vocab split: masked local lookup (partition_gather.c) */
+    st = kdc_partition_vocab(p->f, mesh, &nd, ins, lts, wants, fs.n[0], fs.axes[0], &rs, &x);
+  else if (!st) st = emit(p, v, ins, &rs, &x);
   free(ins);
   if (st) return located(p, v, st);
   p->map[v] = x;
@@ -322,6 +333,74 @@ static void note_partials(part *p, kdc_value_id old, kdc_value_id x) {
   }
 }
 
+/* Is the weight |name| a parameter of a function other than |f|? */
+static bool weight_shared(const kdc_module *m, const kdc_func *f, const char *name) {
+  for (size_t i = 0; i < m->n_funcs; i++) {
+    const kdc_func *g = m->funcs[i];
+    for (size_t j = 0; g != f && j < g->n_params; j++) {
+      const kdc_node *nd = &g->nodes[g->params[j]];
+      if (nd->attr.param.name && strcmp(nd->attr.param.name, name) == 0) return true;
+    }
+  }
+  return false;
+}
+
+/* A weight parameter read only through shard_slices of one kind (a
+ * replicated d2/kernel consumed by a dot split on its contracting dim) takes
+ * the sliced sharding itself: the runtime cuts it once at load instead of
+ * every run (the plan keeps the global weight).  Repeated, so a weight cut
+ * on two dims narrows twice.  Only weights no other function reads (a
+ * train_step updates the weight with its own sharding).  fold[x] = the
+ * parameter replacing folded shard_slice x. */
+static void narrow_weights(part *p, kdc_value_id *fold) {
+  kdc_func *f = p->f;
+  size_t n = f->n_nodes;
+  for (size_t i = 0; i < f->n_params; i++) {
+    kdc_value_id w = f->params[i];
+    kdc_node *pn = &f->nodes[w];
+    if (pn->attr.param.kind != KDC_PARAM_WEIGHT || !pn->attr.param.name ||
+        weight_shared(p->m, f, pn->attr.param.name))
+      continue;
+    bool result = false;
+    for (size_t r = 0; r < f->n_results; r++) result |= f->results[r] == w;
+    for (bool changed = !result; changed;) {
+      changed = false;
+      const kdc_attr_coll *cut = NULL;
+      kdc_value_id cut_node = KDC_NO_VALUE;
+      size_t n_users = 0;
+      bool ok = true;
+      for (size_t x = p->n0; x < n && ok; x++) {
+        if (fold[x] != KDC_NO_VALUE) continue;
+        const kdc_node *nd = &f->nodes[x];
+        for (int k = 0; k < nd->n_in && ok; k++) {
+          kdc_value_id u = nd->in[k];
+          while (u >= p->n0 && fold[u] != KDC_NO_VALUE) u = fold[u];
+          if (u != w) continue;
+          n_users++;
+          ok = nd->op == KDC_OP_SHARD_SLICE &&
+               (!cut || (cut->dim == nd->attr.coll.dim && cut->naxes == nd->attr.coll.naxes &&
+                         !memcmp(cut->axes, nd->attr.coll.axes, (size_t)cut->naxes)));
+          if (ok) cut = &nd->attr.coll, cut_node = (kdc_value_id)x;
+        }
+      }
+      if (!ok || !n_users) break;
+      kdc_sharding *s = &pn->sharding;
+      int d = (int)cut->dim;
+      if (s->naxes[d] + cut->naxes > KDC_MAX_AXES_PER_DIM) break;
+      memcpy(s->axes[d] + s->naxes[d], cut->axes, (size_t)cut->naxes);
+      s->naxes[d] = (uint8_t)(s->naxes[d] + cut->naxes);
+      p->local[w].dims[d] = f->nodes[cut_node].type.dims[d];
+      for (size_t x = p->n0; x < n; x++) {
+        if (fold[x] != KDC_NO_VALUE || f->nodes[x].op != KDC_OP_SHARD_SLICE) continue;
+        kdc_value_id u = f->nodes[x].in[0];
+        while (u >= p->n0 && fold[u] != KDC_NO_VALUE) u = fold[u];
+        if (u == w) fold[x] = w;
+      }
+      changed = true;
+    }
+  }
+}
+
 static kdc_status partition_func(kdc_module *m, kdc_func *f, const kdc_pass_options *opt) {
   part p = {m, f, opt, f->n_nodes, NULL, NULL, NULL, NULL, 0, 0};
   bool one = kdc_mesh_devices(&m->mesh) <= 1;
@@ -351,13 +430,17 @@ static kdc_status partition_func(kdc_module *m, kdc_func *f, const kdc_pass_opti
     for (size_t v = 0; v < p.n0; v++) note_partials(&p, (kdc_value_id)v, p.map[v]);
     size_t n = f->n_nodes, k = 0;
     kdc_value_id *repl = kdc_xmalloc(n * sizeof *repl), *order = kdc_xmalloc(n * sizeof *order);
-    kdc_value_id *pos = kdc_xmalloc(n * sizeof *pos);
+    kdc_value_id *pos = kdc_xmalloc(n * sizeof *pos), *fold = kdc_xmalloc(n * sizeof *fold);
+    for (size_t v = 0; v < n; v++) fold[v] = KDC_NO_VALUE;
+    narrow_weights(&p, fold);
     for (size_t v = 0; v < n; v++) {
-      bool kept = v >= p.n0 || f->nodes[v].op == KDC_OP_PARAMETER;
-      repl[v] = kept ? (kdc_value_id)v : p.map[v];
+      bool kept = (v >= p.n0 && fold[v] == KDC_NO_VALUE) || f->nodes[v].op == KDC_OP_PARAMETER;
+      repl[v] = kept ? (kdc_value_id)v : v >= p.n0 ? fold[v] : p.map[v];
       pos[v] = KDC_NO_VALUE;
       if (kept) pos[v] = (kdc_value_id)k, order[k++] = (kdc_value_id)v;
     }
+    for (size_t v = 0; v < n; v++) /* one step to a kept node */
+      if (repl[v] >= p.n0 && repl[v] < n && fold[repl[v]] != KDC_NO_VALUE) repl[v] = fold[repl[v]];
     for (size_t v = 0; v < n; v++) f->nodes[v].sharding.open_mask = 0;
     for (size_t v = 0; v < p.n0; v++)
       if (f->nodes[v].op == KDC_OP_PARAMETER) f->nodes[v].type = p.local[v];
@@ -368,8 +451,8 @@ static kdc_status partition_func(kdc_module *m, kdc_func *f, const kdc_pass_opti
       if (e->source < n) e->source = pos[repl[e->source]];
       if (e->op < n) e->op = pos[repl[e->op]];
     }
-    kdc_pass_func_rebuild(f, NULL, order, k);
-    free(repl), free(order), free(pos);
+    kdc_pass_func_rebuild(f, repl, order, k);
+    free(repl), free(order), free(pos), free(fold);
   }
   free(p.map), free(p.have), free(p.cache), free(p.local);
   return st;

@@ -22,6 +22,7 @@
  * chain after shard_slice is device-dependent and marked replicated, like
  * the other coordinate-dependent values partition.c builds.
  */
+#include <math.h>
 #include <string.h>
 
 #include "passes/passes.h"
@@ -29,7 +30,13 @@
 typedef struct vb {
   kdc_func *f;
   kdc_sharding ids_s, out_s, repl0;
+  kdc_value_id ids;  /* the local ids value: a parameter still has its global type */
+  kdc_type ids_t;    /* so its local type is kept here */
 } vb;
+
+static const kdc_type *ty(vb *b, kdc_value_id v) {
+  return v == b->ids ? &b->ids_t : kdc_ir_type(b->f, v);
+}
 
 static kdc_value_id app(vb *b, kdc_op op, const kdc_type *t, int n, const kdc_value_id *in,
                         const kdc_attrs *a, const kdc_sharding *s) {
@@ -56,22 +63,23 @@ static kdc_value_id splat(vb *b, const kdc_type *t, double x, const kdc_sharding
 
 static kdc_value_id bin(vb *b, kdc_op op, kdc_value_id x, kdc_value_id y) {
   kdc_value_id in[2] = {x, y};
-  return app(b, op, kdc_ir_type(b->f, x), 2, in, NULL, &b->f->nodes[x].sharding);
+  return app(b, op, ty(b, x), 2, in, NULL, &b->ids_s);
 }
 
 static kdc_value_id cmp(vb *b, kdc_cmp c, kdc_value_id x, kdc_value_id y) {
-  kdc_type t = *kdc_ir_type(b->f, x);
+  kdc_type t = *ty(b, x);
   t.dtype = KDC_DTYPE_BOOL;
   kdc_attrs a;
   memset(&a, 0, sizeof a);
   a.cmp = c;
   kdc_value_id in[2] = {x, y};
-  return app(b, KDC_OP_COMPARE, &t, 2, in, &a, &b->f->nodes[x].sharding);
+  return app(b, KDC_OP_COMPARE, &t, 2, in, &a, &b->ids_s);
 }
 
 static kdc_value_id sel(vb *b, kdc_value_id p, kdc_value_id x, kdc_value_id y) {
   kdc_value_id in[3] = {p, x, y};
-  return app(b, KDC_OP_SELECT, kdc_ir_type(b->f, x), 3, in, NULL, &b->f->nodes[x].sharding);
+  const kdc_type *t = ty(b, x);
+  return app(b, KDC_OP_SELECT, t, 3, in, NULL, t->rank == b->out_s.rank ? &b->out_s : &b->ids_s);
 }
 
 /* |x| (ids-shaped) broadcast over the trailing feature dims of |t|. */
@@ -97,7 +105,7 @@ kdc_status kdc_partition_vocab(kdc_func *f, const kdc_mesh *mesh, const kdc_node
   int64_t n = kdc_mesh_axes_size(mesh, naxes, axes), vl = V / n;
   kdc_type ot;
   KDC_RETURN_IF_ERROR(kdc_sharding_local_type(mesh, rs, &nd->type, &ot));
-  vb b = {f, in_s[ii], *rs, kdc_sharding_replicated(0)};
+  vb b = {f, in_s[ii], *rs, kdc_sharding_replicated(0), ins[g ? 1 : 0], in_local[g ? 1 : 0]};
   b.out_s.partial = 0;
   kdc_ir_set_origin(f, nd->origin);
   const kdc_type *it = &in_local[ii];
@@ -135,7 +143,8 @@ kdc_status kdc_partition_vocab(kdc_func *f, const kdc_mesh *mesh, const kdc_node
     kdc_value_id z = splat(&b, &ot, 0, &b.out_s);
     x = sel(&b, widen(&b, in, &ot), x, z);
     if (ot.dtype == KDC_DTYPE_F32) {
-      kdc_value_id oob = bin(&b, KDC_OP_OR, cmp(&b, KDC_CMP_LT, j, zero), cmp(&b, KDC_CMP_GE, j, vc));
+      kdc_value_id oob = bin(&b, KDC_OP_OR, cmp(&b, KDC_CMP_LT, j, zero),
+                             cmp(&b, KDC_CMP_GE, j, vc));
       x = sel(&b, widen(&b, oob, &ot), splat(&b, &ot, (double)NAN, &b.out_s), x);
     }
   } else {

@@ -162,7 +162,7 @@ kdc_status kdc_pass_fuse_check(const kdc_func *f);
 /* ---- sharding rules (passes/sharding_rules.c) -------------------------------
  * Every op's factor rule (see the file comment).  Tensors are the operands in
  * order, then the result (index ntensors - 1). */
-enum { KDC_RULE_MAX_FACTORS = 40, KDC_RULE_MAX_TENSORS = 17, KDC_RULE_MAX_DIM_FACTORS = 8 };
+enum { KDC_RULE_MAX_FACTORS = 40, KDC_RULE_MAX_TENSORS = 65, KDC_RULE_MAX_DIM_FACTORS = 8 };
 typedef enum kdc_factor_kind {
   KDC_FACTOR_PASS,      /* split alike on every tensor that has it */
   KDC_FACTOR_REDUCTION, /* split on operands only: the result becomes partial */
@@ -258,6 +258,16 @@ kdc_value_id kdc_reshard_emit(kdc_func *f, kdc_value_id v, const kdc_reshard_pla
 double kdc_coll_bytes(const kdc_mesh *m, kdc_op op, const kdc_attr_coll *c, const kdc_type *in_local,
                       const kdc_type *out_local);
 
+/* ---- partition_gather (passes/partition_gather.c) --------------------------
+ * For partition.c: the local program of gather / scatter_add node |nd| (the
+ * old, global node) whose vocabulary factor is split over |axes|: |ins| the
+ * local operands, |in_local| / |in_s| their local types and shardings, |rs|
+ * the result's sharding (partial for gather).  *|out| gets the local value. */
+kdc_status kdc_partition_vocab(kdc_func *f, const kdc_mesh *mesh, const kdc_node *nd,
+                               const kdc_value_id *ins, const kdc_type *in_local,
+                               const kdc_sharding *in_s, int naxes, const uint8_t *axes,
+                               const kdc_sharding *rs, kdc_value_id *out);
+
 /* ---- plan_memory (passes/plan_memory.c, owned by codegen) ------------------
  * Byte offsets of temporaries in the scratch arena (kdc_node.mem_offset);
  * see the file comment for the rules codegen relies on. */
@@ -343,6 +353,14 @@ kdc_type kdc_loss_label_type(kdc_loss_kind k, const kdc_type *pred);
 /* Appends the scalar loss of |y_pred| against |y_true| to |f|. */
 kdc_status kdc_loss_build(kdc_func *f, kdc_loss_kind k, bool from_logits, kdc_value_id y_true,
                           kdc_value_id y_pred, kdc_value_id *out_loss);
+/* kdc_loss_build with a per-row weight |mask| (f32[B], B = dim 0 of the
+ * per-sample values; KDC_NO_VALUE = none): loss = sum(per * mask) /
+ * (sum(mask) * per-sample values per row), i.e. with a 0/1 mask exactly the
+ * loss of the smaller batch of the rows whose mask is 1 (a padded last
+ * batch).  An all-zero mask gives 0/0. */
+kdc_status kdc_loss_build_masked(kdc_func *f, kdc_loss_kind k, bool from_logits,
+                                 kdc_value_id y_true, kdc_value_id y_pred, kdc_value_id mask,
+                                 kdc_value_id *out_loss);
 
 /* ---- optimizers (passes/optimizers.c) -------------------------------------
  * Keras 3 update rules (docs/training.md quotes them) and learning-rate
@@ -415,6 +433,8 @@ typedef struct kdc_train_options {
   bool from_logits;                /* BCE, CCE, SCCE: y_pred are logits */
   kdc_optimizer_options optimizer;
   int output;                      /* index of the predict result trained (0: first) */
+  bool sample_mask;                /* train_step/evaluate take "sample_mask" f32[B] after the
+                                      labels (partial batches; docs/training.md) */
 } kdc_train_options;
 /* Keras defaults for |loss| and |optimizer|. */
 void kdc_train_options_init(kdc_train_options *o, kdc_loss_kind loss, kdc_optimizer_kind optimizer);

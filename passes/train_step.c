@@ -70,8 +70,14 @@ static kdc_status add_loss(kdc_func *f, const kdc_func *fwd, const kdc_train_opt
   const char *name = fwd->result_names[o->output] ? fwd->result_names[o->output] : "labels";
   kdc_type lt = kdc_loss_label_type(o->loss, kdc_ir_type(f, y_pred));
   kdc_value_id labels = kdc_ir_parameter(f, KDC_PARAM_LABEL, name, &lt);
+  kdc_value_id mask = KDC_NO_VALUE;
+  const kdc_type *pt = kdc_ir_type(f, y_pred);
+  if (o->sample_mask && pt->rank >= 2) {
+    kdc_type mt = kdc_type_make(KDC_DTYPE_F32, 1, &pt->dims[0]);
+    mask = kdc_ir_parameter(f, KDC_PARAM_LABEL, "sample_mask", &mt);
+  }
   KDC_RETURN_IF_ERROR(kdc_ir_take_error(f));
-  kdc_status st = kdc_loss_build(f, o->loss, o->from_logits, labels, y_pred, out_loss);
+  kdc_status st = kdc_loss_build_masked(f, o->loss, o->from_logits, labels, y_pred, mask, out_loss);
   return st ? kdc_status_annotate(st, "func %s: output \"%s\"", f->name, name) : NULL;
 }
 
@@ -131,6 +137,24 @@ static kdc_status build_updates(train_build *b, kdc_value_id iteration) {
   return NULL;
 }
 
+/* SHARDING.md 8: the updated weight (or slot) |v| gets weight |w|'s
+ * sharding, closed, through a sharding_constraint, so the partitioner never
+ * reshards state between steps (jax #25844).  No-op without a sharding or
+ * when |v| is a parameter (a weight without a gradient keeps its value). */
+static kdc_value_id pin_sharding(kdc_func *f, kdc_value_id v, kdc_value_id w) {
+  kdc_sharding s = f->nodes[w].sharding;
+  if (!s.present || f->nodes[v].op == KDC_OP_PARAMETER) return v;
+  kdc_type t = *kdc_ir_type(f, v);
+  f->cur_origin = f->nodes[w].origin;
+  kdc_value_id c = kdc_ir_append(f, KDC_OP_SHARDING_CONSTRAINT, &t, 1, &v, NULL);
+  f->cur_origin = NULL;
+  if (c == KDC_NO_VALUE) return v;
+  s.open_mask = 0;
+  s.origin = 0;
+  f->nodes[c].sharding = s;
+  return c;
+}
+
 static kdc_status build_train_step(kdc_module *m, const kdc_func *fwd, const kdc_train_options *o) {
   kdc_func *f = clone_func(m, fwd, "train_step");
   const char *opt = kdc_optimizer_name(o->optimizer.kind);
@@ -154,6 +178,8 @@ static kdc_status build_train_step(kdc_module *m, const kdc_func *fwd, const kdc
       const char *name = slot_name(m, opt, w->attr.param.name, b.slot_names[s]);
       f->cur_origin = w->origin;
       b.slot[(size_t)s * b.n_w + i] = kdc_ir_parameter(f, KDC_PARAM_STATE, name, &t);
+      /* SHARDING.md 8: a slot has its weight's sharding (w may move: re-read it) */
+      f->nodes[b.slot[(size_t)s * b.n_w + i]].sharding = f->nodes[b.w[i]].sharding;
     }
   f->cur_origin = NULL;
   kdc_status st = kdc_ir_take_error(f);
@@ -165,6 +191,13 @@ static kdc_status build_train_step(kdc_module *m, const kdc_func *fwd, const kdc
                  "(Keras: \"No gradients provided for any variable\")");
   if (!st) st = build_updates(&b, iteration);
   if (!st) {
+    for (size_t i = 0; i < b.n_w; i++) {
+      b.new_w[i] = pin_sharding(f, b.new_w[i], b.w[i]);
+      for (int s = 0; s < b.n_slots; s++) {
+        kdc_value_id *ns = &b.new_slot[(size_t)s * b.n_w + i];
+        *ns = pin_sharding(f, *ns, b.w[i]);
+      }
+    }
     for (size_t i = 0; i < b.n_w; i++)
       kdc_ir_add_result(f, b.new_w[i], f->nodes[b.w[i]].attr.param.name);
     kdc_value_id next = kdc_ir_binary_scalar(f, KDC_OP_ADD, iteration, 1);

@@ -48,6 +48,10 @@ typedef struct rt_comm_vtable {
    * at |call|, then completes it (every |dst| written).  A device that did
    * not arrive is a KDC_UNAVAILABLE naming it. */
   kdc_status (*complete)(rt_comm *c, const rt_coll_call *call);
+  /* Optional (NULL: every device is in this process).  After the steps of
+   * |func|: process 0 receives every other process's output pieces
+   * (out_ptr of their devices), bounded by the timeout. */
+  kdc_status (*collect_outputs)(rt_comm *c, kdc_rt_plan *p, size_t func);
 } rt_comm_vtable;
 _Static_assert(offsetof(rt_comm_vtable, destroy) == 0, "destroy is a vtable's first entry");
 
@@ -75,6 +79,13 @@ void rt_comm_shm_test_withhold(rt_comm *c, int64_t device);
 /* Runs |call| for every device: |src[d]|, |dst[d]| are device d's buffers. */
 void rt_coll_shm_run(rt_pool *pool, const rt_coll_call *call, const void *const *src,
                      void *const *dst);
+
+/* ---- comm_mpi.c: one process per device or per group of devices ---------------- */
+
+/* The MPI backend of plan |p| (p->d0..d1 are this process's devices; the
+ * mesh is split over p->n_procs processes, MPI_COMM_WORLD rank = process
+ * id).  KDC_UNSUPPORTED in builds without MPI. */
+kdc_status rt_comm_mpi_create(kdc_rt_plan *p, double timeout_s, rt_comm **out);
 
 /* ---- comm_null.c: the template backend ----------------------------------------- */
 

@@ -71,6 +71,10 @@ static void **bind_kernel(const runner *r, int64_t dev, uint32_t s) {
   return args;
 }
 
+/* This process's devices are [p->d0, p->d1) (all of them unless the mesh is
+ * split over processes, docs/processes.md); tasks count local devices. */
+static int64_t nlocal(const kdc_rt_plan *p) { return p->d1 - p->d0; }
+
 static const int64_t *coords(const kdc_rt_plan *p, int64_t dev) {
   return p->coords + dev * KDC_PROG_MAX_AXES;
 }
@@ -116,7 +120,7 @@ static kdc_status run_collective(runner *r, uint32_t s) {
   kdc_rt_plan *p = r->p;
   const kdc_prog_coll_step *c = &r->f->steps[s].coll;
   rt_coll_call call = {c, &r->rf->groups[s], ++p->coll_seq, r->f->name, s};
-  for (int64_t d = 0; d < p->nd; d++)
+  for (int64_t d = p->d0; d < p->d1; d++)
     KDC_RETURN_IF_ERROR(p->comm->vt->arrive(p->comm, &call, d, resolve(r, d, &c->src),
                                             resolve(r, d, &c->dst)));
   return p->comm->vt->complete(p->comm, &call);
@@ -126,7 +130,7 @@ static kdc_status run_collective(runner *r, uint32_t s) {
 
 static void segment_task(void *ctx, int64_t dev) {
   const runner *r = ctx;
-  for (uint32_t s = r->s0; s < r->s1; s++) run_local_step(r, dev, s);
+  for (uint32_t s = r->s0; s < r->s1; s++) run_local_step(r, r->p->d0 + dev, s);
 }
 
 static kdc_status run_device_parallel(runner *r) {
@@ -143,10 +147,11 @@ static kdc_status run_device_parallel(runner *r) {
     while (s < f->n_steps && f->steps[s].kind != KDC_STEP_COLLECTIVE)
       ops += step_ops(&f->steps[s++]);
     r->s1 = s;
-    if (ops * r->p->nd < PARALLEL_MIN_OPS || r->p->nd > RT_POOL_MAX_TASKS) {
-      for (int64_t d = 0; d < r->p->nd; d++) segment_task(r, d);
+    int64_t nl = nlocal(r->p);
+    if (ops * nl < PARALLEL_MIN_OPS || nl > RT_POOL_MAX_TASKS) {
+      for (int64_t d = 0; d < nl; d++) segment_task(r, d);
     } else {
-      rt_pool_run(r->p->pool, segment_task, r, r->p->nd);
+      rt_pool_run(r->p->pool, segment_task, r, nl);
     }
   }
   return NULL;
@@ -157,7 +162,7 @@ static kdc_status run_device_parallel(runner *r) {
 static void chunk_task(void *ctx, int64_t task) {
   const runner *r = ctx;
   const kdc_prog_kernel_step *k = &r->f->steps[r->step].kernel;
-  int64_t dev = task / r->chunks, c = task % r->chunks;
+  int64_t dev = r->p->d0 + task / r->chunks, c = task % r->chunks;
   int64_t b = k->extent * c / r->chunks, e = k->extent * (c + 1) / r->chunks;
   r->p->kernels[k->kernel](r->rf->step_args[dev * r->f->n_steps + r->step], coords(r->p, dev),
                            b, e);
@@ -167,19 +172,19 @@ static void run_kernel_split(runner *r, uint32_t s) {
   kdc_rt_plan *p = r->p;
   const kdc_prog_kernel_step *k = &r->f->steps[s].kernel;
   int64_t ops = step_ops(&r->f->steps[s]), chunks = ops / OPS_PER_CHUNK;
-  int64_t most = 4 * (int64_t)p->n_threads / p->nd;
+  int64_t nl = nlocal(p), most = 4 * (int64_t)p->n_threads / nl;
   if (chunks > most) chunks = most;
   if (chunks > k->extent) chunks = k->extent;
-  if (chunks > RT_POOL_MAX_TASKS / p->nd) chunks = RT_POOL_MAX_TASKS / p->nd;
+  if (chunks > RT_POOL_MAX_TASKS / nl) chunks = RT_POOL_MAX_TASKS / nl;
   if (chunks < 1) chunks = 1;
-  if (p->n_threads <= 1 || ops * p->nd < PARALLEL_MIN_OPS || chunks * p->nd < 2) {
-    for (int64_t d = 0; d < p->nd; d++) run_local_step(r, d, s);
+  if (p->n_threads <= 1 || ops * nl < PARALLEL_MIN_OPS || chunks * nl < 2) {
+    for (int64_t d = p->d0; d < p->d1; d++) run_local_step(r, d, s);
     return;
   }
-  for (int64_t d = 0; d < p->nd; d++) bind_kernel(r, d, s);
+  for (int64_t d = p->d0; d < p->d1; d++) bind_kernel(r, d, s);
   r->step = s;
   r->chunks = chunks;
-  rt_pool_run(p->pool, chunk_task, r, chunks * p->nd);
+  rt_pool_run(p->pool, chunk_task, r, chunks * nl);
 }
 
 static kdc_status run_stepwise(runner *r) {
@@ -190,7 +195,7 @@ static kdc_status run_stepwise(runner *r) {
     case KDC_STEP_KERNEL: run_kernel_split(r, s); break;
     case KDC_STEP_COLLECTIVE: KDC_RETURN_IF_ERROR(run_collective(r, s)); break;
     default:
-      for (int64_t d = 0; d < r->p->nd; d++) run_local_step(r, d, s);
+      for (int64_t d = r->p->d0; d < r->p->d1; d++) run_local_step(r, d, s);
       break;
     }
   }
@@ -228,6 +233,10 @@ kdc_status kdc_rt_plan_run_func(kdc_rt_plan *p, size_t func, const void *const *
   rt_func *rf = &p->funcs[func];
   rt_io_split(p, f, rf, inputs, outputs);
   KDC_RETURN_IF_ERROR(rt_exec_steps(p, func));
+  if (p->comm->vt->collect_outputs) {  /* processes: the pieces meet on process 0 */
+    KDC_RETURN_IF_ERROR(p->comm->vt->collect_outputs(p->comm, p, func));
+    if (p->proc_id != 0) return NULL;
+  }
   return rt_io_gather(p, f, rf, outputs, p->check_replicas);
 }
 

@@ -101,6 +101,20 @@ static kdc_status load(kdc_rt_plan *p, const kdc_rt_options *opt) {
 #else
   p->check_replicas = true;
 #endif
+  p->n_procs = opt && opt->n_processes > 1 ? opt->n_processes : 1;
+  p->proc_id = p->n_procs > 1 ? opt->process_id : 0;
+  p->d0 = 0;
+  p->d1 = p->nd;
+  if (p->n_procs > 1) {  /* docs/processes.md: devices split evenly, row-major */
+    if (p->nd % p->n_procs || p->proc_id < 0 || p->proc_id >= p->n_procs)
+      return KDC_ERR(KDC_INVALID_INPUT, "%s: %lld devices cannot be split evenly over %d "
+                     "processes (process id %d)", p->path, (long long)p->nd, p->n_procs,
+                     p->proc_id);
+    p->d0 = p->nd / p->n_procs * p->proc_id;
+    p->d1 = p->d0 + p->nd / p->n_procs;
+    p->device_parallel = p->d1 - p->d0 > 1 && p->d1 - p->d0 >= p->n_threads;
+    return rt_comm_mpi_create(p, p->timeout_s, &p->comm);
+  }
   return rt_comm_shm_create(&p->prog.mesh, p->pool, p->timeout_s, &p->comm);
 }
 

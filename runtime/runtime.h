@@ -41,6 +41,10 @@ typedef struct kdc_rt_options {
                                   fails the run naming it; 0 = 60 s */
   int check_replicas;          /* 1: every run checks that the replicas of each output
                                   agree (always on in builds without NDEBUG) */
+  int n_processes, process_id; /* > 1: this process runs devices [id*nd/n, (id+1)*nd/n) of
+                                  the mesh and collectives go through MPI (comm_mpi.c,
+                                  docs/processes.md; kdc_rt_procs_init first); process 0
+                                  receives the outputs.  0 = one process, every device */
 } kdc_rt_options;
 
 /* ---- plan_load.c ------------------------------------------------------------ */
@@ -96,6 +100,85 @@ kdc_status kdc_rt_plan_run(kdc_rt_plan *p, const void *const *inputs, void *cons
  * callers that already hold shards.  Allocates nothing. */
 kdc_status kdc_rt_plan_run_local(kdc_rt_plan *p, size_t func, const void *const *const *inputs,
                                  void *const *const *outputs);
+
+/* ---- state.c: training state on the devices (docs/training.md, "Fit") ------ */
+
+typedef struct kdc_rt_train kdc_rt_train;
+/* The training state of |p| (which needs train_step): every device's piece
+ * of each trainable weight (initialised from the plan), <opt>/iteration and
+ * the optimizer slots (zeros), kept on the devices between steps (ping-pong
+ * buffers, no per-step allocation or copy).  While it lives, every function
+ * of |p| (predict, evaluate) runs with the trained weights; destroying it
+ * gives |p| its original weights back.  Holds a reference to |p|. */
+kdc_status kdc_rt_train_create(kdc_rt_plan *p, kdc_rt_train **out);
+void kdc_rt_train_destroy(kdc_rt_train *t);
+/* train_step's data inputs (model inputs, labels, "sample_mask"), GLOBAL. */
+size_t kdc_rt_train_data_count(const kdc_rt_train *t);
+const kdc_rt_tensor_info *kdc_rt_train_data(const kdc_rt_train *t, size_t i);
+/* One optimizer step on a global batch (|data| in kdc_rt_train_data order);
+ * |*loss| = the batch loss before the update. */
+kdc_status kdc_rt_train_step(kdc_rt_train *t, const void *const *data, float *loss);
+/* evaluate on the same data inputs (matched by name) with the current weights. */
+kdc_status kdc_rt_train_evaluate(kdc_rt_train *t, const void *const *data, float *loss);
+/* The state tensors (train_step's results but "loss"), GLOBAL shapes. */
+size_t kdc_rt_train_state_count(const kdc_rt_train *t);
+const kdc_rt_tensor_info *kdc_rt_train_state(const kdc_rt_train *t, size_t k);
+bool kdc_rt_train_state_is_weight(const kdc_rt_train *t, size_t k);
+/* Gathers state |k| into |global| (->bytes), or sets it on every device. */
+void kdc_rt_train_state_get(const kdc_rt_train *t, size_t k, void *global);
+void kdc_rt_train_state_set(kdc_rt_train *t, size_t k, const void *global);
+
+/* ---- fit.c: Keras' fit / evaluate loop (docs/training.md, "Fit") -------------- */
+
+typedef struct kdc_rt_fit_progress {
+  int64_t epoch, epochs;     /* 0-based epoch of |epochs| */
+  int64_t step, steps;       /* steps done in this epoch, of |steps| */
+  float batch_loss;          /* the last batch's loss */
+  double loss;               /* Keras' running mean (weighted by rows) this epoch */
+  double val_loss;           /* NaN until evaluated (on_epoch with a validation split) */
+  double seconds;            /* since the epoch started */
+} kdc_rt_fit_progress;
+
+typedef struct kdc_rt_fit_options {
+  int64_t epochs;
+  bool shuffle;              /* a permutation per epoch from (seed, epoch) */
+  uint64_t seed;
+  double validation_split;   /* the last fraction of the rows, before shuffling; 0 = none */
+  void (*on_batch)(void *user, const kdc_rt_fit_progress *pr);
+  void (*on_epoch)(void *user, const kdc_rt_fit_progress *pr);
+  void *user;
+} kdc_rt_fit_options;
+
+typedef struct kdc_rt_history {
+  int64_t epochs, steps;     /* epochs completed, steps per epoch */
+  double *loss;              /* per epoch (Keras History.history["loss"]) */
+  double *val_loss;          /* per epoch, NULL without a validation split */
+  float *batch_loss;         /* [epoch * steps + step] */
+} kdc_rt_history;
+
+/* Trains |t| for o->epochs over |rows| rows: |arrays| holds one GLOBAL
+ * array per kdc_rt_train_data input except "sample_mask", |rows| rows each
+ * (the input's bytes / batch per row).  The last partial batch is padded
+ * and masked (exact), never dropped.  |h| is filled (free it with
+ * kdc_rt_history_free) even when a step fails midway. */
+kdc_status kdc_rt_fit(kdc_rt_train *t, const void *const *arrays, int64_t rows,
+                      const kdc_rt_fit_options *o, kdc_rt_history *h);
+/* Keras' evaluate: the row-weighted mean of the batch losses. */
+kdc_status kdc_rt_fit_evaluate(kdc_rt_train *t, const void *const *arrays, int64_t rows,
+                               double *loss);
+void kdc_rt_history_free(kdc_rt_history *h);
+/* The shuffle of epoch |epoch|: a permutation of [0, n) into |perm|. */
+void kdc_rt_fit_permutation(uint64_t seed, int64_t epoch, int64_t n, int64_t *perm);
+
+/* ---- checkpoint.c: state <-> one safetensors file ---------------------------- */
+
+/* Writes every state tensor (Keras names: "d1/kernel", "adam/iteration",
+ * "adam/d1_kernel_momentum") gathered from the devices into |path|,
+ * atomically (a temporary file in the same directory, fsync, rename). */
+kdc_status kdc_rt_train_save(const kdc_rt_train *t, const char *path);
+/* Loads |path| (any mesh or layout wrote it) into the state: every state
+ * tensor must be present with its dtype and global shape. */
+kdc_status kdc_rt_train_load(kdc_rt_train *t, const char *path);
 
 /* ---- describe.c ------------------------------------------------------------- */
 
@@ -253,6 +336,9 @@ struct kdc_rt_plan {
   size_t n_weight_pieces;
   struct rt_comm *comm;
   uint64_t coll_seq;        /* collectives called so far */
+  /* processes (docs/processes.md): this process runs devices [d0, d1) */
+  int64_t d0, d1;
+  int n_procs, proc_id;
 };
 
 /* ---- devices.c: per-device state, made once at load ------------------------- */

@@ -18,6 +18,9 @@ typedef struct compile_opts {
   int64_t batch;
   uint64_t seed;
   bool print_ir;
+  bool random_init;            /* --random-init: Keras initialisers even if the model has weights */
+  const char *target;          /* --target cpu|cuda */
+  int64_t sm;                  /* --sm 80|90 (cuda) */
 } compile_opts;
 
 static kdc_status parse(int argc, char **argv, compile_opts *o) {
@@ -34,8 +37,13 @@ static kdc_status parse(int argc, char **argv, compile_opts *o) {
         cli_flag_value(&a, "--layout", &o->layout, &st) ||
         cli_flag_value(&a, "--layout-match", &o->layout_match, &st) ||
         cli_flag_value(&a, "--loss", &o->loss, &st) ||
-        cli_flag_value(&a, "--optimizer", &o->optimizer, &st))
+        cli_flag_value(&a, "--optimizer", &o->optimizer, &st) ||
+        cli_flag_value(&a, "--target", &o->target, &st))
       continue;
+    if (cli_flag_value(&a, "--sm", &v, &st)) {
+      if (!st) st = cli_parse_i64("--sm", v, 1, 1000, &o->sm);
+      continue;
+    }
     if (cli_flag_value(&a, "--batch", &v, &st)) {
       if (!st) st = cli_parse_i64("--batch", v, 1, (int64_t)1 << 30, &o->batch);
     } else if (cli_flag_value(&a, "--seed", &v, &st)) {
@@ -46,6 +54,8 @@ static kdc_status parse(int argc, char **argv, compile_opts *o) {
         st = KDC_ERR(KDC_INVALID_INPUT, "--learning-rate \"%s\": expected a positive number", v);
     } else if (cli_flag(&a, "--from-logits")) {
       o->from_logits = true;
+    } else if (cli_flag(&a, "--random-init")) {
+      o->random_init = true;
     } else if (cli_flag(&a, "--print-ir-after-all")) {
       o->print_ir = true;
     } else if (a.argv[a.i][0] != '-' && !o->model) {
@@ -59,8 +69,14 @@ static kdc_status parse(int argc, char **argv, compile_opts *o) {
   if (!st && !o->mesh && (o->axes || o->layout || o->layout_match))
     st = KDC_ERR(KDC_INVALID_INPUT, "compile: %s needs --mesh (e.g. --mesh 2x4)",
                  o->axes ? "--axes" : o->layout ? "--layout" : "--layout-match");
-  if (!st && !o->loss && (o->optimizer || o->learning_rate > 0 || o->from_logits))
-    st = KDC_ERR(KDC_INVALID_INPUT, "compile: training options need --loss (e.g. --loss mse)");
+  if (!st && o->random_init && o->weights)
+    st = KDC_ERR(KDC_INVALID_INPUT, "compile: --random-init and --weights exclude each other");
+  if (!st && o->target && strcmp(o->target, "cpu") && strcmp(o->target, "cuda"))
+    st = KDC_ERR(KDC_INVALID_INPUT, "--target \"%s\": expected cpu or cuda", o->target);
+  if (!st && o->sm && !(o->target && !strcmp(o->target, "cuda")))
+    st = KDC_ERR(KDC_INVALID_INPUT, "compile: --sm needs --target cuda");
+  if (!st && o->sm && o->sm != 80 && o->sm != 90)
+    st = KDC_ERR(KDC_INVALID_INPUT, "--sm %lld: expected 80 or 90", (long long)o->sm);
   if (!st && o->layout_match && !o->layout)
     st = KDC_ERR(KDC_INVALID_INPUT, "compile: --layout-match needs --layout");
   return st;
@@ -98,6 +114,7 @@ static kdc_status training(const compile_opts *o, kdc_train_options *t) {
                    "rmsprop)", o->optimizer);
   kdc_train_options_init(t, loss, opt);
   t->from_logits = o->from_logits;
+  t->sample_mask = true; /* partial batches in `kdc run --fit` (docs/training.md) */
   if (o->learning_rate > 0) t->optimizer.learning_rate = o->learning_rate;
   return kdc_optimizer_options_check(&t->optimizer);
 }
@@ -144,6 +161,30 @@ static void capture_explain(const char *pass, const kdc_module *m, void *user) {
   fclose(out);
 }
 
+/* No --loss: the model's Keras 3 compile_config, if any (tools/
+ * compile_config.c), with --optimizer, --learning-rate and --from-logits
+ * overriding it. */
+static kdc_status from_compile_config(const compile_opts *o, const kdc_keras_model *km,
+                                      kdc_train_options *t, bool *on) {
+  KDC_RETURN_IF_ERROR(cli_compile_config(km, o->model, t, on));
+  bool flags = o->optimizer || o->learning_rate > 0 || o->from_logits;
+  if (!*on && flags)
+    return KDC_ERR(KDC_INVALID_INPUT, "compile: training options need --loss (e.g. --loss mse) "
+                   "or a model with a compile_config");
+  if (!*on) return NULL;
+  if (o->optimizer) {
+    kdc_optimizer_kind k;
+    if (!kdc_optimizer_from_name(o->optimizer, &k))
+      return KDC_ERR(KDC_INVALID_INPUT, "--optimizer \"%s\": unknown optimizer (sgd, adam, adamw, "
+                     "rmsprop)", o->optimizer);
+    kdc_optimizer_options_init(&t->optimizer, k);
+  }
+  if (o->learning_rate > 0) t->optimizer.learning_rate = o->learning_rate;
+  if (o->from_logits) t->from_logits = true;
+  t->sample_mask = true;
+  return kdc_optimizer_options_check(&t->optimizer);
+}
+
 static kdc_status compile(const compile_opts *o) {
   kdc_keras_model *km = NULL;
   kdc_module *mod = NULL;
@@ -152,21 +193,25 @@ static kdc_status compile(const compile_opts *o) {
   kdc_train_options train;
   explain_capture explain = {NULL, 0};
   kdc_status st = distribution(o, &mesh, &layout);
+  bool train_on = o->loss != NULL;
   if (!st && o->loss) st = training(o, &train);
   if (!st) st = kdc_frontend_load(o->model, &km);
+  if (!st && !o->loss) st = from_compile_config(o, km, &train, &train_on);
   if (!st) {
-    kdc_lower_options lo = {.batch = o->batch, .mesh = o->mesh ? &mesh : NULL, .layout = layout};
+    kdc_lower_options lo = {.batch = o->batch, .mesh = o->mesh ? &mesh : NULL, .layout = layout,
+                            .train_forward = train_on, .dropout_seed = o->seed};
     st = kdc_frontend_lower(km, &lo, &mod);
   }
   if (!st && layout) kdc_layout_report_unmatched(layout, stderr);
-  if (!st) st = kdc_frontend_bind_weights(km, mod, o->weights, o->seed);
+  if (!st && o->random_init) st = kdc_frontend_init_weights(km, mod, o->seed);
+  else if (!st) st = kdc_frontend_bind_weights(km, mod, o->weights, o->seed);
   if (!st) {
     kdc_pass_options po;
     memset(&po, 0, sizeof po);
     po.dump_dir = o->dump_dir;
     po.print_after_all = o->print_ir ? stderr : NULL;
     po.warnings = stderr;
-    po.train = o->loss ? &train : NULL;
+    po.train = train_on ? &train : NULL;
     po.after_pass = capture_explain;
     po.after_pass_user = &explain;
     st = kdc_pass_pipeline_run(mod, &po);
@@ -175,6 +220,9 @@ static kdc_status compile(const compile_opts *o) {
     kdc_codegen_options co;
     memset(&co, 0, sizeof co);
     co.explain = explain.text;
+    static const char *const train_funcs[] = {"predict", "train_step", "evaluate"};
+    if (train_on) co.funcs = train_funcs, co.n_funcs = 3;  /* not train_forward */
+    if (o->target && !strcmp(o->target, "cuda")) co.cuda_sm = o->sm ? (int)o->sm : 80;
     st = kdc_codegen_cpu_plan(mod, &co, o->out);
   }
   kdc_ir_module_destroy(mod);

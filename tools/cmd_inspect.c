@@ -62,12 +62,31 @@ static kdc_status explain(const char *path, const char *name) {
   return st;
 }
 
+/* Prints the PTX section (plans compiled with --target cuda). */
+static kdc_status print_ptx(const char *path) {
+  kdc_plan_file *pf = NULL;
+  KDC_RETURN_IF_ERROR(kdc_plan_file_open(path, &pf));
+  const void *data = NULL;
+  size_t size = 0;
+  kdc_status st = NULL;
+  if (!kdc_plan_file_find(pf, KDC_PLAN_SECTION_PTX, &data, &size))
+    st = KDC_ERR(KDC_INVALID_INPUT, "%s: the plan has no PTX (compile with --target cuda)", path);
+  else
+    fwrite(data, 1, size, stdout);
+  kdc_plan_file_close(pf);
+  return st;
+}
+
 int kdc_cmd_inspect(int argc, char **argv) {
   cli_args a = {argc, argv, 0};
   const char *file = NULL, *explain_name = NULL, *sharding_name = NULL;
-  bool collectives = false;
+  bool collectives = false, ptx = false;
   kdc_status st = NULL;
   while (a.i < a.argc && !st) {
+    if (cli_flag(&a, "--ptx")) {
+      ptx = true;
+      continue;
+    }
     if (cli_flag(&a, "--collectives")) {
       collectives = true;
       continue;
@@ -80,6 +99,11 @@ int kdc_cmd_inspect(int argc, char **argv) {
   if (!st && !file) st = KDC_ERR(KDC_INVALID_INPUT, "inspect: no file given (see kdc --help)");
   if (st) return cli_fail(st);
   bool plan = is_plan(file);
+  if (ptx) {
+    if (!plan) return cli_fail(KDC_ERR(KDC_INVALID_INPUT, "%s: --ptx needs a plan", file));
+    st = print_ptx(file);
+    return st ? cli_fail(st) : 0;
+  }
   if (explain_name) {
     if (!plan) return cli_fail(KDC_ERR(KDC_INVALID_INPUT, "%s: --explain needs a plan", file));
     st = explain(file, explain_name);

@@ -17,6 +17,7 @@
 #include "common/io.h"
 #include "runtime/runtime.h"
 #include "tools/cli.h"
+#include "tools/run_place.h"
 
 enum { MAX_IO = 64 };
 
@@ -27,6 +28,7 @@ typedef struct run_opts {
   bool print;
   int64_t threads;
   double collective_timeout;  /* seconds, 0 = the runtime's default (60) */
+  run_place place;            /* --coordinator ... (run_place.c, docs/processes.md) */
 } run_opts;
 
 static kdc_status parse(int argc, char **argv, run_opts *o) {
@@ -34,6 +36,7 @@ static kdc_status parse(int argc, char **argv, run_opts *o) {
   kdc_status st = NULL;
   const char *v;
   memset(o, 0, sizeof *o);
+  run_place_init_opts(&o->place);
   while (a.i < a.argc && !st) {
     if (cli_flag_value(&a, "--input", &v, &st)) {
       if (st) break;
@@ -49,6 +52,7 @@ static kdc_status parse(int argc, char **argv, run_opts *o) {
       if (!st) st = cli_parse_double("--collective-timeout", v, &o->collective_timeout);
       if (!st && !(o->collective_timeout > 0))
         st = KDC_ERR(KDC_INVALID_INPUT, "run: --collective-timeout must be > 0 seconds, got %s", v);
+    } else if (run_place_flag(&a, &o->place, &st)) {
     } else if (cli_flag(&a, "--print")) {
       o->print = true;
     } else if (a.argv[a.i][0] != '-' && !o->plan) {
@@ -178,6 +182,7 @@ static kdc_status run_batches(run_state *s, int64_t rows) {
 static kdc_status run(const run_opts *o, run_state *s) {
   kdc_rt_options ro = {.n_threads = (int)o->threads,
                        .collective_timeout_s = o->collective_timeout};
+  KDC_RETURN_IF_ERROR(run_place_start(&o->place, o->plan, &ro));
   KDC_RETURN_IF_ERROR(kdc_rt_plan_load_with(o->plan, &ro, &s->plan));
   if (kdc_rt_plan_func_count(s->plan) == 0 || kdc_rt_plan_find_func(s->plan, "predict") != 0)
     return KDC_ERR(KDC_INVALID_INPUT, "%s: the plan has no predict function", o->plan);
@@ -203,6 +208,7 @@ static kdc_status run(const run_opts *o, run_state *s) {
   KDC_RETURN_IF_ERROR(run_batches(s, rows));
   for (size_t k = 0; k < s->n_out; k++) {
     const kdc_rt_tensor_info *t = kdc_rt_plan_output(s->plan, 0, k);
+    if (!run_place_writes()) break;  /* processes: process 0 writes */
     if (o->print) print_array(t->name, t->dtype, t->rank, s->out_dims[k], s->out[k]);
     if (o->n_outputs)
       KDC_RETURN_IF_ERROR(kdc_npy_write(o->outputs[k], t->dtype, t->rank, s->out_dims[k], s->out[k]));
@@ -211,6 +217,8 @@ static kdc_status run(const run_opts *o, run_state *s) {
 }
 
 int kdc_cmd_run(int argc, char **argv) {
+  for (int i = 0; i < argc; i++)
+    if (!strcmp(argv[i], "--fit") || !strcmp(argv[i], "--evaluate")) return kdc_cmd_fit(argc, argv);
   run_opts o;
   run_state s;
   memset(&s, 0, sizeof s);
@@ -223,5 +231,7 @@ int kdc_cmd_run(int argc, char **argv) {
     free(s.bout[i]);
   }
   if (s.plan) kdc_rt_plan_release(s.plan);
-  return st ? cli_fail(st) : 0;
+  int rc = st ? cli_fail(st) : 0;
+  run_place_finish(rc);
+  return rc;
 }

@@ -265,6 +265,59 @@ static void test_usage_errors(void **state) {
   expect_bad(&r, NULL, "/nonexistent/model.json", NULL);
 }
 
+/* --mesh / --layout errors: each exit 2, one line naming the place. */
+static void mesh_case(const char *name, const char *mesh, const char *layout_text, const char *n1,
+                      const char *n2) {
+  char file[64], plan[64];
+  snprintf(file, sizeof file, "%s.json", name);
+  snprintf(plan, sizeof plan, "%s.plan", name);
+  char *lp = e2e_path(file), *out = e2e_path(plan);
+  e2e_result r;
+  if (layout_text) {
+    write_file(lp, layout_text, strlen(layout_text));
+    e2e_kdc(&r, "compile", model_json, "--weights", weights, "--batch", "16", "--mesh", mesh,
+            "--layout", lp, "-o", out, NULL);
+  } else {
+    e2e_kdc(&r, "compile", model_json, "--weights", weights, "--batch", "16", "--mesh", mesh,
+            "-o", out, NULL);
+  }
+  expect_bad(&r, out, n1, n2);
+  free(lp);
+  free(out);
+}
+
+static void test_layout_uneven_dim(void **state) {
+  (void)state; /* 200 units over model=3: the variable, the dim and both sizes */
+  mesh_case("uneven", "1x3", "{\"batch_dim_name\": \"data\", \"layout_map\": "
+            "{\"d1/kernel\": [null, \"model\"]}}", "dim 1 of \"d1/kernel\" (size 200)",
+            "\"model\" (size 3)");
+}
+
+static void test_bad_mesh_string(void **state) {
+  (void)state;
+  mesh_case("badmesh", "2xx4", NULL, "--mesh \"2xx4\"", "column 3");
+}
+
+static void test_layout_unknown_axis(void **state) {
+  (void)state;
+  mesh_case("unkaxis", "2x4", "{\"batch_dim_name\": \"data\", \"layout_map\": "
+            "{\"d1/kernel\": [null, \"tensor\"]}}", "layout_map[\"d1/kernel\"][1]",
+            "\"tensor\" is not an axis");
+}
+
+static void test_layout_wrong_rank(void **state) {
+  (void)state;
+  mesh_case("rank", "2x4", "{\"batch_dim_name\": \"data\", \"layout_map\": "
+            "{\"d1/kernel\": [null, \"model\", null]}}", "layout_map[\"d1/kernel\"]", "rank 2");
+}
+
+static void test_layout_two_regex_keys(void **state) {
+  (void)state;
+  mesh_case("tworx", "2x4", "{\"batch_dim_name\": \"data\", \"layout_map\": "
+            "{\"d1/.*\": [null, \"model\"], \".*/kernel\": [null, \"model\"]}}",
+            "\"d1/kernel\" matches multiple layout keys", "\".*/kernel\"");
+}
+
 int main(void) {
   model_json = e2e_src("examples/mnist_mlp/model.json");
   weights = e2e_src("examples/mnist_mlp/weights.safetensors");
@@ -276,6 +329,9 @@ int main(void) {
       cmocka_unit_test(test_truncated_plan),  cmocka_unit_test(test_corrupted_plan),
       cmocka_unit_test(test_other_format_version), cmocka_unit_test(test_foreign_plan),
       cmocka_unit_test(test_wrong_input),     cmocka_unit_test(test_usage_errors),
+      cmocka_unit_test(test_layout_uneven_dim), cmocka_unit_test(test_bad_mesh_string),
+      cmocka_unit_test(test_layout_unknown_axis), cmocka_unit_test(test_layout_wrong_rank),
+      cmocka_unit_test(test_layout_two_regex_keys),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   free(model_json);

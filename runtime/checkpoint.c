@@ -1,0 +1,91 @@
+/*
+ * runtime/checkpoint.c: the training state <-> one safetensors file.
+ *
+ * Save gathers every state tensor (weights, <opt>/iteration, slots; Keras
+ * names) from the devices' pieces into global arrays and writes them with
+ * kdc_safetensors_write, which is atomic (a temporary file in the target's
+ * directory, fsync, rename: a crash leaves the previous file intact).  The
+ * file says nothing about the mesh: load splits each global array by the
+ * loading plan's shardings, so a checkpoint saved on 2x4 resumes on 1x8 or
+ * on one device.
+ *
+ * Test hook: with KDC_TEST_CRASH_IN_SAVE set in the environment, save writes
+ * the first half of the checkpoint's bytes to the temporary file and calls
+ * abort() -- a crash in the middle of a save (tests/training/test_fit.c
+ * checks the previous checkpoint still loads).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/io.h"
+#include "runtime/runtime.h"
+
+static void crash_midway(const char *path, const kdc_st_tensor *ts, size_t n) {
+  kdc_atomic_file *f = NULL;
+  if (kdc_atomic_file_open(path, &f)) abort();
+  size_t total = 0;
+  for (size_t i = 0; i < n; i++) total += ts[i].nbytes;
+  size_t left = total / 2;
+  for (size_t i = 0; i < n && left; i++) {
+    size_t k = ts[i].nbytes < left ? ts[i].nbytes : left;
+    if (kdc_atomic_file_write(f, ts[i].data, k)) abort();
+    left -= k;
+  }
+  fflush(kdc_atomic_file_stream(f));
+  abort();
+}
+
+kdc_status kdc_rt_train_save(const kdc_rt_train *t, const char *path) {
+  size_t n = kdc_rt_train_state_count(t);
+  kdc_st_tensor *ts = kdc_xcalloc(n + 1, sizeof *ts);
+  void **bufs = kdc_xcalloc(n + 1, sizeof *bufs);
+  for (size_t k = 0; k < n; k++) {
+    const kdc_rt_tensor_info *i = kdc_rt_train_state(t, k);
+    bufs[k] = kdc_xmalloc(i->bytes ? i->bytes : 1);
+    kdc_rt_train_state_get(t, k, bufs[k]);
+    ts[k].name = i->name;
+    ts[k].dtype = i->dtype;
+    ts[k].rank = i->rank;
+    memcpy(ts[k].dims, i->dims, sizeof ts[k].dims);
+    ts[k].data = bufs[k];
+    ts[k].nbytes = i->bytes;
+  }
+  if (getenv("KDC_TEST_CRASH_IN_SAVE")) crash_midway(path, ts, n);
+  const char *meta[] = {"format", "kdc-train-state", NULL};
+  kdc_status st = kdc_safetensors_write(path, ts, n, meta);
+  for (size_t k = 0; k < n; k++) free(bufs[k]);
+  free(bufs);
+  free(ts);
+  return st;
+}
+
+kdc_status kdc_rt_train_load(kdc_rt_train *t, const char *path) {
+  kdc_safetensors *sf = NULL;
+  KDC_RETURN_IF_ERROR(kdc_safetensors_open(path, &sf));
+  size_t n = kdc_rt_train_state_count(t);
+  kdc_status st = NULL;
+  /* check everything before changing anything */
+  for (size_t k = 0; k < n && !st; k++) {
+    const kdc_rt_tensor_info *i = kdc_rt_train_state(t, k);
+    const kdc_st_tensor *x = kdc_safetensors_find(sf, i->name);
+    bool ok = x && x->dtype == i->dtype && x->rank == i->rank && x->nbytes == i->bytes;
+    for (int d = 0; ok && d < i->rank; d++) ok = x->dims[d] == i->dims[d];
+    if (!x)
+      st = KDC_ERR(KDC_INVALID_INPUT, "%s: no tensor \"%s\" (the plan's training state needs it)",
+                   path, i->name);
+    else if (!ok)
+      st = KDC_ERR(KDC_INVALID_INPUT, "%s: tensor \"%s\" is %s of %zu bytes; the plan expects %s "
+                   "of %llu bytes", path, i->name, kdc_io_dtype_name(x->dtype), x->nbytes,
+                   kdc_io_dtype_name(i->dtype), (unsigned long long)i->bytes);
+  }
+  for (size_t k = 0; k < n && !st; k++) {
+    const kdc_rt_tensor_info *i = kdc_rt_train_state(t, k);
+    const kdc_st_tensor *x = kdc_safetensors_find(sf, i->name);
+    void *tmp = kdc_xmalloc(i->bytes ? i->bytes : 1);  /* the mapped data may be unaligned */
+    memcpy(tmp, x->data, i->bytes);
+    kdc_rt_train_state_set(t, k, tmp);
+    free(tmp);
+  }
+  kdc_safetensors_close(sf);
+  return st;
+}

@@ -1,0 +1,224 @@
+/*
+ * runtime/fit.c: Keras' Model.fit / Model.evaluate loop over a
+ * kdc_rt_train (docs/training.md, "Fit").
+ *
+ *  - Batches: the plan's static batch B.  rows / B full batches, then one
+ *    partial batch of the remaining n < B rows, padded with zero rows whose
+ *    "sample_mask" entry is 0 (train_step and evaluate take the mask: the
+ *    loss is the mean over the real rows, exactly Keras' loss on the
+ *    smaller last batch, and so are the gradients).  Never dropped.
+ *  - validation_split F: the LAST rows[split_at:] (split_at =
+ *    floor(rows * (1 - F)), keras/src/trainers/data_adapters/
+ *    array_slicing.py train_validation_split), taken before shuffling; the
+ *    validation loss is evaluated after every epoch with the same batching.
+ *  - shuffle: per epoch, a Fisher-Yates permutation of the training rows
+ *    drawn from splitmix64 seeded with (seed, epoch): deterministic and the
+ *    same on every mesh.
+ *  - Reported loss: Keras 3's loss tracker, a Mean metric updated with the
+ *    batch loss weighted by the batch's row count (trainer.py:
+ *    sample_weight = x.shape[0]); f32 total and count like Keras' variables.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "runtime/runtime.h"
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static uint64_t splitmix64(uint64_t *s) {
+  uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+void kdc_rt_fit_permutation(uint64_t seed, int64_t epoch, int64_t n, int64_t *perm) {
+  uint64_t s = seed ^ (0xd1b54a32d192ed03ull * (uint64_t)(epoch + 1));
+  for (int64_t i = 0; i < n; i++) perm[i] = i;
+  for (int64_t i = n - 1; i > 0; i--) {
+    int64_t j = (int64_t)(splitmix64(&s) % (uint64_t)(i + 1));
+    int64_t x = perm[i];
+    perm[i] = perm[j];
+    perm[j] = x;
+  }
+}
+
+/* Staging for one batch: a buffer per data input, the mask. */
+typedef struct batcher {
+  kdc_rt_train *t;
+  size_t n_data;
+  int mask;                  /* data index of "sample_mask", or -1 */
+  int64_t batch;
+  void *buf[64];
+  size_t row_bytes[64];
+  const void *bind[64];
+  const void *const *arrays; /* per data input but the mask */
+} batcher;
+
+static kdc_status batcher_init(batcher *b, kdc_rt_train *t, const void *const *arrays) {
+  memset(b, 0, sizeof *b);
+  b->t = t;
+  b->arrays = arrays;
+  b->mask = -1;
+  b->n_data = kdc_rt_train_data_count(t);
+  if (b->n_data == 0 || b->n_data > 64)
+    return KDC_ERR(KDC_UNSUPPORTED, "fit: train_step has %zu data inputs", b->n_data);
+  const kdc_rt_tensor_info *d0 = kdc_rt_train_data(t, 0);
+  b->batch = d0->rank ? d0->dims[0] : 0;
+  for (size_t i = 0; i < b->n_data; i++) {
+    const kdc_rt_tensor_info *d = kdc_rt_train_data(t, i);
+    if (!strcmp(d->name, "sample_mask")) b->mask = (int)i;
+    if (d->rank < 1 || d->dims[0] != b->batch)
+      return KDC_ERR(KDC_UNSUPPORTED, "fit: train_step input \"%s\" is not batch-major (batch %lld)",
+                     d->name, (long long)b->batch);
+    b->row_bytes[i] = (size_t)(d->bytes / (uint64_t)b->batch);
+    b->buf[i] = kdc_xcalloc(1, d->bytes ? d->bytes : 1);
+    b->bind[i] = b->buf[i];
+  }
+  return NULL;
+}
+
+static void batcher_free(batcher *b) {
+  for (size_t i = 0; i < b->n_data; i++) free(b->buf[i]);
+}
+
+/* Index of data input |i| among the caller's arrays (the mask is not one). */
+static size_t array_index(const batcher *b, size_t i) {
+  return b->mask >= 0 && i > (size_t)b->mask ? i - 1 : i;
+}
+
+/* Fills the batch with |n| rows: rows[k] (or first + k when rows is NULL). */
+static void fill(batcher *b, const int64_t *rows, int64_t first, int64_t n) {
+  for (size_t i = 0; i < b->n_data; i++) {
+    char *dst = b->buf[i];
+    size_t rb = b->row_bytes[i];
+    if ((int)i == b->mask) {
+      float *m = (float *)dst;
+      for (int64_t r = 0; r < b->batch; r++) m[r] = r < n ? 1.0f : 0.0f;
+      continue;
+    }
+    const char *src = b->arrays[array_index(b, i)];
+    if (!rows) {
+      memcpy(dst, src + rb * (size_t)first, rb * (size_t)n);
+    } else {
+      for (int64_t r = 0; r < n; r++) memcpy(dst + rb * (size_t)r, src + rb * (size_t)rows[r], rb);
+    }
+    memset(dst + rb * (size_t)n, 0, rb * (size_t)(b->batch - n));
+  }
+}
+
+static kdc_status check_rows(const batcher *b, int64_t rows) {
+  if (rows <= 0) return KDC_ERR(KDC_INVALID_INPUT, "fit: no rows to train on");
+  if (b->mask < 0 && rows % b->batch)
+    return KDC_ERR(KDC_UNSUPPORTED, "fit: %lld rows are not a multiple of the plan's batch %lld "
+                   "and the plan has no sample_mask input (recompile it with this kdc)",
+                   (long long)rows, (long long)b->batch);
+  return NULL;
+}
+
+/* Keras' Mean loss tracker over batches from |first| (|n| rows). */
+static kdc_status eval_rows(batcher *b, int64_t first, int64_t rows, double *loss) {
+  KDC_RETURN_IF_ERROR(check_rows(b, rows));
+  float total = 0, count = 0;
+  for (int64_t r0 = 0; r0 < rows; r0 += b->batch) {
+    int64_t n = rows - r0 < b->batch ? rows - r0 : b->batch;
+    float l;
+    fill(b, NULL, first + r0, n);
+    KDC_RETURN_IF_ERROR(kdc_rt_train_evaluate(b->t, b->bind, &l));
+    total += l * (float)n;
+    count += (float)n;
+  }
+  *loss = (double)(total / count);
+  return NULL;
+}
+
+kdc_status kdc_rt_fit_evaluate(kdc_rt_train *t, const void *const *arrays, int64_t rows,
+                               double *loss) {
+  batcher b;
+  kdc_status st = batcher_init(&b, t, arrays);
+  if (!st) st = eval_rows(&b, 0, rows, loss);
+  batcher_free(&b);
+  return st;
+}
+
+void kdc_rt_history_free(kdc_rt_history *h) {
+  free(h->loss), free(h->val_loss), free(h->batch_loss);
+  memset(h, 0, sizeof *h);
+}
+
+static kdc_status run_epochs(batcher *b, int64_t train_rows, int64_t val_rows,
+                             const kdc_rt_fit_options *o, kdc_rt_history *h) {
+  int64_t steps = (train_rows + b->batch - 1) / b->batch;
+  int64_t *perm = o->shuffle ? kdc_xcalloc((size_t)train_rows, sizeof *perm) : NULL;
+  kdc_status st = NULL;
+  for (int64_t e = 0; e < o->epochs && !st; e++) {
+    kdc_rt_fit_progress pr = {.epoch = e, .epochs = o->epochs, .steps = steps, .val_loss = NAN};
+    double t0 = now_s();
+    float total = 0, count = 0;
+    if (perm) kdc_rt_fit_permutation(o->seed, e, train_rows, perm);
+    for (int64_t s = 0; s < steps && !st; s++) {
+      int64_t r0 = s * b->batch, n = train_rows - r0 < b->batch ? train_rows - r0 : b->batch;
+      float l = 0;
+      fill(b, perm ? perm + r0 : NULL, r0, n);
+      st = kdc_rt_train_step(b->t, b->bind, &l);
+      if (st) break;
+      total += l * (float)n;
+      count += (float)n;
+      h->batch_loss[e * steps + s] = l;
+      pr.step = s + 1;
+      pr.batch_loss = l;
+      pr.loss = (double)(total / count);
+      pr.seconds = now_s() - t0;
+      if (o->on_batch) o->on_batch(o->user, &pr);
+    }
+    if (st) break;
+    h->loss[e] = pr.loss;
+    if (val_rows > 0) {
+      st = eval_rows(b, train_rows, val_rows, &pr.val_loss);
+      h->val_loss[e] = pr.val_loss;
+    }
+    pr.seconds = now_s() - t0;
+    h->epochs = e + 1;
+    if (!st && o->on_epoch) o->on_epoch(o->user, &pr);
+  }
+  free(perm);
+  return st;
+}
+
+kdc_status kdc_rt_fit(kdc_rt_train *t, const void *const *arrays, int64_t rows,
+                      const kdc_rt_fit_options *o, kdc_rt_history *h) {
+  memset(h, 0, sizeof *h);
+  if (o->epochs < 0) return KDC_ERR(KDC_INVALID_INPUT, "fit: epochs must be >= 0");
+  if (!(o->validation_split >= 0 && o->validation_split < 1))
+    return KDC_ERR(KDC_INVALID_INPUT, "fit: validation_split must be in [0, 1), got %g",
+                   o->validation_split);
+  int64_t train_rows = rows, val_rows = 0;
+  if (o->validation_split > 0) {
+    train_rows = (int64_t)floor((double)rows * (1.0 - o->validation_split));
+    val_rows = rows - train_rows;
+    if (train_rows == 0 || val_rows == 0)
+      return KDC_ERR(KDC_INVALID_INPUT, "fit: validation_split %g of %lld rows leaves %s empty "
+                     "(Keras refuses it too)", o->validation_split, (long long)rows,
+                     train_rows ? "the validation set" : "the training set");
+  }
+  batcher b;
+  kdc_status st = batcher_init(&b, t, arrays);
+  if (!st) st = check_rows(&b, train_rows);
+  if (!st && val_rows) st = check_rows(&b, val_rows);
+  if (!st) {
+    int64_t steps = (train_rows + b.batch - 1) / b.batch;
+    h->steps = steps;
+    h->loss = kdc_xcalloc((size_t)o->epochs + 1, sizeof *h->loss);
+    h->val_loss = val_rows ? kdc_xcalloc((size_t)o->epochs + 1, sizeof *h->val_loss) : NULL;
+    h->batch_loss = kdc_xcalloc((size_t)(o->epochs * steps) + 1, sizeof *h->batch_loss);
+    st = run_epochs(&b, train_rows, val_rows, o, h);
+  }
+  batcher_free(&b);
+  return st;
+}

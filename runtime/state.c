@@ -1,0 +1,292 @@
+/*
+ * runtime/state.c: training state resident on the devices (kdc_rt_train).
+ *
+ * A plan compiled with --loss has `train_step` (docs/training.md, "The
+ * train_step ABI"): every result but "loss" is the next value of the
+ * parameter or plan weight of the same name.  Those are the STATE tensors:
+ * the trainable weights (plan WEIGHTS entries), `<opt>/iteration` and the
+ * optimizer slots.  Every device holds its own piece of each (sharded as the
+ * tensor is; replicas get their own copy, since every device writes its
+ * result), twice: the current value and the buffer the next step writes
+ * (ping-pong).  A step binds inputs to the current buffers and outputs to
+ * the next ones, runs, and flips: nothing is copied or allocated per step,
+ * and no kernel ever reads a buffer it (or a later step) writes.  The plan's
+ * weight pointers (p->dev_weights) are re-pointed at the current weight
+ * pieces after every flip, so predict and evaluate see the trained weights.
+ *
+ * The state tensor's sharding must be the same in the plan's weight table,
+ * as a train_step input and as its output (SHARDING.md 8; passes/
+ * train_step.c pins it); a plan where it is not is refused (it would need a
+ * reshard between steps).
+ *
+ * Data inputs (model inputs, labels, sample_mask) are GLOBAL arrays, bound
+ * like kdc_rt_plan_run_func binds them (shard_io.c's modes).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/runtime.h"
+
+typedef struct st_tensor {
+  const kdc_prog_tensor *t;  /* the train_step output */
+  int in;                    /* train_step input index, or -1 (a weight) */
+  int weight;                /* plan weight index, or -1 */
+  void **buf[2];             /* [parity][device] */
+} st_tensor;
+
+struct kdc_rt_train {
+  kdc_rt_plan *p;
+  int step_fn, eval_fn;
+  size_t n_state;
+  st_tensor *s;
+  int parity;                /* buf[parity] holds the current values */
+  uint32_t *data_in;         /* train_step input index of each data input */
+  size_t n_data;
+  int loss_out;
+  float *loss;               /* per device */
+  const void **saved_weights;/* p->dev_weights before training */
+};
+
+static bool same_layout(const kdc_rt_plan *p, const kdc_prog_tensor *a, const kdc_prog_tensor *b) {
+  if (a->rank != b->rank || a->dtype != b->dtype || a->local_bytes != b->local_bytes) return false;
+  for (int d = 0; d < a->rank; d++)
+    if (a->dims[d] != b->dims[d] || a->local_dims[d] != b->local_dims[d]) return false;
+  int64_t oa[KDC_IO_MAX_RANK], ob[KDC_IO_MAX_RANK];
+  for (int64_t dev = 0; dev < p->nd; dev++) {
+    rt_mesh_piece_offsets(&p->prog.mesh, a, dev, oa);
+    rt_mesh_piece_offsets(&p->prog.mesh, b, dev, ob);
+    if (a->rank && memcmp(oa, ob, (size_t)a->rank * sizeof *oa)) return false;
+  }
+  return true;
+}
+
+static kdc_status layout_error(const kdc_rt_plan *p, const char *what, const kdc_prog_tensor *a,
+                               const kdc_prog_tensor *b) {
+  char sa[256], sb[256];
+  kdc_prog_sharding_str(&p->prog.mesh, &a->sharding, a->rank, sa, sizeof sa);
+  kdc_prog_sharding_str(&p->prog.mesh, &b->sharding, b->rank, sb, sizeof sb);
+  return KDC_ERR(KDC_UNSUPPORTED, "%s: train_step: state \"%s\" is %s as an output but %s as %s "
+                 "(state must keep one sharding between steps)", p->path, a->name, sa, sb, what);
+}
+
+/* The piece of global |src| that device |d| holds, into |dst|. */
+static void piece_from_global(const kdc_rt_plan *p, const kdc_prog_tensor *t, int64_t d,
+                              void *dst, const void *src) {
+  int64_t off[KDC_IO_MAX_RANK], zero[KDC_IO_MAX_RANK] = {0};
+  rt_box b;
+  rt_mesh_piece_offsets(&p->prog.mesh, t, d, off);
+  rt_box_init(&b, t->rank, kdc_prog_dtype_size(t->dtype), t->local_dims, t->dims, off,
+              t->local_dims, zero);
+  rt_box_copy(&b, dst, src, 0, b.rows);
+}
+
+static void piece_to_global(const kdc_rt_plan *p, const kdc_prog_tensor *t, int64_t d, void *dst,
+                            const void *src) {
+  int64_t off[KDC_IO_MAX_RANK], zero[KDC_IO_MAX_RANK] = {0};
+  rt_box b;
+  rt_mesh_piece_offsets(&p->prog.mesh, t, d, off);
+  rt_box_init(&b, t->rank, kdc_prog_dtype_size(t->dtype), t->local_dims, t->local_dims, zero,
+              t->dims, off);
+  rt_box_copy(&b, dst, src, 0, b.rows);
+}
+
+static void point_weights(kdc_rt_train *t) {
+  kdc_rt_plan *p = t->p;
+  for (size_t k = 0; k < t->n_state; k++)
+    if (t->s[k].weight >= 0)
+      for (int64_t d = 0; d < p->nd; d++)
+        p->dev_weights[d * p->prog.n_weights + (uint32_t)t->s[k].weight] =
+            t->s[k].buf[t->parity][d];
+}
+
+static kdc_status find_state(kdc_rt_train *t, const kdc_prog_func *f) {
+  kdc_rt_plan *p = t->p;
+  t->loss_out = -1;
+  t->s = kdc_xcalloc(f->n_outputs + 1, sizeof *t->s);
+  for (uint32_t o = 0; o < f->n_outputs; o++) {
+    const kdc_prog_tensor *out = &f->outputs[o];
+    if (!strcmp(out->name, "loss")) {
+      t->loss_out = (int)o;
+      continue;
+    }
+    st_tensor *s = &t->s[t->n_state++];
+    s->t = out;
+    s->in = s->weight = -1;
+    for (uint32_t i = 0; i < f->n_inputs; i++)
+      if (!strcmp(f->inputs[i].name, out->name)) s->in = (int)i;
+    for (uint32_t w = 0; w < p->prog.n_weights; w++)
+      if (!strcmp(p->prog.weights[w].name, out->name)) s->weight = (int)w;
+    if ((s->in < 0) == (s->weight < 0))
+      return KDC_ERR(KDC_INVALID_INPUT, "%s: train_step: result \"%s\" is not exactly one input "
+                     "or weight", p->path, out->name);
+    const kdc_prog_tensor *src = s->in >= 0 ? &f->inputs[s->in] : &p->prog.weights[s->weight];
+    if (!same_layout(p, out, src))
+      return layout_error(p, s->in >= 0 ? "an input" : "a plan weight", out, src);
+  }
+  if (t->loss_out < 0 || f->outputs[t->loss_out].bytes != sizeof(float) ||
+      f->outputs[t->loss_out].dtype != KDC_IO_DTYPE_F32)
+    return KDC_ERR(KDC_INVALID_INPUT, "%s: train_step has no f32 scalar \"loss\"", p->path);
+  t->data_in = kdc_xcalloc(f->n_inputs + 1, sizeof *t->data_in);
+  for (uint32_t i = 0; i < f->n_inputs; i++) {
+    bool state = false;
+    for (size_t k = 0; k < t->n_state; k++) state = state || t->s[k].in == (int)i;
+    if (!state) t->data_in[t->n_data++] = i;
+  }
+  return NULL;
+}
+
+static kdc_status alloc_state(kdc_rt_train *t) {
+  kdc_rt_plan *p = t->p;
+  for (size_t k = 0; k < t->n_state; k++) {
+    st_tensor *s = &t->s[k];
+    size_t bytes = (s->t->local_bytes + 63) / 64 * 64;
+    if (!bytes) bytes = 64;
+    for (int par = 0; par < 2; par++) {
+      s->buf[par] = kdc_xcalloc((size_t)p->nd, sizeof(void *));
+      for (int64_t d = 0; d < p->nd; d++) {
+        void *b = aligned_alloc(64, bytes);
+        if (!b)
+          return KDC_ERR(KDC_OUT_OF_MEMORY, "%s: cannot allocate training state \"%s\"", p->path,
+                         s->t->name);
+        memset(b, 0, bytes);
+        s->buf[par][d] = b;
+        if (s->weight >= 0)
+          piece_from_global(p, s->t, d, b, p->prog.weight_data[s->weight]);
+      }
+    }
+  }
+  return NULL;
+}
+
+kdc_status kdc_rt_train_create(kdc_rt_plan *p, kdc_rt_train **out) {
+  *out = NULL;
+  kdc_rt_train *t = kdc_xcalloc(1, sizeof *t);
+  t->p = p;
+  t->step_fn = kdc_rt_plan_find_func(p, "train_step");
+  t->eval_fn = kdc_rt_plan_find_func(p, "evaluate");
+  kdc_status st = NULL;
+  if (t->step_fn < 0)
+    st = KDC_ERR(KDC_INVALID_INPUT, "%s: the plan has no train_step (compile it with --loss, or "
+                 "from a model with a compile_config)", p->path);
+  if (!st) st = find_state(t, &p->prog.funcs[t->step_fn]);
+  if (!st) st = alloc_state(t);
+  if (st) {
+    kdc_rt_train_destroy(t);
+    return st;
+  }
+  t->loss = kdc_xcalloc((size_t)p->nd, sizeof *t->loss);
+  size_t nw = (size_t)p->nd * p->prog.n_weights;
+  t->saved_weights = kdc_xcalloc(nw + 1, sizeof *t->saved_weights);
+  memcpy(t->saved_weights, p->dev_weights, nw * sizeof *t->saved_weights);
+  kdc_rt_plan_retain(p);
+  point_weights(t);
+  *out = t;
+  return NULL;
+}
+
+void kdc_rt_train_destroy(kdc_rt_train *t) {
+  if (!t) return;
+  if (t->saved_weights) /* give the plan its own weight pieces back */
+    memcpy(t->p->dev_weights, t->saved_weights,
+           (size_t)t->p->nd * t->p->prog.n_weights * sizeof *t->saved_weights);
+  for (size_t k = 0; k < t->n_state; k++)
+    for (int par = 0; par < 2; par++) {
+      if (!t->s[k].buf[par]) continue;
+      for (int64_t d = 0; d < t->p->nd; d++) free(t->s[k].buf[par][d]);
+      free(t->s[k].buf[par]);
+    }
+  if (t->loss) kdc_rt_plan_release(t->p);
+  free(t->s), free(t->data_in), free(t->loss), free(t->saved_weights);
+  free(t);
+}
+
+size_t kdc_rt_train_data_count(const kdc_rt_train *t) { return t->n_data; }
+
+const kdc_rt_tensor_info *kdc_rt_train_data(const kdc_rt_train *t, size_t i) {
+  return &t->p->prog.funcs[t->step_fn].inputs[t->data_in[i]];
+}
+
+size_t kdc_rt_train_state_count(const kdc_rt_train *t) { return t->n_state; }
+
+const kdc_rt_tensor_info *kdc_rt_train_state(const kdc_rt_train *t, size_t k) {
+  return t->s[k].t;
+}
+
+bool kdc_rt_train_state_is_weight(const kdc_rt_train *t, size_t k) { return t->s[k].weight >= 0; }
+
+void kdc_rt_train_state_get(const kdc_rt_train *t, size_t k, void *global) {
+  const st_tensor *s = &t->s[k];
+  for (int64_t d = 0; d < t->p->nd; d++)
+    if (rt_mesh_canonical(&t->p->prog.mesh, s->t, d) == d)
+      piece_to_global(t->p, s->t, d, global, s->buf[t->parity][d]);
+}
+
+void kdc_rt_train_state_set(kdc_rt_train *t, size_t k, const void *global) {
+  const st_tensor *s = &t->s[k];
+  for (int64_t d = 0; d < t->p->nd; d++)
+    piece_from_global(t->p, s->t, d, s->buf[t->parity][d], global);
+}
+
+/* Binds data input |i| of |f| (global array |g|) on every device, as
+ * rt_io_split does: in place when replicated or contiguous, else staged. */
+static void bind_data(kdc_rt_plan *p, const kdc_prog_func *f, rt_func *rf, uint32_t i,
+                      const void *g) {
+  const rt_io *io = &rf->in[i];
+  for (int64_t d = 0; d < p->nd; d++) {
+    const void **slot = &rf->in_ptr[d * f->n_inputs + i];
+    if (io->mode == RT_IO_SHARED) {
+      *slot = g;
+    } else if (io->mode == RT_IO_SLICE) {
+      *slot = (const char *)g + io->offset[d];
+    } else {
+      if (io->canonical[d] == d) piece_from_global(p, io->t, d, io->staging[d], g);
+      *slot = io->staging[io->canonical[d]];
+    }
+  }
+}
+
+kdc_status kdc_rt_train_step(kdc_rt_train *t, const void *const *data, float *loss) {
+  kdc_rt_plan *p = t->p;
+  const kdc_prog_func *f = &p->prog.funcs[t->step_fn];
+  rt_func *rf = &p->funcs[t->step_fn];
+  int cur = t->parity, next = 1 - cur;
+  for (size_t i = 0; i < t->n_data; i++) {
+    if (!data[i] && f->inputs[t->data_in[i]].bytes)
+      return KDC_ERR(KDC_INVALID_INPUT, "%s: train_step: input \"%s\" is missing", p->path,
+                     f->inputs[t->data_in[i]].name);
+    bind_data(p, f, rf, t->data_in[i], data[i]);
+  }
+  for (int64_t d = 0; d < p->nd; d++) {
+    for (size_t k = 0; k < t->n_state; k++) {
+      const st_tensor *s = &t->s[k];
+      if (s->in >= 0) rf->in_ptr[d * f->n_inputs + (uint32_t)s->in] = s->buf[cur][d];
+      rf->out_ptr[d * f->n_outputs + (size_t)(s->t - f->outputs)] = s->buf[next][d];
+    }
+    rf->out_ptr[d * f->n_outputs + (uint32_t)t->loss_out] = &t->loss[d];
+  }
+  KDC_RETURN_IF_ERROR(rt_exec_steps(p, (size_t)t->step_fn));
+  for (int64_t d = 1; p->check_replicas && d < p->nd; d++)
+    if (memcmp(&t->loss[d], &t->loss[0], sizeof(float)))
+      return KDC_ERR(KDC_INTERNAL, "%s: train_step: the loss on device %lld differs from device "
+                     "0's", p->path, (long long)d);
+  t->parity = next;
+  point_weights(t);
+  *loss = t->loss[0];
+  return NULL;
+}
+
+kdc_status kdc_rt_train_evaluate(kdc_rt_train *t, const void *const *data, float *loss) {
+  kdc_rt_plan *p = t->p;
+  if (t->eval_fn < 0) return KDC_ERR(KDC_INVALID_INPUT, "%s: the plan has no evaluate", p->path);
+  const kdc_prog_func *f = &p->prog.funcs[t->eval_fn], *ts = &p->prog.funcs[t->step_fn];
+  const void *in[64];
+  if (f->n_inputs > 64 || f->n_outputs != 1)
+    return KDC_ERR(KDC_UNSUPPORTED, "%s: evaluate: unexpected signature", p->path);
+  for (uint32_t i = 0; i < f->n_inputs; i++) {
+    in[i] = NULL;
+    for (size_t k = 0; k < t->n_data; k++)
+      if (!strcmp(ts->inputs[t->data_in[k]].name, f->inputs[i].name)) in[i] = data[k];
+  }
+  void *out[1] = {loss};
+  return kdc_rt_plan_run_func(p, (size_t)t->eval_fn, in, out);
+}

@@ -1,0 +1,501 @@
+/*
+ * End to end, training (docs/training.md, "Fit"): the MNIST MLP
+ * (examples/mnist_mlp, with its Dropout(0.4) active in training) compiled with
+ * `kdc compile --loss categorical_crossentropy --optimizer adam|sgd` and
+ * trained through the runtime's state and fit loop (runtime/state.c,
+ * fit.c) on a fixed synthetic dataset (an LCG, 100 rows: 80 train rows = 5
+ * batches of 16, 20 validation rows = 16 + a partial 4):
+ *   - one train_step on one device = the reference interpreter running the
+ *     IR train_step (relative 1e-5);
+ *   - 3 epochs on meshes 1, 8 (data parallel) and 2x4 (the guide's layout,
+ *     and Megatron) give the same batch losses, val losses and final state
+ *     as the 1-device run (|d| <= 1e-5 (1 + |ref|)) -- with dropout on, so
+ *     the masks agree across meshes;
+ *   - collective counts of train_step: data parallel = one all_reduce per
+ *     gradient + the loss's two scalars; Megatron = one activation
+ *     all_reduce over model, no collective over model for gradients;
+ *   - a masked partial batch's loss = the loss of a plan compiled for that
+ *     smaller batch (Keras' last batch), on 1 device and on 2x4;
+ *   - save on 2x4 after 1 epoch, load on 1 device (and 8), 2 more epochs =
+ *     3 uninterrupted epochs;
+ *   - a save killed midway (KDC_TEST_CRASH_IN_SAVE) leaves the old file;
+ *   - `kdc run --fit` prints one line per epoch and writes the history.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <math.h>
+
+#include "e2e_util.h"
+#include "frontend/frontend.h"
+#include "ir/ir.h"
+#include "passes/passes.h"
+#include "runtime/runtime.h"
+
+enum { ROWS = 100, B = 16, EPOCHS = 3 };
+
+static float xs[ROWS * 784], ys[ROWS * 10];
+static char *x_npy, *y_npy;
+
+static void make_data(void) {
+  uint64_t s = 12345;
+  for (int i = 0; i < ROWS * 784; i++) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    xs[i] = (float)((s >> 40) & 0xffff) / 65536.0f;
+  }
+  for (int r = 0; r < ROWS; r++) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    for (int c = 0; c < 10; c++) ys[r * 10 + c] = c == (int)((s >> 33) % 10) ? 1.0f : 0.0f;
+  }
+  x_npy = e2e_path("x.npy");
+  y_npy = e2e_path("y.npy");
+  int64_t xd[4] = {ROWS, 28, 28, 1}, yd[2] = {ROWS, 10};
+  assert_null(kdc_npy_write(x_npy, KDC_IO_DTYPE_F32, 4, xd, xs));
+  assert_null(kdc_npy_write(y_npy, KDC_IO_DTYPE_F32, 2, yd, ys));
+}
+
+/* Compiles the MNIST MLP; |mesh| NULL = one device; returns the path. */
+static char *compile(const char *opt, const char *mesh, const char *axes, const char *layout,
+                     const char *batch) {
+  char name[160];
+  snprintf(name, sizeof name, "mlp-%s-%s-%s-%s.plan", opt, mesh ? mesh : "1",
+           layout ? (strstr(layout, "megatron") ? "mg" : "guide") : "dp", batch);
+  char *plan = e2e_path(name), *model = e2e_src("examples/mnist_mlp/model.json");
+  char *w = e2e_src("examples/mnist_mlp/weights.safetensors");
+  const char *argv[32];
+  int n = 0;
+  const char *head[] = {"compile", model, "--weights", w, "--batch", batch, "--loss",
+                        "categorical_crossentropy", "--optimizer", opt, "-o", plan};
+  for (size_t i = 0; i < sizeof head / sizeof *head; i++) argv[n++] = head[i];
+  if (mesh) argv[n++] = "--mesh", argv[n++] = mesh;
+  if (axes) argv[n++] = "--axes", argv[n++] = axes;
+  if (layout) argv[n++] = "--layout", argv[n++] = layout;
+  argv[n] = NULL;
+  e2e_result r;
+  e2e_kdcv(&r, argv);
+  if (r.status) fprintf(stderr, "compile %s: %s", name, r.err);
+  assert_int_equal(r.status, 0);
+  free(model), free(w);
+  return plan;
+}
+
+static char *megatron_layout(void) {
+  char *p = e2e_path("megatron.json");
+  FILE *f = fopen(p, "w");
+  assert_non_null(f);
+  fputs("{\"batch_dim_name\": \"data\", \"layout_map\": {\"d1/kernel\": [null, \"model\"], "
+        "\"d2/kernel\": [\"model\", null]}}\n", f);
+  fclose(f);
+  return p;
+}
+
+/* A finished run: history and the final state, gathered. */
+typedef struct run {
+  kdc_rt_history h;
+  size_t n_state;
+  float *state[16];
+  uint64_t bytes[16];
+  char *names[16];
+} run;
+
+static void collect(kdc_rt_train *t, run *r) {
+  r->n_state = kdc_rt_train_state_count(t);
+  assert_true(r->n_state <= 16);
+  for (size_t k = 0; k < r->n_state; k++) {
+    const kdc_rt_tensor_info *i = kdc_rt_train_state(t, k);
+    r->bytes[k] = i->bytes;
+    r->names[k] = strdup(i->name);
+    r->state[k] = malloc(i->bytes + 4);
+    kdc_rt_train_state_get(t, k, r->state[k]);
+  }
+}
+
+static void run_free(run *r) {
+  kdc_rt_history_free(&r->h);
+  for (size_t k = 0; k < r->n_state; k++) free(r->state[k]), free(r->names[k]);
+}
+
+/* Trains |plan| for |epochs| (from |init| when not NULL); saves to |save|. */
+static void train(const char *plan, int epochs, const char *init, const char *save, run *r) {
+  kdc_rt_plan *p = NULL;
+  kdc_rt_train *t = NULL;
+  assert_null(kdc_rt_plan_load(plan, &p));
+  assert_null(kdc_rt_train_create(p, &t));
+  if (init) assert_null(kdc_rt_train_load(t, init));
+  const void *arrays[2] = {xs, ys};
+  kdc_rt_fit_options o = {.epochs = epochs, .validation_split = 0.2};
+  memset(r, 0, sizeof *r);
+  assert_null(kdc_rt_fit(t, arrays, ROWS, &o, &r->h));
+  collect(t, r);
+  if (save) assert_null(kdc_rt_train_save(t, save));
+  kdc_rt_train_destroy(t);
+  kdc_rt_plan_release(p);
+}
+
+static double rel(double a, double b) { return fabs(a - b) / (1.0 + fabs(b)); }
+
+/* |got| (which started at epoch |epoch0| of |want|) against |want|: losses
+ * within 1e-5, and the final state when both ended at the same step. */
+static void same_run(const run *got, const run *want, int epoch0, const char *what) {
+  double worst = 0;
+  int64_t steps = want->h.steps;
+  assert_int_equal(got->h.steps, steps);
+  for (int64_t e = 0; e < got->h.epochs; e++) {
+    worst = fmax(worst, rel(got->h.loss[e], want->h.loss[e + epoch0]));
+    worst = fmax(worst, rel(got->h.val_loss[e], want->h.val_loss[e + epoch0]));
+    for (int64_t s = 0; s < steps; s++)
+      worst = fmax(worst, rel(got->h.batch_loss[e * steps + s],
+                              want->h.batch_loss[(e + epoch0) * steps + s]));
+  }
+  assert_int_equal(got->n_state, want->n_state);
+  bool final = got->h.epochs + epoch0 == want->h.epochs; /* both ended at the same step */
+  for (size_t k = 0; k < want->n_state && final; k++) {
+    assert_string_equal(got->names[k], want->names[k]);
+    if (strstr(want->names[k], "iteration")) {
+      assert_memory_equal(got->state[k], want->state[k], 4);
+      continue;
+    }
+    for (uint64_t i = 0; i < want->bytes[k] / 4; i++)
+      worst = fmax(worst, rel(got->state[k][i], want->state[k][i]));
+  }
+  if (worst > 1e-5) fprintf(stderr, "%s: worst relative difference %.3g\n", what, worst);
+  assert_true(worst <= 1e-5);
+}
+
+/* Collective steps of train_step: [kind] counts over |axis| (-1 = any) and
+ * of results of more than one element. */
+static int count_colls(const char *plan, int kind, const char *axis, bool scalar) {
+  kdc_rt_plan *p = NULL;
+  assert_null(kdc_rt_plan_load(plan, &p));
+  const kdc_prog_func *f = &p->prog.funcs[kdc_rt_plan_find_func(p, "train_step")];
+  int n = 0;
+  for (uint32_t s = 0; s < f->n_steps; s++) {
+    const kdc_prog_step *st = &f->steps[s];
+    if (st->kind != KDC_STEP_COLLECTIVE) continue;
+    if (kind >= 0 && (int)st->coll.kind != kind) continue;
+    bool on_axis = !axis;
+    for (uint32_t a = 0; a < st->coll.naxes && axis; a++)
+      on_axis = on_axis || !strcmp(p->prog.mesh.names[st->coll.axes[a]], axis);
+    if (!on_axis) continue;
+    if ((st->coll.dst.bytes <= 4) != scalar) continue;
+    n++;
+  }
+  kdc_rt_plan_release(p);
+  return n;
+}
+
+static void test_meshes(const char *opt) {
+  char *guide = e2e_src("examples/mnist_mlp/layout.json"), *mg = megatron_layout();
+  char *p1 = compile(opt, NULL, NULL, NULL, "16"), *p8 = compile(opt, "8", NULL, NULL, "16");
+  char *p24 = compile(opt, "2x4", "data,model", guide, "16");
+  char *pmg = compile(opt, "2x4", "data,model", mg, "16");
+  run r1, r8, r24, rmg;
+  train(p1, EPOCHS, NULL, NULL, &r1);
+  assert_int_equal(r1.h.steps, 5);
+  train(p8, EPOCHS, NULL, NULL, &r8);
+  same_run(&r8, &r1, 0, "mesh 8");
+  train(p24, EPOCHS, NULL, NULL, &r24);
+  same_run(&r24, &r1, 0, "mesh 2x4 guide layout");
+  train(pmg, EPOCHS, NULL, NULL, &rmg);
+  same_run(&rmg, &r1, 0, "mesh 2x4 Megatron");
+  /* the loss went down */
+  assert_true(r1.h.loss[EPOCHS - 1] < r1.h.loss[0]);
+  run_free(&r1), run_free(&r8), run_free(&r24), run_free(&rmg);
+  free(p1), free(p8), free(p24), free(pmg), free(guide), free(mg);
+}
+
+static void test_adam_meshes(void **s) {
+  (void)s;
+  test_meshes("adam");
+}
+
+static void test_sgd_meshes(void **s) {
+  (void)s;
+  test_meshes("sgd");
+}
+
+static void test_collective_counts(void **s) {
+  (void)s;
+  char *mg = megatron_layout();
+  char *p8 = compile("adam", "8", NULL, NULL, "16");
+  /* data parallel: one all_reduce per gradient (3 weights), the loss's
+   * numerator and row count (2 scalars), nothing else */
+  assert_int_equal(count_colls(p8, KDC_COLL_ALL_REDUCE, "data", false), 3);
+  assert_int_equal(count_colls(p8, KDC_COLL_ALL_REDUCE, "data", true), 2);
+  assert_int_equal(count_colls(p8, -1, NULL, false) + count_colls(p8, -1, NULL, true), 5);
+  /* Megatron on 2x4: the second Dense's row-split partial sum is the one
+   * activation all_reduce over model; gradients only meet over data */
+  char *pmg = compile("adam", "2x4", "data,model", mg, "16");
+  assert_int_equal(count_colls(pmg, -1, "model", false) + count_colls(pmg, -1, "model", true), 1);
+  assert_int_equal(count_colls(pmg, KDC_COLL_ALL_REDUCE, "model", false), 1);
+  assert_int_equal(count_colls(pmg, KDC_COLL_ALL_REDUCE, "data", false), 3);
+  assert_int_equal(count_colls(pmg, -1, NULL, false) + count_colls(pmg, -1, NULL, true), 6);
+  free(p8), free(pmg), free(mg);
+}
+
+/* evaluate, and one train_step, of rows [0, n) through |plan| (padded and
+ * masked when n < its batch). */
+static void eval_rows(const char *plan, int n, float *eval, float *step) {
+  kdc_rt_plan *p = NULL;
+  kdc_rt_train *t = NULL;
+  assert_null(kdc_rt_plan_load(plan, &p));
+  assert_null(kdc_rt_train_create(p, &t));
+  double l = 0;
+  const void *arrays[2] = {xs, ys};
+  assert_null(kdc_rt_fit_evaluate(t, arrays, n, &l));
+  *eval = (float)l;
+  float xb[B * 784] = {0}, yb[B * 10] = {0}, mask[B] = {0};
+  assert_true(kdc_rt_train_data(t, 0)->dims[0] >= n);
+  memcpy(xb, xs, sizeof(float) * 784 * (size_t)n);
+  memcpy(yb, ys, sizeof(float) * 10 * (size_t)n);
+  for (int i = 0; i < n; i++) mask[i] = 1;
+  const void *data[3] = {xb, yb, mask};
+  assert_null(kdc_rt_train_step(t, data, step));
+  kdc_rt_train_destroy(t);
+  kdc_rt_plan_release(p);
+}
+
+/* A last batch of 4 rows padded to 16 and masked = a plan compiled for 4
+ * rows: evaluate's loss, and train_step's (dropout on: the mask of element
+ * (r, j) depends on its global index r * 200 + j, the same in both). */
+static void test_partial_batch(void **s) {
+  (void)s;
+  char *guide = e2e_src("examples/mnist_mlp/layout.json");
+  char *p16 = compile("adam", NULL, NULL, NULL, "16"), *p4 = compile("adam", NULL, NULL, NULL, "4");
+  char *p24 = compile("adam", "2x4", "data,model", guide, "16");
+  float e16, s16, e4, s4, e24, s24;
+  eval_rows(p16, 4, &e16, &s16);
+  eval_rows(p4, 4, &e4, &s4);
+  eval_rows(p24, 4, &e24, &s24);
+  assert_true(fabs(e16 - e4) <= 1e-6 * fabs(e4));
+  assert_true(fabs(e24 - e4) <= 1e-6 * fabs(e4));
+  assert_true(fabs(s16 - s4) <= 1e-6 * fabs(s4));
+  assert_true(fabs(s24 - s4) <= 1e-6 * fabs(s4));
+  assert_true(s4 != e4);  /* dropout changed the training loss */
+  free(p16), free(p4), free(p24), free(guide);
+}
+
+static void test_checkpoint_resume(void **s) {
+  (void)s;
+  char *guide = e2e_src("examples/mnist_mlp/layout.json");
+  char *p1 = compile("adam", NULL, NULL, NULL, "16"), *p8 = compile("adam", "8", NULL, NULL, "16");
+  char *p24 = compile("adam", "2x4", "data,model", guide, "16");
+  char *ck = e2e_path("ck.safetensors");
+  run full, first, rest1, rest8;
+  train(p1, EPOCHS, NULL, NULL, &full);
+  train(p24, 1, NULL, ck, &first);
+  same_run(&first, &full, 0, "first epoch on 2x4");
+  train(p1, EPOCHS - 1, ck, NULL, &rest1);
+  same_run(&rest1, &full, 1, "resumed on 1 device");
+  train(p8, EPOCHS - 1, ck, NULL, &rest8);
+  same_run(&rest8, &full, 1, "resumed on 8 devices");
+  /* the checkpoint holds Keras' names */
+  kdc_safetensors *sf = NULL;
+  assert_null(kdc_safetensors_open(ck, &sf));
+  assert_non_null(kdc_safetensors_find(sf, "d1/kernel"));
+  assert_non_null(kdc_safetensors_find(sf, "adam/d1_kernel_momentum"));
+  assert_non_null(kdc_safetensors_find(sf, "adam/d2_bias_velocity"));
+  const kdc_st_tensor *it = kdc_safetensors_find(sf, "adam/iteration");
+  assert_non_null(it);
+  int32_t iter;
+  memcpy(&iter, it->data, 4);
+  assert_int_equal(iter, 5);
+  kdc_safetensors_close(sf);
+  run_free(&full), run_free(&first), run_free(&rest1), run_free(&rest8);
+  free(p1), free(p8), free(p24), free(guide), free(ck);
+}
+
+static void test_crash_in_save(void **s) {
+  (void)s;
+  char *p1 = compile("sgd", NULL, NULL, NULL, "16");
+  char *ck = e2e_path("crash.safetensors"), *hist = e2e_path("h.json");
+  e2e_result r;
+  e2e_kdc(&r, "run", p1, "--fit", "--x", x_npy, "--y", y_npy, "--epochs", "1", "--batch-size",
+          "16", "--save-weights", ck, NULL);
+  assert_int_equal(r.status, 0);
+  size_t n0 = 0, n1 = 0;
+  void *before = NULL, *after = NULL;
+  assert_null(kdc_file_read_all(ck, &before, &n0));
+  setenv("KDC_TEST_CRASH_IN_SAVE", "1", 1);
+  e2e_kdc(&r, "run", p1, "--fit", "--x", x_npy, "--y", y_npy, "--epochs", "2", "--batch-size",
+          "16", "--initial-weights", ck, "--save-weights", ck, "--history", hist, NULL);
+  unsetenv("KDC_TEST_CRASH_IN_SAVE");
+  assert_int_not_equal(r.status, 0);  /* aborted in the middle of the save */
+  assert_null(kdc_file_read_all(ck, &after, &n1));
+  assert_int_equal(n0, n1);
+  assert_memory_equal(before, after, n0);
+  /* and it still loads and trains */
+  e2e_kdc(&r, "run", p1, "--fit", "--x", x_npy, "--y", y_npy, "--epochs", "1",
+          "--initial-weights", ck, NULL);
+  assert_int_equal(r.status, 0);
+  free(before), free(after), free(p1), free(ck), free(hist);
+}
+
+static void test_cli(void **s) {
+  (void)s;
+  char *p1 = compile("adam", NULL, NULL, NULL, "16"), *hist = e2e_path("hist.json");
+  e2e_result r;
+  e2e_kdc(&r, "run", p1, "--fit", "--x", x_npy, "--y", y_npy, "--epochs", "3", "--batch-size",
+          "16", "--validation-split", "0.2", "--history", hist, "--shuffle", "--seed", "7", NULL);
+  if (r.status) fprintf(stderr, "%s", r.err);
+  assert_int_equal(r.status, 0);
+  assert_int_equal(e2e_lines(r.out), 3);
+  assert_non_null(strstr(r.out, "Epoch 3/3 - 5 steps - "));
+  assert_non_null(strstr(r.out, " - val_loss: "));
+  void *raw = NULL;
+  size_t n = 0;
+  assert_null(kdc_file_read_all(hist, &raw, &n));
+  char *text = raw;
+  assert_non_null(strstr(text, "{\"loss\": ["));
+  assert_non_null(strstr(text, "\"val_loss\": ["));
+  free(text);
+  e2e_kdc(&r, "run", p1, "--evaluate", "--x", x_npy, "--y", y_npy, NULL);
+  assert_int_equal(r.status, 0);
+  assert_non_null(strstr(r.out, "loss: "));
+  e2e_kdc(&r, "run", p1, "--fit", "--x", x_npy, "--y", y_npy, "--batch-size", "32", NULL);
+  assert_int_equal(r.status, 2);
+  assert_non_null(strstr(r.err, "differs from the plan's batch 16"));
+  free(p1), free(hist);
+}
+
+/* kdc compile reads the Keras 3 compile_config when there is no --loss;
+ * flags override it.  BatchNormalization training is a clear error. */
+static void test_compile_config(void **s) {
+  (void)s;
+  char *src = e2e_src("examples/mnist_mlp/model.json"), *w = e2e_src("examples/mnist_mlp/weights.safetensors");
+  void *raw = NULL;
+  size_t n = 0;
+  assert_null(kdc_file_read_all(src, &raw, &n));
+  char *model = e2e_path("cc_model.json"), *plan = e2e_path("cc.plan"), *ref = e2e_path("cc_ref.plan");
+  FILE *f = fopen(model, "w");
+  assert_non_null(f);
+  fputs("{\"compile_config\": {\"optimizer\": {\"module\": \"keras.optimizers\", \"class_name\": "
+        "\"SGD\", \"config\": {\"name\": \"SGD\", \"learning_rate\": 0.05, \"momentum\": 0.5, "
+        "\"nesterov\": true, \"weight_decay\": null, \"clipnorm\": null}}, \"loss\": {\"module\": "
+        "\"keras.losses\", \"class_name\": \"CategoricalCrossentropy\", \"config\": {\"from_logits\": "
+        "false, \"label_smoothing\": 0.0, \"reduction\": \"sum_over_batch_size\"}}, \"metrics\": null}, ", f);
+  fwrite((char *)raw + 1, 1, n - 1, f);  /* the model object without its "{" */
+  fclose(f);
+  e2e_result r;
+  e2e_kdc(&r, "compile", model, "--weights", w, "--batch", "16", "-o", plan, NULL);
+  if (r.status) fprintf(stderr, "%s", r.err);
+  assert_int_equal(r.status, 0);
+  /* SGD with momentum from the compile_config: a momentum slot */
+  kdc_rt_plan *p = NULL;
+  assert_null(kdc_rt_plan_load(plan, &p));
+  assert_true(kdc_rt_plan_find_func(p, "train_step") >= 0);
+  assert_true(kdc_rt_plan_find_func(p, "train_forward") < 0);
+  bool momentum = false;
+  const kdc_prog_func *ts = &p->prog.funcs[kdc_rt_plan_find_func(p, "train_step")];
+  for (uint32_t i = 0; i < ts->n_inputs; i++)
+    momentum = momentum || !strcmp(ts->inputs[i].name, "SGD/d1_kernel_momentum");
+  assert_true(momentum);
+  kdc_rt_plan_release(p);
+  /* --optimizer overrides: adam slots */
+  e2e_kdc(&r, "compile", model, "--weights", w, "--batch", "16", "--optimizer", "adam", "-o", ref, NULL);
+  assert_int_equal(r.status, 0);
+  assert_null(kdc_rt_plan_load(ref, &p));
+  ts = &p->prog.funcs[kdc_rt_plan_find_func(p, "train_step")];
+  bool adam = false;
+  for (uint32_t i = 0; i < ts->n_inputs; i++)
+    adam = adam || !strcmp(ts->inputs[i].name, "adam/d1_kernel_velocity");
+  assert_true(adam);
+  kdc_rt_plan_release(p);
+  /* BatchNormalization */
+  char *nz = e2e_src("examples/norm_zoo/model.json");
+  e2e_kdc(&r, "compile", nz, "--loss", "mse", "-o", ref, NULL);
+  assert_int_equal(r.status, 2);
+  assert_non_null(strstr(r.err, "BatchNormalization training is not supported yet"));
+  free(raw), free(src), free(w), free(model), free(plan), free(ref), free(nz);
+}
+
+/* One step on one device = the reference interpreter's train_step. */
+static void test_step_vs_interpreter(void **s) {
+  (void)s;
+  char *p1 = compile("adam", NULL, NULL, NULL, "16");
+  char *model = e2e_src("examples/mnist_mlp/model.json");
+  char *w = e2e_src("examples/mnist_mlp/weights.safetensors");
+  kdc_keras_model *km = NULL;
+  kdc_module *mod = NULL;
+  assert_null(kdc_frontend_load(model, &km));
+  kdc_lower_options lo = {.batch = B, .train_forward = true};  /* as kdc compile --loss */
+  assert_null(kdc_frontend_lower(km, &lo, &mod));
+  assert_null(kdc_frontend_bind_weights(km, mod, w, 0));
+  kdc_train_options to;
+  kdc_train_options_init(&to, KDC_LOSS_CCE, KDC_OPT_ADAM);
+  to.sample_mask = true;
+  assert_null(kdc_pass_build_training(mod, &to));
+  kdc_func *f = kdc_ir_module_find_func(mod, "train_step");
+  assert_non_null(f);
+  /* Dropout(0.4) is active: train_step draws rng_uniform */
+  bool rng = false;
+  for (size_t v = 0; v < f->n_nodes; v++) rng = rng || f->nodes[v].op == KDC_OP_RNG_UNIFORM;
+  assert_true(rng);
+  float mask[B], zeros[784 * 200] = {0};
+  int32_t iter = 0;
+  for (int i = 0; i < B; i++) mask[i] = 1;
+  kdc_tensor *args = calloc(f->n_params, sizeof *args);
+  for (size_t i = 0; i < f->n_params; i++) {
+    const kdc_node *nd = kdc_ir_node(f, f->params[i]);
+    const char *name = nd->attr.param.name;
+    args[i].type = nd->type;
+    if (nd->attr.param.kind == KDC_PARAM_INPUT) args[i].data = xs;
+    else if (!strcmp(name, "sample_mask")) args[i].data = mask;
+    else if (nd->attr.param.kind == KDC_PARAM_LABEL) args[i].data = ys;
+    else if (!strcmp(name, "adam/iteration")) args[i].data = &iter;
+    else if (nd->attr.param.kind == KDC_PARAM_STATE) args[i].data = zeros;
+  }
+  kdc_tensor out[16];
+  assert_true(f->n_results <= 16);
+  assert_null(kdc_ir_interpret(f, args, f->n_params, out));
+
+  kdc_rt_plan *p = NULL;
+  kdc_rt_train *t = NULL;
+  assert_null(kdc_rt_plan_load(p1, &p));
+  assert_null(kdc_rt_train_create(p, &t));
+  const void *data[3] = {xs, ys, mask};
+  float loss;
+  assert_null(kdc_rt_train_step(t, data, &loss));
+  double worst = rel(loss, *(float *)out[f->n_results - 1].data);
+  for (size_t k = 0; k < kdc_rt_train_state_count(t); k++) {
+    const kdc_rt_tensor_info *i = kdc_rt_train_state(t, k);
+    assert_string_equal(i->name, f->result_names[k]);
+    float *got = malloc(i->bytes + 4);
+    kdc_rt_train_state_get(t, k, got);
+    if (i->dtype == KDC_IO_DTYPE_F32)
+      for (uint64_t e = 0; e < i->bytes / 4; e++)
+        worst = fmax(worst, rel(got[e], ((float *)out[k].data)[e]));
+    else
+      assert_memory_equal(got, out[k].data, 4);
+    free(got);
+  }
+  if (worst > 1e-5) fprintf(stderr, "step vs interpreter: %.3g\n", worst);
+  assert_true(worst <= 1e-5);
+  for (size_t k = 0; k < f->n_results; k++) free(out[k].data);
+  kdc_rt_train_destroy(t);
+  kdc_rt_plan_release(p);
+  free(args);
+  kdc_ir_module_destroy(mod);
+  kdc_frontend_free(km);
+  free(model), free(w), free(p1);
+}
+
+int main(void) {
+  make_data();
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_step_vs_interpreter), cmocka_unit_test(test_adam_meshes),
+      cmocka_unit_test(test_sgd_meshes),          cmocka_unit_test(test_collective_counts),
+      cmocka_unit_test(test_partial_batch),       cmocka_unit_test(test_checkpoint_resume),
+      cmocka_unit_test(test_crash_in_save),       cmocka_unit_test(test_cli),
+      cmocka_unit_test(test_compile_config),
+  };
+  int rc = cmocka_run_group_tests(tests, NULL, NULL);
+  free(x_npy), free(y_npy);
+  return rc;
+}

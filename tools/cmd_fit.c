@@ -1,0 +1,262 @@
+/*
+ * `kdc run plan.bin --fit` and `kdc run plan.bin --evaluate`: Keras'
+ * Model.fit / Model.evaluate over .npy arrays (docs/training.md, "Fit").
+ *
+ *   kdc run plan.bin --fit --x X.npy --y Y.npy --epochs E --batch-size B
+ *       [--shuffle --seed S] [--validation-split F] [--history H.json]
+ *       [--save-weights W.safetensors] [--initial-weights W.safetensors]
+ *   kdc run plan.bin --evaluate --x X.npy --y Y.npy [--initial-weights W]
+ *
+ * The plan's train_step does the work on the plan's devices (runtime/
+ * state.c, fit.c); this file reads and converts the arrays, prints Keras-
+ * like progress and writes the history and the checkpoint.
+ */
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/io.h"
+#include "runtime/runtime.h"
+#include "tools/cli.h"
+
+typedef struct fit_opts {
+  const char *plan, *x, *y, *history, *save, *initial;
+  bool fit, evaluate, shuffle, quiet;
+  int64_t epochs, batch, threads;
+  uint64_t seed;
+  double validation_split;
+} fit_opts;
+
+static kdc_status parse(int argc, char **argv, fit_opts *o) {
+  cli_args a = {argc, argv, 0};
+  kdc_status st = NULL;
+  const char *v;
+  memset(o, 0, sizeof *o);
+  o->epochs = 1;
+  o->batch = -1;
+  while (a.i < a.argc && !st) {
+    if (cli_flag_value(&a, "--x", &o->x, &st) || cli_flag_value(&a, "--y", &o->y, &st) ||
+        cli_flag_value(&a, "--history", &o->history, &st) ||
+        cli_flag_value(&a, "--save-weights", &o->save, &st) ||
+        cli_flag_value(&a, "--initial-weights", &o->initial, &st))
+      continue;
+    if (cli_flag_value(&a, "--epochs", &v, &st)) {
+      if (!st) st = cli_parse_i64("--epochs", v, 0, 1 << 30, &o->epochs);
+    } else if (cli_flag_value(&a, "--batch-size", &v, &st)) {
+      if (!st) st = cli_parse_i64("--batch-size", v, 1, (int64_t)1 << 30, &o->batch);
+    } else if (cli_flag_value(&a, "--threads", &v, &st)) {
+      if (!st) st = cli_parse_i64("--threads", v, 1, 4096, &o->threads);
+    } else if (cli_flag_value(&a, "--seed", &v, &st)) {
+      if (!st) st = cli_parse_u64("--seed", v, &o->seed);
+    } else if (cli_flag_value(&a, "--validation-split", &v, &st)) {
+      if (!st) st = cli_parse_double("--validation-split", v, &o->validation_split);
+      if (!st && !(o->validation_split >= 0 && o->validation_split < 1))
+        st = KDC_ERR(KDC_INVALID_INPUT, "--validation-split \"%s\": expected a fraction in [0, 1)", v);
+    } else if (cli_flag(&a, "--fit")) {
+      o->fit = true;
+    } else if (cli_flag(&a, "--evaluate")) {
+      o->evaluate = true;
+    } else if (cli_flag(&a, "--shuffle")) {
+      o->shuffle = true;
+    } else if (cli_flag(&a, "--quiet")) {
+      o->quiet = true;
+    } else if (a.argv[a.i][0] != '-' && !o->plan) {
+      o->plan = a.argv[a.i++];
+    } else {
+      st = cli_unknown(&a);
+    }
+  }
+  if (!st && !o->plan) st = KDC_ERR(KDC_INVALID_INPUT, "run: no plan given (see kdc --help)");
+  if (!st && o->fit == o->evaluate)
+    st = KDC_ERR(KDC_INVALID_INPUT, "run: give one of --fit and --evaluate");
+  if (!st && (!o->x || !o->y)) st = KDC_ERR(KDC_INVALID_INPUT, "run: --fit/--evaluate need --x X.npy and --y Y.npy");
+  if (!st && o->evaluate && (o->history || o->save || o->shuffle || o->validation_split > 0))
+    st = KDC_ERR(KDC_INVALID_INPUT, "run: --history, --save-weights, --shuffle and "
+                 "--validation-split are --fit options");
+  return st;
+}
+
+/* Converts |a| to |t|'s dtype: f64 -> f32, i64/i32 ids, integral floats to
+ * i32 class ids (sparse losses); anything else is an error. */
+static kdc_status convert(const char *path, const kdc_rt_tensor_info *t, kdc_npy_array *a) {
+  if (a->dtype == t->dtype) return NULL;
+  if (t->dtype == KDC_IO_DTYPE_F32 && a->dtype == KDC_IO_DTYPE_F64) return kdc_npy_to_f32(path, a);
+  size_t n = a->nbytes / kdc_io_dtype_size(a->dtype);
+  if (t->dtype == KDC_IO_DTYPE_F32 && (a->dtype == KDC_IO_DTYPE_I32 || a->dtype == KDC_IO_DTYPE_I64)) {
+    float *out = kdc_xmalloc(n * 4 + 1);
+    for (size_t i = 0; i < n; i++)
+      out[i] = a->dtype == KDC_IO_DTYPE_I32 ? (float)((int32_t *)a->data)[i]
+                                            : (float)((int64_t *)a->data)[i];
+    free(a->data);
+    a->data = out, a->dtype = KDC_IO_DTYPE_F32, a->nbytes = n * 4;
+    return NULL;
+  }
+  if (t->dtype != KDC_IO_DTYPE_I32)
+    return KDC_ERR(KDC_INVALID_INPUT, "%s: dtype %s does not match the plan's \"%s\" (%s)", path,
+                   kdc_io_dtype_name(a->dtype), t->name, kdc_io_dtype_name(t->dtype));
+  int32_t *out = kdc_xmalloc(n * 4 + 1);
+  for (size_t i = 0; i < n; i++) {
+    double v;
+    switch (a->dtype) {
+    case KDC_IO_DTYPE_I64: v = (double)((int64_t *)a->data)[i]; break;
+    case KDC_IO_DTYPE_F32: v = ((float *)a->data)[i]; break;
+    case KDC_IO_DTYPE_F64: v = ((double *)a->data)[i]; break;
+    default: v = NAN; break;
+    }
+    if (!(v == floor(v) && fabs(v) < 2147483647.0)) {
+      free(out);
+      return KDC_ERR(KDC_INVALID_INPUT, "%s: element %zu is not an integer class id (the plan's "
+                     "\"%s\" takes int32 labels)", path, i, t->name);
+    }
+    out[i] = (int32_t)v;
+  }
+  free(a->data);
+  a->data = out, a->dtype = KDC_IO_DTYPE_I32, a->nbytes = n * 4;
+  return NULL;
+}
+
+/* |a| must have |t|'s per-row shape (a [N,1] array for [B] sparse labels too). */
+static kdc_status check_rows(const char *path, const kdc_rt_tensor_info *t, kdc_npy_array *a) {
+  uint64_t want = t->bytes / (uint64_t)t->dims[0] / kdc_io_dtype_size(t->dtype), got = 1;
+  for (int d = 1; d < a->rank; d++) got *= (uint64_t)a->dims[d];
+  if (a->rank < 1 || got != want)
+    return KDC_ERR(KDC_INVALID_INPUT, "%s: %" PRIu64 " values per row; the plan's \"%s\" takes "
+                   "%" PRIu64 " per row", path, a->rank ? got : 0, t->name, want);
+  return convert(path, t, a);
+}
+
+typedef struct fit_ui {
+  bool tty;
+} fit_ui;
+
+/* Keras 3's progress bar: 20 cells, done "━", to do "─". */
+static void bar(char *buf, size_t n, int64_t step, int64_t steps) {
+  int full = (int)(20 * step / (steps ? steps : 1));
+  size_t k = 0;
+  for (int i = 0; i < 20 && k + 4 < n; i++) {
+    memcpy(buf + k, i < full ? "\u2501" : "\u2500", 3);
+    k += 3;
+  }
+  buf[k] = 0;
+}
+
+static void on_batch(void *user, const kdc_rt_fit_progress *pr) {
+  fit_ui *ui = user;
+  if (!ui->tty) return;
+  char b[128];
+  bar(b, sizeof b, pr->step, pr->steps);
+  double ms = 1e3 * pr->seconds / (double)pr->step;
+  printf("\r%" PRId64 "/%" PRId64 " %s %.0fs %.0fms/step - loss: %.4f", pr->step, pr->steps, b,
+         pr->seconds, ms, pr->loss);
+  fflush(stdout);
+}
+
+static void on_epoch(void *user, const kdc_rt_fit_progress *pr) {
+  fit_ui *ui = user;
+  double ms = 1e3 * pr->seconds / (double)(pr->steps ? pr->steps : 1);
+  char val[64] = "";
+  if (!isnan(pr->val_loss)) snprintf(val, sizeof val, " - val_loss: %.4f", pr->val_loss);
+  if (ui->tty) {
+    char b[128];
+    bar(b, sizeof b, pr->steps, pr->steps);
+    printf("\r%" PRId64 "/%" PRId64 " %s %.0fs %.0fms/step - loss: %.4f%s\n", pr->steps,
+           pr->steps, b, pr->seconds, ms, pr->loss, val);
+    if (pr->epoch + 1 < pr->epochs) printf("Epoch %" PRId64 "/%" PRId64 "\n", pr->epoch + 2, pr->epochs);
+  } else {
+    printf("Epoch %" PRId64 "/%" PRId64 " - %" PRId64 " steps - %.0fms/step - loss: %.4f%s\n",
+           pr->epoch + 1, pr->epochs, pr->steps, ms, pr->loss, val);
+  }
+  fflush(stdout);
+}
+
+/* Keras' History.history as JSON ("%.17g": the doubles round-trip). */
+static kdc_status write_history(const char *path, const kdc_rt_history *h) {
+  kdc_atomic_file *f = NULL;
+  KDC_RETURN_IF_ERROR(kdc_atomic_file_open(path, &f));
+  FILE *o = kdc_atomic_file_stream(f);
+  fprintf(o, "{\"loss\": [");
+  for (int64_t e = 0; e < h->epochs; e++) fprintf(o, "%s%.9g", e ? ", " : "", h->loss[e]);
+  fprintf(o, "]");
+  if (h->val_loss) {
+    fprintf(o, ", \"val_loss\": [");
+    for (int64_t e = 0; e < h->epochs; e++) fprintf(o, "%s%.9g", e ? ", " : "", h->val_loss[e]);
+    fprintf(o, "]");
+  }
+  fprintf(o, ", \"batch_loss\": [");
+  for (int64_t i = 0; i < h->epochs * h->steps; i++)
+    fprintf(o, "%s%.9g", i ? ", " : "", (double)h->batch_loss[i]);
+  fprintf(o, "]}\n");
+  return kdc_atomic_file_commit(f);
+}
+
+typedef struct fit_state {
+  kdc_rt_plan *plan;
+  kdc_rt_train *train;
+  kdc_npy_array x, y;
+  kdc_rt_history h;
+} fit_state;
+
+static kdc_status fit(const fit_opts *o, fit_state *s) {
+  kdc_rt_options ro = {.n_threads = (int)o->threads};
+  KDC_RETURN_IF_ERROR(kdc_rt_plan_load_with(o->plan, &ro, &s->plan));
+  KDC_RETURN_IF_ERROR(kdc_rt_train_create(s->plan, &s->train));
+  size_t nd = kdc_rt_train_data_count(s->train), n_arrays = 0;
+  const kdc_rt_tensor_info *xi = NULL, *yi = NULL;
+  for (size_t i = 0; i < nd; i++) {
+    const kdc_rt_tensor_info *t = kdc_rt_train_data(s->train, i);
+    if (!strcmp(t->name, "sample_mask")) continue;
+    if (n_arrays == 0) xi = t;
+    else if (n_arrays == 1) yi = t;
+    n_arrays++;
+  }
+  if (n_arrays != 2)
+    return KDC_ERR(KDC_UNSUPPORTED, "%s: --fit supports one model input and one label (the plan's "
+                   "train_step takes %zu data arrays)", o->plan, n_arrays);
+  int64_t batch = xi->dims[0];
+  if (o->batch > 0 && o->batch != batch)
+    return KDC_ERR(KDC_UNSUPPORTED, "%s: --batch-size %" PRId64 " differs from the plan's batch %"
+                   PRId64 " (plans have a static batch: recompile with --batch %" PRId64 ")",
+                   o->plan, o->batch, batch, o->batch);
+  KDC_RETURN_IF_ERROR(kdc_npy_read(o->x, &s->x));
+  KDC_RETURN_IF_ERROR(check_rows(o->x, xi, &s->x));
+  KDC_RETURN_IF_ERROR(kdc_npy_read(o->y, &s->y));
+  KDC_RETURN_IF_ERROR(check_rows(o->y, yi, &s->y));
+  if (s->x.dims[0] != s->y.dims[0])
+    return KDC_ERR(KDC_INVALID_INPUT, "%s has %" PRId64 " rows but %s has %" PRId64, o->x,
+                   s->x.dims[0], o->y, s->y.dims[0]);
+  if (o->initial) KDC_RETURN_IF_ERROR(kdc_rt_train_load(s->train, o->initial));
+  const void *arrays[2] = {s->x.data, s->y.data};
+  fit_ui ui = {isatty(STDOUT_FILENO) == 1};
+  if (o->evaluate) {
+    double loss;
+    KDC_RETURN_IF_ERROR(kdc_rt_fit_evaluate(s->train, arrays, s->x.dims[0], &loss));
+    printf("loss: %.4f\n", loss);
+    return NULL;
+  }
+  kdc_rt_fit_options fo = {.epochs = o->epochs, .shuffle = o->shuffle, .seed = o->seed,
+                           .validation_split = o->validation_split,
+                           .on_batch = o->quiet ? NULL : on_batch,
+                           .on_epoch = o->quiet ? NULL : on_epoch, .user = &ui};
+  if (ui.tty && !o->quiet && o->epochs > 0) printf("Epoch 1/%" PRId64 "\n", o->epochs);
+  kdc_status st = kdc_rt_fit(s->train, arrays, s->x.dims[0], &fo, &s->h);
+  if (!st && o->history) st = write_history(o->history, &s->h);
+  if (!st && o->save) st = kdc_rt_train_save(s->train, o->save);
+  return st;
+}
+
+int kdc_cmd_fit(int argc, char **argv) {
+  fit_opts o;
+  fit_state s;
+  memset(&s, 0, sizeof s);
+  kdc_status st = parse(argc, argv, &o);
+  if (!st) st = fit(&o, &s);
+  kdc_rt_history_free(&s.h);
+  kdc_rt_train_destroy(s.train);
+  kdc_npy_free(&s.x);
+  kdc_npy_free(&s.y);
+  if (s.plan) kdc_rt_plan_release(s.plan);
+  return st ? cli_fail(st) : 0;
+}
