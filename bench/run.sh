@@ -3,7 +3,17 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cmake -S . -B build-bench -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build build-bench -j "$(nproc)" --target bench_predict bench_mesh bench_collectives >/dev/null
+cmake --build build-bench -j "$(nproc)" --target bench_predict bench_mesh bench_collectives bench_train >/dev/null
 ./build-bench/bench/bench_predict
 ./build-bench/bench/bench_mesh
 ./build-bench/bench/bench_collectives
+# Training: kdc's train_step vs the GEMMs alone (bench_train), vs PyTorch
+# eager on the same shapes and threads (torch_train.py; Debian's
+# python3-torch, installed here when missing, never in CI).
+python3 bench/big_mlp.py examples/mlp_sequential/model.json build-bench/big_mlp.json
+./build-bench/bench/bench_train build-bench/big_mlp.json
+# Debian's python3-torch lives in /usr/bin/python3 (not a pyenv python)
+if ! /usr/bin/python3 -c 'import torch' 2>/dev/null; then
+  apt-get install -y python3-torch >/dev/null
+fi
+/usr/bin/python3 bench/torch_train.py "$(nproc)"

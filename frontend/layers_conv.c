@@ -75,7 +75,7 @@ kdc_status kdc_fe_infer_conv(kdc_infer_args *a) {
   int n = class_rank(l->class_name);
   bool depthwise = !strncmp(l->class_name, "Depthwise", 9);
   bool separable = !strncmp(l->class_name, "Separable", 9);
-  bool last;
+  bool last = true;
   const char *pad;
   int64_t k[3], s[3], d[3], filters = 0, groups = 1, dm = 1;
   bool bias;
@@ -140,7 +140,7 @@ kdc_status kdc_fe_infer_pool(kdc_infer_args *a) {
   KDC_RETURN_IF_ERROR(one_input(a));
   const kdc_keras_layer *l = a->l;
   int n = class_rank(l->class_name);
-  bool last;
+  bool last = true;
   const char *pad;
   int64_t k[3], s[3], d[3] = {1, 1, 1};
   KDC_RETURN_IF_ERROR(channels_last(l, &last));
@@ -163,7 +163,7 @@ kdc_status kdc_fe_infer_global_pool(kdc_infer_args *a) {
   KDC_RETURN_IF_ERROR(one_input(a));
   const kdc_keras_layer *l = a->l;
   int n = class_rank(l->class_name);
-  bool last, keep;
+  bool last = true, keep = false;
   KDC_RETURN_IF_ERROR(channels_last(l, &last));
   KDC_RETURN_IF_ERROR(kdc_fe_cfg_bool(l, "keepdims", false, &keep));
   const kdc_kshape *x = &a->in[0];
@@ -221,7 +221,7 @@ kdc_status kdc_fe_infer_zero_pad(kdc_infer_args *a) {
   const kdc_keras_layer *l = a->l;
   int n = class_rank(l->class_name);
   bool crop = !strncmp(l->class_name, "Cropping", 8);
-  bool last;
+  bool last = true;
   KDC_RETURN_IF_ERROR(channels_last(l, &last));
   int64_t lo[3], hi[3];
   KDC_RETURN_IF_ERROR(kdc_fe_cfg_pairs(l, crop ? "cropping" : "padding", n, crop && n == 2 ? 0 : 1,

@@ -34,7 +34,7 @@ static void set_error(kdc_func *f, kdc_status st) {
  * one (else ignored). */
 static kdc_value_id build(kdc_func *f, kdc_op op, int n_in, const kdc_value_id *in,
                           const kdc_attrs *attr, const kdc_type *t) {
-  kdc_type tin[16];
+  kdc_type tin[16] = {{0}};
   kdc_type *tins = n_in <= 16 ? tin : kdc_xmalloc(sizeof(kdc_type) * (size_t)n_in);
   for (int i = 0; i < n_in; i++) {
     if (in[i] == KDC_NO_VALUE || in[i] >= f->n_nodes) {
@@ -45,12 +45,11 @@ static kdc_value_id build(kdc_func *f, kdc_op op, int n_in, const kdc_value_id *
     }
     tins[i] = f->nodes[in[i]].type;
   }
-  kdc_type out;
+  kdc_type out = {0};
   if (t) out = *t;
-  else memset(&out, 0, sizeof out);
   kdc_attrs a;
+  memset(&a, 0, sizeof a);
   if (attr) a = *attr;
-  else memset(&a, 0, sizeof a);
   kdc_status st = kdc_ir_infer_type(op, n_in, tins, &a, &out);
   if (tins != tin) free(tins);
   if (st) {

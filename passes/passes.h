@@ -219,6 +219,13 @@ kdc_status kdc_pass_propagate_shardings(kdc_module *m, const kdc_pass_options *o
  * line on opt->warnings. */
 kdc_status kdc_pass_partition(kdc_module *m, const kdc_pass_options *opt);
 
+/* ---- conv_to_gemm (passes/conv_to_gemm.c) -----------------------------------
+ * f32 convolutions with groups 1 and no input dilation (at most 64 kernel
+ * taps) become pad + strided slices + concatenate (the im2col patch matrix,
+ * one fused kernel) and one dot_general with the reshaped kernel; runs after
+ * partition, on local shapes.  Exact up to f32 summation order. */
+kdc_status kdc_pass_conv_to_gemm(kdc_module *m, const kdc_pass_options *opt);
+
 /* ---- explain (passes/sharding_explain.c) -------------------------------------
  * `kdc inspect --explain`: prints |v|'s sharding and, per (dim, axis), the
  * chain of rules and ops it came from. */

@@ -14,9 +14,11 @@
  *     increasing device-id order (bitwise equal to ir/interp_spmd.c).
  *   - null (comm_null.c): the template for new backends; every entry fails
  *     with KDC_UNSUPPORTED.
- *   - mpi, nccl (later, issue 6): one process per device; arrive() would
- *     run the local device's part of the collective and complete() wait for
- *     the request.
+ *   - mpi (comm_mpi.c): processes under mpirun, each with a share of the
+ *     devices; arrive() records the local buffers, complete() exchanges
+ *     the operands point-to-point and sums in device-id order (bitwise
+ *     equal to shm); collect_outputs() brings every output to process 0.
+ *   - nccl: not built (design in docs/gpu.md).
  * No backend may hang: a device that does not arrive within the timeout
  * fails the run with KDC_UNAVAILABLE naming it.
  */

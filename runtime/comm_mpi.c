@@ -16,7 +16,7 @@
  *   2. wait: MPI_Testall polled until every request completed or the
  *      collective timeout passed; a receive still pending at the deadline
  *      names its device and rank (KDC_UNAVAILABLE), and kdc run then
- *      aborts the job (MPI_Abort), so nothing hangs;
+ *      leaves at once (kdc_rt_procs_finish: _exit), so nothing hangs;
  *   3. data movement for the local devices only, with the in-process
  *      backend's semantics and ORDER: sums run over the group's members in
  *      increasing device id, ((x0 + x1) + x2) ... per element in the

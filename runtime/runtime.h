@@ -109,7 +109,8 @@ typedef struct kdc_rt_train kdc_rt_train;
  * the optimizer slots (zeros), kept on the devices between steps (ping-pong
  * buffers, no per-step allocation or copy).  While it lives, every function
  * of |p| (predict, evaluate) runs with the trained weights; destroying it
- * gives |p| its original weights back.  Holds a reference to |p|. */
+ * gives |p| its original weights back.  Holds a reference to |p|.  At most
+ * one kdc_rt_train per plan at a time (they would share its weight pointers). */
 kdc_status kdc_rt_train_create(kdc_rt_plan *p, kdc_rt_train **out);
 void kdc_rt_train_destroy(kdc_rt_train *t);
 /* train_step's data inputs (model inputs, labels, "sample_mask"), GLOBAL. */

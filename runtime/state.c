@@ -245,6 +245,25 @@ static void bind_data(kdc_rt_plan *p, const kdc_prog_func *f, rt_func *rf, uint3
   }
 }
 
+/* Every replica of the loss and of each new state piece equals its
+ * canonical copy bitwise (the replica check of shard_io.c, for state). */
+static kdc_status check_replicas(const kdc_rt_train *t, int next) {
+  const kdc_rt_plan *p = t->p;
+  for (int64_t d = 1; d < p->nd; d++)
+    if (memcmp(&t->loss[d], &t->loss[0], sizeof(float)))
+      return KDC_ERR(KDC_INTERNAL, "%s: train_step: the loss on device %lld differs from device "
+                     "0's", p->path, (long long)d);
+  for (size_t k = 0; k < t->n_state; k++)
+    for (int64_t d = 0; d < p->nd; d++) {
+      int64_t c = rt_mesh_canonical(&p->prog.mesh, t->s[k].t, d);
+      if (c != d && memcmp(t->s[k].buf[next][d], t->s[k].buf[next][c], t->s[k].t->local_bytes))
+        return KDC_ERR(KDC_INTERNAL, "%s: train_step: state \"%s\" on device %lld differs from "
+                       "its replica on device %lld", p->path, t->s[k].t->name, (long long)d,
+                       (long long)c);
+    }
+  return NULL;
+}
+
 kdc_status kdc_rt_train_step(kdc_rt_train *t, const void *const *data, float *loss) {
   kdc_rt_plan *p = t->p;
   const kdc_prog_func *f = &p->prog.funcs[t->step_fn];
@@ -265,10 +284,7 @@ kdc_status kdc_rt_train_step(kdc_rt_train *t, const void *const *data, float *lo
     rf->out_ptr[d * f->n_outputs + (uint32_t)t->loss_out] = &t->loss[d];
   }
   KDC_RETURN_IF_ERROR(rt_exec_steps(p, (size_t)t->step_fn));
-  for (int64_t d = 1; p->check_replicas && d < p->nd; d++)
-    if (memcmp(&t->loss[d], &t->loss[0], sizeof(float)))
-      return KDC_ERR(KDC_INTERNAL, "%s: train_step: the loss on device %lld differs from device "
-                     "0's", p->path, (long long)d);
+  if (p->check_replicas) KDC_RETURN_IF_ERROR(check_replicas(t, next));
   t->parity = next;
   point_weights(t);
   *loss = t->loss[0];

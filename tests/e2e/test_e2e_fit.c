@@ -19,7 +19,9 @@
  *   - save on 2x4 after 1 epoch, load on 1 device (and 8), 2 more epochs =
  *     3 uninterrupted epochs;
  *   - a save killed midway (KDC_TEST_CRASH_IN_SAVE) leaves the old file;
- *   - `kdc run --fit` prints one line per epoch and writes the history.
+ *   - `kdc run --fit` prints one line per epoch and writes the history;
+ *   - `kdc run --fit` = the Keras 3 reference (tests/reference/train.js);
+ *   - kdc compile reads compile_config; BatchNormalization training errors.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -125,7 +127,8 @@ static void run_free(run *r) {
 static void train(const char *plan, int epochs, const char *init, const char *save, run *r) {
   kdc_rt_plan *p = NULL;
   kdc_rt_train *t = NULL;
-  assert_null(kdc_rt_plan_load(plan, &p));
+  kdc_rt_options ro = {.check_replicas = 1};  /* every replica of the state agrees bitwise */
+  assert_null(kdc_rt_plan_load_with(plan, &ro, &p));
   assert_null(kdc_rt_train_create(p, &t));
   if (init) assert_null(kdc_rt_train_load(t, init));
   const void *arrays[2] = {xs, ys};
@@ -415,6 +418,105 @@ static void test_compile_config(void **s) {
   free(raw), free(src), free(w), free(model), free(plan), free(ref), free(nz);
 }
 
+/* Numbers of the JSON array |key| in |text| (at most |cap|); the count. */
+static int json_numbers(const char *text, const char *key, double *out, int cap) {
+  char pat[64];
+  snprintf(pat, sizeof pat, "\"%s\":", key);
+  const char *p = strstr(text, pat);
+  if (!p) return -1;
+  p = strchr(p, '[');
+  int n = 0;
+  while (p && *p != ']' && n < cap) {
+    char *end;
+    double v = strtod(p + 1, &end);
+    if (end == p + 1) break;
+    out[n++] = v;
+    p = end;
+    while (*p == ' ') p++;
+  }
+  return n;
+}
+
+/* kdc run --fit against the independent Keras 3 reference (tests/reference/
+ * train.js: TensorFlow.js gradients, Keras 3's SGD / Adam by hand; the MNIST
+ * MLP with Dropout rate 0, 96 fixed rows, batch 16, 3 epochs, no shuffle):
+ * every batch loss and epoch loss within 1e-4 relative, final weights within
+ * 1e-5 + 1e-4 |ref|. */
+static void check_keras(const char *opt, const char *lr) {
+  char *src = e2e_src("examples/mnist_mlp/model.json"), *w = e2e_src("examples/mnist_mlp/weights.safetensors");
+  void *raw = NULL;
+  size_t n = 0;
+  assert_null(kdc_file_read_all(src, &raw, &n));
+  char *text = raw, *at = strstr(text, "\"rate\": 0.4");
+  assert_non_null(at);
+  memcpy(at, "\"rate\": 0.0", 11);  /* same length */
+  char name[64];
+  snprintf(name, sizeof name, "k_%s", opt);
+  char *model = e2e_path("k_model.json"), *plan = e2e_path(name);
+  FILE *f = fopen(model, "w");
+  assert_non_null(f);
+  fwrite(text, 1, n, f);
+  fclose(f);
+  free(raw);
+  e2e_result r;
+  e2e_kdc(&r, "compile", model, "--weights", w, "--batch", "16", "--loss",
+          "categorical_crossentropy", "--optimizer", opt, "--learning-rate", lr, "-o", plan, NULL);
+  assert_int_equal(r.status, 0);
+  char *x = e2e_src("examples/mnist_mlp/train_x.npy"), *y = e2e_src("examples/mnist_mlp/train_y.npy");
+  char *hist = e2e_path("k_hist.json"), *final = e2e_path("k_final.safetensors");
+  e2e_kdc(&r, "run", plan, "--fit", "--x", x, "--y", y, "--epochs", "3", "--batch-size", "16",
+          "--history", hist, "--save-weights", final, NULL);
+  if (r.status) fprintf(stderr, "%s", r.err);
+  assert_int_equal(r.status, 0);
+  snprintf(name, sizeof name, "examples/mnist_mlp/train_%s_history.json", opt);
+  char *ref_hist = e2e_src(name);
+  snprintf(name, sizeof name, "examples/mnist_mlp/train_%s_final.safetensors", opt);
+  char *ref_final = e2e_src(name);
+  void *a = NULL, *b = NULL;
+  size_t na, nb;
+  assert_null(kdc_file_read_all(hist, &a, &na));
+  assert_null(kdc_file_read_all(ref_hist, &b, &nb));
+  double got[32], want[32];
+  double worst = 0;
+  static const char *const keys[] = {"loss", "batch_loss"};
+  for (int k = 0; k < 2; k++) {
+    int ng = json_numbers(a, keys[k], got, 32), nw = json_numbers(b, keys[k], want, 32);
+    assert_int_equal(ng, nw);
+    assert_int_equal(nw, k ? 18 : 3);
+    for (int i = 0; i < nw; i++) worst = fmax(worst, fabs(got[i] - want[i]) / fabs(want[i]));
+  }
+  if (worst > 1e-4) fprintf(stderr, "%s: loss vs Keras reference: %.3g relative\n", opt, worst);
+  assert_true(worst <= 1e-4);
+  kdc_safetensors *sg = NULL, *sw = NULL;
+  assert_null(kdc_safetensors_open(final, &sg));
+  assert_null(kdc_safetensors_open(ref_final, &sw));
+  static const char *const names[] = {"d1/kernel", "d2/kernel", "d2/bias"};
+  worst = 0;
+  for (int k = 0; k < 3; k++) {
+    const kdc_st_tensor *tg = kdc_safetensors_find(sg, names[k]), *tw = kdc_safetensors_find(sw, names[k]);
+    assert_non_null(tg);
+    assert_non_null(tw);
+    assert_int_equal(tg->nbytes, tw->nbytes);
+    size_t ne = tw->nbytes / 4;
+    float *fg = malloc(tg->nbytes), *fw = malloc(tw->nbytes);
+    memcpy(fg, tg->data, tg->nbytes);
+    memcpy(fw, tw->data, tw->nbytes);
+    worst = fmax(worst, e2e_f32_compare(fg, fw, ne, 1e-5, 1e-4));
+    free(fg), free(fw);
+  }
+  if (worst > 1) fprintf(stderr, "%s: weights vs Keras reference: %.3g x tolerance\n", opt, worst);
+  assert_true(worst <= 1);
+  kdc_safetensors_close(sg), kdc_safetensors_close(sw);
+  free(a), free(b), free(src), free(w), free(model), free(plan), free(x), free(y), free(hist);
+  free(final), free(ref_hist), free(ref_final);
+}
+
+static void test_keras_reference(void **s) {
+  (void)s;
+  check_keras("sgd", "0.1");
+  check_keras("adam", "0.001");
+}
+
 /* One step on one device = the reference interpreter's train_step. */
 static void test_step_vs_interpreter(void **s) {
   (void)s;
@@ -493,7 +595,7 @@ int main(void) {
       cmocka_unit_test(test_sgd_meshes),          cmocka_unit_test(test_collective_counts),
       cmocka_unit_test(test_partial_batch),       cmocka_unit_test(test_checkpoint_resume),
       cmocka_unit_test(test_crash_in_save),       cmocka_unit_test(test_cli),
-      cmocka_unit_test(test_compile_config),
+      cmocka_unit_test(test_compile_config),      cmocka_unit_test(test_keras_reference),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   free(x_npy), free(y_npy);

@@ -606,6 +606,10 @@ async function main() {
   await emit('small_cnn', buildSmallCnn());
   console.log('text_classifier');
   await emit('text_classifier', buildTextClassifier());
+  if (!ONLY.length || ONLY.includes('mnist_train')) {
+    console.log('mnist_train (train.js)');
+    await require('./train').emitTraining();
+  }
 }
 
 main().catch(e => { console.error(e); process.exit(1); });

@@ -68,6 +68,7 @@ static void axes_case(const char *mesh, const uint8_t *axes, int n, const int64_
 static void each_axes(int naxes, uint8_t *axes, int n, void (*fn)(const uint8_t *, int, void *),
                       void *ctx) {
   if (n > 0) fn(axes, n, ctx);
+  if (n >= naxes || n >= KDC_MAX_MESH_AXES) return;
   for (int a = 0; a < naxes; a++) {
     bool used = false;
     for (int i = 0; i < n; i++) used |= axes[i] == a;

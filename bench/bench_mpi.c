@@ -1,0 +1,118 @@
+/*
+ * bench_mpi: all_reduce between 2 local processes through kdc's MPI backend
+ * (runtime/comm_mpi.c).  Run under `mpirun -np 2` (bench/bench_mpi.sh:
+ * loopback only).  Rank 0 prints one JSON object: for per-device buffers
+ * of 1 to 64 MiB f32, the time of a plan whose only step is all_reduce[x]
+ * on the mesh x=2 (one device per process, kdc_rt_plan_run_local), against
+ * MPI_Allreduce(MPI_SUM) of the same buffer measured in the same run (Open
+ * MPI's own algorithm, whose summation order MPI does not specify; kdc
+ * exchanges the operands and sums in device-id order, so its results are
+ * bitwise those of the virtual mesh).
+ *   algbw = S / t,  busbw = algbw * 2(n-1)/n  (NCCL's definitions)
+ */
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <mpi.h>
+
+#include "bench_util.h"
+#include "codegen/codegen.h"
+#include "passes/passes.h"
+#include "runtime/procs.h"
+#include "runtime/runtime.h"
+
+static kdc_rt_procs procs;
+
+static void die(kdc_status st) {
+  if (!st) return;
+  fprintf(stderr, "bench_mpi: %s\n", kdc_status_message(st));
+  kdc_rt_procs_finish(&procs, 1, 10);
+  exit(1);
+}
+
+static kdc_rt_plan *plan_for(int64_t n) {
+  kdc_module *m = kdc_ir_module_create("allreduce");
+  m->mesh.naxes = 1;
+  strcpy(m->mesh.names[0], "x");
+  m->mesh.sizes[0] = procs.n;
+  kdc_func *f = kdc_ir_func_create(m, "predict");
+  kdc_type t = kdc_type_make(KDC_DTYPE_F32, 1, &n);
+  kdc_value_id x = kdc_ir_parameter(f, KDC_PARAM_INPUT, "x", &t);
+  kdc_attrs a;
+  memset(&a, 0, sizeof a);
+  a.coll.naxes = 1;
+  kdc_ir_add_result(f, kdc_ir_append(f, KDC_OP_ALL_REDUCE, &t, 1, &x, &a), "y");
+  die(kdc_ir_verify_module(m));
+  die(kdc_pass_fuse(m, NULL));
+  die(kdc_pass_plan_memory(m, NULL));
+  char path[] = "/tmp/kdc_bench_mpi_XXXXXX";
+  int fd = mkstemp(path);
+  if (fd < 0) die(KDC_ERR(KDC_IO_ERROR, "mkstemp"));
+  close(fd);
+  die(kdc_codegen_cpu_plan(m, NULL, path));
+  kdc_rt_plan *p;
+  kdc_rt_options ro = {.n_threads = 1, .n_processes = procs.n, .process_id = procs.id};
+  die(kdc_rt_plan_load_with(path, &ro, &p));
+  unlink(path);
+  kdc_ir_module_destroy(m);
+  return p;
+}
+
+typedef struct ctx {
+  kdc_rt_plan *p;
+  const void *const *in[64];
+  void *const *out[64];
+  void *a, *b;
+  int64_t n;
+} ctx;
+
+static void run_kdc(void *v) {
+  ctx *c = v;
+  die(kdc_rt_plan_run_local(c->p, 0, c->in, c->out));
+}
+
+static void run_mpi(void *v) {
+  ctx *c = v;
+  MPI_Allreduce(c->a, c->b, (int)c->n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+}
+
+int main(void) {
+  die(kdc_rt_procs_init(NULL, -1, -1, &procs));
+  if (procs.n < 2 || procs.n > 64) die(KDC_ERR(KDC_INVALID_INPUT, "run under mpirun -np 2"));
+  if (procs.id == 0)
+    printf("{\"bench\": \"mpi_all_reduce\", \"processes\": %d, \"transport\": \"btl self,vader "
+           "(shared memory, one host)\", \"dtype\": \"f32\", \"results\": [", procs.n);
+  for (size_t mib = 1; mib <= 64; mib *= 4) {
+    size_t bytes = mib << 20;
+    ctx c = {.p = plan_for((int64_t)(bytes / 4)), .n = (int64_t)(bytes / 4)};
+    c.a = aligned_alloc(64, bytes);
+    c.b = aligned_alloc(64, bytes);
+    memset(c.a, 0, bytes);
+    void *pa = c.a, *pb = c.b;
+    for (int d = 0; d < procs.n; d++) {  /* only this process's device is used */
+      c.in[d] = (const void *const *)&pa;
+      c.out[d] = (void *const *)&pb;
+    }
+    int reps = mib <= 4 ? 11 : 5;
+    MPI_Barrier(MPI_COMM_WORLD);
+    double t_kdc = bench_median(run_kdc, &c, reps, 1);
+    MPI_Barrier(MPI_COMM_WORLD);
+    double t_mpi = bench_median(run_mpi, &c, reps, 1);
+    if (procs.id == 0) {
+      double bw = (double)bytes / t_kdc, bwm = (double)bytes / t_mpi;
+      printf("%s\n  {\"bytes\": %zu, \"kdc_ms\": %.3f, \"mpi_allreduce_ms\": %.3f, "
+             "\"kdc_algbw_GBps\": %.2f, \"kdc_busbw_GBps\": %.2f, \"mpi_algbw_GBps\": %.2f, "
+             "\"kdc_over_mpi_time\": %.2f}",
+             mib == 1 ? "" : ",", bytes, t_kdc * 1e3, t_mpi * 1e3, bw / 1e9,
+             bw * 2 * (procs.n - 1) / procs.n / 1e9, bwm / 1e9, t_kdc / t_mpi);
+    }
+    free(c.a);
+    free(c.b);
+    kdc_rt_plan_release(c.p);
+  }
+  if (procs.id == 0) printf("\n], \"training_vs_ddp\": \"not measured: kdc run --fit does not "
+                            "run over MPI processes yet (docs/processes.md)\"}\n");
+  kdc_rt_procs_finish(&procs, 0, 60);
+  return 0;
+}

@@ -1,0 +1,169 @@
+/*
+ * bench/bench_train.c: training step time (train_step through the runtime's
+ * device-resident state, runtime/state.c) of the MNIST MLP at batch 16 and
+ * 128 and of a 784 -> 4096 -> 4096 -> 10 MLP at batch 256 (Adam,
+ * categorical cross-entropy), on 1 device and on 8 data-parallel virtual
+ * devices, against the OpenBLAS time of the step's GEMMs alone (forward,
+ * dW and dX of every Dense, same thread count) measured in the same run.
+ * PyTorch eager's time for the same steps comes from bench/torch_train.py
+ * (bench/run.sh runs both).  Prints one JSON object.
+ * usage: bench_train [BIG_MLP_JSON]   (bench/big_mlp.py writes it)
+ */
+#include <cblas.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "bench_util.h"
+#include "codegen/codegen.h"
+#include "frontend/frontend.h"
+#include "frontend/layout.h"
+#include "passes/passes.h"
+#include "runtime/runtime.h"
+
+static void die(kdc_status st) {
+  if (!st) return;
+  fprintf(stderr, "bench_train: %s\n", kdc_status_message(st));
+  exit(1);
+}
+
+static void compile_plan(const char *model, const char *weights, int64_t batch, const char *mesh,
+                         const char *out) {
+  kdc_keras_model *km = NULL;
+  kdc_module *mod = NULL;
+  kdc_mesh m;
+  die(kdc_frontend_load(model, &km));
+  if (mesh) die(kdc_mesh_parse(mesh, NULL, &m));
+  kdc_lower_options lo = {.batch = batch, .mesh = mesh ? &m : NULL, .train_forward = true};
+  die(kdc_frontend_lower(km, &lo, &mod));
+  die(kdc_frontend_bind_weights(km, mod, weights, 1));
+  kdc_train_options t;
+  kdc_train_options_init(&t, KDC_LOSS_CCE, KDC_OPT_ADAM);
+  t.sample_mask = true;
+  kdc_pass_options po;
+  memset(&po, 0, sizeof po);
+  po.train = &t;
+  die(kdc_pass_pipeline_run(mod, &po));
+  kdc_codegen_options co;
+  memset(&co, 0, sizeof co);
+  static const char *const funcs[] = {"predict", "train_step", "evaluate"};
+  co.funcs = funcs, co.n_funcs = 3;
+  die(kdc_codegen_cpu_plan(mod, &co, out));
+  kdc_ir_module_destroy(mod);
+  kdc_frontend_free(km);
+}
+
+static float *filled(size_t n, unsigned salt) {
+  float *p = malloc(n * sizeof(float) + 4);
+  for (size_t i = 0; i < n; i++) p[i] = (float)(((i + salt) * 2654435761u) % 1000) / 1000.f;
+  return p;
+}
+
+typedef struct step_ctx {
+  kdc_rt_train *t;
+  const void *data[3];
+} step_ctx;
+
+static void run_step(void *p) {
+  step_ctx *c = p;
+  float loss;
+  die(kdc_rt_train_step(c->t, c->data, &loss));
+}
+
+/* The GEMMs of one step of a bias-free Dense chain |w| at batch |m|. */
+typedef struct gemm_ctx {
+  int n_layers, m;
+  const int *w;
+  float *a[4], *k[4], *g[4], *dk[4];
+} gemm_ctx;
+
+static void run_gemms(void *p) {
+  gemm_ctx *c = p;
+  int m = c->m;
+  for (int i = 0; i < c->n_layers; i++)  /* forward: a[i+1] = a[i] k[i] */
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, c->w[i + 1], c->w[i], 1.f, c->a[i],
+                c->w[i], c->k[i], c->w[i + 1], 0.f, c->a[i + 1], c->w[i + 1]);
+  for (int i = c->n_layers - 1; i >= 0; i--) {
+    /* dk[i] = a[i]^T g[i+1] */
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, c->w[i], c->w[i + 1], m, 1.f, c->a[i],
+                c->w[i], c->g[i + 1], c->w[i + 1], 0.f, c->dk[i], c->w[i + 1]);
+    if (i > 0) /* g[i] = g[i+1] k[i]^T */
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, c->w[i], c->w[i + 1], 1.f,
+                  c->g[i + 1], c->w[i + 1], c->k[i], c->w[i + 1], 0.f, c->g[i], c->w[i]);
+  }
+}
+
+static double gemm_time(const int *w, int n_layers, int m, int threads) {
+  gemm_ctx c = {n_layers, m, w, {0}, {0}, {0}, {0}};
+  for (int i = 0; i <= n_layers; i++) {
+    c.a[i] = filled((size_t)m * (size_t)w[i], 1);
+    c.g[i] = filled((size_t)m * (size_t)w[i], 2);
+    if (i < n_layers) {
+      c.k[i] = filled((size_t)w[i] * (size_t)w[i + 1], 3);
+      c.dk[i] = filled((size_t)w[i] * (size_t)w[i + 1], 4);
+    }
+  }
+  openblas_set_num_threads(threads);
+  double t = bench_median(run_gemms, &c, 15, m >= 256 ? 2 : 20);
+  for (int i = 0; i <= n_layers; i++) free(c.a[i]), free(c.g[i]), free(c.k[i]), free(c.dk[i]);
+  return t;
+}
+
+static double step_time(const char *plan, int threads, int64_t batch, int in_w, int classes) {
+  kdc_rt_options ro = {.n_threads = threads};
+  kdc_rt_plan *p = NULL;
+  kdc_rt_train *t = NULL;
+  die(kdc_rt_plan_load_with(plan, &ro, &p));
+  die(kdc_rt_train_create(p, &t));
+  float *x = filled((size_t)batch * (size_t)in_w, 5), *y = calloc((size_t)batch * (size_t)classes, 4);
+  float *mask = malloc((size_t)batch * 4);
+  for (int64_t r = 0; r < batch; r++) y[r * classes + r % classes] = 1, mask[r] = 1;
+  step_ctx c = {t, {x, y, mask}};
+  /* the data inputs in train_step order: x, labels, sample_mask */
+  for (size_t i = 0; i < kdc_rt_train_data_count(t); i++) {
+    const char *n = kdc_rt_train_data(t, i)->name;
+    c.data[i] = !strcmp(n, "sample_mask") ? (const void *)mask : i == 0 ? (const void *)x : y;
+  }
+  double s = bench_median(run_step, &c, 15, batch >= 256 ? 2 : 20);
+  kdc_rt_train_destroy(t);
+  kdc_rt_plan_release(p);
+  free(x), free(y), free(mask);
+  return s;
+}
+
+int main(int argc, char **argv) {
+  const char *big = argc > 1 ? argv[1] : NULL;
+  int threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
+  char plan[] = "/tmp/kdc_bench_train_XXXXXX";
+  int fd = mkstemp(plan);
+  if (fd < 0) return 1;
+  close(fd);
+  static const int mnist_w[] = {784, 200, 10}, big_w[] = {784, 4096, 4096, 10};
+  struct { const char *name, *model, *weights; const int *w; int n_layers; int64_t batch; } cases[] = {
+      {"mnist_mlp", KDC_SOURCE_DIR "/examples/mnist_mlp/model.json",
+       KDC_SOURCE_DIR "/examples/mnist_mlp/weights.safetensors", mnist_w, 2, 16},
+      {"mnist_mlp", KDC_SOURCE_DIR "/examples/mnist_mlp/model.json",
+       KDC_SOURCE_DIR "/examples/mnist_mlp/weights.safetensors", mnist_w, 2, 128},
+      {"mlp_4096", big, NULL, big_w, 3, 256},
+  };
+  printf("{\n  \"bench\": \"train_step\", \"threads\": %d, \"optimizer\": \"adam\",\n  \"steps\": [\n", threads);
+  int first = 1;
+  for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+    if (!cases[k].model) continue;
+    double g = gemm_time(cases[k].w, cases[k].n_layers, (int)cases[k].batch, threads);
+    for (int dev = 0; dev < 2; dev++) {
+      compile_plan(cases[k].model, cases[k].weights, cases[k].batch, dev ? "8" : NULL, plan);
+      double s = step_time(plan, threads, cases[k].batch, 784, 10);
+      printf("%s    {\"model\": \"%s\", \"batch\": %lld, \"devices\": %d, \"step_ms\": %.4f, "
+             "\"gemms_ms\": %.4f, \"step_over_gemms\": %.3f}",
+             first ? "" : ",\n", cases[k].name, (long long)cases[k].batch, dev ? 8 : 1, 1e3 * s,
+             1e3 * g, s / g);
+      first = 0;
+      fflush(stdout);
+    }
+  }
+  printf("\n  ]\n}\n");
+  unlink(plan);
+  return 0;
+}

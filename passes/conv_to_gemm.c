@@ -1,0 +1,229 @@
+/*
+ * passes/conv_to_gemm.c: convolutions as im2col + one GEMM.
+ *
+ * A direct convolution kernel (codegen/body_window.c) computes every output
+ * element as a K_spatial * C_in dot product in a scalar loop nest: correct,
+ * but far from BLAS speed.  This pass rewrites
+ *
+ *   y = convolution x, w      x [N, S..., Ci], w [K..., Ci, Co], y [N, O..., Co]
+ *
+ * into data movement plus one dot_general that codegen/gemm.c turns into a
+ * single cblas_sgemm without copies:
+ *
+ *   xp   = pad x, 0  low=[0, pad_low..., 0] high=[0, pad_high..., 0]
+ *   s_k  = slice xp  start=[0, k_d*rd_d..., 0]  stride=[1, stride_d..., 1]
+ *          (one per kernel position k = (k_0..k_{n-1}), row-major; each is
+ *          [N, O..., Ci]: the input pixel that kernel tap k multiplies)
+ *   p    = concatenate s_0 .. s_{K-1} dim=n+1       [N, O..., K_spatial*Ci]
+ *   wr   = reshape w                                [K_spatial*Ci, Co]
+ *   y'   = dot_general p, wr lhs_contract=[n+1] rhs_contract=[0]
+ *                                                   [N, O..., Co]
+ *
+ * The patch matrix p is laid out (tap, channel) along its last dim, which is
+ * exactly the row-major order of w's leading dims, so wr is a free reshape
+ * (an alias) and p is [M = N*prod(O) | K] row-major: GEMM operand A with
+ * lda = K, no transpose copy.  The dot's result is already [N, O..., Co].
+ * fuse.c puts pad, slices and concatenate into ONE kernel (the pad's users
+ * are all in the concatenate's kernel, and fused kernels compute each patch
+ * element by index arithmetic), so the patch matrix is the only temporary.
+ * A zero pad (and an identity slice) is not emitted; a 1x1 stride-1
+ * unpadded convolution is just the dot (x itself is [M | Ci]).  Negative
+ * padding (cropping) is a negative pad, which pad supports.
+ *
+ * Numerics: the dot sums over (tap, channel) in BLAS's blocked order, the
+ * interpreter's convolution in its own loop order; results agree up to f32
+ * summation order (tests/passes/test_conv_to_gemm.c: relative 1e-5 scaled by
+ * the contraction length K).  Padding contributes exact zeros either way.
+ *
+ * Left to the direct kernel:
+ *   - groups > 1 (depthwise, groups == Ci, in particular): each group would
+ *     be its own tiny GEMM (Ci/groups = 1 channel for depthwise, so K =
+ *     K_spatial, e.g. 9): the patch matrix would be K_spatial times the
+ *     input for a GEMM with nothing to block on, and a batched dot over
+ *     groups needs the groups as a leading batch dim (a transpose copy of
+ *     both operands).  The direct loop reads each input element K_spatial
+ *     times from cache and does the same flops: it wins.
+ *   - lhs_dilation != 1 (transposed convolutions, input gradients of strided
+ *     convolutions): most patch entries would be structural zeros.
+ *   - non-f32 operands, empty shapes, and more than KDC_C2G_MAX_TAPS kernel
+ *     positions: a fused concatenate evaluates every piece per element
+ *     (codegen/kernel_body.c emit_concat), so the patch kernel costs
+ *     O(K_spatial) per element; weight-gradient convolutions, whose
+ *     "kernel" is a whole activation map, would explode.
+ *
+ * Placement: after partition (the shapes are LOCAL: a batch split sees the
+ * local N, an output-channel split the local Co, an input-channel split the
+ * local Ci and the dot's result stays partial like the convolution's), and
+ * before fuse.  The dot takes the convolution's sharding and origin; the new
+ * data-movement nodes take x's sharding (same rank and dims order; they are
+ * interior values nothing reads the sharding of) and the weight reshape is
+ * left without one.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "passes/passes.h"
+
+enum { KDC_C2G_MAX_TAPS = 64 };
+
+/* True when |v| is a convolution this pass rewrites (see the file comment). */
+static bool eligible(const kdc_func *f, kdc_value_id v) {
+  const kdc_node *nd = kdc_ir_node(f, v);
+  if (nd->op != KDC_OP_CONVOLUTION || nd->n_in != 2) return false;
+  const kdc_attr_conv *a = &nd->attr.conv;
+  const kdc_type *xt = kdc_ir_type(f, nd->in[0]), *wt = kdc_ir_type(f, nd->in[1]);
+  if (a->groups != 1 || xt->dtype != KDC_DTYPE_F32 || wt->dtype != KDC_DTYPE_F32 ||
+      nd->type.dtype != KDC_DTYPE_F32)
+    return false;
+  int n = xt->rank - 2;
+  if (n < 0 || wt->rank != n + 2 || nd->type.rank != n + 2) return false;
+  int64_t taps = 1;
+  for (int d = 0; d < n; d++) {
+    if (a->lhs_dilation.v[d] != 1) return false;
+    taps *= wt->dims[d];
+  }
+  if (taps < 1 || taps > KDC_C2G_MAX_TAPS) return false;
+  return kdc_type_numel(&nd->type) > 0 && kdc_type_numel(xt) > 0 && kdc_type_numel(wt) > 0;
+}
+
+/* Appends a node with |sharding| and |origin|; returns its id. */
+static kdc_value_id add(kdc_func *f, kdc_op op, const kdc_type *t, int n_in,
+                        const kdc_value_id *in, const kdc_attrs *attr, const kdc_sharding *s,
+                        const char *origin) {
+  kdc_value_id v = kdc_ir_append(f, op, t, n_in, in, attr);
+  kdc_node *nd = kdc_ir_node(f, v);
+  if (s) nd->sharding = *s;
+  else memset(&nd->sharding, 0, sizeof nd->sharding);
+  nd->origin = origin;
+  return v;
+}
+
+/* Appends the im2col + GEMM form of convolution |v|; returns the dot. */
+static kdc_value_id rewrite(kdc_func *f, kdc_value_id v) {
+  kdc_node cv = *kdc_ir_node(f, v); /* copy: appends may move the node array */
+  const kdc_attr_conv *a = &cv.attr.conv;
+  kdc_value_id x = cv.in[0], w = cv.in[1];
+  kdc_type xt = *kdc_ir_type(f, x), wt = *kdc_ir_type(f, w), yt = cv.type;
+  kdc_sharding xs = kdc_ir_node(f, x)->sharding;
+  const char *org = cv.origin;
+  int n = xt.rank - 2, r = xt.rank;
+  int64_t ci = xt.dims[r - 1], co = wt.dims[n + 1], taps = 1;
+  for (int d = 0; d < n; d++) taps *= wt.dims[d];
+
+  /* Pad (when any spatial padding is non-zero). */
+  kdc_value_id xp = x;
+  kdc_type pt = xt;
+  bool padded = false;
+  for (int d = 0; d < n; d++) padded |= a->pad_low.v[d] != 0 || a->pad_high.v[d] != 0;
+  if (padded) {
+    kdc_type zt = kdc_type_make(KDC_DTYPE_F32, 0, NULL);
+    float zero = 0.0f;
+    kdc_attrs ca;
+    memset(&ca, 0, sizeof ca);
+    ca.constant.splat = true;
+    ca.constant.data = kdc_arena_alloc(f->module->arena, sizeof zero);
+    memcpy(ca.constant.data, &zero, sizeof zero);
+    kdc_value_id z = add(f, KDC_OP_CONSTANT, &zt, 0, NULL, &ca, NULL, org);
+    kdc_attrs pa;
+    memset(&pa, 0, sizeof pa);
+    pa.pad.low.n = pa.pad.high.n = pa.pad.interior.n = r;
+    for (int d = 0; d < n; d++) {
+      pa.pad.low.v[d + 1] = a->pad_low.v[d];
+      pa.pad.high.v[d + 1] = a->pad_high.v[d];
+      pt.dims[d + 1] += a->pad_low.v[d] + a->pad_high.v[d];
+    }
+    kdc_value_id ops[2] = {x, z};
+    xp = add(f, KDC_OP_PAD, &pt, 2, ops, &pa, &xs, org);
+  }
+
+  /* One strided slice per kernel tap, taps in row-major order of w. */
+  kdc_value_id *pieces = kdc_xmalloc((size_t)taps * sizeof *pieces);
+  kdc_type st = yt;
+  st.dims[r - 1] = ci;
+  for (int64_t t = 0; t < taps; t++) {
+    int64_t k[KDC_MAX_RANK], rem = t;
+    for (int d = n; d-- > 0;) {
+      k[d] = rem % wt.dims[d];
+      rem /= wt.dims[d];
+    }
+    kdc_attrs sa;
+    memset(&sa, 0, sizeof sa);
+    sa.slice.start.n = sa.slice.limit.n = sa.slice.stride.n = r;
+    sa.slice.limit.v[0] = pt.dims[0];
+    sa.slice.stride.v[0] = 1;
+    sa.slice.limit.v[r - 1] = ci;
+    sa.slice.stride.v[r - 1] = 1;
+    bool identity = true;
+    for (int d = 0; d < n; d++) {
+      int64_t b = k[d] * a->rhs_dilation.v[d], s = a->stride.v[d];
+      sa.slice.start.v[d + 1] = b;
+      sa.slice.limit.v[d + 1] = b + (yt.dims[d + 1] - 1) * s + 1;
+      sa.slice.stride.v[d + 1] = s;
+      identity &= b == 0 && s == 1 && yt.dims[d + 1] == pt.dims[d + 1];
+    }
+    pieces[t] = identity ? xp : add(f, KDC_OP_SLICE, &st, 1, &xp, &sa, &xs, org);
+  }
+  kdc_value_id patches = pieces[0];
+  if (taps > 1) {
+    kdc_type ct = st;
+    ct.dims[r - 1] = taps * ci;
+    kdc_attrs ca;
+    memset(&ca, 0, sizeof ca);
+    ca.dim = r - 1;
+    patches = add(f, KDC_OP_CONCAT, &ct, (int)taps, pieces, &ca, &xs, org);
+  }
+  free(pieces);
+
+  /* The kernel as a [taps*Ci, Co] matrix: a free reshape. */
+  int64_t wd[2] = {taps * ci, co};
+  kdc_type wrt = kdc_type_make(KDC_DTYPE_F32, 2, wd);
+  kdc_attrs ra;
+  memset(&ra, 0, sizeof ra);
+  kdc_value_id wr = add(f, KDC_OP_RESHAPE, &wrt, 1, &w, &ra, NULL, org);
+
+  kdc_attrs da;
+  memset(&da, 0, sizeof da);
+  da.dot.lhs_contract.n = da.dot.rhs_contract.n = 1;
+  da.dot.lhs_contract.v[0] = r - 1;
+  da.dot.rhs_contract.v[0] = 0;
+  kdc_value_id ops[2] = {patches, wr};
+  return add(f, KDC_OP_DOT, &yt, 2, ops, &da, &cv.sharding, org);
+}
+
+static void run_func(kdc_func *f) {
+  size_t n_old = f->n_nodes;
+  bool any = false;
+  for (size_t i = 0; i < n_old && !any; i++) any = eligible(f, (kdc_value_id)i);
+  if (!any) return;
+  /* first[i] .. first[i+1]: the new nodes of convolution i (none if not). */
+  size_t *first = kdc_xmalloc((n_old + 1) * sizeof *first);
+  kdc_value_id *dot = kdc_xmalloc(n_old * sizeof *dot);
+  for (size_t i = 0; i < n_old; i++) {
+    first[i] = f->n_nodes;
+    dot[i] = eligible(f, (kdc_value_id)i) ? rewrite(f, (kdc_value_id)i) : KDC_NO_VALUE;
+  }
+  first[n_old] = f->n_nodes;
+  size_t n = f->n_nodes, k = 0;
+  kdc_value_id *repl = kdc_xmalloc(n * sizeof *repl);
+  kdc_value_id *order = kdc_xmalloc(n * sizeof *order);
+  for (size_t i = 0; i < n; i++) repl[i] = (kdc_value_id)i;
+  for (size_t i = 0; i < n_old; i++) {
+    if (dot[i] == KDC_NO_VALUE) {
+      order[k++] = (kdc_value_id)i;
+      continue;
+    }
+    repl[i] = dot[i]; /* the new nodes take the convolution's place */
+    for (size_t j = first[i]; j < first[i + 1]; j++) order[k++] = (kdc_value_id)j;
+  }
+  kdc_pass_func_rebuild(f, repl, order, k);
+  free(first);
+  free(dot);
+  free(repl);
+  free(order);
+}
+
+kdc_status kdc_pass_conv_to_gemm(kdc_module *m, const kdc_pass_options *opt) {
+  (void)opt;
+  for (size_t i = 0; i < m->n_funcs; i++) run_func(m->funcs[i]);
+  return NULL;
+}

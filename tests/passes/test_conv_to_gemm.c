@@ -1,0 +1,253 @@
+/*
+ * passes/conv_to_gemm.c: random convolutions (1-D and 2-D, batch, strides,
+ * padding including negative, kernel dilation, 1x1) interpreted before and
+ * after the pass agree within the stated tolerance: |got - want| <=
+ * 1e-5 * K * max(1, |want|), K the contraction length (taps * Ci); rewritten
+ * ones contain no convolution and one dot; grouped and lhs-dilated ones are
+ * left alone; the result fuses into one patch kernel; and one SPMD case
+ * (batch and output-channel splits) runs seed, propagate, partition and the
+ * pass, then kdc_ir_interpret_spmd against the global reference.
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "passes/passes.h"
+
+static uint64_t rng_state;
+static uint32_t rnd(void) {
+  rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
+  return (uint32_t)(rng_state >> 33);
+}
+static int64_t rnd_in(int64_t lo, int64_t hi) { return lo + (int64_t)(rnd() % (uint32_t)(hi - lo + 1)); }
+
+static void fill(kdc_tensor *t) {
+  int64_t n = kdc_type_numel(&t->type);
+  float *p = malloc((size_t)(n ? n : 1) * sizeof *p);
+  for (int64_t i = 0; i < n; i++) p[i] = (float)((int)(rnd() % 2001) - 1000) / 250.0f;
+  t->data = p;
+}
+
+static int count(const kdc_func *f, kdc_op op) {
+  int k = 0;
+  for (size_t i = 0; i < f->n_nodes; i++) k += f->nodes[i].op == op;
+  return k;
+}
+
+/* A module computing relu(conv(x, w)) + 1 (so the conv is not the result). */
+static kdc_module *build(int n, const int64_t *xd, const int64_t *wd, const kdc_attr_conv *a,
+                         bool tail) {
+  kdc_module *m = kdc_ir_module_create("c");
+  kdc_func *f = kdc_ir_func_create(m, "predict");
+  kdc_type xt = kdc_type_make(KDC_DTYPE_F32, n + 2, xd), wt = kdc_type_make(KDC_DTYPE_F32, n + 2, wd);
+  kdc_value_id x = kdc_ir_parameter(f, KDC_PARAM_INPUT, "x", &xt);
+  kdc_value_id w = kdc_ir_parameter(f, KDC_PARAM_INPUT, "w", &wt);
+  kdc_value_id y = kdc_ir_convolution(f, x, w, a);
+  if (tail) y = kdc_ir_binary_scalar(f, KDC_OP_ADD, y, 1.0);
+  kdc_ir_add_result(f, y, "y");
+  kdc_status st = kdc_ir_take_error(f);
+  if (st) fail_msg("%s", kdc_status_message(st));
+  return m;
+}
+
+/* Interprets |f| on |args|; returns the single result (caller frees). */
+static kdc_tensor interp(const kdc_func *f, const kdc_tensor *args) {
+  kdc_tensor out;
+  kdc_status st = kdc_ir_interpret(f, args, 2, &out);
+  if (st) fail_msg("%s", kdc_status_message(st));
+  return out;
+}
+
+static void check_close(const kdc_tensor *got, const kdc_tensor *want, int64_t K) {
+  assert_true(kdc_type_equal(&got->type, &want->type));
+  const float *g = got->data, *w = want->data;
+  for (int64_t i = 0; i < kdc_type_numel(&want->type); i++) {
+    double sc = fabs(w[i]) > 1 ? fabs(w[i]) : 1;
+    if (!(fabs((double)g[i] - w[i]) <= 1e-5 * (double)K * sc))
+      fail_msg("element %lld: %g vs %g (K=%lld)", (long long)i, g[i], w[i], (long long)K);
+  }
+}
+
+/* Runs the pass on |m| and compares with the interpretation before; returns
+ * whether it rewrote the convolution. */
+static bool before_after(kdc_module *m, int64_t K) {
+  kdc_func *f = m->funcs[0];
+  kdc_tensor args[2];
+  for (int i = 0; i < 2; i++) {
+    args[i].type = f->nodes[f->params[i]].type;
+    fill(&args[i]);
+  }
+  kdc_tensor want = interp(f, args);
+  assert_null(kdc_pass_run_one(m, "conv_to_gemm", NULL));
+  assert_null(kdc_ir_verify_module(m));
+  kdc_tensor got = interp(f, args);
+  check_close(&got, &want, K);
+  bool rewritten = count(f, KDC_OP_CONVOLUTION) == 0;
+  if (rewritten) assert_int_equal(count(f, KDC_OP_DOT), 1);
+  /* and it still fuses, with the same numbers */
+  assert_null(kdc_pass_run_one(m, "fuse", NULL));
+  kdc_tensor fused = interp(f, args);
+  check_close(&fused, &want, K);
+  free(got.data), free(want.data), free(fused.data);
+  free(args[0].data), free(args[1].data);
+  return rewritten;
+}
+
+static void test_random_convs(void **state) {
+  (void)state;
+  int rewrote = 0;
+  for (uint64_t seed = 1; seed <= 300; seed++) {
+    rng_state = seed;
+    int n = (int)rnd_in(1, 2);
+    kdc_attr_conv a;
+    kdc_attr_conv_init(&a, n);
+    int64_t xd[KDC_MAX_RANK], wd[KDC_MAX_RANK], taps = 1;
+    xd[0] = rnd_in(1, 3);
+    int64_t ci = rnd_in(1, 5), co = rnd_in(1, 6);
+    bool ok = true;
+    for (int d = 0; d < n; d++) {
+      wd[d] = rnd_in(1, seed % 7 == 0 ? 1 : 4);
+      a.stride.v[d] = rnd_in(1, 3);
+      a.rhs_dilation.v[d] = rnd() % 4 == 0 ? 2 : 1;
+      a.pad_low.v[d] = rnd_in(-1, 2);
+      a.pad_high.v[d] = rnd_in(-1, 2);
+      if (seed % 7 == 0) a.pad_low.v[d] = a.pad_high.v[d] = 0, a.stride.v[d] = 1;
+      xd[d + 1] = rnd_in(1, 9);
+      int64_t pd = xd[d + 1] + a.pad_low.v[d] + a.pad_high.v[d];
+      int64_t kd = (wd[d] - 1) * a.rhs_dilation.v[d] + 1;
+      ok &= pd >= kd;
+      taps *= wd[d];
+    }
+    if (!ok) continue;
+    xd[n + 1] = wd[n] = ci;
+    wd[n + 1] = co;
+    kdc_module *m = build(n, xd, wd, &a, seed % 2 == 0);
+    rewrote += before_after(m, taps * ci) ? 1 : 0;
+    kdc_ir_module_destroy(m);
+  }
+  assert_true(rewrote > 100);
+}
+
+/* groups > 1 and lhs_dilation != 1 stay direct convolutions. */
+static void test_left_alone(void **state) {
+  (void)state;
+  rng_state = 7;
+  kdc_attr_conv a;
+  kdc_attr_conv_init(&a, 2);
+  a.groups = 4;
+  int64_t xd[4] = {2, 5, 5, 4}, wd[4] = {3, 3, 1, 4};
+  kdc_module *m = build(2, xd, wd, &a, true);
+  assert_false(before_after(m, 9));
+  kdc_ir_module_destroy(m);
+  kdc_attr_conv_init(&a, 2);
+  a.lhs_dilation.v[0] = 2;
+  int64_t wd2[4] = {3, 3, 4, 2};
+  m = build(2, xd, wd2, &a, true);
+  assert_false(before_after(m, 36));
+  kdc_ir_module_destroy(m);
+}
+
+/* A padded 3x3 conv: after fuse, the patch matrix is one kernel (pad, the 9
+ * slices and the concatenate share a group) and the dot reads it directly. */
+static void test_one_patch_kernel(void **state) {
+  (void)state;
+  kdc_attr_conv a;
+  kdc_attr_conv_init(&a, 2);
+  for (int d = 0; d < 2; d++) a.pad_low.v[d] = a.pad_high.v[d] = 1;
+  int64_t xd[4] = {2, 6, 6, 3}, wd[4] = {3, 3, 3, 8};
+  kdc_module *m = build(2, xd, wd, &a, true);
+  assert_null(kdc_pass_run_list(m, "conv_to_gemm,fuse", NULL));
+  kdc_func *f = m->funcs[0];
+  assert_int_equal(count(f, KDC_OP_SLICE), 9);
+  int32_t g = -2;
+  for (size_t i = 0; i < f->n_nodes; i++) {
+    kdc_op op = f->nodes[i].op;
+    if (op == KDC_OP_PAD || op == KDC_OP_SLICE || op == KDC_OP_CONCAT) {
+      if (g == -2) g = f->nodes[i].group;
+      assert_true(g >= 0);
+      assert_int_equal(f->nodes[i].group, g);
+    }
+    if (op == KDC_OP_DOT) assert_int_equal(f->nodes[f->nodes[i].in[0]].op, KDC_OP_CONCAT);
+  }
+  kdc_ir_module_destroy(m);
+  /* 1x1, stride 1, unpadded: just the dot on x */
+  kdc_attr_conv_init(&a, 2);
+  int64_t w1[4] = {1, 1, 3, 8};
+  m = build(2, xd, w1, &a, false);
+  assert_null(kdc_pass_run_one(m, "conv_to_gemm", NULL));
+  f = m->funcs[0];
+  assert_int_equal(count(f, KDC_OP_SLICE) + count(f, KDC_OP_PAD) + count(f, KDC_OP_CONCAT), 0);
+  assert_int_equal(count(f, KDC_OP_DOT), 1);
+  kdc_ir_module_destroy(m);
+}
+
+/* SPMD: batch split, output-channel split and input-channel split (partial
+ * dot, then all_reduce) on a 2-device mesh through the pass. */
+static const char spmd_text[] =
+    "module @s {\n  mesh [d=2]\n  weight \"c/kernel\" : f32[3,3,4,6]\n"
+    "  func @predict {\n"
+    "    %%x = parameter 0 input \"x\" : f32[4,5,5,4] %s\n"
+    "    %%w = parameter 1 weight \"c/kernel\" : f32[3,3,4,6] %s\n"
+    "    %%y = convolution %%x, %%w stride=[2,1] pad_low=[1,1] pad_high=[1,0]"
+    " lhs_dilation=[1,1] rhs_dilation=[1,1] groups=1 : f32[4,3,4,6]\n"
+    "    return %%y \"y\"\n  }\n}\n";
+
+static void test_spmd(void **state) {
+  (void)state;
+  static const char *const layouts[][2] = {
+      {"{d,-,-,-}", "{-,-,-,-}"}, {"{-,-,-,-}", "{-,-,-,d}"}, {"{-,-,-,d}", "{-,-,d,-}"}};
+  for (size_t l = 0; l < 3; l++) {
+    char text[1024];
+    snprintf(text, sizeof text, spmd_text, layouts[l][0], layouts[l][1]);
+    kdc_module *ref = NULL, *m = NULL;
+    assert_null(kdc_ir_parse_module(text, "s.kir", &ref));
+    assert_null(kdc_ir_parse_module(text, "s.kir", &m));
+    kdc_func *rf = ref->funcs[0];
+    rng_state = 99 + l;
+    kdc_tensor g[2];
+    for (int i = 0; i < 2; i++) {
+      g[i].type = rf->nodes[rf->params[i]].type;
+      fill(&g[i]);
+    }
+    kdc_tensor want = interp(rf, g);
+    assert_null(kdc_pass_run_list(m, "seed_shardings,propagate_shardings,partition,conv_to_gemm", NULL));
+    kdc_func *f = m->funcs[0];
+    assert_int_equal(count(f, KDC_OP_CONVOLUTION), 0);
+    kdc_tensor loc[2][2], out[2][1];
+    const kdc_tensor *args[2] = {loc[0], loc[1]};
+    kdc_tensor *outs[2] = {out[0], out[1]};
+    for (int64_t d = 0; d < 2; d++)
+      for (int i = 0; i < 2; i++)
+        assert_null(kdc_sharding_shard(&m->mesh, &f->nodes[f->params[i]].sharding, &g[i], d,
+                                       &loc[d][i]));
+    assert_null(kdc_ir_interpret_spmd(f, &m->mesh, args, outs));
+    kdc_tensor col[2] = {out[0][0], out[1][0]}, got;
+    assert_null(kdc_sharding_unshard(&m->mesh, &f->nodes[f->results[0]].sharding, &want.type, col,
+                                     &got));
+    check_close(&got, &want, 36);
+    for (int d = 0; d < 2; d++) {
+      free(out[d][0].data);
+      for (int i = 0; i < 2; i++) free(loc[d][i].data);
+    }
+    free(got.data), free(want.data), free(g[0].data), free(g[1].data);
+    kdc_ir_module_destroy(ref);
+    kdc_ir_module_destroy(m);
+  }
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_random_convs),
+      cmocka_unit_test(test_left_alone),
+      cmocka_unit_test(test_one_patch_kernel),
+      cmocka_unit_test(test_spmd),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
