@@ -31,7 +31,7 @@
  *   dot_general: batch and free dims pass, contracting dims reduction.
  *   convolution: batch pass; groups 1: output channels pass, input channels
  *     reduction; spatial dims (and, with groups, channels) need_replication
- *     (SHARDING.md's halo exchange is not implemented).  reduce_window,
+ *     (no halo exchange yet: SHARDING.md step 4 is future work).  reduce_window,
  *     select_and_scatter: dims with a trivial window pass, others
  *     need_replication.  gather: vocab (table dim 0) reduction, id and
  *     feature dims pass; scatter_add: vocab pass, id dims reduction, feature

@@ -67,7 +67,7 @@ kdc_status kdc_rt_procs_init(const char *coordinator, int n, int id, kdc_rt_proc
   if (!launcher)
     return KDC_ERR(KDC_UNSUPPORTED, "%d processes (process %d%s%s) but no MPI launcher: start "
                    "them with `mpirun -np %d kdc run ...`; a rendezvous through --coordinator "
-                   "alone is not implemented yet (docs/processes.md)", n, id,
+                   "alone is not supported yet (docs/processes.md)", n, id,
                    coordinator ? ", coordinator " : "", coordinator ? coordinator : "", n);
 #ifdef KDC_HAVE_MPI
   int provided = 0, size = 0, rank = 0;
