@@ -206,13 +206,6 @@ static void gen_pow(int k, float *x, int64_t n) {
 
 /* ---- the check ---------------------------------------------------------------------- */
 
-static double weighted_sum(const kdc_tensor *r, const float *w) {
-  double s = 0;
-  int64_t n = kdc_type_numel(&r->type);
-  for (int64_t i = 0; i < n; i++) s += (double)((const float *)r->data)[i] * (double)w[i];
-  return s;
-}
-
 static void check_case(const gcase *c) {
   kdc_module *m = kdc_ir_module_create("g");
   kdc_func *f = kdc_ir_func_create(m, "g");
@@ -251,31 +244,7 @@ static void check_case(const gcase *c) {
   }
   kdc_tensor base[4];
   tr_run(f, args, (size_t)c->n_in, base);
-  for (int k = 0; k < c->n_in; k++) {
-    float *xk = args[k].data;
-    const float *g = base[1 + k].data;
-    int64_t n = kdc_type_numel(&c->in[k]);
-    double *fd = malloc(sizeof(double) * (size_t)n), scale = 1.0;
-    for (int64_t i = 0; i < n; i++) {
-      float x0 = xk[i];
-      double h = 1e-3 * fmax(1.0, fabs(x0));
-      kdc_tensor out[4];
-      xk[i] = (float)(x0 + h);
-      tr_run(f, args, (size_t)c->n_in, out);
-      double yp = weighted_sum(&out[0], w), xp = xk[i];
-      tr_free(out, f->n_results);
-      xk[i] = (float)(x0 - h);
-      tr_run(f, args, (size_t)c->n_in, out);
-      double ym = weighted_sum(&out[0], w), xm = xk[i];
-      tr_free(out, f->n_results);
-      xk[i] = x0;
-      fd[i] = (yp - ym) / (xp - xm);
-      scale = fmax(scale, fabs(fd[i]));
-    }
-    for (int64_t i = 0; i < n; i++)
-      TR_CLOSE(g[i], fd[i], 1e-2, 1e-3 * scale, "%s: d/dx%d[%lld]", c->name, k, (long long)i);
-    free(fd);
-  }
+  tr_check_fd(f, args, c->n_in, base, w, c->name);
   tr_free(base, f->n_results);
   for (int k = 0; k < c->n_in; k++) free(args[k].data);
   free(w);

@@ -72,4 +72,46 @@ static inline void tr_expect_ok(kdc_status st) {
     }                                                                                         \
   } while (0)
 
+/* sum_i r[i] * w[i] in double: the scalar a gradient check differentiates. */
+static inline double tr_weighted_sum(const kdc_tensor *r, const float *w) {
+  double s = 0;
+  int64_t n = kdc_type_numel(&r->type);
+  for (int64_t i = 0; i < n; i++) s += (double)((const float *)r->data)[i] * (double)w[i];
+  return s;
+}
+
+/* Checks the gradients of |f| against central finite differences.  |f|
+ * returns y (weighted by |w| into a scalar) then dy/dx_k for each of its
+ * |n_in| inputs; |base| holds those results at |args|.  Step h =
+ * 1e-3·max(1,|x|); tolerance 1e-2·|fd| + 1e-3·max(1, max|fd|). */
+static inline void tr_check_fd(const kdc_func *f, kdc_tensor *args, int n_in,
+                               const kdc_tensor *base, const float *w, const char *name) {
+  for (int k = 0; k < n_in; k++) {
+    float *xk = args[k].data;
+    const float *g = base[1 + k].data;
+    int64_t n = kdc_type_numel(&args[k].type);
+    double *fd = malloc(sizeof(double) * (size_t)(n ? n : 1)), scale = 1.0;
+    kdc_tensor *out = calloc(f->n_results, sizeof *out);
+    for (int64_t i = 0; i < n; i++) {
+      float x0 = xk[i];
+      double h = 1e-3 * fmax(1.0, fabs(x0));
+      xk[i] = (float)(x0 + h);
+      tr_run(f, args, (size_t)n_in, out);
+      double yp = tr_weighted_sum(&out[0], w), xp = xk[i];
+      tr_free(out, f->n_results);
+      xk[i] = (float)(x0 - h);
+      tr_run(f, args, (size_t)n_in, out);
+      double ym = tr_weighted_sum(&out[0], w), xm = xk[i];
+      tr_free(out, f->n_results);
+      xk[i] = x0;
+      fd[i] = (yp - ym) / (xp - xm);
+      scale = fmax(scale, fabs(fd[i]));
+    }
+    for (int64_t i = 0; i < n; i++)
+      TR_CLOSE(g[i], fd[i], 1e-2, 1e-3 * scale, "%s: d/dx%d[%lld]", name, k, (long long)i);
+    free(out);
+    free(fd);
+  }
+}
+
 #endif
