@@ -78,4 +78,49 @@ static inline int sh_count_collectives(const kdc_func *f) {
   return k;
 }
 
+/* Runs the partitioned function of |m| on every device with the SPMD
+ * interpreter (global arguments |gargs| split by the parameters' shardings)
+ * and asserts that every gathered result equals |want| (the unpartitioned
+ * reference) within relative 1e-5.  |text| is printed with a failure. */
+static inline void sh_spmd_check(kdc_module *m, const kdc_tensor *gargs, size_t np,
+                                 const kdc_tensor *want, const char *text) {
+  kdc_func *f = m->funcs[0];
+  int64_t nd = kdc_mesh_devices(&m->mesh);
+  kdc_tensor **largs = calloc((size_t)nd, sizeof *largs), **outs = calloc((size_t)nd, sizeof *outs);
+  for (int64_t d = 0; d < nd; d++) {
+    largs[d] = calloc(np, sizeof **largs);
+    outs[d] = calloc(f->n_results, sizeof **outs);
+    for (size_t i = 0; i < np; i++) {
+      const kdc_sharding *s = &f->nodes[f->params[i]].sharding;
+      kdc_sharding rep = kdc_sharding_replicated(gargs[i].type.rank);
+      assert_null(kdc_sharding_shard(&m->mesh, s->present ? s : &rep, &gargs[i], d, &largs[d][i]));
+    }
+  }
+  kdc_status st = kdc_ir_interpret_spmd(f, &m->mesh, (const kdc_tensor *const *)largs, outs);
+  if (st) {
+    kdc_ir_print_module(stderr, m);
+    fail_msg("%s", kdc_status_message(st));
+  }
+  kdc_tensor *col = calloc((size_t)nd, sizeof *col);
+  for (size_t r = 0; r < f->n_results; r++) {
+    for (int64_t d = 0; d < nd; d++) col[d] = outs[d][r];
+    const kdc_sharding *s = &f->nodes[f->results[r]].sharding;
+    kdc_sharding rep = kdc_sharding_replicated(want[r].type.rank);
+    kdc_tensor got;
+    assert_null(kdc_sharding_unshard(&m->mesh, s->present ? s : &rep, &want[r].type, col, &got));
+    double err = sh_relerr(got.data, want[r].data, kdc_type_numel(&want[r].type));
+    if (err > 1e-5) {
+      kdc_ir_print_module(stderr, m);
+      fail_msg("result %zu: relative error %g\n%s", r, err, text);
+    }
+    free(got.data);
+  }
+  for (int64_t d = 0; d < nd; d++) {
+    for (size_t i = 0; i < np; i++) free(largs[d][i].data);
+    for (size_t r = 0; r < f->n_results; r++) free(outs[d][r].data);
+    free(largs[d]), free(outs[d]);
+  }
+  free(largs), free(outs), free(col);
+}
+
 #endif

@@ -74,45 +74,11 @@ static int run(const char *text) {
   st = kdc_ir_verify_module(m);
   if (st) fail_msg("verify: %s", kdc_status_message(st));
   kdc_func *f = m->funcs[0];
-  int64_t nd = kdc_mesh_devices(&m->mesh);
-  kdc_tensor **largs = calloc((size_t)nd, sizeof *largs), **outs = calloc((size_t)nd, sizeof *outs);
-  for (int64_t d = 0; d < nd; d++) {
-    largs[d] = calloc(np, sizeof **largs);
-    outs[d] = calloc(f->n_results, sizeof **outs);
-    for (size_t i = 0; i < np; i++) {
-      const kdc_sharding *s = &f->nodes[f->params[i]].sharding;
-      kdc_sharding rep = kdc_sharding_replicated(gargs[i].type.rank);
-      assert_null(kdc_sharding_shard(&m->mesh, s->present ? s : &rep, &gargs[i], d, &largs[d][i]));
-    }
-  }
-  st = kdc_ir_interpret_spmd(f, &m->mesh, (const kdc_tensor *const *)largs, outs);
-  if (st) {
-    kdc_ir_print_module(stderr, m);
-    fail_msg("%s", kdc_status_message(st));
-  }
-  kdc_tensor *col = calloc((size_t)nd, sizeof *col);
-  for (size_t r = 0; r < f->n_results; r++) {
-    for (int64_t d = 0; d < nd; d++) col[d] = outs[d][r];
-    const kdc_sharding *s = &f->nodes[f->results[r]].sharding;
-    kdc_sharding rep = kdc_sharding_replicated(want[r].type.rank);
-    kdc_tensor got;
-    assert_null(kdc_sharding_unshard(&m->mesh, s->present ? s : &rep, &want[r].type, col, &got));
-    double err = sh_relerr(got.data, want[r].data, kdc_type_numel(&want[r].type));
-    if (err > 1e-5) {
-      kdc_ir_print_module(stderr, m);
-      fail_msg("result %zu: relative error %g\n%s", r, err, text);
-    }
-    free(got.data);
-  }
+  sh_spmd_check(m, gargs, np, want, text);
   int ar = sh_count(f, KDC_OP_ALL_REDUCE);
-  for (int64_t d = 0; d < nd; d++) {
-    for (size_t i = 0; i < np; i++) free(largs[d][i].data);
-    for (size_t r = 0; r < f->n_results; r++) free(outs[d][r].data);
-    free(largs[d]), free(outs[d]);
-  }
   for (size_t i = 0; i < np; i++) free(gargs[i].data);
   for (size_t r = 0; r < rf->n_results; r++) free(want[r].data);
-  free(largs), free(outs), free(col), free(gargs), free(want);
+  free(gargs), free(want);
   kdc_ir_module_destroy(ref);
   kdc_ir_module_destroy(m);
   return ar;
