@@ -25,7 +25,9 @@
  *      to the propagated one;
  * special cases: parameters keep their (user) sharding and get local types;
  * a gather / scatter_add split on its vocabulary becomes a masked local
- * lookup / scatter (passes/partition_gather.c);
+ * lookup / scatter (passes/partition_gather.c); a convolution or pooling
+ * split on a spatial dim exchanges halos with its neighbours
+ * (passes/partition_halo.c);
  * sharding_constraint becomes a reshard to its sharding (materialising
  * partials); iota split on its own dim and dense constants split anywhere
  * are built global and cut with shard_slice (fused, no copy), rng_uniform
@@ -258,6 +260,7 @@ static kdc_status node(part *p, kdc_value_id v) {
   kdc_status st = kdc_sharding_rule(p->f, v, &r);
   if (st) return located(p, v, st);
   factors(p, v, &r, &fs);
+  bool halo = r.halo && kdc_partition_halo_check(p->f, mesh, v, &r, &fs);
   unsigned fs_axes = 0;
   for (int f = 0; f < r.nfactors; f++)
     for (int k = 0; k < fs.n[f]; k++) fs_axes |= 1u << fs.axes[f][k];
@@ -294,6 +297,8 @@ static kdc_status node(part *p, kdc_value_id v) {
   bool vocab = (nd.op == KDC_OP_GATHER || nd.op == KDC_OP_SCATTER_ADD) && fs.n[0] > 0;
   if (!st && vocab) /* vocab split: masked local lookup (partition_gather.c) */
     st = kdc_partition_vocab(p->f, mesh, &nd, ins, lts, wants, fs.n[0], fs.axes[0], &rs, &x);
+  else if (!st && halo) /* spatial split: halo exchange (partition_halo.c) */
+    st = kdc_partition_halo(p->f, mesh, &nd, ins, lts, wants, &r, &fs, &rs, &x);
   else if (!st) st = emit(p, v, ins, &rs, &x);
   free(ins);
   if (st) return located(p, v, st);

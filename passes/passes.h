@@ -177,6 +177,8 @@ typedef struct kdc_factor_rule {
   uint8_t f[KDC_RULE_MAX_TENSORS][KDC_MAX_RANK][KDC_RULE_MAX_DIM_FACTORS]; /* major to minor */
   bool pass_through;   /* op priority class 0/1: elementwise, transpose, constraint */
   bool broadcast;      /* op priority: forward only at the last level */
+  uint64_t halo;       /* bit f: factor f is a windowed spatial dim (conv, pool) whose
+                        * split needs a halo exchange (passes/partition_halo.c) */
 } kdc_factor_rule;
 /* The mesh axes on each factor, major to minor. */
 typedef struct kdc_factor_shardings {
@@ -274,6 +276,23 @@ kdc_status kdc_partition_vocab(kdc_func *f, const kdc_mesh *mesh, const kdc_node
                                const kdc_value_id *ins, const kdc_type *in_local,
                                const kdc_sharding *in_s, int naxes, const uint8_t *axes,
                                const kdc_sharding *rs, kdc_value_id *out);
+
+/* ---- partition_halo (passes/partition_halo.c) -----------------------------
+ * For partition.c: convolutions and pooling split on a spatial dim.
+ * kdc_partition_halo_check demotes the split halo factors of node |v| that
+ * cannot run with a halo exchange on |mesh| (several axes, a halo larger
+ * than the neighbour's shard, misaligned output shards) to need_replication
+ * with no axes, so the caller gathers them with its fallback warning; it
+ * returns whether a halo factor stays split.  kdc_partition_halo emits the
+ * local program of such a node (arguments as kdc_partition_vocab, plus the
+ * rule and factor shardings). */
+bool kdc_partition_halo_check(const kdc_func *f, const kdc_mesh *mesh, kdc_value_id v,
+                              kdc_factor_rule *r, kdc_factor_shardings *fs);
+kdc_status kdc_partition_halo(kdc_func *f, const kdc_mesh *mesh, const kdc_node *nd,
+                              const kdc_value_id *ins, const kdc_type *in_local,
+                              const kdc_sharding *in_s, const kdc_factor_rule *r,
+                              const kdc_factor_shardings *fs, const kdc_sharding *rs,
+                              kdc_value_id *out);
 
 /* ---- plan_memory (passes/plan_memory.c, owned by codegen) ------------------
  * Byte offsets of temporaries in the scratch arena (kdc_node.mem_offset);

@@ -30,10 +30,12 @@
  *     need_replication (partials are sums only).
  *   dot_general: batch and free dims pass, contracting dims reduction.
  *   convolution: batch pass; groups 1: output channels pass, input channels
- *     reduction; spatial dims (and, with groups, channels) need_replication
- *     (no halo exchange yet: SHARDING.md step 4 is future work).  reduce_window,
- *     select_and_scatter: dims with a trivial window pass, others
- *     need_replication.  gather: vocab (table dim 0) reduction, id and
+ *     reduction; with groups, channels need_replication; spatial dims are
+ *     halo factors when the shards line up (see rule_conv), else
+ *     need_replication.  reduce_window, select_and_scatter: dims with a
+ *     trivial window pass, aligned windowed dims are halo factors
+ *     (rule_window), others need_replication.  Halo factors are printed
+ *     `halo={..}`; passes/partition_halo.c exchanges the window overlap.  gather: vocab (table dim 0) reduction, id and
  *     feature dims pass; scatter_add: vocab pass, id dims reduction, feature
  *     dims pass (partition.c masks the local lookup / scatter by the shard's
  *     vocab range: passes/partition_gather.c).  reverse: reversed dims
@@ -168,12 +170,19 @@ static void rule_same_or_repl(kdc_factor_rule *r, const kdc_type *x, const kdc_t
 }
 
 /* convolution: batch pass; output channels pass (groups 1); input channels
- * reduction (groups 1); spatial dims and, with groups, the channel dims
- * need_replication (halo exchange and group-aware splits are not done). */
+ * reduction (groups 1); with groups, the channel dims need_replication.
+ * Spatial dim d (input S, kernel K, output O, stride s, no input dilation):
+ * O * s == S (output rows line up with input rows: "same" padding, or a
+ * window no longer than its stride): a halo factor shared by input and
+ * output (pass); else K * rhs_dilation == S (the kernel spans the input: the
+ * weight gradient of such a conv): a halo factor shared by input and kernel
+ * (reduction, partial sums over the positions); otherwise need_replication.
+ * passes/partition_halo.c runs the split ones with a halo exchange. */
 static void rule_conv(kdc_factor_rule *r, const kdc_node *n, const kdc_type *x,
                       const kdc_type *w) {
+  const kdc_attr_conv *a = &n->attr.conv;
   int ns = x->rank - 2, res = 2;
-  bool g1 = n->attr.conv.groups == 1;
+  bool g1 = a->groups == 1;
   int f = new_factor(r, x->dims[0], KDC_FACTOR_PASS);
   add(r, 0, 0, f);
   add(r, res, 0, f);
@@ -189,21 +198,54 @@ static void rule_conv(kdc_factor_rule *r, const kdc_node *n, const kdc_type *x,
     if (w->dims[ns] > 1) add(r, 1, ns, new_factor(r, w->dims[ns], KDC_FACTOR_NEED_REPL));
   }
   for (int d = 0; d < ns; d++) {
-    if (x->dims[d + 1] > 1) add(r, 0, d + 1, new_factor(r, x->dims[d + 1], KDC_FACTOR_NEED_REPL));
-    if (w->dims[d] > 1) add(r, 1, d, new_factor(r, w->dims[d], KDC_FACTOR_NEED_REPL));
-    if (n->type.dims[d + 1] > 1)
-      add(r, res, d + 1, new_factor(r, n->type.dims[d + 1], KDC_FACTOR_NEED_REPL));
+    int64_t S = x->dims[d + 1], K = w->dims[d], O = n->type.dims[d + 1];
+    bool flat = a->lhs_dilation.v[d] == 1;
+    if (flat && O > 1 && O * a->stride.v[d] == S) {
+      f = new_factor(r, O, KDC_FACTOR_PASS);
+      r->halo |= 1ull << f;
+      add(r, 0, d + 1, f);
+      add(r, res, d + 1, f);
+      if (K > 1) add(r, 1, d, new_factor(r, K, KDC_FACTOR_NEED_REPL));
+      continue;
+    }
+    if (flat && K > 1 && K * a->rhs_dilation.v[d] == S) {
+      f = new_factor(r, K, KDC_FACTOR_REDUCTION);
+      r->halo |= 1ull << f;
+      add(r, 0, d + 1, f);
+      add(r, 1, d, f);
+      if (O > 1) add(r, res, d + 1, new_factor(r, O, KDC_FACTOR_NEED_REPL));
+      continue;
+    }
+    if (S > 1) add(r, 0, d + 1, new_factor(r, S, KDC_FACTOR_NEED_REPL));
+    if (K > 1) add(r, 1, d, new_factor(r, K, KDC_FACTOR_NEED_REPL));
+    if (O > 1) add(r, res, d + 1, new_factor(r, O, KDC_FACTOR_NEED_REPL));
   }
 }
 
-/* reduce_window, select_and_scatter: dims with a trivial window pass, the
- * others need replication (no halos yet). */
+/* reduce_window, select_and_scatter: dims with a trivial window pass.  A
+ * windowed dim whose output rows line up with the input rows (O * stride ==
+ * S) is a halo factor (pass) of reduce_window; of select_and_scatter only
+ * when no window crosses a shard edge (no low padding, window extent <=
+ * stride), as its halo would have to return scattered values.  Other dims
+ * need replication. */
 static void rule_window(kdc_factor_rule *r, const kdc_node *n, const kdc_func *fn) {
   const kdc_attr_window *a = &n->attr.window;
   int res = r->ntensors - 1;
+  bool sas = n->op == KDC_OP_SELECT_AND_SCATTER;
   for (int d = 0; d < n->type.rank; d++) {
     bool triv = a->window.v[d] == 1 && a->stride.v[d] == 1 && a->pad_low.v[d] == 0 &&
                 a->pad_high.v[d] == 0;
+    int64_t S = kdc_ir_type(fn, n->in[0])->dims[d];
+    int64_t O = sas ? kdc_ir_type(fn, n->in[1])->dims[d] : n->type.dims[d];
+    int64_t kd = (a->window.v[d] - 1) * a->dilation.v[d] + 1;
+    bool halo = !triv && O > 1 && O * a->stride.v[d] == S &&
+                (!sas || (a->pad_low.v[d] == 0 && kd <= a->stride.v[d]));
+    if (halo) {
+      int f = new_factor(r, O, KDC_FACTOR_PASS);
+      r->halo |= 1ull << f;
+      for (int t = 0; t <= res; t++) add(r, t, d, f);
+      continue;
+    }
     for (int t = 0; t <= res; t++) {
       int64_t sz = t == res ? n->type.dims[d] : kdc_ir_type(fn, n->in[t])->dims[d];
       if (triv) {
@@ -369,6 +411,13 @@ void kdc_sharding_rule_print(FILE *out, const kdc_factor_rule *r) {
     }
     if (!first) fputc('}', out);
   }
+  for (int f = 0, first = 1; f < r->nfactors; f++) {
+    if (!(r->halo >> f & 1)) continue;
+    fputs(first ? " halo={" : ",", out);
+    put_factor(out, f);
+    first = 0;
+  }
+  if (r->halo) fputc('}', out);
   if (r->pass_through) fputs(" pass_through", out);
   if (r->broadcast) fputs(" broadcast", out);
   fputc('\n', out);

@@ -78,6 +78,26 @@ static inline int sh_count_collectives(const kdc_func *f) {
   return k;
 }
 
+/* Global arguments for the parameters of |rf|: sh_fill(seed0 + i) * scale
+ * (free with sh_free_tensors). */
+static inline kdc_tensor *sh_global_args(const kdc_func *rf, uint32_t seed0, float scale) {
+  size_t np = rf->n_params;
+  kdc_tensor *gargs = calloc(np, sizeof *gargs);
+  for (size_t i = 0; i < np; i++) {
+    gargs[i].type = rf->nodes[rf->params[i]].type;
+    int64_t n = kdc_type_numel(&gargs[i].type);
+    gargs[i].data = malloc((size_t)n * 4);
+    sh_fill(gargs[i].data, n, (uint32_t)i + seed0);
+    for (int64_t k = 0; k < n; k++) ((float *)gargs[i].data)[k] *= scale;
+  }
+  return gargs;
+}
+
+static inline void sh_free_tensors(kdc_tensor *t, size_t n) {
+  for (size_t i = 0; i < n; i++) free(t[i].data);
+  free(t);
+}
+
 /* Runs the partitioned function of |m| on every device with the SPMD
  * interpreter (global arguments |gargs| split by the parameters' shardings)
  * and asserts that every gathered result equals |want| (the unpartitioned

@@ -58,14 +58,7 @@ static void run(const char *text, outcome *res) {
   kdc_module *ref = parse(text), *m = parse(text);
   kdc_func *rf = ref->funcs[0];
   size_t np = rf->n_params;
-  kdc_tensor *gargs = calloc(np, sizeof *gargs);
-  for (size_t i = 0; i < np; i++) {
-    gargs[i].type = rf->nodes[rf->params[i]].type;
-    int64_t n = kdc_type_numel(&gargs[i].type);
-    gargs[i].data = malloc((size_t)n * 4);
-    sh_fill(gargs[i].data, n, (uint32_t)i + 3);
-    for (int64_t k = 0; k < n; k++) ((float *)gargs[i].data)[k] *= 0.125f;
-  }
+  kdc_tensor *gargs = sh_global_args(rf, 3, 0.125f);
   kdc_tensor *want = calloc(rf->n_results, sizeof *want);
   kdc_status st = kdc_ir_interpret(rf, gargs, np, want);
   if (st) fail_msg("%s", kdc_status_message(st));

@@ -118,11 +118,11 @@ static const char *const want[] = {
     "([])->([i,j]) {i=8,j=6}",                                     /* rng_uniform */
     "()->([i,j,k,l]) {i=2,j=5,k=5,l=3}",                           /* parameter */
     "()->([i,j,k,l]) {i=3,j=3,k=3,l=4}",                           /* parameter */
-    "([i,l,o,k],[m,p,k,j])->([i,n,q,j]) {i=2,j=4,k=3,l=5,m=3,n=5,o=5,p=3,q=5} reduction={k} "
-    "need_replication={l,m,n,o,p,q}",                               /* convolution */
+    "([i,l,n,k],[m,o,k,j])->([i,l,n,j]) {i=2,j=4,k=3,l=5,m=3,n=5,o=3} reduction={k} "
+    "need_replication={m,o} halo={l,n}",                            /* convolution */
     "()->([i,j,k,l]) {i=3,j=3,k=1,l=6}",                           /* parameter */
-    "([i,l,o,k],[m,p,_,j])->([i,n,q,j]) {i=2,j=6,k=3,l=5,m=3,n=5,o=5,p=3,q=5} "
-    "need_replication={j,k,l,m,n,o,p,q}",                           /* grouped convolution */
+    "([i,l,n,k],[m,o,_,j])->([i,l,n,j]) {i=2,j=6,k=3,l=5,m=3,n=5,o=3} "
+    "need_replication={j,k,m,o} halo={l,n}",                        /* grouped convolution */
     "([i,j,l,n])->([i,k,m,n]) {i=2,j=5,k=3,l=5,m=3,n=3} need_replication={j,k,l,m}", /* r_w */
     "([i,j,m,p],[i,k,n,p])->([i,l,o,p]) {i=2,j=5,k=3,l=5,m=5,n=3,o=5,p=3} "
     "need_replication={j,k,l,m,n,o}",                               /* select_and_scatter */
