@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "bench_compile.h"
 #include "bench_util.h"
 #include "codegen/codegen.h"
 #include "frontend/frontend.h"
@@ -36,28 +37,11 @@ static void die(kdc_status st) {
 /* Compiles the MLP at |batch| on |mesh_str| (NULL: one device), with the
  * example's layout.json when |layout|; returns seconds. */
 static double compile_plan(int64_t batch, const char *mesh_str, bool layout, const char *out) {
-  double t0 = bench_now();
-  kdc_mesh mesh;
-  kdc_layout *l = NULL;
-  kdc_keras_model *km = NULL;
-  kdc_module *mod = NULL;
-  if (mesh_str) die(kdc_mesh_parse(mesh_str, NULL, &mesh));
-  if (layout) {
-    die(kdc_layout_load(KDC_SOURCE_DIR "/examples/mnist_mlp/layout.json", &l));
-    die(kdc_layout_check(l, &mesh));
-  }
-  die(kdc_frontend_load(KDC_SOURCE_DIR "/examples/mnist_mlp/model.json", &km));
-  kdc_lower_options lo = {.batch = batch, .mesh = mesh_str ? &mesh : NULL, .layout = l};
-  die(kdc_frontend_lower(km, &lo, &mod));
-  die(kdc_frontend_bind_weights(km, mod, KDC_SOURCE_DIR "/examples/mnist_mlp/weights.safetensors", 0));
-  die(kdc_pass_pipeline_run(mod, NULL));
-  kdc_codegen_options co;
-  memset(&co, 0, sizeof co);
-  die(kdc_codegen_cpu_plan(mod, &co, out));
-  kdc_ir_module_destroy(mod);
-  kdc_frontend_free(km);
-  kdc_layout_free(l);
-  return bench_now() - t0;
+  bench_compile_opts o = {KDC_SOURCE_DIR "/examples/mnist_mlp/model.json",
+                          KDC_SOURCE_DIR "/examples/mnist_mlp/weights.safetensors", 0, batch,
+                          mesh_str, layout ? KDC_SOURCE_DIR "/examples/mnist_mlp/layout.json" : NULL,
+                          NULL};
+  return bench_compile("bench_mesh", &o, out);
 }
 
 static long long file_size(const char *path) {

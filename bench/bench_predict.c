@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "bench_compile.h"
 #include "bench_util.h"
 #include "codegen/codegen.h"
 #include "frontend/frontend.h"
@@ -28,20 +29,10 @@ static void die(kdc_status st) {
 }
 
 static double compile_plan(int64_t batch, const char *out) {
-  double t0 = bench_now();
-  kdc_keras_model *km = NULL;
-  kdc_module *mod = NULL;
-  die(kdc_frontend_load(KDC_SOURCE_DIR "/examples/mnist_mlp/model.json", &km));
-  kdc_lower_options lo = {.batch = batch};
-  die(kdc_frontend_lower(km, &lo, &mod));
-  die(kdc_frontend_bind_weights(km, mod, KDC_SOURCE_DIR "/examples/mnist_mlp/weights.safetensors", 0));
-  die(kdc_pass_pipeline_run(mod, NULL));
-  kdc_codegen_options co;
-  memset(&co, 0, sizeof co);
-  die(kdc_codegen_cpu_plan(mod, &co, out));
-  kdc_ir_module_destroy(mod);
-  kdc_frontend_free(km);
-  return bench_now() - t0;
+  bench_compile_opts o = {KDC_SOURCE_DIR "/examples/mnist_mlp/model.json",
+                          KDC_SOURCE_DIR "/examples/mnist_mlp/weights.safetensors", 0, batch, NULL,
+                          NULL, NULL};
+  return bench_compile("bench_predict", &o, out);
 }
 
 typedef struct run_ctx {

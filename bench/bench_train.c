@@ -15,6 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "bench_compile.h"
 #include "bench_util.h"
 #include "codegen/codegen.h"
 #include "frontend/frontend.h"
@@ -30,28 +31,11 @@ static void die(kdc_status st) {
 
 static void compile_plan(const char *model, const char *weights, int64_t batch, const char *mesh,
                          const char *out) {
-  kdc_keras_model *km = NULL;
-  kdc_module *mod = NULL;
-  kdc_mesh m;
-  die(kdc_frontend_load(model, &km));
-  if (mesh) die(kdc_mesh_parse(mesh, NULL, &m));
-  kdc_lower_options lo = {.batch = batch, .mesh = mesh ? &m : NULL, .train_forward = true};
-  die(kdc_frontend_lower(km, &lo, &mod));
-  die(kdc_frontend_bind_weights(km, mod, weights, 1));
   kdc_train_options t;
   kdc_train_options_init(&t, KDC_LOSS_CCE, KDC_OPT_ADAM);
   t.sample_mask = true;
-  kdc_pass_options po;
-  memset(&po, 0, sizeof po);
-  po.train = &t;
-  die(kdc_pass_pipeline_run(mod, &po));
-  kdc_codegen_options co;
-  memset(&co, 0, sizeof co);
-  static const char *const funcs[] = {"predict", "train_step", "evaluate"};
-  co.funcs = funcs, co.n_funcs = 3;
-  die(kdc_codegen_cpu_plan(mod, &co, out));
-  kdc_ir_module_destroy(mod);
-  kdc_frontend_free(km);
+  bench_compile_opts o = {model, weights, 1, batch, mesh, NULL, &t};
+  bench_compile("bench_train", &o, out);
 }
 
 static float *filled(size_t n, unsigned salt) {
