@@ -3,7 +3,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cmake -S . -B build-bench -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build build-bench -j "$(nproc)" --target bench_predict bench_mesh bench_collectives bench_train >/dev/null
+cmake --build build-bench -j "$(nproc)" --target bench_predict bench_mesh bench_collectives bench_train bench_models >/dev/null
 ./build-bench/bench/bench_predict
 ./build-bench/bench/bench_mesh
 ./build-bench/bench/bench_collectives
@@ -17,3 +17,8 @@ if ! /usr/bin/python3 -c 'import torch' 2>/dev/null; then
   apt-get install -y python3-torch >/dev/null
 fi
 /usr/bin/python3 bench/torch_train.py "$(nproc)"
+# Real models against PyTorch in one run (bench_models starts
+# bench/torch_models.py itself): the transformer block at d_model 512 and the
+# CNN on 64x64 images, forward and training step.
+python3 bench/big_models.py examples build-bench
+./build-bench/bench/bench_models build-bench

@@ -1,0 +1,49 @@
+#!/usr/bin/env python3
+"""Writes the Keras 3 JSON of the two models bench/bench_models.c times:
+  transformer_512: examples/transformer_block scaled to d_model 512, 8 heads
+    of 64, feed-forward 2048, sequence 128, a 10-class softmax head;
+  cnn_64: examples/small_cnn on 64x64x3 images with 32 / 64 filters (conv1,
+    conv2 and the depthwise conv follow conv2's width).
+Layer shapes recorded in the JSON (build_config, inbound tensor shapes) are
+dropped: kdc infers them from the input.
+usage: big_models.py SRC_DIR OUT_DIR   (SRC_DIR = the repository's examples/)"""
+import json
+import os
+import sys
+
+src, out = sys.argv[1], sys.argv[2]
+
+
+def strip(node):
+    """Removes recorded shapes so only the input shape drives the model."""
+    if isinstance(node, dict):
+        node.pop("build_config", None)
+        if node.get("class_name") == "__keras_tensor__":
+            node["config"]["shape"] = None
+        for v in node.values():
+            strip(v)
+    elif isinstance(node, list):
+        for v in node:
+            strip(v)
+
+
+def layer(m, name):
+    return next(l for l in m["config"]["layers"] if l["config"].get("name") == name)["config"]
+
+
+m = json.load(open(os.path.join(src, "transformer_block", "model.json")))
+layer(m, "input_layer")["batch_shape"] = [None, 128, 512]
+mha = layer(m, "mha")
+mha["num_heads"], mha["key_dim"], mha["value_dim"] = 8, 64, 64
+layer(m, "ffn1")["units"] = 2048
+layer(m, "ffn2")["units"] = 512
+layer(m, "head")["units"] = 10
+strip(m)
+json.dump(m, open(os.path.join(out, "transformer_512.json"), "w"))
+
+m = json.load(open(os.path.join(src, "small_cnn", "model.json")))
+layer(m, "input_layer")["batch_shape"] = [None, 64, 64, 3]
+layer(m, "conv1")["filters"] = 32
+layer(m, "conv2")["filters"] = 64
+strip(m)
+json.dump(m, open(os.path.join(out, "cnn_64.json"), "w"))
