@@ -305,7 +305,9 @@ static kdc_status node(part *p, kdc_value_id v) {
   p->map[v] = x;
   p->have[v] = rs;
   kdc_sharding want = nd.sharding;
-  want.partial = partial;
+  /* a partial axis the propagated sharding splits a dim on is reduced
+   * (reduce_scatter) on the way: a value cannot be both */
+  want.partial = (uint16_t)(partial & ~kdc_sharding_used_mask(&want));
   if (!kdc_sharding_same_split(&rs, &want)) { /* back to the propagated sharding */
     st = get(p, v, &want, &x);
     if (st) return located(p, v, st);

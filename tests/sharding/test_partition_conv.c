@@ -165,10 +165,37 @@ static void test_embedding_layouts(void **state) {
   }
 }
 
+/* Found by tests/reference/fuzz.js (a SeparableConv2D's pointwise kernel split
+ * on its input channels, then a PReLU alpha split on a spatial dim): the
+ * convolution's result is partial over "model" while its propagated
+ * sharding splits a dim on "model"; the partial sum must be reduced on the
+ * way (a value cannot be partial and split over one axis). */
+static const char partial_then_split[] =
+    "module @ps {\n  mesh [$MESH$]\n  weight \"c/kernel\" : f32[1,1,4,2]\n"
+    "  func @predict {\n"
+    "    %x = parameter 0 input \"x\" : f32[4,3,4,4] {data,-,-,-}\n"
+    "    %w = parameter 1 weight \"c/kernel\" : f32[1,1,4,2] {-,-,model,-}\n"
+    "    %y = convolution %x, %w stride=[1,1] pad_low=[0,0] pad_high=[0,0] lhs_dilation=[1,1]"
+    " rhs_dilation=[1,1] groups=1 : f32[4,3,4,2]\n"
+    "    %c = sharding_constraint %y : f32[4,3,4,2] {data,-,model,-}\n"
+    "    return %c \"y\"\n  }\n}\n";
+
+static void test_partial_result_split_on_same_axis(void **state) {
+  (void)state;
+  const char *const meshes2[] = {"MESH=data=2, model=1", "MESH=data=1, model=2", "MESH=data=2, model=2"};
+  for (size_t i = 0; i < sizeof meshes2 / sizeof meshes2[0]; i++) {
+    const char *subs[] = {meshes2[i]};
+    char *text = subst(partial_then_split, subs, 1);
+    run(text);
+    free(text);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_conv_layouts),
       cmocka_unit_test(test_embedding_layouts),
+      cmocka_unit_test(test_partial_result_split_on_same_axis),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
