@@ -46,10 +46,23 @@
  *   - lhs_dilation != 1 (transposed convolutions, input gradients of strided
  *     convolutions): most patch entries would be structural zeros.
  *   - non-f32 operands, empty shapes, and more than KDC_C2G_MAX_TAPS kernel
- *     positions: a fused concatenate evaluates every piece per element
- *     (codegen/kernel_body.c emit_concat), so the patch kernel costs
- *     O(K_spatial) per element; weight-gradient convolutions, whose
- *     "kernel" is a whole activation map, would explode.
+ *     positions AND more than KDC_C2G_MAX_TAPS output positions: a fused
+ *     concatenate evaluates every piece per element
+ *     (codegen/kernel_body.c emit_concat), so a patch kernel costs
+ *     O(pieces) per element.
+ *
+ * Weight gradients (passes/grad_window.c conv_dw) have it the other way
+ * round: the "kernel" is an activation map (hundreds of taps) and the output
+ * a few kernel taps.  With more than KDC_C2G_MAX_TAPS taps but at most that
+ * many output positions, the patches are cut per OUTPUT position o instead:
+ *
+ *   s_o = slice xp start=[0, o*stride..., 0] stride=[1, rd..., 1]  [B, K..., F]
+ *   p   = concatenate s_0 .. s_{O-1} dim=0                         [O*B, K..., F]
+ *   y'  = dot_general reshape(p) [O*B, K*F], reshape(w) [K*F, Co]   [O*B, Co]
+ *   y   = transpose(reshape(y') [O..., B, Co]) to [B, O..., Co]
+ *
+ * (for conv_dw: B = Ci, F = N images, so the GEMM contracts over every
+ * image position at once, like im2col of the forward convolution.)
  *
  * Placement: after partition (the shapes are LOCAL: a batch split sees the
  * local N, an output-channel split the local Co, an input-channel split the
@@ -66,24 +79,31 @@
 
 enum { KDC_C2G_MAX_TAPS = 64 };
 
-/* True when |v| is a convolution this pass rewrites (see the file comment). */
-static bool eligible(const kdc_func *f, kdc_value_id v) {
+/* How convolution |v| is rewritten: none, one slice per kernel tap, or (a
+ * weight gradient: many taps, few output positions) one slice per output
+ * position (see the file comment). */
+typedef enum form { FORM_NONE, FORM_TAPS, FORM_OUTPUTS } form;
+
+static form eligible(const kdc_func *f, kdc_value_id v) {
   const kdc_node *nd = kdc_ir_node(f, v);
   if (nd->op != KDC_OP_CONVOLUTION || nd->n_in != 2) return false;
   const kdc_attr_conv *a = &nd->attr.conv;
   const kdc_type *xt = kdc_ir_type(f, nd->in[0]), *wt = kdc_ir_type(f, nd->in[1]);
   if (a->groups != 1 || xt->dtype != KDC_DTYPE_F32 || wt->dtype != KDC_DTYPE_F32 ||
       nd->type.dtype != KDC_DTYPE_F32)
-    return false;
+    return FORM_NONE;
   int n = xt->rank - 2;
-  if (n < 0 || wt->rank != n + 2 || nd->type.rank != n + 2) return false;
-  int64_t taps = 1;
+  if (n < 0 || wt->rank != n + 2 || nd->type.rank != n + 2) return FORM_NONE;
+  int64_t taps = 1, outs = 1;
   for (int d = 0; d < n; d++) {
-    if (a->lhs_dilation.v[d] != 1) return false;
+    if (a->lhs_dilation.v[d] != 1) return FORM_NONE;
     taps *= wt->dims[d];
+    outs *= nd->type.dims[d + 1];
   }
-  if (taps < 1 || taps > KDC_C2G_MAX_TAPS) return false;
-  return kdc_type_numel(&nd->type) > 0 && kdc_type_numel(xt) > 0 && kdc_type_numel(wt) > 0;
+  if (kdc_type_numel(&nd->type) <= 0 || kdc_type_numel(xt) <= 0 || kdc_type_numel(wt) <= 0)
+    return FORM_NONE;
+  if (taps >= 1 && taps <= KDC_C2G_MAX_TAPS) return FORM_TAPS;
+  return outs <= KDC_C2G_MAX_TAPS ? FORM_OUTPUTS : FORM_NONE;
 }
 
 /* Appends a node with |sharding| and |origin|; returns its id. */
@@ -98,21 +118,14 @@ static kdc_value_id add(kdc_func *f, kdc_op op, const kdc_type *t, int n_in,
   return v;
 }
 
-/* Appends the im2col + GEMM form of convolution |v|; returns the dot. */
-static kdc_value_id rewrite(kdc_func *f, kdc_value_id v) {
-  kdc_node cv = *kdc_ir_node(f, v); /* copy: appends may move the node array */
-  const kdc_attr_conv *a = &cv.attr.conv;
-  kdc_value_id x = cv.in[0], w = cv.in[1];
-  kdc_type xt = *kdc_ir_type(f, x), wt = *kdc_ir_type(f, w), yt = cv.type;
-  kdc_sharding xs = kdc_ir_node(f, x)->sharding;
-  const char *org = cv.origin;
-  int n = xt.rank - 2, r = xt.rank;
-  int64_t ci = xt.dims[r - 1], co = wt.dims[n + 1], taps = 1;
-  for (int d = 0; d < n; d++) taps *= wt.dims[d];
-
-  /* Pad (when any spatial padding is non-zero). */
-  kdc_value_id xp = x;
-  kdc_type pt = xt;
+/* x padded like convolution |cv| pads it (x itself without padding); its
+ * type in *pt. */
+static kdc_value_id pad_input(kdc_func *f, const kdc_node *cv, const kdc_sharding *xs,
+                              kdc_type *pt) {
+  const kdc_attr_conv *a = &cv->attr.conv;
+  kdc_value_id x = cv->in[0], xp = x;
+  const char *org = cv->origin;
+  int r = pt->rank, n = r - 2;
   bool padded = false;
   for (int d = 0; d < n; d++) padded |= a->pad_low.v[d] != 0 || a->pad_high.v[d] != 0;
   if (padded) {
@@ -130,11 +143,27 @@ static kdc_value_id rewrite(kdc_func *f, kdc_value_id v) {
     for (int d = 0; d < n; d++) {
       pa.pad.low.v[d + 1] = a->pad_low.v[d];
       pa.pad.high.v[d + 1] = a->pad_high.v[d];
-      pt.dims[d + 1] += a->pad_low.v[d] + a->pad_high.v[d];
+      pt->dims[d + 1] += a->pad_low.v[d] + a->pad_high.v[d];
     }
     kdc_value_id ops[2] = {x, z};
-    xp = add(f, KDC_OP_PAD, &pt, 2, ops, &pa, &xs, org);
+    xp = add(f, KDC_OP_PAD, pt, 2, ops, &pa, xs, org);
   }
+  return xp;
+}
+
+/* Appends the im2col + GEMM form of convolution |v|; returns the dot. */
+static kdc_value_id rewrite(kdc_func *f, kdc_value_id v) {
+  kdc_node cv = *kdc_ir_node(f, v); /* copy: appends may move the node array */
+  const kdc_attr_conv *a = &cv.attr.conv;
+  kdc_value_id x = cv.in[0], w = cv.in[1];
+  kdc_type xt = *kdc_ir_type(f, x), wt = *kdc_ir_type(f, w), yt = cv.type;
+  kdc_sharding xs = kdc_ir_node(f, x)->sharding;
+  const char *org = cv.origin;
+  int n = xt.rank - 2, r = xt.rank;
+  int64_t ci = xt.dims[r - 1], co = wt.dims[n + 1], taps = 1;
+  for (int d = 0; d < n; d++) taps *= wt.dims[d];
+  kdc_type pt = xt;
+  kdc_value_id xp = pad_input(f, &cv, &xs, &pt);
 
   /* One strided slice per kernel tap, taps in row-major order of w. */
   kdc_value_id *pieces = kdc_xmalloc((size_t)taps * sizeof *pieces);
@@ -190,17 +219,99 @@ static kdc_value_id rewrite(kdc_func *f, kdc_value_id v) {
   return add(f, KDC_OP_DOT, &yt, 2, ops, &da, &cv.sharding, org);
 }
 
+/* The per-output-position form of convolution |v| (FORM_OUTPUTS: a weight
+ * gradient, whose "kernel" is an activation map and whose output is a few
+ * kernel taps); returns the final transpose. */
+static kdc_value_id rewrite_outputs(kdc_func *f, kdc_value_id v) {
+  kdc_node cv = *kdc_ir_node(f, v);
+  const kdc_attr_conv *a = &cv.attr.conv;
+  kdc_value_id w = cv.in[1];
+  kdc_type xt = *kdc_ir_type(f, cv.in[0]), wt = *kdc_ir_type(f, w), yt = cv.type;
+  kdc_sharding xs = kdc_ir_node(f, cv.in[0])->sharding;
+  const char *org = cv.origin;
+  int n = xt.rank - 2, r = xt.rank;
+  int64_t b = xt.dims[0], fi = xt.dims[r - 1], co = wt.dims[n + 1], taps = 1, outs = 1;
+  for (int d = 0; d < n; d++) taps *= wt.dims[d], outs *= yt.dims[d + 1];
+  kdc_type pt = xt;
+  kdc_value_id xp = pad_input(f, &cv, &xs, &pt);
+  /* output position o reads xp[:, o*s + k*rd, :] for every tap k: one
+   * strided slice [B, K.., F] per o, stacked o-major on dim 0 */
+  kdc_value_id *pieces = kdc_xmalloc((size_t)outs * sizeof *pieces);
+  kdc_type st = wt;
+  st.dims[0] = b;
+  for (int d = 0; d < n; d++) st.dims[d + 1] = wt.dims[d];
+  st.dims[r - 1] = fi;
+  for (int64_t t = 0; t < outs; t++) {
+    int64_t o[KDC_MAX_RANK], rem = t;
+    for (int d = n; d-- > 0;) {
+      o[d] = rem % yt.dims[d + 1];
+      rem /= yt.dims[d + 1];
+    }
+    kdc_attrs sa;
+    memset(&sa, 0, sizeof sa);
+    sa.slice.start.n = sa.slice.limit.n = sa.slice.stride.n = r;
+    sa.slice.limit.v[0] = b, sa.slice.stride.v[0] = 1;
+    sa.slice.limit.v[r - 1] = fi, sa.slice.stride.v[r - 1] = 1;
+    for (int d = 0; d < n; d++) {
+      int64_t s0 = o[d] * a->stride.v[d], rd = a->rhs_dilation.v[d];
+      sa.slice.start.v[d + 1] = s0;
+      sa.slice.limit.v[d + 1] = s0 + (wt.dims[d] - 1) * rd + 1;
+      sa.slice.stride.v[d + 1] = rd;
+    }
+    pieces[t] = add(f, KDC_OP_SLICE, &st, 1, &xp, &sa, &xs, org);
+  }
+  kdc_value_id patches = pieces[0];
+  kdc_type ct = st;
+  ct.dims[0] = outs * b;
+  if (outs > 1) {
+    kdc_attrs ca;
+    memset(&ca, 0, sizeof ca);
+    ca.dim = 0;
+    patches = add(f, KDC_OP_CONCAT, &ct, (int)outs, pieces, &ca, &xs, org);
+  }
+  free(pieces);
+  kdc_attrs za;
+  memset(&za, 0, sizeof za);
+  int64_t pd[2] = {outs * b, taps * fi}, wd[2] = {taps * fi, co}, dd[2] = {outs * b, co};
+  kdc_type p2 = kdc_type_make(KDC_DTYPE_F32, 2, pd), w2 = kdc_type_make(KDC_DTYPE_F32, 2, wd);
+  kdc_type d2 = kdc_type_make(KDC_DTYPE_F32, 2, dd);
+  kdc_value_id pm = add(f, KDC_OP_RESHAPE, &p2, 1, &patches, &za, NULL, org);
+  kdc_value_id wm = add(f, KDC_OP_RESHAPE, &w2, 1, &w, &za, NULL, org);
+  kdc_attrs da;
+  memset(&da, 0, sizeof da);
+  da.dot.lhs_contract.n = da.dot.rhs_contract.n = 1;
+  da.dot.lhs_contract.v[0] = 1;
+  da.dot.rhs_contract.v[0] = 0;
+  kdc_value_id ops[2] = {pm, wm};
+  kdc_value_id y = add(f, KDC_OP_DOT, &d2, 2, ops, &da, NULL, org);
+  /* [O.., B, Co] -> [B, O.., Co] */
+  kdc_type ot = yt;
+  for (int d = 0; d < n; d++) ot.dims[d] = yt.dims[d + 1];
+  ot.dims[n] = b, ot.dims[n + 1] = co;
+  y = add(f, KDC_OP_RESHAPE, &ot, 1, &y, &za, NULL, org);
+  kdc_attrs ta;
+  memset(&ta, 0, sizeof ta);
+  ta.dims.n = r;
+  ta.dims.v[0] = n;
+  for (int d = 0; d < n; d++) ta.dims.v[d + 1] = d;
+  ta.dims.v[r - 1] = n + 1;
+  return add(f, KDC_OP_TRANSPOSE, &yt, 1, &y, &ta, &cv.sharding, org);
+}
+
 static void run_func(kdc_func *f) {
   size_t n_old = f->n_nodes;
   bool any = false;
-  for (size_t i = 0; i < n_old && !any; i++) any = eligible(f, (kdc_value_id)i);
+  for (size_t i = 0; i < n_old && !any; i++) any = eligible(f, (kdc_value_id)i) != FORM_NONE;
   if (!any) return;
   /* first[i] .. first[i+1]: the new nodes of convolution i (none if not). */
   size_t *first = kdc_xmalloc((n_old + 1) * sizeof *first);
   kdc_value_id *dot = kdc_xmalloc(n_old * sizeof *dot);
   for (size_t i = 0; i < n_old; i++) {
     first[i] = f->n_nodes;
-    dot[i] = eligible(f, (kdc_value_id)i) ? rewrite(f, (kdc_value_id)i) : KDC_NO_VALUE;
+    form fm = eligible(f, (kdc_value_id)i);
+    dot[i] = fm == FORM_TAPS      ? rewrite(f, (kdc_value_id)i)
+             : fm == FORM_OUTPUTS ? rewrite_outputs(f, (kdc_value_id)i)
+                                  : KDC_NO_VALUE;
   }
   first[n_old] = f->n_nodes;
   size_t n = f->n_nodes, k = 0;

@@ -14,10 +14,11 @@
  *     [Ci, S.., N], rhs = g as [O.., N, Co], stride = rd, rhs_dilation = s,
  *     lhs_dilation = ld, pad_low = lo, pad_high = Kd - 1 + Gd - Sd - lo
  *     (Sd = (S-1) ld + 1), giving [Ci, K.., Co], transposed to the kernel
- *     layout.  groups > 1: that full Ci x Co product is computed and its
- *     block diagonal kept (a select on iota == iota, then a sum): groups
- *     times the needed work, fine for the depthwise layers of small models;
- *     XLA's batch_group_count would avoid it (not done).
+ *     layout.  groups G > 1: the groups move into the contraction, lhs = x
+ *     as [Cig, S.., G*N] (group major) and the same conv with groups = G
+ *     pairs group g's N images with output channels g*Cog.. (XLA's
+ *     batch_group_count, spelled with feature groups), giving [Cig, K.., Co]
+ *     with exactly the needed work.
  *   reduce_window sum: reduce_window sum (window K, dilation rd, stride 1)
  *     of g padded with interior s-1 and edges (Kd-1-lo, (S-1) - Gd - lo' + Kd).
  *   reduce_window max/min: select_and_scatter (the first max of each window
@@ -79,17 +80,34 @@ static kdc_value_id conv_dw(kdc_func *f, const kdc_node *n, kdc_value_id g) {
   kdc_type xs = *kdc_ir_type(f, n->in[0]), ws = *kdc_ir_type(f, n->in[1]); /* nodes move */
   const kdc_type *xt = &xs, *wt = &ws;
   int ns = xt->rank - 2;
-  int64_t G = a->groups, cig = wt->dims[ns], co = wt->dims[ns + 1];
+  int64_t G = a->groups, cig = wt->dims[ns];
   int64_t perm[KDC_MAX_RANK];
   perm[0] = ns + 1; /* x [N, S.., Ci] -> [Ci, S.., N] */
   for (int d = 0; d < ns; d++) perm[d + 1] = d + 1;
   perm[ns + 1] = 0;
-  kdc_value_id lhs = transpose(f, n->in[0], ns + 2, perm);
+  kdc_value_id lhs;
+  if (G == 1) {
+    lhs = transpose(f, n->in[0], ns + 2, perm);
+  } else { /* x [N, S.., G*Cig] -> [N, S.., G, Cig] -> [Cig, S.., G, N] -> [Cig, S.., G*N] */
+    int64_t dims[KDC_MAX_RANK];
+    for (int d = 0; d <= ns; d++) dims[d] = xt->dims[d];
+    dims[ns + 1] = G, dims[ns + 2] = cig;
+    lhs = reshape(f, n->in[0], ns + 3, dims);
+    perm[0] = ns + 2;
+    for (int d = 0; d < ns; d++) perm[d + 1] = d + 1;
+    perm[ns + 1] = ns + 1, perm[ns + 2] = 0;
+    lhs = transpose(f, lhs, ns + 3, perm);
+    dims[0] = cig;
+    for (int d = 0; d < ns; d++) dims[d + 1] = xt->dims[d + 1];
+    dims[ns + 1] = G * xt->dims[0];
+    lhs = reshape(f, lhs, ns + 2, dims);
+  }
   for (int d = 0; d < ns; d++) perm[d] = d + 1; /* g [N, O.., Co] -> [O.., N, Co] */
   perm[ns] = 0, perm[ns + 1] = ns + 1;
   kdc_value_id rhs = transpose(f, g, ns + 2, perm);
   kdc_attr_conv b;
   kdc_attr_conv_init(&b, ns);
+  b.groups = G;
   for (int d = 0; d < ns; d++) {
     int64_t s = a->stride.v[d], ld = a->lhs_dilation.v[d], rd = a->rhs_dilation.v[d];
     int64_t S = xt->dims[d + 1], O = n->type.dims[d + 1], K = wt->dims[d];
@@ -100,24 +118,10 @@ static kdc_value_id conv_dw(kdc_func *f, const kdc_node *n, kdc_value_id g) {
     b.pad_low.v[d] = a->pad_low.v[d];
     b.pad_high.v[d] = kd - 1 + gd - sd - a->pad_low.v[d];
   }
-  kdc_value_id full = kdc_ir_convolution(f, lhs, rhs, &b); /* [Ci, K.., Co] */
+  kdc_value_id full = kdc_ir_convolution(f, lhs, rhs, &b); /* [Cig, K.., Co] */
   for (int d = 0; d < ns; d++) perm[d] = d + 1;
   perm[ns] = 0, perm[ns + 1] = ns + 1;
-  full = transpose(f, full, ns + 2, perm); /* [K.., Ci, Co] */
-  if (G == 1 || full == KDC_NO_VALUE) return full;
-  /* keep the block diagonal: [K.., G, Cig, G, Cog], select gi == go, sum over gi */
-  int64_t dims[KDC_MAX_RANK];
-  for (int d = 0; d < ns; d++) dims[d] = wt->dims[d];
-  dims[ns] = G, dims[ns + 1] = cig, dims[ns + 2] = G, dims[ns + 3] = co / G;
-  kdc_value_id x5 = reshape(f, full, ns + 4, dims);
-  kdc_type it = kdc_type_make(KDC_DTYPE_I32, ns + 4, dims);
-  kdc_value_id gi = kdc_ir_iota(f, &it, ns), go = kdc_ir_iota(f, &it, ns + 2);
-  kdc_value_id z = kdc_ir_splat(f, KDC_DTYPE_F32, ns + 4, dims, 0.0);
-  x5 = kdc_ir_select(f, kdc_ir_compare(f, KDC_CMP_EQ, gi, go), x5, z);
-  int64_t rd1 = ns;
-  kdc_value_id r = kdc_ir_reduce(f, KDC_RED_SUM, x5, 1, &rd1); /* [K.., Cig, G, Cog] */
-  dims[ns] = cig, dims[ns + 1] = co;
-  return reshape(f, r, ns + 2, dims);
+  return transpose(f, full, ns + 2, perm); /* [K.., Cig, Co] */
 }
 
 void kdc_vjp_convolution(kdc_grad_ctx *c, const kdc_node *n, kdc_value_id v, kdc_value_id g) {

@@ -3,8 +3,9 @@
  * padding including negative, kernel dilation, 1x1) interpreted before and
  * after the pass agree within the stated tolerance: |got - want| <=
  * 1e-5 * K * max(1, |want|), K the contraction length (taps * Ci); rewritten
- * ones contain no convolution and one dot; grouped and lhs-dilated ones are
- * left alone; the result fuses into one patch kernel; and one SPMD case
+ * ones contain no convolution and one dot; weight-gradient shaped ones
+ * (many taps, few output positions) take the per-output-position form;
+ * grouped and lhs-dilated ones are left alone; the result fuses into one patch kernel; and one SPMD case
  * (batch and output-channel splits) runs seed, propagate, partition and the
  * pass, then kdc_ir_interpret_spmd against the global reference.
  */
@@ -135,6 +136,52 @@ static void test_random_convs(void **state) {
   assert_true(rewrote > 100);
 }
 
+/* Weight-gradient shaped convolutions (more than 64 kernel taps, at most 64
+ * output positions: the kernel is an activation map) take the per-output-
+ * position form: same numbers, one dot, no convolution.  Random 1-D and 2-D
+ * cases with strides, kernel dilation and padding, and the exact weight
+ * gradient of a 3x3 "same" conv on 16x16 (kdc_autodiff's conv_dw form). */
+static void test_weight_gradient_form(void **state) {
+  (void)state;
+  int rewrote = 0;
+  for (uint64_t seed = 1; seed <= 60; seed++) {
+    rng_state = seed * 977;
+    int n = (int)rnd_in(1, 2);
+    kdc_attr_conv a;
+    kdc_attr_conv_init(&a, n);
+    int64_t xd[KDC_MAX_RANK], wd[KDC_MAX_RANK], taps = 1;
+    xd[0] = rnd_in(1, 3);
+    int64_t ci = rnd_in(1, 4), co = rnd_in(1, 5);
+    for (int d = 0; d < n; d++) {
+      wd[d] = n == 1 ? rnd_in(65, 90) : rnd_in(9, 12);
+      a.stride.v[d] = rnd_in(1, 2);
+      a.rhs_dilation.v[d] = rnd_in(1, 2);
+      a.pad_low.v[d] = rnd_in(-1, 2);
+      a.pad_high.v[d] = rnd_in(-1, 2);
+      int64_t kd = (wd[d] - 1) * a.rhs_dilation.v[d] + 1;
+      xd[d + 1] = kd - a.pad_low.v[d] - a.pad_high.v[d] + rnd_in(0, 3) * a.stride.v[d];
+      taps *= wd[d];
+    }
+    xd[n + 1] = wd[n] = ci;
+    wd[n + 1] = co;
+    kdc_module *m = build(n, xd, wd, &a, seed % 2 == 0);
+    bool r = before_after(m, taps * ci);
+    if (r) assert_int_equal(count(m->funcs[0], KDC_OP_TRANSPOSE), 1);
+    rewrote += r;
+    kdc_ir_module_destroy(m);
+  }
+  assert_true(rewrote >= 50);
+  /* dW of y = conv(x [2,16,16,3], w [3,3,3,4], same): lhs x^T [3,16,16,2],
+   * rhs g^T [16,16,2,4], pad 1/1 -> [3,3,3,4] */
+  kdc_attr_conv a;
+  kdc_attr_conv_init(&a, 2);
+  a.pad_low.v[0] = a.pad_low.v[1] = a.pad_high.v[0] = a.pad_high.v[1] = 1;
+  int64_t xd[4] = {3, 16, 16, 2}, wd[4] = {16, 16, 2, 4};
+  kdc_module *m = build(2, xd, wd, &a, false);
+  assert_true(before_after(m, 16 * 16 * 2));
+  kdc_ir_module_destroy(m);
+}
+
 /* groups > 1 and lhs_dilation != 1 stay direct convolutions. */
 static void test_left_alone(void **state) {
   (void)state;
@@ -245,6 +292,7 @@ static void test_spmd(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_random_convs),
+      cmocka_unit_test(test_weight_gradient_form),
       cmocka_unit_test(test_left_alone),
       cmocka_unit_test(test_one_patch_kernel),
       cmocka_unit_test(test_spmd),
