@@ -612,4 +612,8 @@ async function main() {
   }
 }
 
-main().catch(e => { console.error(e); process.exit(1); });
+// fuzz.js reuses the Keras 3 JSON builder and the weight conventions.
+module.exports = { Builder, DP, GU, ZE, ON, HAS_BUILD_CONFIG, denseSpecific, normSpecific, convSpecific,
+  poolSpecific, STATE_INIT, tfjsArtifacts };
+
+if (require.main === module) main().catch(e => { console.error(e); process.exit(1); });
