@@ -318,6 +318,58 @@ static void test_layout_two_regex_keys(void **state) {
             "\"d1/kernel\" matches multiple layout keys", "\".*/kernel\"");
 }
 
+/* Found clean by tests/reference/fuzz.js' malformed mode; kept as the
+ * contract for each kind of bad layout or mesh it generates. */
+static void test_layout_axis_twice(void **state) {
+  (void)state;
+  mesh_case("twice", "2x4", "{\"layout_map\": {\"d1/kernel\": [\"model\", \"model\"]}}",
+            "layout_map[\"d1/kernel\"]", "splits both dim 0 and dim 1");
+}
+
+static void test_layout_multi_axis_entry(void **state) {
+  (void)state;
+  mesh_case("multi", "2x4", "{\"layout_map\": {\"d1/kernel\": [null, [\"data\", \"model\"]]}}",
+            "layout_map[\"d1/kernel\"][1]", "a list of mesh axes for one dimension");
+}
+
+static void test_layout_duplicate_key(void **state) {
+  (void)state;
+  mesh_case("dupkey", "2x4", "{\"layout_map\": {\"d1/kernel\": [], \"d1/kernel\": [null, \"model\"]}}",
+            "layout_map[\"d1/kernel\"]", "duplicate key");
+}
+
+static void test_layout_bad_batch_dim(void **state) {
+  (void)state;
+  mesh_case("batchdim", "2x4", "{\"batch_dim_name\": \"batch\", \"layout_map\": {}}", "batch_dim_name",
+            "\"batch\" is not an axis of the mesh");
+}
+
+static void test_layout_bare_string(void **state) {
+  (void)state;
+  mesh_case("bare", "2x4", "{\"layout_map\": {\"d1/kernel\": \"model\"}}", "layout_map[\"d1/kernel\"]",
+            "(write [\"model\"])");
+}
+
+static void test_batch_not_divisible_by_mesh(void **state) {
+  (void)state; /* batch 16 over 3 devices: DataParallel and a layout's batch axis */
+  mesh_case("batch3", "3", NULL, "config.layers[0]", "batch size 16 is not divisible by the 3 data shards");
+  mesh_case("batch3x2", "3x2", "{\"layout_map\": {\"d1/kernel\": [null, \"model\"]}}", "config.layers[0]",
+            "not divisible by the 3 data shards of mesh axis \"data\"");
+}
+
+static void test_tfjs_missing_shard(void **state) {
+  (void)state; /* a TF.js model.json without its weights.bin beside it */
+  char *src = e2e_src("examples/mnist_mlp/model_tfjs.json"), *copy = e2e_path("lonely_tfjs.json");
+  size_t n;
+  char *text = read_text(src, &n);
+  write_file(copy, text, n);
+  char *out = e2e_path("lonely.plan");
+  e2e_result r;
+  e2e_kdc(&r, "compile", copy, "-o", out, NULL);
+  expect_bad(&r, out, "lonely_tfjs.json", "weightsManifest[0].paths[0]");
+  free(src), free(copy), free(text), free(out);
+}
+
 int main(void) {
   model_json = e2e_src("examples/mnist_mlp/model.json");
   weights = e2e_src("examples/mnist_mlp/weights.safetensors");
@@ -331,7 +383,10 @@ int main(void) {
       cmocka_unit_test(test_wrong_input),     cmocka_unit_test(test_usage_errors),
       cmocka_unit_test(test_layout_uneven_dim), cmocka_unit_test(test_bad_mesh_string),
       cmocka_unit_test(test_layout_unknown_axis), cmocka_unit_test(test_layout_wrong_rank),
-      cmocka_unit_test(test_layout_two_regex_keys),
+      cmocka_unit_test(test_layout_two_regex_keys), cmocka_unit_test(test_layout_axis_twice),
+      cmocka_unit_test(test_layout_multi_axis_entry), cmocka_unit_test(test_layout_duplicate_key),
+      cmocka_unit_test(test_layout_bad_batch_dim), cmocka_unit_test(test_layout_bare_string),
+      cmocka_unit_test(test_batch_not_divisible_by_mesh), cmocka_unit_test(test_tfjs_missing_shard),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   free(model_json);
