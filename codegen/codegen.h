@@ -83,6 +83,8 @@ typedef struct cg_kernel {
   int64_t perm[KDC_MAX_RANK]; /* transpose: result dim i = source dim perm[i] */
   kdc_type out_type;          /* type of what the kernel writes */
   uint32_t n_args;            /* pointer arguments; slot 0 is the output */
+  uint32_t n_extra;           /* the group's other outputs (ir.h), in slots 1..n_extra */
+  const kdc_value_id *extra;  /* their value ids */
   int32_t *slot;              /* f->n_nodes entries: arg slot of an external
                                  stored value read by the kernel, else -1 */
   int64_t cost;               /* ~ops per output element (set by the body) */

@@ -580,17 +580,28 @@ kdc_status cg_body_emit(cg_plan *P, cg_kernel *k, uint32_t index, LLVMValueRef *
   } else {
     val = emit(&E, k->root, &out, &st);
   }
-  free(E.memo);
-  if (!val) {
-    LLVMDeleteFunction(fn);
-    return st ? st : KDC_ERR(KDC_INTERNAL, "codegen: kernel %%%u: no value", k->root);
+  /* The group's other outputs at the root's index (same dims, ir.h), all
+   * computed before any store: an in-place operand is read through slot 0. */
+  LLVMValueRef vals[64];
+  kdc_dtype dts[64];
+  vals[0] = val, dts[0] = k->out_type.dtype;
+  for (uint32_t j = 0; j < k->n_extra; j++) {
+    vals[j + 1] = vals[j] ? emit(&E, k->extra[j], &out, &st) : NULL;
+    dts[j + 1] = k->f->nodes[k->extra[j]].type.dtype;
   }
-  kdc_dtype od = k->out_type.dtype;
+  free(E.memo);
+  for (uint32_t j = 0; j <= k->n_extra; j++)
+    if (!vals[j]) {
+      LLVMDeleteFunction(fn);
+      return st ? st : KDC_ERR(KDC_INTERNAL, "codegen: kernel %%%u: no value", k->root);
+    }
   LLVMValueRef lin = lin_of(&E, &out);
-  LLVMTypeRef mt = cg_mem_type(P, od);
-  if (od == KDC_DTYPE_BOOL) val = LLVMBuildZExt(P->b, val, P->i8, "");
-  LLVMValueRef s = LLVMBuildStore(P->b, val, LLVMBuildInBoundsGEP2(P->b, mt, args[0], &lin, 1, ""));
-  LLVMSetAlignment(s, (unsigned)kdc_dtype_size(od));
+  for (uint32_t j = 0; j <= k->n_extra; j++) {
+    LLVMTypeRef mt = cg_mem_type(P, dts[j]);
+    LLVMValueRef v = dts[j] == KDC_DTYPE_BOOL ? LLVMBuildZExt(P->b, vals[j], P->i8, "") : vals[j];
+    LLVMValueRef s = LLVMBuildStore(P->b, v, LLVMBuildInBoundsGEP2(P->b, mt, args[j], &lin, 1, ""));
+    LLVMSetAlignment(s, (unsigned)kdc_dtype_size(dts[j]));
+  }
   LLVMBuildRetVoid(P->b);
   k->cost = E.cost > 0 ? E.cost : 1;
   *out_body = fn;

@@ -128,7 +128,9 @@ static kdc_status bind(lowerer *L, kdc_prog_func *pf) {
     L->root[v] = nd->group >= 0 ? groot[nd->group] : (kdc_value_id)v;
     if (nd->op == KDC_OP_PARAMETER) L->kind[v] = SK_PARAM;
     else if (nd->op == KDC_OP_CONSTANT) L->kind[v] = SK_CONST;
-    else if (nd->group >= 0) L->kind[v] = L->root[v] == v ? SK_STORED : SK_NONE;
+    else if (nd->group >= 0)  /* the root, or another output of the kernel (ir.h) */
+      L->kind[v] = L->root[v] == v || kdc_ir_group_output(f, (kdc_value_id)v, L->root[v])
+                       ? SK_STORED : SK_NONE;
     else if (nd->op == KDC_OP_RESHAPE || nd->op == KDC_OP_SHARDING_CONSTRAINT)
       L->kind[v] = SK_ALIAS;
     else L->kind[v] = SK_STORED;
@@ -219,6 +221,7 @@ static kdc_status emit_kernel(lowerer *L, cg_kernel *k, const kdc_prog_loc *args
   KDC_GROW(P->ktype, P->cap_ktype, (size_t)idx + 1);
   P->ktype[idx] = k->out_type;  /* for the CUDA wrapper (ptx_wrap.c) */
   s.kernel.n_args = k->n_args;
+  s.kernel.n_out = 1 + k->n_extra;
   s.kernel.args = kdc_arena_memdup(P->a, args, k->n_args * sizeof *args);
   KDC_GROW(P->prog.kernels, P->cap_kernels, P->prog.n_kernels + 1);
   P->prog.kernels[P->prog.n_kernels++] = (kdc_prog_kernel){kdc_arena_strdup(P->a, name), k->n_args};
@@ -233,9 +236,18 @@ static kdc_status lower_kernel(lowerer *L, kdc_value_id r) {
   k.slot = kdc_xmalloc(L->n * sizeof *k.slot);
   for (size_t v = 0; v < L->n; v++) k.slot[v] = -1;
   kdc_prog_loc args[64];
+  kdc_value_id extra[63];
   args[0] = L->loc[r];
   k.n_args = 1;
+  k.extra = extra;
   kdc_status st = NULL;
+  for (kdc_value_id m = 0; m < r && k.group >= 0 && !st; m++)  /* other outputs: slots 1.. */
+    if (f->nodes[m].group == k.group && kdc_ir_group_output(f, m, r)) {
+      if (k.n_args == 64)
+        st = KDC_ERR(KDC_UNSUPPORTED, "codegen: func %s: kernel %%%u writes more than 63 "
+                     "outputs", f->name, r);
+      else extra[k.n_extra++] = m, args[k.n_args++] = L->loc[m];
+    }
   for (kdc_value_id m = 0; m <= r && !st; m++) {
     const kdc_node *nd = &f->nodes[m];
     bool member = m == r || (k.group >= 0 && nd->group == k.group);

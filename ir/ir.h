@@ -259,10 +259,14 @@ typedef struct kdc_node {
   kdc_sharding sharding;
   /* Fusion contract (passes/fuse.c -> codegen/): nodes with equal |group|
    * (>= 0) form one kernel.  The group's root is its highest-id node and is
-   * the only member written to memory; every other member has all its users
-   * inside the group and is recomputed per output element.  group -1: not a
-   * kernel (PARAMETER, CONSTANT, DOT = a GEMM call, RESHAPE of a materialized
-   * row-major value = an alias, collectives). */
+   * written to memory; every other member has all its users inside the
+   * group and is recomputed per output element.  One exception, the
+   * multi-output kernel: a non-root member that is a function result (and
+   * has no user outside the group) is written too, by the same kernel at
+   * the same index as the root, so it must have the root's dims
+   * (kdc_ir_group_output).  group -1: not a kernel (PARAMETER, CONSTANT,
+   * DOT = a GEMM call, RESHAPE of a materialized row-major value = an alias,
+   * collectives). */
   int32_t group;
   /* Memory plan (passes/plan_memory.c): byte offset of this value in the
    * device's scratch arena, -1 if not a planned temporary (parameters,
@@ -440,6 +444,11 @@ kdc_value_id kdc_ir_reverse(kdc_func *f, kdc_value_id x, int n, const int64_t *d
 /* Checks SSA order, arities, attribute ranges and types of every node. */
 kdc_status kdc_ir_verify(const kdc_func *f);
 kdc_status kdc_ir_verify_module(const kdc_module *m);
+
+/* True when |v| is a non-root member of a fusion group that the group's
+ * kernel also writes (a function result inside the group; see the fusion
+ * contract at kdc_node.group).  |root| is the group's root. */
+bool kdc_ir_group_output(const kdc_func *f, kdc_value_id v, kdc_value_id root);
 
 /* ---- text form (ir/print.c, ir/parse.c) ----------------------------------- */
 /* The canonical text: stable, parseable, round-trips (print∘parse∘print = print). */

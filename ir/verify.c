@@ -229,7 +229,22 @@ static int cmp_member(const void *a, const void *b) {
   return x->id < y->id ? -1 : x->id > y->id;
 }
 
-/* The fusion contract: a non-root member is used only inside its group. */
+bool kdc_ir_group_output(const kdc_func *f, kdc_value_id v, kdc_value_id root) {
+  if (v == root || f->nodes[v].group < 0) return false;
+  for (size_t i = 0; i < f->n_results; i++)
+    if (f->results[i] == v) return true;
+  return false;
+}
+
+static bool same_dims(const kdc_type *a, const kdc_type *b) {
+  if (a->rank != b->rank) return false;
+  for (int d = 0; d < a->rank; d++)
+    if (a->dims[d] != b->dims[d]) return false;
+  return true;
+}
+
+/* The fusion contract: a non-root member is used only inside its group; if
+ * it is a function result, the kernel writes it too (root's dims). */
 static kdc_status check_groups(const kdc_func *f) {
   size_t nm = 0;
   for (size_t i = 0; i < f->n_nodes; i++) nm += f->nodes[i].group >= 0;
@@ -257,9 +272,10 @@ static kdc_status check_groups(const kdc_func *f) {
   }
   for (size_t i = 0; i < f->n_results && !st; i++) {
     kdc_value_id u = f->results[i];
-    if (root[u] != KDC_NO_VALUE && root[u] != u)
-      st = bad(f, u, "member of group %d (root %%%u) is a function result", (int)f->nodes[u].group,
-               root[u]);
+    if (root[u] != KDC_NO_VALUE && root[u] != u &&
+        !same_dims(&f->nodes[u].type, &f->nodes[root[u]].type))
+      st = bad(f, u, "member of group %d (root %%%u) is a function result of other dims than the "
+               "root", (int)f->nodes[u].group, root[u]);
   }
   free(root);
   return st;

@@ -27,6 +27,13 @@
  *     count (unless it is a free leaf): that would recompute it once per
  *     copy; it is materialized instead (XLA avoids the same duplication).
  *
+ * Multi-output kernels.  A function result whose every user is in one
+ * kernel, and whose dims are that kernel's root's, joins the kernel as a
+ * second output (the kernel writes it at the root's index; ir.h contract):
+ * an optimizer update reads the gradient, m, v and the weight once and
+ * writes the new weight, m and v in one pass, instead of three kernels
+ * re-reading each other's results.
+ *
  * Values used by several kernels.  Such a value is materialized (a root),
  * unless it is cheap: its recompute tree -- itself plus the fusible
  * producers it would pull in, down to materialized values and free leaves
@@ -84,10 +91,19 @@ static bool edge_ok(const kdc_func *f, kdc_value_id p, kdc_value_id u) {
   return kdc_type_numel(kdc_ir_type(f, u)) <= kdc_type_numel(kdc_ir_type(f, p));
 }
 
-/* The one group all users of |v| are in and may absorb |v|, or -1. */
+static bool same_dims(const kdc_type *a, const kdc_type *b) {
+  if (a->rank != b->rank) return false;
+  for (int d = 0; d < a->rank; d++)
+    if (a->dims[d] != b->dims[d]) return false;
+  return true;
+}
+
+/* The one group all users of |v| are in and may absorb |v|, or -1.  A
+ * function result joins only as a second output of a kernel whose root
+ * (|root|[group]) has its dims. */
 static int32_t consumer_group(const kdc_func *f, const kdc_users *us, const int32_t *g,
-                              kdc_value_id v) {
-  if (us->is_result[v] || us->start[v] == us->start[v + 1]) return -1;
+                              const kdc_value_id *root, kdc_value_id v) {
+  if (us->start[v] == us->start[v + 1]) return -1;
   int32_t common = -1;
   for (uint32_t k = us->start[v]; k < us->start[v + 1]; k++) {
     kdc_value_id u = us->users[k];
@@ -95,6 +111,9 @@ static int32_t consumer_group(const kdc_func *f, const kdc_users *us, const int3
     if (common >= 0 && common != g[u]) return -1;
     common = g[u];
   }
+  if (us->is_result[v] &&
+      (g[root[common]] != common || !same_dims(kdc_ir_type(f, v), kdc_ir_type(f, root[common]))))
+    return -1;
   return common;
 }
 
@@ -104,19 +123,21 @@ static int32_t assign(const kdc_func *f, int32_t *g) {
   kdc_users us;
   kdc_pass_users_init(&us, f);
   int32_t next = 0;
+  kdc_value_id *root = kdc_xmalloc((f->n_nodes + 1) * sizeof *root); /* per group */
   for (size_t i = f->n_nodes; i-- > 0;) {
     kdc_value_id v = (kdc_value_id)i;
     kind k = classify(f, v);
-    int32_t common = k == K_FUSIBLE ? consumer_group(f, &us, g, v) : -1;
+    int32_t common = k == K_FUSIBLE ? consumer_group(f, &us, g, root, v) : -1;
     if (k == K_MATERIAL) g[i] = -1;
-    else if (k == K_ROOT) g[i] = next++;
-    else g[i] = common >= 0 ? common : next++;
+    else if (k == K_ROOT || common < 0) root[next] = v, g[i] = next++;
+    else g[i] = common;
     /* A reshape that did not pull its operand in reads it from memory: alias. */
     for (uint32_t j = us.start[i]; j < us.start[i + 1]; j++) {
       kdc_value_id u = us.users[j];
       if (kdc_ir_node(f, u)->op == KDC_OP_RESHAPE && g[u] >= 0 && g[u] != g[i]) g[u] = -1;
     }
   }
+  free(root);
   kdc_pass_users_free(&us);
   return next;
 }
@@ -320,7 +341,9 @@ kdc_status kdc_pass_fuse_check(const kdc_func *f) {
     }
     if (k == K_MATERIAL) st = broken(f, v, "materialized op inside a kernel");
     else if (k == K_ROOT && !is_root) st = broken(f, v, "reduce that is not its kernel's root");
-    else if (!is_root && us.is_result[i]) st = broken(f, v, "function result not materialized");
+    else if (!is_root && us.is_result[i] &&
+             !same_dims(kdc_ir_type(f, v), kdc_ir_type(f, (kdc_value_id)root[grp])))
+      st = broken(f, v, "function result in a kernel of other dims");
     for (uint32_t j = us.start[i]; j < us.start[i + 1] && !st && !is_root; j++)
       if (f->nodes[us.users[j]].group != grp) st = broken(f, v, "member used outside its kernel");
   }

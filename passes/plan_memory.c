@@ -6,7 +6,9 @@
  * Input: a fused function (node->group set per the contract in ir.h).  The
  * schedule is the function's node order restricted to the nodes that write
  * memory ("steps"):
- *   - the root of each fusion group (its highest-id member): one kernel;
+ *   - the root of each fusion group (its highest-id member): one kernel,
+ *     which also writes the group's other outputs (function results inside
+ *     the group, ir.h), stored like roots;
  *   - a DOT outside any group: one GEMM;
  *   - any other compute node outside a group (IOTA, an unfused add, ...): a
  *     kernel of one node, so an unfused function is still plannable;
@@ -111,7 +113,9 @@ static kdc_status classify(planner *p) {
     p->base[v] = (kdc_value_id)v;
     if (nd->op == KDC_OP_PARAMETER) p->kind[v] = ST_PARAM;
     else if (nd->op == KDC_OP_CONSTANT) p->kind[v] = ST_CONST;
-    else if (nd->group >= 0) p->kind[v] = p->step[v] == v ? ST_ARENA : ST_NONE;
+    else if (nd->group >= 0)  /* the root, or a second output of the kernel (ir.h) */
+      p->kind[v] = p->step[v] == v || kdc_ir_group_output(f, (kdc_value_id)v, p->step[v])
+                       ? ST_ARENA : ST_NONE;
     else if (nd->op == KDC_OP_RESHAPE || nd->op == KDC_OP_SHARDING_CONSTRAINT) {
       kdc_value_id x = nd->in[0];
       if (p->kind[x] == ST_NONE) return fail(f, (kdc_value_id)v, "alias of a fused interior");

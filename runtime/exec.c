@@ -79,14 +79,23 @@ static const int64_t *coords(const kdc_rt_plan *p, int64_t dev) {
   return p->coords + dev * KDC_PROG_MAX_AXES;
 }
 
+/* Rows [m0, m1) and columns [n0, n1) of batch entry |i| of GEMM |g|. */
+static void gemm_block(const runner *r, int64_t dev, const kdc_prog_gemm_step *g, int64_t i,
+                       int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
+  const float *A = (const float *)resolve(r, dev, &g->a) + i * g->stride_a;
+  const float *B = (const float *)resolve(r, dev, &g->b) + i * g->stride_b;
+  float *C = (float *)resolve(r, dev, &g->c) + i * g->stride_c;
+  A += g->trans_a ? m0 : m0 * g->lda;  /* op(A) is M x K: A is K x M when transposed */
+  B += g->trans_b ? n0 * g->ldb : n0;  /* op(B) is K x N: B is N x K when transposed */
+  C += m0 * g->ldc + n0;
+  cblas_sgemm(CblasRowMajor, g->trans_a ? CblasTrans : CblasNoTrans,
+              g->trans_b ? CblasTrans : CblasNoTrans, (blasint)(m1 - m0), (blasint)(n1 - n0),
+              (blasint)g->k, 1.0f, A, (blasint)g->lda, B, (blasint)g->ldb, 0.0f, C,
+              (blasint)g->ldc);
+}
+
 static void run_gemm(const runner *r, int64_t dev, const kdc_prog_gemm_step *g) {
-  const float *A = resolve(r, dev, &g->a), *B = resolve(r, dev, &g->b);
-  float *C = resolve(r, dev, &g->c);
-  for (int64_t i = 0; i < g->batch; i++)
-    cblas_sgemm(CblasRowMajor, g->trans_a ? CblasTrans : CblasNoTrans,
-                g->trans_b ? CblasTrans : CblasNoTrans, (blasint)g->m, (blasint)g->n,
-                (blasint)g->k, 1.0f, A + i * g->stride_a, (blasint)g->lda, B + i * g->stride_b,
-                (blasint)g->ldb, 0.0f, C + i * g->stride_c, (blasint)g->ldc);
+  for (int64_t i = 0; i < g->batch; i++) gemm_block(r, dev, g, i, 0, g->m, 0, g->n);
 }
 
 /* Step |s| (not a collective) on device |dev|, whole, on this thread. */
@@ -187,12 +196,61 @@ static void run_kernel_split(runner *r, uint32_t s) {
   rt_pool_run(p->pool, chunk_task, r, chunks * nl);
 }
 
+/* A GEMM step is split into blocks, each one single-threaded cblas_sgemm
+ * call on a pool task: batch entries when there are enough of them, else
+ * row (or column, whichever is longer) blocks of GEMM_ALIGN multiples.  The
+ * pool is then the only set of threads (OpenBLAS's own never start, so they
+ * never spin against the pool's workers on a small machine). */
+enum { GEMM_ALIGN = 64, GEMM_PARALLEL_MIN_FLOPS = 1 << 20 };
+
+static void gemm_task(void *ctx, int64_t task) {
+  const runner *r = ctx;
+  const kdc_prog_gemm_step *g = &r->f->steps[r->step].gemm;
+  int64_t dev = r->p->d0 + task / r->chunks, c = task % r->chunks;
+  if (g->batch >= r->chunks) { /* a range of whole batch entries */
+    for (int64_t i = g->batch * c / r->chunks; i < g->batch * (c + 1) / r->chunks; i++)
+      gemm_block(r, dev, g, i, 0, g->m, 0, g->n);
+    return;
+  }
+  int64_t per = r->chunks / g->batch, i = c / per, b = c % per; /* block b of entry i */
+  bool rows = g->m >= g->n;
+  int64_t len = rows ? g->m : g->n, units = (len + GEMM_ALIGN - 1) / GEMM_ALIGN;
+  int64_t lo = units * b / per * GEMM_ALIGN, hi = units * (b + 1) / per * GEMM_ALIGN;
+  if (hi > len) hi = len;
+  if (lo >= hi) return;
+  if (rows) gemm_block(r, dev, g, i, lo, hi, 0, g->n);
+  else gemm_block(r, dev, g, i, 0, g->m, lo, hi);
+}
+
+static void run_gemm_split(runner *r, uint32_t s) {
+  kdc_rt_plan *p = r->p;
+  const kdc_prog_gemm_step *g = &r->f->steps[s].gemm;
+  int64_t nl = nlocal(p), threads = p->n_threads, chunks;
+  if (g->batch >= threads) {
+    chunks = g->batch < 4 * threads ? g->batch : 4 * threads;
+  } else {
+    int64_t len = g->m >= g->n ? g->m : g->n, units = (len + GEMM_ALIGN - 1) / GEMM_ALIGN;
+    int64_t per = (threads + g->batch - 1) / g->batch;
+    chunks = g->batch * (per < units ? per : units);
+  }
+  if (chunks > RT_POOL_MAX_TASKS / nl) chunks = RT_POOL_MAX_TASKS / nl;
+  if (threads <= 1 || step_ops(&r->f->steps[s]) * nl < GEMM_PARALLEL_MIN_FLOPS ||
+      chunks * nl < 2 || (g->batch < threads && chunks % g->batch)) {
+    for (int64_t d = p->d0; d < p->d1; d++) run_gemm(r, d, g);
+    return;
+  }
+  r->step = s;
+  r->chunks = chunks;
+  rt_pool_run(p->pool, gemm_task, r, chunks * nl);
+}
+
 static kdc_status run_stepwise(runner *r) {
   const kdc_prog_func *f = r->f;
-  set_blas_threads(r->p->n_threads);
+  set_blas_threads(1);
   for (uint32_t s = 0; s < f->n_steps; s++) {
     switch (f->steps[s].kind) {
     case KDC_STEP_KERNEL: run_kernel_split(r, s); break;
+    case KDC_STEP_GEMM: run_gemm_split(r, s); break;
     case KDC_STEP_COLLECTIVE: KDC_RETURN_IF_ERROR(run_collective(r, s)); break;
     default:
       for (int64_t d = r->p->d0; d < r->p->d1; d++) run_local_step(r, d, s);

@@ -103,6 +103,7 @@ static void put_step(kdc_buf *b, const kdc_prog_step *s) {
     kdc_buf_put_i64(b, s->kernel.extent);
     kdc_buf_put_i64(b, s->kernel.unit_cost);
     kdc_buf_put_u32(b, s->kernel.n_args);
+    kdc_buf_put_u32(b, s->kernel.n_out);
     for (uint32_t i = 0; i < s->kernel.n_args; i++) put_loc(b, &s->kernel.args[i]);
     break;
   case KDC_STEP_GEMM: {
@@ -415,6 +416,9 @@ static kdc_status get_step(kdc_reader *r, const kdc_program *p, const kdc_prog_f
     KDC_RETURN_IF_ERROR(kdc_reader_i64(r, &k->extent));
     KDC_RETURN_IF_ERROR(kdc_reader_i64(r, &k->unit_cost));
     KDC_RETURN_IF_ERROR(kdc_reader_count(r, 21, &k->n_args));
+    KDC_RETURN_IF_ERROR(kdc_reader_u32(r, &k->n_out));
+    if (k->n_out == 0 || k->n_out > k->n_args)
+      return BAD_AT(r, pos, "kernel step: %u outputs of %u arguments", k->n_out, k->n_args);
     if (k->kernel >= p->n_kernels)
       return BAD_AT(r, pos, "kernel step: kernel %u does not exist (%u kernels)", k->kernel,
                     p->n_kernels);
@@ -425,7 +429,7 @@ static kdc_status get_step(kdc_reader *r, const kdc_program *p, const kdc_prog_f
       return BAD_AT(r, pos, "kernel step: negative extent or cost");
     k->args = kdc_arena_alloc(a, k->n_args * sizeof *k->args);
     for (uint32_t i = 0; i < k->n_args; i++)
-      KDC_RETURN_IF_ERROR(get_loc(r, p, f, i == 0, &k->args[i]));
+      KDC_RETURN_IF_ERROR(get_loc(r, p, f, i < k->n_out, &k->args[i]));
     return NULL;
   }
   case KDC_STEP_GEMM: return get_gemm(r, p, f, &s->gemm);

@@ -36,8 +36,9 @@
 /* Version of the PROGRAM/WEIGHTS payload layout (inside the container's own
  * version).  Bump on any change; a reader refuses other versions.
  * 2: the mesh, shardings of inputs/outputs/weights (global shapes), and
- *    COLLECTIVE steps. */
-#define KDC_PROG_VERSION 2u
+ *    COLLECTIVE steps.
+ * 4: kernel steps carry their output count (multi-output kernels). */
+#define KDC_PROG_VERSION 4u
 
 /* Caps of the format: mesh axes (ir/ir.h KDC_MAX_MESH_AXES) and devices a
  * plan may ask for (a bound checked before anything per device is made). */
@@ -106,8 +107,10 @@ typedef struct kdc_prog_kernel_step {
   uint32_t kernel;          /* index into kdc_program.kernels */
   int64_t extent;           /* iteration space the runtime may split */
   int64_t unit_cost;        /* ~element-ops per iteration (threading heuristic) */
-  uint32_t n_args;          /* == kernels[kernel].n_args; args[0] is the output */
+  uint32_t n_args;          /* == kernels[kernel].n_args */
   kdc_prog_loc *args;
+  uint32_t n_out;           /* 1 <= n_out <= n_args: args[0, n_out) are written (args[0] the
+                               root, then a multi-output kernel's other outputs), the rest read */
 } kdc_prog_kernel_step;
 
 /* C[b] = op(A[b]) * op(B[b]) for b < batch, row-major, alpha 1, beta 0.

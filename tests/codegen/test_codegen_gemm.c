@@ -1,7 +1,8 @@
 /*
  * f32 dot_general through cblas_sgemm: every transpose combination, batch
  * dims, several contracting dims, layouts that need a canonicalising
- * transpose kernel, weights and constants as operands.  Tolerance CGT_GEMM
+ * transpose kernel, weights and constants as operands, GEMMs split over
+ * threads.  Tolerance CGT_GEMM
  * (OpenBLAS sums in blocks; the interpreter in index order).
  */
 #include "cg_test.h"
@@ -107,6 +108,34 @@ static void test_gemm_contract(void **state) {
   dot_case(1, l5, 1, r5, d5, false, 1);
 }
 
+/* GEMMs of >= 2^20 flops are split over the pool's threads (runtime/exec.c):
+ * row blocks (M >= N), column blocks (N > M) and batch ranges, every
+ * transpose, on 2 and 3 threads, against the interpreter. */
+static void test_gemm_split(void **state) {
+  (void)state;
+  static const int64_t sizes[][4] = {/* batch, M, K, N */
+                                     {1, 130, 200, 70}, {1, 40, 300, 150}, {3, 64, 100, 90},
+                                     {2, 200, 50, 129}};
+  for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++)
+    for (int t = 0; t < 4; t++)
+      for (int threads = 2; threads <= 3; threads++) {
+        int ta = t & 1, tb = t >> 1;
+        int64_t B = sizes[s][0], M = sizes[s][1], K = sizes[s][2], N = sizes[s][3];
+        int64_t z = 0, lc = ta ? 1 : 2, rc = tb ? 2 : 1;
+        int64_t ld[3] = {B, ta ? K : M, ta ? M : K}, rd[3] = {B, tb ? N : K, tb ? K : N};
+        kdc_attr_dot d = {dl(1, &z), dl(1, &z), dl(1, &lc), dl(1, &rc)};
+        kdc_module *m = kdc_ir_module_create("split");
+        kdc_func *f = kdc_ir_func_create(m, "predict");
+        kdc_value_id y = kdc_ir_dot(f, param(f, "a", 3, ld), param(f, "b", 3, rd), &d);
+        kdc_ir_add_result(f, y, "y");
+        expect e = {0, 1};
+        cgt_opts o = {.tol = CGT_GEMM, .gemm_k = (double)K, .inspect = check_steps, .ctx = &e,
+                      .threads = threads};
+        cgt_check(m, f, &o);
+        kdc_ir_module_destroy(m);
+      }
+}
+
 /* A dense layer: weights embedded in the plan, bias and relu fused. */
 static void test_gemm_weights(void **state) {
   (void)state;
@@ -142,6 +171,7 @@ int main(void) {
       cmocka_unit_test(test_gemm_batch),
       cmocka_unit_test(test_gemm_contract),
       cmocka_unit_test(test_gemm_weights),
+      cmocka_unit_test(test_gemm_split),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -122,10 +122,19 @@ static void test_rejects_groups(void **state) {
               "f32[2] group=0\n"
               "    %3 = add %1, %2 : f32[2]\n    return %3\n",
               "func @f: %1 = neg: member of group 0 (root %2) is used by %3 outside the group");
-  reject_text("    %0 = constant 1 : f32[2]\n    %1 = neg %0 : f32[2] group=0\n    %2 = exp %1 : "
-              "f32[2] group=0\n"
+  /* a result inside a group is a second output of the kernel: root's dims */
+  reject_text("    %0 = constant 1 : f32[2]\n    %1 = neg %0 : f32[2] group=0\n"
+              "    %2 = broadcast_in_dim %1 dims=[0] : f32[2,3] group=0\n"
               "    return %2, %1\n",
-              "%1 = neg: member of group 0 (root %2) is a function result");
+              "%1 = neg: member of group 0 (root %2) is a function result of other dims");
+  kdc_module *ok = parse_ok("module @m {\n  func @f {\n    %0 = constant 1 : f32[2]\n"
+                            "    %1 = neg %0 : f32[2] group=0\n    %2 = exp %1 : f32[2] group=0\n"
+                            "    return %2, %1\n  }\n}\n");
+  kdc_status st = kdc_ir_verify_module(ok);
+  if (st) fail_msg("a same-dims result in a group (multi-output kernel): %s", kdc_status_message(st));
+  assert_true(kdc_ir_group_output(ok->funcs[0], 1, 2));
+  assert_false(kdc_ir_group_output(ok->funcs[0], 2, 2));
+  kdc_ir_module_destroy(ok);
   reject_text("    %0 = constant 1 : f32[2,2]\n"
               "    %1 = dot_general %0, %0 lhs_contract=[1] rhs_contract=[0] : f32[2,2] group=1\n  "
               "  return\n",

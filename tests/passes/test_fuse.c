@@ -44,8 +44,12 @@ static const char *contract_violation(const kdc_func *f) {
       bad = "computation outside any kernel";
     if (g < 0 || root[g] == (int32_t)i) continue;
     if (nd->op == KDC_OP_REDUCE) bad = "reduce not a root";
+    /* a returned member is a second output: written at the root's index */
+    const kdc_type *ti = &nd->type, *tr = &f->nodes[root[g]].type;
+    bool same = ti->rank == tr->rank;
+    for (int d = 0; same && d < ti->rank; d++) same = ti->dims[d] == tr->dims[d];
     for (size_t r = 0; r < f->n_results; r++)
-      if (f->results[r] == i) bad = "interior returned";
+      if (f->results[r] == i && !same) bad = "member of other dims returned";
     for (size_t u = i + 1; u < n; u++)
       for (int j = 0; j < f->nodes[u].n_in; j++)
         if (f->nodes[u].in[j] == i && f->nodes[u].group != g) bad = "interior used outside";
@@ -121,10 +125,13 @@ static void test_fuse_check_rejects(void **state) {
   kdc_value_id x = kdc_ir_parameter(f, KDC_PARAM_INPUT, "x", &t);
   kdc_value_id e = kdc_ir_unary(f, KDC_OP_EXP, x);
   kdc_value_id n = kdc_ir_unary(f, KDC_OP_NEG, e);
-  kdc_ir_add_result(f, n, "n");
+  int64_t d2[2] = {4, 3}, bd[1] = {0};
+  kdc_value_id b = kdc_ir_broadcast(f, n, 2, d2, bd);
+  kdc_ir_add_result(f, b, "b");
   kdc_ir_add_result(f, e, "e");
-  f->nodes[e].group = 0; /* e is returned, so it cannot be an interior */
+  f->nodes[e].group = 0; /* e is returned but has other dims than the root b */
   f->nodes[n].group = 0;
+  f->nodes[b].group = 0;
   kdc_status st = kdc_pass_fuse_check(f);
   assert_int_equal(kdc_status_code(st), KDC_INTERNAL);
   assert_non_null(strstr(kdc_status_message(st), "%1 (exp)"));

@@ -166,7 +166,7 @@ static void test_inconsistent_program(void **state) {
   kdc_prog_tensor in = {
       .name = "x", .dtype = KDC_IO_DTYPE_F32, .rank = 1, .dims = {4}, .bytes = 16};
   kdc_prog_loc args[1] = {{KDC_PROG_BUF_ARENA, 0, 0, 16}};
-  kdc_prog_step step = {.kind = KDC_STEP_KERNEL, .kernel = {0, 4, 1, 1, args}};
+  kdc_prog_step step = {.kind = KDC_STEP_KERNEL, .kernel = {0, 4, 1, 1, args, 1}};
   kdc_prog_func fn = {"predict", 1, 1, 1, &in, &in, &step};
   kdc_program p = {.arena_bytes = 64, .n_kernels = 1, .n_funcs = 1, .kernels = &kern, .funcs = &fn};
   kdc_buf b;
@@ -197,6 +197,17 @@ static void test_inconsistent_program(void **state) {
   expect_bad(repack(KDC_PLAN_SECTION_PROGRAM, b.data, b.size), "read-only");
   kdc_buf_free(&b);
   args[0] = (kdc_prog_loc){KDC_PROG_BUF_ARENA, 0, 0, 16};
+  /* 4b: no output, or more outputs than arguments */
+  for (uint32_t n_out = 0; n_out <= 2; n_out += 2) {
+    char want[64];
+    snprintf(want, sizeof want, "%u outputs of 1 arguments", n_out);
+    step.kernel.n_out = n_out;
+    kdc_buf_init(&b);
+    kdc_prog_encode(&p, &b);
+    expect_bad(repack(KDC_PLAN_SECTION_PROGRAM, b.data, b.size), want);
+    kdc_buf_free(&b);
+  }
+  step.kernel.n_out = 1;
   /* 5: a kernel name the code does not define */
   kern.name = "kdc_kernel_77";
   kdc_buf_init(&b);
