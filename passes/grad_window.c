@@ -5,7 +5,13 @@
  * input size S, kernel/window size K, output size O, Gd = (O-1)s + 1 (the
  * stride-dilated cotangent) and Kd = (K-1)rd + 1:
  *
- *   convolution, d lhs: a convolution of g with the spatially reversed kernel
+ *   convolution, d lhs, groups 1, a stride > 1 and no input dilation: one
+ *     GEMM cols = g . w^T ([N*O, K*Ci]) and a col2im: per tap k, its
+ *     columns padded with interior s-1 and low edge k*rd - lo (the input
+ *     rows they touch), summed over the taps (the transposed convolution
+ *     below would run on an input mostly made of inserted zeros).
+ *   convolution, d lhs (otherwise): a convolution of g with the spatially
+ *     reversed kernel
  *     whose channel dims are swapped per group, lhs_dilation = s,
  *     rhs_dilation = rd, stride = ld, pad_low = Kd - 1 - lo,
  *     pad_high = (S-1) ld - Gd - pad_low + Kd, the same groups (the
@@ -41,6 +47,54 @@ static kdc_value_id reshape(kdc_func *f, kdc_value_id x, int r, const int64_t *d
   return kdc_ir_reshape(f, x, r, dims);
 }
 
+/* d lhs of a strided convolution |n| (groups 1, no input dilation) as one
+ * GEMM and a col2im: cols = g [N*O, Co] . w [K*Ci, Co]^T, then tap k's
+ * columns [N, O.., Ci] land at input rows o*s + k*rd - lo: a pad with
+ * interior s-1 and edges (k*rd - lo, the rest; negative edges crop), summed
+ * over the taps. */
+static kdc_value_id conv_dx_gemm(kdc_func *f, const kdc_node *n, kdc_value_id g) {
+  const kdc_attr_conv *a = &n->attr.conv;
+  kdc_type xs = *kdc_ir_type(f, n->in[0]), ws = *kdc_ir_type(f, n->in[1]), ys = n->type;
+  int ns = xs.rank - 2, r = xs.rank;
+  int64_t ci = ws.dims[ns], co = ws.dims[ns + 1], taps = 1, outs = 1;
+  for (int d = 0; d < ns; d++) taps *= ws.dims[d], outs *= ys.dims[d + 1];
+  int64_t d2[2] = {xs.dims[0] * outs, co};
+  kdc_value_id g2 = reshape(f, g, 2, d2);
+  d2[0] = taps * ci;
+  kdc_value_id w2 = reshape(f, n->in[1], 2, d2);
+  kdc_attr_dot da;
+  memset(&da, 0, sizeof da);
+  da.lhs_contract.n = da.rhs_contract.n = 1;
+  da.lhs_contract.v[0] = 1, da.rhs_contract.v[0] = 1;
+  kdc_value_id cols = kdc_ir_dot(f, g2, w2, &da); /* [N*O, K*Ci] */
+  int64_t cd[KDC_MAX_RANK];
+  for (int d = 0; d <= ns; d++) cd[d] = ys.dims[d];
+  cd[ns + 1] = taps, cd[ns + 2] = ci;
+  cols = reshape(f, cols, ns + 3, cd);
+  kdc_value_id zero = kdc_ir_scalar(f, KDC_DTYPE_F32, 0.0), sum = KDC_NO_VALUE;
+  for (int64_t t = 0; t < taps; t++) {
+    int64_t st[KDC_MAX_RANK] = {0}, lim[KDC_MAX_RANK], one[KDC_MAX_RANK], k[KDC_MAX_RANK];
+    int64_t lo[KDC_MAX_RANK] = {0}, hi[KDC_MAX_RANK] = {0}, in[KDC_MAX_RANK] = {0}, rem = t;
+    for (int d = ns; d-- > 0;) k[d] = rem % ws.dims[d], rem /= ws.dims[d];
+    for (int d = 0; d < ns + 3; d++) lim[d] = cd[d], one[d] = 1;
+    st[ns + 1] = t, lim[ns + 1] = t + 1;
+    kdc_value_id c = kdc_ir_slice(f, cols, st, lim, one);
+    int64_t pd[KDC_MAX_RANK];
+    for (int d = 0; d <= ns; d++) pd[d] = ys.dims[d];
+    pd[ns + 1] = ci;
+    c = reshape(f, c, r, pd);
+    for (int d = 0; d < ns; d++) {
+      int64_t s = a->stride.v[d], O = ys.dims[d + 1];
+      lo[d + 1] = k[d] * a->rhs_dilation.v[d] - a->pad_low.v[d];
+      in[d + 1] = s - 1;
+      hi[d + 1] = xs.dims[d + 1] - lo[d + 1] - (O - 1) * s - 1;
+    }
+    c = kdc_ir_pad(f, c, zero, lo, hi, in);
+    sum = sum == KDC_NO_VALUE ? c : kdc_ir_binary(f, KDC_OP_ADD, sum, c);
+  }
+  return sum;
+}
+
 /* d lhs of convolution |n| for cotangent |g|. */
 static kdc_value_id conv_dx(kdc_func *f, const kdc_node *n, kdc_value_id g) {
   const kdc_attr_conv *a = &n->attr.conv;
@@ -48,6 +102,12 @@ static kdc_value_id conv_dx(kdc_func *f, const kdc_node *n, kdc_value_id g) {
   const kdc_type *xt = &xs, *wt = &ws;
   int ns = xt->rank - 2;
   int64_t G = a->groups, cig = wt->dims[ns], co = wt->dims[ns + 1], cog = co / G;
+  bool strided = false, flat = true;
+  for (int d = 0; d < ns; d++) {
+    strided |= a->stride.v[d] > 1;
+    flat &= a->lhs_dilation.v[d] == 1;
+  }
+  if (G == 1 && strided && flat) return conv_dx_gemm(f, n, g);
   int64_t dims[KDC_MAX_RANK], perm[KDC_MAX_RANK], sp[KDC_MAX_RANK];
   /* w [K.., Cig, G*Cog] -> [K.., Cig, G, Cog] -> [K.., Cog, G, Cig] -> [K.., Cog, G*Cig] */
   for (int d = 0; d < ns; d++) dims[d] = wt->dims[d], perm[d] = d, sp[d] = d;
