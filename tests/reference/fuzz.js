@@ -164,10 +164,14 @@ function generate(seed, mode) {
   }
 
   // ---- layer steps
+  const denseLayers = [];
   const dense = (h, units, a, useBias = true) => {
     const n = uname('dense');
     b.classes.push('Dense');
-    return b.dense(n, units, a, h, { useBias, tfActivation: tfAct(a, mode) });
+    const out = b.dense(n, units, a, h, { useBias, tfActivation: tfAct(a, mode) });
+    denseLayers.push({ name: n, entry: b.entries[b.entries.length - 1], tfl: b.tfLayers[b.tfLayers.length - 1],
+      inDim: h.shape[h.shape.length - 1] });
+    return out;
   };
   // a tensor of |h|'s shape, from |h| through a shape-preserving layer
   const partnerOf = h => {
@@ -186,12 +190,13 @@ function generate(seed, mode) {
       'noise', 'unitnorm'];
     if (rank >= 3 && last % 2 === 0) ops.push('groupnorm');
     if (rank === 3) ops.push('sdrop');
-    if (rank === 5) ops.splice(ops.indexOf('bn'), 1, 'conv3d', 'conv3d', 'pool3d', 'flatten');  // tfjs: BN rank <= 4
+    // tfjs: batchNormalization (also behind its LayerNormalization) takes rank <= 4
+    if (rank === 5) ops.splice(ops.indexOf('bn'), 2, 'conv3d', 'conv3d', 'pool3d', 'flatten');
     if (rank === 2) ops.push('reshape2', 'repeat');
     if (rank === 3) ops.push('conv1d', 'pool1d', 'gpool', 'flatten', 'permute', 'reshape3', 'to4d');
     if (rank === 4) ops.push('conv2d', 'conv2d', 'dwconv', 'sepconv', 'convT', 'pool2d', 'gpool', 'flatten', 'pad2d',
       'crop2d', 'up2d', 'permute', 'to3d');
-    if (!seqOnly) ops.push('merge', 'merge', 'concat', 'dot');
+    if (!seqOnly) ops.push('merge', 'merge', 'concat', 'dot', 'shared', 'shared');
     if (!seqOnly && !sequential && r.chance(0.3)) ops.push('nested');
     if (!seqOnly && !sequential && r.chance(0.3)) ops.push('nestedf');
     if (prod(s.slice(1)) > 600) ops.push(...[[], [], ['dense'], ['gpool', 'pool1d'], ['gpool', 'pool2d'], ['pool3d'], ['pool3d']][rank]);
@@ -420,6 +425,17 @@ function generate(seed, mode) {
       out = add('Dot', n, { axes, normalize }, tf.layers.dot({ axes, normalize, name: n }), [cur, other]);
     } else if (op === 'nested') {
       out = nestedSequential(cur);
+    } else if (op === 'shared') {
+      // a Dense layer called a second time: a second inbound node, referred
+      // to as [name, 1, 0]
+      const cands = denseLayers.filter(d => d.inDim === last);
+      if (!cands.length) continue;
+      const d = r.pick(cands);
+      const sym = d.tfl.apply(cur.sym);
+      const kt = { class_name: '__keras_tensor__', config: { shape: cur.shape, dtype: 'float32', keras_history: cur.hist } };
+      d.entry.inbound.push({ args: [kt], kwargs: {} });
+      b.classes.push('shared');
+      out = { sym, hist: [d.name, d.entry.inbound.length - 1, 0], shape: sym.shape.slice() };
     } else if (op === 'nestedf') {
       out = nestedFunctional(cur);
     }
@@ -441,7 +457,7 @@ function generate(seed, mode) {
     b.nested = b.nested || {};
     for (let i = 0; i < nlayers; i++) {
       const lname = uname('inner');
-      const kind = r.pick(['dense', 'dense', 'act', 'ln']);
+      const kind = r.pick(['dense', 'dense', 'act', h.shape.length < 5 ? 'ln' : 'act']);
       let cls, cfg, tfl;
       if (kind === 'dense') {
         const units = r.int(1, 10), a = act(), useBias = r.chance(0.8);
@@ -536,14 +552,14 @@ function generate(seed, mode) {
   } else if (cur === inputs[0]) {
     outputs = [dense(cur, 3, 'linear')];
   }
-  // a Functional model holds only the layers its outputs depend on
-  const keep = reachable(b.entries, outputs);
-  b.entries = b.entries.filter(e => keep.has(e.name));
+  // a Functional model holds only the layers (and calls) its outputs depend on
+  b.entries = pruneNodes(b.entries, outputs);
   b.classes = [];
   for (const e of b.entries) {
     if (e.cls === 'InputLayer') continue;
     if (e.cls === 'Sequential') b.classes.push(...e.config.layers.slice(1).map(l => l.class_name));
     if (e.innerClasses) b.classes.push(...e.innerClasses);
+    if (e.inbound && e.inbound.length > 1) b.classes.push('shared');
     b.classes.push(e.cls);
   }
   let model;
@@ -573,6 +589,44 @@ function reachable(entries, outputs) {
   };
   outputs.forEach(h => mark(h.hist[0]));
   return seen;
+}
+
+// The entries and inbound nodes |outputs| depend on, with the node indices
+// renumbered as Keras writes them (only the kept calls count; a nested
+// Functional's own node 0 comes first). keras_history arrays are shared
+// between references, so each is renumbered once.
+function pruneNodes(entries, outputs) {
+  const byName = new Map(entries.map(e => [e.name, e]));
+  const offset = e => (e.cls === 'Functional' ? 1 : 0);
+  const live = new Map(), hists = new Set();
+  const visit = x => {
+    if (Array.isArray(x)) { x.forEach(visit); return; }
+    if (!x || typeof x !== 'object') return;
+    if (x.class_name === '__keras_tensor__') { hists.add(x.config.keras_history); mark(x.config.keras_history); return; }
+    Object.values(x).forEach(visit);
+  };
+  const mark = hist => {
+    const e = byName.get(hist[0]);
+    const i = e.cls === 'InputLayer' ? 0 : hist[1] - offset(e);
+    if (!live.has(e.name)) live.set(e.name, new Set());
+    if (live.get(e.name).has(i)) return;
+    live.get(e.name).add(i);
+    if (e.cls !== 'InputLayer') visit(e.inbound[i]);
+  };
+  outputs.forEach(h => { hists.add(h.hist); mark(h.hist); });
+  const renumber = new Map();
+  const kept = entries.filter(e => live.has(e.name));
+  for (const e of kept) {
+    if (e.cls === 'InputLayer') continue;
+    const olds = [...live.get(e.name)].sort((a, c) => a - c);
+    renumber.set(e.name, new Map(olds.map((o, k) => [o, k])));
+    e.inbound = olds.map(o => e.inbound[o]);
+  }
+  for (const h of hists) {
+    const e = byName.get(h[0]);
+    if (e.cls !== 'InputLayer') h[1] = renumber.get(e.name).get(h[1] - offset(e)) + offset(e);
+  }
+  return kept;
 }
 
 // gen.js' Builder keeps only the tfjs symbolic tensors; a Sequential model
@@ -661,12 +715,14 @@ function randomLayout(r, wlist, b, outputsInfo, MODEL = 4, DATA = 2) {
     if (key !== path && wlist.some(o => o !== w && re.test(varPath(b, o)))) key = path;
     map[key] = axes;
   }
-  // output layouts: batch on data, sometimes the last dim on model
+  // layer output layouts (final and intermediate): batch on data, sometimes
+  // one other dim on model
   for (const o of outputsInfo) {
-    if (!r.chance(0.3)) continue;
+    if (!r.chance(o.final ? 0.3 : 0.15)) continue;
     const axes = o.shape.map(() => null);
     axes[0] = 'data';
-    if (o.shape[o.shape.length - 1] % MODEL === 0 && r.chance(0.5)) axes[o.shape.length - 1] = 'model';
+    const dims = o.shape.map((d, i) => i).filter(i => i > 0 && o.shape[i] % MODEL === 0);
+    if (dims.length && r.chance(0.5)) axes[r.pick(dims)] = 'model';
     map[`${o.prefix}${o.name}/output`] = axes;
   }
   return { batch_dim_name: 'data', layout_map: map };
@@ -764,8 +820,9 @@ async function genCase(seed, dir) {
     await tfjsOut(built, dir, '');
   }
   const lr = new Rand((seed ^ 0x1a7007) >>> 0);
-  const outsInfo = built.outputs.map(h => ({ name: h.hist[0], shape: h.shape,
-    prefix: b.kind === 'sequential' ? `${b.name}/` : '' }));
+  const finals = new Set(built.outputs.map(h => h.hist[0]));
+  const outsInfo = b.entries.filter(e => e.cls !== 'InputLayer').map(e => ({ name: e.name, shape: e.outShape,
+    final: finals.has(e.name), prefix: b.kind === 'sequential' ? `${b.name}/` : '' }));
   fs.writeFileSync(path.join(dir, 'layout.json'), JSON.stringify(randomLayout(lr, wlist, b, outsInfo), null, 1) + '\n');
   // one more mesh for the sweep, with its own layout
   const mesh = lr.pick(['4x2', '1x8', '8x1', '2x2x2', '2x4']);
@@ -870,7 +927,8 @@ function mutate(r, doc) {
 
 function malformedCase(kdc, dir, desc, r) {
   const plan = path.join(dir, 'bad.plan');
-  const which = r.pick(['model.json', 'model.json', 'model_tfjs.json', 'layout.json', 'mesh']);
+  const which = r.pick(['model.json', 'model.json', 'model_tfjs.json', 'model_tk2.json', 'layout.json', 'badlayout',
+    'mesh']);
   let args, file, what;
   if (which === 'mesh') {
     const mesh = r.pick(['0', '2x', 'x4', '3', '5x2', '2x4x', '-2', '2X4', '99999999999', '1x0', '']);
@@ -879,6 +937,34 @@ function malformedCase(kdc, dir, desc, r) {
     file = '--mesh'; what = `mesh "${mesh}"`;
     // an indivisible batch names the model's input instead
     if (/^[1-9]\d{0,3}(x[1-9]\d{0,3})*$/.test(mesh)) file = 'model.json';
+  } else if (which === 'badlayout') {
+    // a layout that is valid JSON but wrong for this model and mesh 2x4
+    const st = L.readSafetensors(path.join(dir, 'weights.safetensors'));
+    const names = Object.keys(st);
+    if (!names.length) return null;
+    const v = r.pick(names), shape = st[v].shape;
+    const axes = shape.map(() => null);
+    const kind = r.pick(['indivisible', 'unknown_axis', 'twice', 'too_long', 'nested', 'bare_string', 'dup_key',
+      'bad_batch_dim', 'two_regex']);
+    let text;
+    if (kind === 'indivisible') {
+      const dims = shape.map((d, i) => i).filter(i => shape[i] % 4 !== 0);
+      if (!dims.length) return null;
+      axes[r.pick(dims)] = 'model';
+    } else if (kind === 'unknown_axis') axes[0] = 'tensor';
+    else if (kind === 'twice') { if (shape.length < 2) return null; axes[0] = 'model'; axes[1] = 'model'; }
+    else if (kind === 'too_long') axes.push(null, null);
+    else if (kind === 'nested') axes[0] = ['data', 'model'];
+    else if (kind === 'bare_string') axes.length = 0;
+    const map = { [v]: kind === 'bare_string' ? 'model' : axes };
+    if (kind === 'dup_key') text = `{"layout_map": {"${v}": [], "${v}": []}}`;
+    else if (kind === 'two_regex') text = `{"layout_map": {".*${v.slice(-3)}": [], "${v.slice(0, 2)}.*": []}}`;
+    else text = JSON.stringify({ batch_dim_name: kind === 'bad_batch_dim' ? 'batch' : 'data', layout_map: map });
+    file = path.join(dir, 'bad_layout.json');
+    fs.writeFileSync(file, text);
+    what = `layout ${kind}: ${text}`;
+    args = ['compile', path.join(dir, 'model.json'), '--weights', path.join(dir, 'weights.safetensors'),
+      '--batch', String(BATCH), '--mesh', '2x4', '--layout', file, '-o', plan];
   } else {
     const doc = JSON.parse(fs.readFileSync(path.join(dir, which), 'utf8'));
     what = `${which}: ${mutate(r, doc)}`;
@@ -888,7 +974,8 @@ function malformedCase(kdc, dir, desc, r) {
       args = ['compile', path.join(dir, 'model.json'), '--weights', path.join(dir, 'weights.safetensors'),
         '--batch', String(BATCH), '--mesh', '2x4', '--layout', file, '-o', plan];
     } else if (which === 'model_tfjs.json') {
-      args = ['compile', file, '--batch', String(BATCH), '-o', plan];
+      args = ['compile', file, '--batch', String(BATCH), '--mesh', '2x4', '--layout', path.join(dir, 'layout.json'),
+        '-o', plan];
     } else {
       args = ['compile', file, '--weights', path.join(dir, 'weights.safetensors'), '--batch', String(BATCH), '-o', plan];
     }
