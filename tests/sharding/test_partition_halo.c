@@ -6,10 +6,11 @@
  * unpartitioned function (relative 1e-5), for the forward op and for its
  * gradients (kdc_autodiff of sum(y * c) with respect to the input and the
  * kernel).  Configurations: kernel 1/3/5, stride 1/2, dilation 1/2, padding
- * same/valid, on the meshes model=2, model=4 (rows split 2 and 4 ways),
- * data=2,model=4 (batch over data, rows over model) and the same 2x4 mesh
- * with rows over data and columns over model (two exchanges, corners).
- * Where the output shards line up (Keras "same" with the stride dividing
+ * same/valid (and causal for Conv1D), on the meshes model=2, model=4 (rows
+ * split 2 and 4 ways), data=2,model=4 (batch over data, rows over model) and
+ * the same 2x4 mesh with rows over data and columns over model (two
+ * exchanges, corners).
+ * Where the output shards line up ("same" or causal with the stride dividing
  * the local rows, the halo within one neighbour's shard), the forward
  * program has no all_gather and exactly one collective_permute per side
  * that needs rows (expected counts from Keras' padding formula here, not
@@ -27,7 +28,7 @@
 typedef struct cfg {
   int ns;            /* spatial dims: 1 or 2 */
   int64_t k, s, dil; /* kernel, stride, dilation (same on every spatial dim) */
-  bool same;
+  int pad;           /* 0 valid, 1 same, 2 causal (Conv1D) */
   const char *mesh, *xs; /* mesh line, input sharding */
   int64_t n[2];          /* shards of each spatial dim */
 } cfg;
@@ -35,10 +36,14 @@ typedef struct cfg {
 static const int64_t B = 2, S[2] = {16, 8}, CI = 3, CO = 4;
 
 /* Keras padding of one spatial dim: output size and low padding. */
-static void keras_pad(int64_t sz, int64_t k, int64_t s, int64_t dil, bool same, int64_t *o,
+static void keras_pad(int64_t sz, int64_t k, int64_t s, int64_t dil, int pad, int64_t *o,
                       int64_t *lo, int64_t *hi) {
   int64_t kd = (k - 1) * dil + 1;
-  if (same) {
+  if (pad == 2) { /* causal: all the padding on the left */
+    *o = (sz + s - 1) / s;
+    *lo = kd - 1;
+    *hi = 0;
+  } else if (pad == 1) {
     *o = (sz + s - 1) / s;
     int64_t tot = (*o - 1) * s + kd - sz;
     if (tot < 0) tot = 0;
@@ -120,7 +125,7 @@ static void conv_case(const cfg *c) {
   for (int d = 0; d < c->ns; d++) {
     xd[d + 1] = S[d];
     wd[d] = c->k;
-    keras_pad(S[d], c->k, c->s, c->dil, c->same, &yd[d + 1], &lo[d], &hi[d]);
+    keras_pad(S[d], c->k, c->s, c->dil, c->pad, &yd[d + 1], &lo[d], &hi[d]);
   }
   xd[r - 1] = CI, wd[r - 2] = CI, wd[r - 1] = CO, yd[r - 1] = CO;
   char xs[64], ws[64], ys[64], st[32], pl[32], ph[32], ld[32], rd[32], wsh[32], csh[32];
@@ -183,9 +188,9 @@ static void test_conv_spatial(void **state) {
       for (int ki = 0; ki < 3; ki++)
         for (int64_t s = 1; s <= 2; s++)
           for (int64_t dil = 1; dil <= 2; dil++)
-            for (int same = 0; same <= 1; same++) {
-              if (!same && (ks[ki] - 1) * dil + 1 > S[ns - 1]) continue; /* no window fits */
-              cfg c = {ns, ks[ki], s, dil, same, meshes[mi].mesh,
+            for (int pad = 0; pad <= (ns == 1 ? 2 : 1); pad++) {
+              if (!pad && (ks[ki] - 1) * dil + 1 > S[ns - 1]) continue; /* no window fits */
+              cfg c = {ns, ks[ki], s, dil, pad, meshes[mi].mesh,
                        ns == 1 ? meshes[mi].xs1 : meshes[mi].xs2, {0, 0}};
               if (ns == 1) c.n[0] = meshes[mi].n1, c.n[1] = 1;
               else c.n[0] = meshes[mi].n2[0], c.n[1] = meshes[mi].n2[1];
