@@ -172,8 +172,10 @@ typedef struct kdc_lower_options {
   const struct kdc_layout *layout;
   /* Also lower "train_forward" (the training-mode forward: Dropout and
    * SpatialDropout active, keyed by |dropout_seed|, the layer path and an
-   * i32[] STATE parameter "iteration"; docs/training.md).  Layers without
-   * a training lowering (BatchNormalization, GaussianNoise, ...) fail. */
+   * i32[] STATE parameter "iteration"; BatchNormalization with batch
+   * statistics over the rows whose "sample_mask" is 1 and its moving
+   * statistics as extra results; GaussianNoise, GaussianDropout and
+   * AlphaDropout active; docs/training.md). */
   bool train_forward;
   uint64_t dropout_seed;
 } kdc_lower_options;
@@ -366,6 +368,8 @@ typedef struct kdc_lower_ctx {
   bool training;           /* lowering train_forward (lower_dropout.c) */
   kdc_value_id iteration;  /* train_forward: the step counter parameter */
   uint64_t dropout_seed;
+  kdc_value_id sample_mask;/* train_forward: "sample_mask" f32[batch], made on first use */
+  kdc_value_id *assigned;  /* train_forward, per variable gid: its new value or KDC_NO_VALUE */
 } kdc_lower_ctx;
 
 /* distribute.c: user shardings from the mesh and layout (no-ops without a
@@ -378,6 +382,20 @@ kdc_status kdc_fe_constrain_output(kdc_lower_ctx *c, const kdc_keras_layer *l, k
 /* The parameter value of variable |name| of layer |l|. */
 kdc_value_id kdc_fe_weight(struct kdc_lower_ctx *c, const kdc_keras_layer *l,
                            const char *name);
+/* train_forward: the LABEL parameter "sample_mask", f32[batch], a 0/1 weight
+ * per row (padding rows of a partial batch are 0), made on first use;
+ * passes/train_step.c gives the loss the same parameter. */
+kdc_value_id kdc_fe_sample_mask(struct kdc_lower_ctx *c);
+/* The current value of variable |name| of |l| in a train_forward: its last
+ * kdc_fe_assign, else its parameter. */
+kdc_value_id kdc_fe_state_value(struct kdc_lower_ctx *c, const kdc_keras_layer *l,
+                                const char *name);
+/* train_forward: |v| is the new value of non-trainable variable |name| of |l|
+ * (BatchNormalization's moving statistics).  It becomes a train_forward
+ * result named by the variable's path (after the model outputs, in variable
+ * order), which train_step returns as state (docs/training.md). */
+kdc_status kdc_fe_assign(struct kdc_lower_ctx *c, const kdc_keras_layer *l, const char *name,
+                         kdc_value_id v);
 /* Lowers the nodes of |m| with its inputs bound to |inputs|; writes the model
  * outputs to |outputs| (m->n_outputs values). */
 kdc_status kdc_fe_lower_graph(struct kdc_lower_ctx *c, const kdc_keras_model *m,
@@ -385,13 +403,10 @@ kdc_status kdc_fe_lower_graph(struct kdc_lower_ctx *c, const kdc_keras_model *m,
 
 /* lower_layers.c: lowering rules of the supported classes. */
 /* lower_dropout.c: Dropout / SpatialDropout{1,2,3}D / Gaussian* / AlphaDropout:
- * the identity at inference; active in train_forward. */
+ * the identity at inference; active (kdc's Philox stream) in train_forward. */
 kdc_status kdc_fe_lower_dropout(struct kdc_lower_ctx *c, const kdc_keras_layer *l,
                                 const kdc_keras_node *n, const kdc_value_id *in,
                                 const kdc_value_id *kw, kdc_value_id *out);
-/* kdc_frontend_lower's training-mode check: a located UNSUPPORTED error for
- * the first layer of |m| (nested models too) that has no training lowering. */
-kdc_status kdc_fe_check_trainable_layers(const kdc_keras_model *m);
 kdc_status kdc_fe_lower_identity(struct kdc_lower_ctx *c, const kdc_keras_layer *l,
                                  const kdc_keras_node *n, const kdc_value_id *in,
                                  const kdc_value_id *kw, kdc_value_id *out);

@@ -23,6 +23,41 @@ kdc_value_id kdc_fe_weight(struct kdc_lower_ctx *c, const kdc_keras_layer *l, co
   return KDC_NO_VALUE;
 }
 
+kdc_value_id kdc_fe_sample_mask(struct kdc_lower_ctx *c) {
+  if (c->sample_mask == KDC_NO_VALUE) {
+    kdc_type t = kdc_type_make(KDC_DTYPE_F32, 1, &c->batch);
+    const char *o = c->f->cur_origin;
+    kdc_ir_set_origin(c->f, NULL);
+    c->sample_mask = kdc_ir_parameter(c->f, KDC_PARAM_LABEL, "sample_mask", &t);
+    kdc_ir_set_origin(c->f, o);
+  }
+  return c->sample_mask;
+}
+
+static const kdc_keras_var *layer_var(const kdc_keras_layer *l, const char *name) {
+  size_t pl = strlen(l->path);
+  for (int i = 0; i < l->n_vars; i++)
+    if (!strcmp(l->vars[i]->path + pl + 1, name)) return l->vars[i];
+  return NULL;
+}
+
+kdc_value_id kdc_fe_state_value(struct kdc_lower_ctx *c, const kdc_keras_layer *l,
+                                const char *name) {
+  const kdc_keras_var *v = layer_var(l, name);
+  if (!v) return KDC_NO_VALUE;
+  if (c->assigned && c->assigned[v->gid] != KDC_NO_VALUE) return c->assigned[v->gid];
+  return c->weight[v->gid];
+}
+
+kdc_status kdc_fe_assign(struct kdc_lower_ctx *c, const kdc_keras_layer *l, const char *name,
+                         kdc_value_id v) {
+  const kdc_keras_var *var = layer_var(l, name);
+  if (!var || !c->assigned || var->trainable)
+    return kdc_fe_layer_err(l, KDC_INTERNAL, "cannot assign variable \"%s\"", name);
+  c->assigned[var->gid] = v;
+  return NULL;
+}
+
 static kdc_status dtype_of(const kdc_keras_layer *l, kdc_dtype *out) {
   struct json_object *o = kdc_fe_get(l->config, "dtype");
   const char *dt = "float32";
@@ -112,8 +147,12 @@ static kdc_status lower_func(const kdc_keras_model *m, kdc_module *mod,
                              bool training) {
   kdc_lower_ctx c = {m, mod, kdc_ir_func_create(mod, fname), batch, NULL,
                      opt ? opt->mesh : NULL, opt ? opt->layout : NULL, training, KDC_NO_VALUE,
-                     opt ? opt->dropout_seed : 0};
+                     opt ? opt->dropout_seed : 0, KDC_NO_VALUE, NULL};
   c.weight = kdc_xcalloc((size_t)m->n_vars + 1, sizeof(kdc_value_id));
+  if (training) {
+    c.assigned = kdc_xcalloc((size_t)m->n_vars + 1, sizeof(kdc_value_id));
+    for (int i = 0; i < m->n_vars; i++) c.assigned[i] = KDC_NO_VALUE;
+  }
   kdc_value_id *ins = kdc_xcalloc((size_t)m->n_inputs + 1, sizeof(kdc_value_id));
   kdc_value_id *outs = kdc_xcalloc((size_t)m->n_outputs + 1, sizeof(kdc_value_id));
   kdc_status st = NULL;
@@ -162,6 +201,9 @@ static kdc_status lower_func(const kdc_keras_model *m, kdc_module *mod,
         name = kdc_arena_printf(mod->arena, "%s_%d", name, i);
     kdc_ir_add_result(c.f, outs[i], name);
   }
+  for (int i = 0; i < m->n_vars && !st && c.assigned; i++)
+    if (c.assigned[i] != KDC_NO_VALUE) kdc_ir_add_result(c.f, c.assigned[i], m->vars[i]->path);
+  free(c.assigned);
   free(c.weight);
   free(ins);
   free(outs);
@@ -174,7 +216,6 @@ kdc_status kdc_frontend_lower(const kdc_keras_model *m, const kdc_lower_options 
   int64_t batch = opt ? opt->batch : 1;
   if (batch < 1) return KDC_ERR(KDC_INVALID_INPUT, "batch size must be >= 1, got %lld", (long long)batch);
   bool train = opt && opt->train_forward;
-  if (train) KDC_RETURN_IF_ERROR(kdc_fe_check_trainable_layers(m));
   kdc_module *mod = kdc_ir_module_create(m->name);
   if (opt && opt->mesh) mod->mesh = *opt->mesh;
   kdc_status st = lower_func(m, mod, opt, batch, "predict", false);

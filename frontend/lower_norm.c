@@ -1,6 +1,7 @@
 /*
  * frontend/lower_norm.c: lowering of the normalisation and preprocessing
- * layers at inference.
+ * layers at inference, and BatchNormalization in training (train_forward:
+ * batch statistics, moving-statistics updates; docs/training.md).
  *
  * Formulas are Keras 3's, read from keras/src/layers/normalization/ and
  * keras/src/layers/preprocessing/ and the JAX backend (keras/src/backend/
@@ -96,6 +97,55 @@ static kdc_value_id normalize(kdc_func *f, kdc_value_id x, kdc_value_id mean, kd
   return kdc_ir_binary(f, KDC_OP_ADD, kdc_ir_binary(f, KDC_OP_MUL, x, inv), res);
 }
 
+/* Training-mode BatchNormalization statistics (Keras 3 _moments, JAX
+ * ops.moments: mean, then the biased variance as the mean of squared
+ * deviations) over every dim of |x| but the feature dims |ax|, counting only
+ * the rows whose sample_mask is 1 (the batch is dim 0; a padded partial
+ * batch then has exactly Keras' statistics of its real rows).  The results
+ * have the weights' shape |wt| (the feature dims).  A split batch makes the
+ * sums partial: the partitioner all-reduces them over the batch axes, so the
+ * statistics are always those of the global batch. */
+static void batch_moments(kdc_lower_ctx *c, kdc_value_id x, int na, const int64_t *ax,
+                          const kdc_type *wt, kdc_value_id *mean, kdc_value_id *var) {
+  kdc_func *f = c->f;
+  const kdc_type t = *kdc_ir_type(f, x);
+  int64_t red[KDC_MAX_RANK], fd[KDC_MAX_RANK], spatial = 1;
+  int nr = rest(&t, na, ax, red);
+  for (int i = 0; i < na; i++) fd[i] = t.dims[ax[i]];
+  bool masked = nr > 0 && red[0] == 0;
+  for (int i = masked ? 1 : 0; i < nr; i++) spatial *= t.dims[red[i]];
+  kdc_value_id w = KDC_NO_VALUE, cnt;
+  if (masked) {
+    int64_t zero = 0;
+    kdc_value_id m = kdc_fe_sample_mask(c);
+    w = kdc_ir_broadcast(f, m, t.rank, t.dims, &zero);
+    kdc_value_id rows = kdc_ir_reduce(f, KDC_RED_SUM, m, 1, &zero);
+    cnt = kdc_ir_broadcast(f, kdc_ir_binary_scalar(f, KDC_OP_MUL, rows, (double)spatial), na,
+                           fd, NULL);
+  } else {
+    cnt = kdc_ir_splat(f, KDC_DTYPE_F32, na, fd, (double)spatial);
+  }
+  kdc_value_id xs = masked ? kdc_ir_binary(f, KDC_OP_MUL, x, w) : x;
+  kdc_value_id mu = kdc_ir_binary(f, KDC_OP_DIV, kdc_ir_reduce(f, KDC_RED_SUM, xs, nr, red), cnt);
+  kdc_value_id dx = kdc_ir_binary(f, KDC_OP_SUB, x, kdc_ir_broadcast(f, mu, t.rank, t.dims, ax));
+  kdc_value_id sq = kdc_ir_binary(f, KDC_OP_MUL, dx, dx);
+  if (masked) sq = kdc_ir_binary(f, KDC_OP_MUL, sq, w);
+  kdc_value_id v = kdc_ir_binary(f, KDC_OP_DIV, kdc_ir_reduce(f, KDC_RED_SUM, sq, nr, red), cnt);
+  *mean = kdc_ir_reshape(f, mu, wt->rank, wt->dims);
+  *var = kdc_ir_reshape(f, v, wt->rank, wt->dims);
+}
+
+/* moving * momentum + stat * (1 - momentum) (batch_normalization.py call;
+ * both factors rounded to f32 as JAX does with the Python floats). */
+static kdc_status update_moving(kdc_lower_ctx *c, const kdc_keras_layer *l, const char *name,
+                                kdc_value_id stat, double momentum) {
+  kdc_func *f = c->f;
+  kdc_value_id cur = kdc_fe_state_value(c, l, name);
+  kdc_value_id a = kdc_ir_binary_scalar(f, KDC_OP_MUL, cur, momentum);
+  kdc_value_id b = kdc_ir_binary_scalar(f, KDC_OP_MUL, stat, 1.0 - momentum);
+  return kdc_fe_assign(c, l, name, kdc_ir_binary(f, KDC_OP_ADD, a, b));
+}
+
 kdc_status kdc_fe_lower_batchnorm(struct kdc_lower_ctx *c, const kdc_keras_layer *l,
                                   const kdc_keras_node *n, const kdc_value_id *in,
                                   const kdc_value_id *kw, kdc_value_id *out) {
@@ -103,8 +153,9 @@ kdc_status kdc_fe_lower_batchnorm(struct kdc_lower_ctx *c, const kdc_keras_layer
   const kdc_type t = *kdc_ir_type(f, in[0]);
   int na;
   int64_t ax[KDC_MAX_RANK];
-  double eps;
+  double eps, momentum;
   KDC_RETURN_IF_ERROR(kdc_fe_cfg_double(l, "epsilon", 1e-3, &eps));
+  KDC_RETURN_IF_ERROR(kdc_fe_cfg_double(l, "momentum", 0.99, &momentum));
   KDC_RETURN_IF_ERROR(kdc_fe_cfg_axes(l, "axis", -1, &na, ax));
   for (int i = 0; i < na; i++) {
     if (ax[i] < 0) ax[i] += t.rank;
@@ -113,11 +164,20 @@ kdc_status kdc_fe_lower_batchnorm(struct kdc_lower_ctx *c, const kdc_keras_layer
   }
   /* per-feature inv and res first, then one broadcast each */
   kdc_value_id var = kdc_fe_weight(c, l, "moving_variance");
+  kdc_value_id mean = kdc_fe_weight(c, l, "moving_mean");
+  /* Keras: `training and self.trainable` uses the batch statistics (over
+   * the global batch whatever `synchronized` says) and updates the moving
+   * ones; a frozen layer stays in inference mode. */
+  if (c->training && l->trainable && var != KDC_NO_VALUE && mean != KDC_NO_VALUE) {
+    const kdc_type wt = *kdc_ir_type(f, var);
+    batch_moments(c, in[0], na, ax, &wt, &mean, &var);
+    KDC_RETURN_IF_ERROR(update_moving(c, l, "moving_mean", mean, momentum));
+    KDC_RETURN_IF_ERROR(update_moving(c, l, "moving_variance", var, momentum));
+  }
   kdc_value_id inv = kdc_ir_unary(f, KDC_OP_RSQRT, kdc_ir_binary_scalar(f, KDC_OP_ADD, var, eps));
   kdc_value_id gamma = kdc_fe_weight(c, l, "gamma"), beta = kdc_fe_weight(c, l, "beta");
   if (gamma != KDC_NO_VALUE) inv = kdc_ir_binary(f, KDC_OP_MUL, inv, gamma);
-  kdc_value_id res = kdc_ir_binary(
-      f, KDC_OP_MUL, kdc_ir_unary(f, KDC_OP_NEG, kdc_fe_weight(c, l, "moving_mean")), inv);
+  kdc_value_id res = kdc_ir_binary(f, KDC_OP_MUL, kdc_ir_unary(f, KDC_OP_NEG, mean), inv);
   if (beta != KDC_NO_VALUE) res = kdc_ir_binary(f, KDC_OP_ADD, res, beta);
   kdc_value_id y = kdc_ir_binary(f, KDC_OP_MUL, in[0], over(f, inv, &t, na, ax));
   out[0] = kdc_ir_binary(f, KDC_OP_ADD, y, over(f, res, &t, na, ax));

@@ -17,7 +17,11 @@
  * counter (for rng_uniform's per-step key) and becomes the optimizer's
  * iteration parameter.
  *
- * Non-trainable weights (kdc_weight.trainable false) are inputs only.  A
+ * Non-trainable weights (kdc_weight.trainable false) are inputs only,
+ * unless the forward function returns a result of the same name (a
+ * train_forward state update: BatchNormalization's moving statistics): that
+ * result is returned as the weight's next value, after the trainable
+ * weights, and train_forward's "sample_mask" is also the loss's.  A
  * trainable weight the loss does not depend on keeps its value and its slots
  * (Keras filters out variables without a gradient), but it still has slots
  * and results, so the ABI depends only on the weights, not on the graph.
@@ -62,7 +66,18 @@ static const char *slot_name(kdc_module *m, const char *opt, const char *var, co
   return s;
 }
 
-/* Appends the labels parameter and the loss of result |out| of |f| (whose
+/* |f|'s parameter of kind |kind| named |name|, or KDC_NO_VALUE. */
+static kdc_value_id find_param(const kdc_func *f, kdc_param_kind kind, const char *name) {
+  for (size_t i = 0; i < f->n_params; i++) {
+    const kdc_node *p = &f->nodes[f->params[i]];
+    if (p->attr.param.kind == kind && !strcmp(p->attr.param.name, name)) return f->params[i];
+  }
+  return KDC_NO_VALUE;
+}
+
+/* Appends the labels parameter (and "sample_mask", unless the forward
+ * function already has it: BatchNormalization's batch statistics use it
+ * too) and the loss of result |out| of |f| (whose
  * results are then cleared). */
 static kdc_status add_loss(kdc_func *f, const kdc_func *fwd, const kdc_train_options *o,
                            kdc_value_id *out_loss) {
@@ -70,9 +85,9 @@ static kdc_status add_loss(kdc_func *f, const kdc_func *fwd, const kdc_train_opt
   const char *name = fwd->result_names[o->output] ? fwd->result_names[o->output] : "labels";
   kdc_type lt = kdc_loss_label_type(o->loss, kdc_ir_type(f, y_pred));
   kdc_value_id labels = kdc_ir_parameter(f, KDC_PARAM_LABEL, name, &lt);
-  kdc_value_id mask = KDC_NO_VALUE;
+  kdc_value_id mask = find_param(f, KDC_PARAM_LABEL, "sample_mask");
   const kdc_type *pt = kdc_ir_type(f, y_pred);
-  if (o->sample_mask && pt->rank >= 2) {
+  if (mask == KDC_NO_VALUE && o->sample_mask && pt->rank >= 2) {
     kdc_type mt = kdc_type_make(KDC_DTYPE_F32, 1, &pt->dims[0]);
     mask = kdc_ir_parameter(f, KDC_PARAM_LABEL, "sample_mask", &mt);
   }
@@ -155,6 +170,22 @@ static kdc_value_id pin_sharding(kdc_func *f, kdc_value_id v, kdc_value_id w) {
   return c;
 }
 
+/* The forward function's results named like one of its non-trainable
+ * weight parameters (train_forward's BatchNormalization moving statistics)
+ * are that weight's next value: results of |f| with the weight's name and
+ * pinned sharding, in parameter order. */
+static void add_state_updates(kdc_func *f, const kdc_func *fwd) {
+  for (size_t i = 0; i < fwd->n_params; i++) {
+    const kdc_node *p = &f->nodes[f->params[i]];
+    if (p->attr.param.kind != KDC_PARAM_WEIGHT || is_trainable(f->module, p)) continue;
+    for (size_t r = 0; r < fwd->n_results; r++)
+      if (fwd->result_names[r] && !strcmp(fwd->result_names[r], p->attr.param.name)) {
+        kdc_value_id v = pin_sharding(f, fwd->results[r], f->params[i]);
+        kdc_ir_add_result(f, v, p->attr.param.name);
+      }
+  }
+}
+
 static kdc_status build_train_step(kdc_module *m, const kdc_func *fwd, const kdc_train_options *o) {
   kdc_func *f = clone_func(m, fwd, "train_step");
   const char *opt = kdc_optimizer_name(o->optimizer.kind);
@@ -200,6 +231,7 @@ static kdc_status build_train_step(kdc_module *m, const kdc_func *fwd, const kdc
     }
     for (size_t i = 0; i < b.n_w; i++)
       kdc_ir_add_result(f, b.new_w[i], f->nodes[b.w[i]].attr.param.name);
+    add_state_updates(f, fwd);
     kdc_value_id next = kdc_ir_binary_scalar(f, KDC_OP_ADD, iteration, 1);
     kdc_ir_add_result(f, next, f->nodes[iteration].attr.param.name);
     for (size_t k = 0; k < (size_t)b.n_slots * b.n_w; k++)

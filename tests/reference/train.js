@@ -114,12 +114,161 @@ async function emitTraining() {
   }
 }
 
-module.exports = { emitTraining };
+// ---- small_cnn with BatchNormalization in training (examples/small_cnn)
+// The tfjs layers model of examples/small_cnn (model_tfjs.json + weights.bin,
+// checked to predict examples/small_cnn/expected.npy, i.e. Keras 3's
+// inference) trained in training mode with tfjs' own layers: the
+// BatchNormalization layer normalises with tf.moments over the batch and
+// spatial dims (mean, then the biased variance mean((x - mean)^2)) and
+// updates moving = moving - (moving - stat) * (1 - momentum), which is Keras
+// 3's moving * momentum + stat * (1 - momentum) up to f32 rounding (checked
+// below against moments of the layer's input computed here).  Gradients
+// (through the batch statistics) from tf.variableGrads; SGD (lr 0.1, var -=
+// lr g in f32; SGD rather than Adam because Adam's first steps move a weight
+// by about +-lr even when its gradient is rounding noise, which would make
+// the comparison measure the noise).  40 rows, batch 16: the last batch has 8 rows
+// (Keras trains on it as an 8-row batch; its statistics are those rows').
+// The 'avg' layer's gradient is fixed (exactSameAvgPool) and every
+// gradient is checked against central differences at the first step.
+// Writes examples/small_cnn/train_x.npy, train_y.npy,
+// train_sgd_history.json and train_sgd_final.safetensors (every trainable
+// weight and bn/moving_mean, bn/moving_variance, Keras 3 names).
+const CNN_DIR = path.resolve(__dirname, '..', '..', 'examples', 'small_cnn');
+const CNN_ROWS = 40, CNN_SEED = 0xB4_0001, CNN_LR = 0.1;
+
+async function loadSmallCnn() {
+  const j = JSON.parse(fs.readFileSync(path.join(CNN_DIR, 'model_tfjs.json'), 'utf8'));
+  const bin = fs.readFileSync(path.join(CNN_DIR, 'weights.bin'));
+  const data = bin.buffer.slice(bin.byteOffset, bin.byteOffset + bin.byteLength);
+  return tf.loadLayersModel(tf.io.fromMemory({
+    modelTopology: j.modelTopology, weightSpecs: j.weightsManifest[0].weights, weightData: data }));
+}
+
+const kerasName = n => (n === 'dw/depthwise_kernel' ? 'dw/kernel' : n);
+
+// tfjs 4.22's avgPool gradient with padding 'same' is not the derivative of
+// its forward: the forward divides an edge window by its count of valid
+// elements (Keras 3 too), the gradient by the full window size (checked
+// below against central differences).  The 'avg' layer's call is replaced
+// by an equivalent whose gradient is exact: zero-pad as 'same' does, a
+// 'valid' avgPool, then rescale every window by window size / valid count.
+function exactSameAvgPool(layer) {
+  const [kh, kw] = layer.poolSize, [sh, sw] = layer.strides;
+  layer.call = (inputs) => tf.tidy(() => {
+    const x = Array.isArray(inputs) ? inputs[0] : inputs;
+    const [, h, w] = x.shape;
+    const pads = (n, k, st) => {
+      const out = Math.ceil(n / st), total = Math.max((out - 1) * st + k - n, 0);
+      return [Math.floor(total / 2), total - Math.floor(total / 2)];
+    };
+    const pd = [[0, 0], pads(h, kh, sh), pads(w, kw, sw), [0, 0]];
+    const sum = tf.avgPool(tf.pad(x, pd), [kh, kw], [sh, sw], 'valid');
+    const count = tf.avgPool(tf.pad(tf.onesLike(x), pd), [kh, kw], [sh, sw], 'valid');
+    return tf.div(sum, count);
+  });
+}
+
+// Central differences of the training-mode loss (f32, h = 1e-3) against
+// the gradients of a few elements of every trainable weight: within 2e-3
+// absolute (the f32 loss rounding over 2h is ~3e-4; conv1 sits before a
+// relu and a max pool whose kinks move the differences by up to ~1e-3).
+function fdCheck(model, trainable, grads, xb, yb) {
+  const bn = model.getLayer('bn');
+  const saved = [bn.movingMean.read().clone(), bn.movingVariance.read().clone()];
+  for (const v of trainable) {
+    const w0 = v.dataSync().slice(), g = grads[v.name].dataSync();
+    for (const i of [0, Math.floor(w0.length / 2), w0.length - 1]) {
+      const at = d => {
+        const w = w0.slice();
+        w[i] += d;
+        v.assign(tf.tensor(w, v.shape));
+        return tf.tidy(() => cce(yb, model.apply(xb, { training: true })).dataSync()[0]);
+      };
+      const fd = (at(1e-3) - at(-1e-3)) / 2e-3;
+      if (Math.abs(fd - g[i]) > 2e-3) throw new Error(`gradient of ${v.name}[${i}]: ${g[i]} vs central difference ${fd}`);
+    }
+    v.assign(tf.tensor(w0, v.shape));
+  }
+  bn.movingMean.write(saved[0]);
+  bn.movingVariance.write(saved[1]);
+}
+
+async function emitCnnTraining() {
+  const model = await loadSmallCnn();
+  // inference = Keras 3 (the committed expected.npy)
+  const xin = L.readNpy(path.join(CNN_DIR, 'input.npy')), want = L.readNpy(path.join(CNN_DIR, 'expected.npy'));
+  const got = model.predict(tf.tensor(xin.data, xin.shape)).dataSync();
+  for (let i = 0; i < got.length; i++) {
+    if (Math.abs(got[i] - want.data[i]) > 1e-5) throw new Error(`small_cnn predict differs at ${i}`);
+  }
+  exactSameAvgPool(model.getLayer('avg'));
+  const again = model.predict(tf.tensor(xin.data, xin.shape)).dataSync();
+  for (let i = 0; i < got.length; i++) {
+    if (Math.abs(again[i] - want.data[i]) > 1e-5) throw new Error(`patched avg pool differs at ${i}`);
+  }
+  const rng = L.mulberry32(CNN_SEED);
+  const x = L.uniformArray(rng, CNN_ROWS * 768, -1, 1);
+  const y = new Float32Array(CNN_ROWS * 10);
+  for (let r = 0; r < CNN_ROWS; r++) y[r * 10 + Math.floor(rng() * 10)] = 1;
+  const bn = model.getLayer('bn');
+  const bnInput = tf.model({ inputs: model.inputs, outputs: model.getLayer('conv1').output });
+  const trainable = model.trainableWeights.map(w => w.val);
+  const batchLoss = [], epochLoss = [];
+  let iterations = 0;
+  for (let e = 0; e < EPOCHS; e++) {
+    let total = 0, count = 0;
+    for (let r0 = 0; r0 < CNN_ROWS; r0 += B) {
+      const n = Math.min(B, CNN_ROWS - r0);
+      const xb = tf.tensor(x.subarray(r0 * 768, (r0 + n) * 768), [n, 16, 16, 3]);
+      const yb = tf.tensor(y.subarray(r0 * 10, (r0 + n) * 10), [n, 10]);
+      // the moving statistics Keras 3 would store, from the layer's input
+      const mm0 = bn.movingMean.read().dataSync().slice(), mv0 = bn.movingVariance.read().dataSync().slice();
+      const mo = tf.moments(bnInput.predict(xb), [0, 1, 2]);
+      const bm = mo.mean.dataSync(), bv = mo.variance.dataSync();
+      const { value, grads } = tf.variableGrads(() => cce(yb, model.apply(xb, { training: true })), trainable);
+      const mm = bn.movingMean.read().dataSync(), mv = bn.movingVariance.read().dataSync();
+      for (let c = 0; c < mm.length; c++) {
+        const km = f(f(mm0[c] * f(0.99)) + f(bm[c] * f(1 - 0.99)));
+        const kv = f(f(mv0[c] * f(0.99)) + f(bv[c] * f(1 - 0.99)));
+        if (Math.abs(km - mm[c]) > 1e-6 * (1 + Math.abs(km)) || Math.abs(kv - mv[c]) > 1e-6 * (1 + Math.abs(kv)))
+          throw new Error(`tfjs moving statistics differ from Keras 3's formula at channel ${c}`);
+      }
+      const loss = value.dataSync()[0];
+      if (iterations === 0) fdCheck(model, trainable, grads, xb, yb);
+      for (const v of trainable) {
+        const W = v.dataSync().slice(), G = grads[v.name].dataSync();
+        for (let i = 0; i < W.length; i++) W[i] = f(W[i] - f(G[i] * f(CNN_LR)));
+        v.assign(tf.tensor(W, v.shape));
+      }
+      iterations++;
+      batchLoss.push(loss);
+      total = f(total + f(loss * n));
+      count = f(count + n);
+      tf.dispose([xb, yb, value, mo.mean, mo.variance, ...Object.values(grads)]);
+    }
+    epochLoss.push(f(total / count));
+  }
+  write2(CNN_DIR, 'train_x.npy', L.npyBytes([CNN_ROWS, 16, 16, 3], x));
+  write2(CNN_DIR, 'train_y.npy', L.npyBytes([CNN_ROWS, 10], y));
+  write2(CNN_DIR, 'train_sgd_history.json', JSON.stringify({ loss: epochLoss, batch_loss: batchLoss }) + '\n');
+  write2(CNN_DIR, 'train_sgd_final.safetensors', L.safetensorsBytes(model.weights.map(w => ({
+    name: kerasName(w.originalName), shape: w.shape, data: w.read().dataSync() }))));
+  console.log(`  small_cnn sgd: epoch losses ${epochLoss.map(v => v.toFixed(6)).join(' ')}`);
+}
+
+function write2(dir, file, bytes) {
+  fs.writeFileSync(path.join(dir, file), bytes);
+  console.log('  wrote', path.relative(path.resolve(__dirname, '..', '..'), path.join(dir, file)));
+}
+
+module.exports = { emitTraining, emitCnnTraining };
 
 if (require.main === module) {
   (async () => {
     await tf.setBackend('cpu');
     await tf.ready();
-    await emitTraining();
+    const only = process.argv.slice(2);
+    if (!only.length || only.includes('mnist_mlp')) await emitTraining();
+    if (!only.length || only.includes('small_cnn')) await emitCnnTraining();
   })().catch(e => { console.error(e); process.exit(1); });
 }
