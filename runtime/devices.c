@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/cuda/cuda_rt.h"
 #include "runtime/runtime.h"
 
 static int cmp_i64(const void *a, const void *b) {
@@ -78,6 +79,8 @@ static void make_func(kdc_rt_plan *p, const kdc_prog_func *f, rt_func *rf) {
       make_groups(&p->prog.mesh, &f->steps[s].coll, &rf->groups[s]);
   rf->in_ptr = kdc_xcalloc(nd * f->n_inputs + 1, sizeof *rf->in_ptr);
   rf->out_ptr = kdc_xcalloc(nd * f->n_outputs + 1, sizeof *rf->out_ptr);
+  rf->in_dev = kdc_xcalloc(nd * f->n_inputs + 1, sizeof *rf->in_dev);
+  rf->out_dev = kdc_xcalloc(nd * f->n_outputs + 1, sizeof *rf->out_dev);
   rt_io_create(p, f, rf);
 }
 
@@ -141,6 +144,7 @@ void rt_devices_destroy(kdc_rt_plan *p) {
       for (uint32_t s = 0; s < f->n_steps; s++)
         if (f->steps[s].kind == KDC_STEP_COLLECTIVE) free_groups(&rf->groups[s]);
       free(rf->groups), free(rf->argv), free(rf->step_args), free(rf->in_ptr), free(rf->out_ptr);
+      free(rf->in_dev), free(rf->out_dev);
     }
   free(p->funcs);
   for (size_t i = 0; i < p->n_weight_pieces; i++) free(p->weight_pieces[i]);
@@ -148,4 +152,33 @@ void rt_devices_destroy(kdc_rt_plan *p) {
   free(p->dev_weights);
   free(p->scratch);
   free(p->coords);
+}
+
+/* ---- device memory (runtime.h) ---------------------------------------------------- */
+
+kdc_status rt_mem_alloc(kdc_rt_plan *p, int64_t dev, size_t bytes, void **out) {
+  if (p->cuda) return rt_cuda_mem_alloc(p, dev, bytes, out);
+  size_t n = (bytes + 63) / 64 * 64;
+  if (!(*out = aligned_alloc(64, n ? n : 64)))
+    return KDC_ERR(KDC_OUT_OF_MEMORY, "%s: device %lld: cannot allocate %zu bytes", p->path,
+                   (long long)dev, bytes);
+  memset(*out, 0, n ? n : 64);
+  return NULL;
+}
+
+void rt_mem_free(kdc_rt_plan *p, int64_t dev, void *ptr) {
+  if (p->cuda) rt_cuda_mem_free(p, dev, ptr);
+  else free(ptr);
+}
+
+kdc_status rt_mem_put(kdc_rt_plan *p, int64_t dev, void *dst, const void *src, size_t bytes) {
+  if (p->cuda) return rt_cuda_mem_copy(p, dev, dst, src, bytes, true);
+  memcpy(dst, src, bytes);
+  return NULL;
+}
+
+kdc_status rt_mem_get(kdc_rt_plan *p, int64_t dev, void *dst, const void *src, size_t bytes) {
+  if (p->cuda) return rt_cuda_mem_copy(p, dev, dst, src, bytes, false);
+  memcpy(dst, src, bytes);
+  return NULL;
 }

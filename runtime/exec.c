@@ -29,6 +29,7 @@
 #include <cblas.h>
 
 #include "runtime/comm.h"
+#include "runtime/cuda/cuda_rt.h"
 #include "runtime/runtime.h"
 
 /* Below this many element-ops a step (all devices) runs on the calling
@@ -261,6 +262,7 @@ static kdc_status run_stepwise(runner *r) {
 }
 
 kdc_status rt_exec_steps(kdc_rt_plan *p, size_t func) {
+  if (p->cuda) return rt_cuda_exec(p, func); /* a CUDA plan on GPUs (docs/gpu.md) */
   runner r = {.p = p, .f = &p->prog.funcs[func], .rf = &p->funcs[func]};
   kdc_status st = p->device_parallel ? run_device_parallel(&r) : run_stepwise(&r);
   if (st) st = kdc_status_annotate(st, "%s: %s", p->path, r.f->name);

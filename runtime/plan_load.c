@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "runtime/comm.h"
+#include "runtime/cuda/cuda_rt.h"
 #include "runtime/runtime.h"
 
 static char *section_text(const kdc_plan_file *pf, uint32_t kind) {
@@ -89,11 +90,15 @@ static kdc_status load(kdc_rt_plan *p, const kdc_rt_options *opt) {
   KDC_RETURN_IF_ERROR(kdc_prog_decode(&r, p->arena, &p->prog));
   p->metadata = section_text(p->file, KDC_PLAN_SECTION_METADATA);
   p->ir_text = section_text(p->file, KDC_PLAN_SECTION_IR_TEXT);
-  KDC_RETURN_IF_ERROR(load_code(p));
+  /* A CUDA plan runs on GPUs (cuda/exec.c) unless the caller asks for the
+   * CPU code it also carries; the GPUs need no JIT and no host arenas. */
+  bool cuda = (!opt || opt->target != KDC_RT_TARGET_CPU) &&
+              kdc_plan_file_find(p->file, KDC_PLAN_SECTION_CUDA, &data, &size);
+  if (!cuda) KDC_RETURN_IF_ERROR(load_code(p));
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   p->n_threads = opt && opt->n_threads > 0 ? opt->n_threads : cores > 0 ? (int)cores : 1;
   KDC_RETURN_IF_ERROR(rt_pool_create(p->n_threads, &p->pool));
-  KDC_RETURN_IF_ERROR(rt_devices_create(p, arena_used(&p->prog)));
+  KDC_RETURN_IF_ERROR(rt_devices_create(p, cuda ? 0 : arena_used(&p->prog)));
   p->device_parallel = p->nd > 1 && p->nd >= p->n_threads;
   p->timeout_s = opt && opt->collective_timeout_s > 0 ? opt->collective_timeout_s : 60;
 #ifdef NDEBUG
@@ -113,9 +118,13 @@ static kdc_status load(kdc_rt_plan *p, const kdc_rt_options *opt) {
     p->d0 = p->nd / p->n_procs * p->proc_id;
     p->d1 = p->d0 + p->nd / p->n_procs;
     p->device_parallel = p->d1 - p->d0 > 1 && p->d1 - p->d0 >= p->n_threads;
-    return rt_comm_mpi_create(p, p->timeout_s, &p->comm);
+    KDC_RETURN_IF_ERROR(rt_comm_mpi_create(p, p->timeout_s, &p->comm));
+  } else {
+    KDC_RETURN_IF_ERROR(rt_comm_shm_create(&p->prog.mesh, p->pool, p->timeout_s, &p->comm));
   }
-  return rt_comm_shm_create(&p->prog.mesh, p->pool, p->timeout_s, &p->comm);
+  /* GPUs: collectives through NCCL; the comm above only gathers outputs */
+  if (cuda) return rt_cuda_create(p, arena_used(&p->prog), NULL);
+  return NULL;
 }
 
 kdc_status kdc_rt_plan_load_with(const char *path, const kdc_rt_options *opt, kdc_rt_plan **out) {
@@ -141,6 +150,7 @@ void kdc_rt_plan_retain(kdc_rt_plan *p) { p->refs++; }
 
 void kdc_rt_plan_release(kdc_rt_plan *p) {
   if (!p || --p->refs > 0) return;
+  rt_cuda_destroy(p);
   rt_comm_destroy(p->comm);
   rt_pool_destroy(p->pool);
   rt_jit_destroy(p->jit);

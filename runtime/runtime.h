@@ -45,7 +45,15 @@ typedef struct kdc_rt_options {
                                   the mesh and collectives go through MPI (comm_mpi.c,
                                   docs/processes.md; kdc_rt_procs_init first); process 0
                                   receives the outputs.  0 = one process, every device */
+  int target;                  /* KDC_RT_TARGET_*: where a plan compiled with --target
+                                  cuda runs (docs/gpu.md) */
 } kdc_rt_options;
+
+enum {
+  KDC_RT_TARGET_PLAN = 0,      /* the plan's: GPUs for a CUDA plan (runtime/cuda/) */
+  KDC_RT_TARGET_CPU = 1,       /* always the CPU (a CUDA plan carries CPU code too):
+                                  `kdc inspect`, and the CPU side of GPU-vs-CPU tests */
+};
 
 /* ---- plan_load.c ------------------------------------------------------------ */
 
@@ -308,9 +316,12 @@ typedef struct rt_func {
   rt_io *in, *out;
   const void **in_ptr;      /* [device * n_inputs + i]: bound per run */
   void **out_ptr;           /* [device * n_outputs + o] */
+  void **in_dev, **out_dev; /* CUDA plans: [device * n + i] a GPU buffer bound instead of
+                               in_ptr / out_ptr (training state), or NULL (cuda/exec.c) */
 } rt_func;
 
 struct rt_comm;
+struct rt_cuda;
 
 struct kdc_rt_plan {
   int refs;
@@ -336,6 +347,8 @@ struct kdc_rt_plan {
   void **weight_pieces;     /* buffers owned for split weights */
   size_t n_weight_pieces;
   struct rt_comm *comm;
+  struct rt_cuda *cuda;     /* a CUDA plan on GPUs (cuda/exec.c; dev_weights then hold GPU
+                               addresses), or NULL: the cpu device set */
   uint64_t coll_seq;        /* collectives called so far */
   /* processes (docs/processes.md): this process runs devices [d0, d1) */
   int64_t d0, d1;
@@ -348,6 +361,13 @@ struct kdc_rt_plan {
  * collective groups and I/O staging for every device of p->prog.mesh. */
 kdc_status rt_devices_create(kdc_rt_plan *p, uint64_t arena_bytes);
 void rt_devices_destroy(kdc_rt_plan *p);
+/* Memory of device |dev| that kernels read and write: host memory on the
+ * cpu device set, GPU memory for a CUDA plan (cuda/exec.c).  Allocations
+ * are zeroed and 64-byte aligned; put/get copy from / to the host. */
+kdc_status rt_mem_alloc(kdc_rt_plan *p, int64_t dev, size_t bytes, void **out);
+void rt_mem_free(kdc_rt_plan *p, int64_t dev, void *ptr);
+kdc_status rt_mem_put(kdc_rt_plan *p, int64_t dev, void *dst, const void *src, size_t bytes);
+kdc_status rt_mem_get(kdc_rt_plan *p, int64_t dev, void *dst, const void *src, size_t bytes);
 
 /* ---- shard_io.c: global arrays <-> device pieces ---------------------------- */
 

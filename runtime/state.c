@@ -45,6 +45,8 @@ struct kdc_rt_train {
   int loss_out;
   float *loss;               /* per device */
   const void **saved_weights;/* p->dev_weights before training */
+  kdc_status mem_error;      /* a failed GPU copy in state_get/set (void API), returned by
+                                the next train_step or evaluate */
 };
 
 static bool same_layout(const kdc_rt_plan *p, const kdc_prog_tensor *a, const kdc_prog_tensor *b) {
@@ -88,6 +90,35 @@ static void piece_to_global(const kdc_rt_plan *p, const kdc_prog_tensor *t, int6
   rt_box_init(&b, t->rank, kdc_prog_dtype_size(t->dtype), t->local_dims, t->local_dims, zero,
               t->dims, off);
   rt_box_copy(&b, dst, src, 0, b.rows);
+}
+
+/* State buffers live where the kernels run: host memory on the cpu device
+ * set, GPU memory for a CUDA plan (rt_mem_*, docs/gpu.md).  These move a
+ * piece between a global host array and device |d|'s buffer. */
+static kdc_status put_piece(kdc_rt_plan *p, const kdc_prog_tensor *t, int64_t d, void *buf,
+                            const void *global) {
+  if (!p->cuda) {
+    piece_from_global(p, t, d, buf, global);
+    return NULL;
+  }
+  void *tmp = kdc_xmalloc(t->local_bytes + 1);
+  piece_from_global(p, t, d, tmp, global);
+  kdc_status st = rt_mem_put(p, d, buf, tmp, t->local_bytes);
+  free(tmp);
+  return st;
+}
+
+static kdc_status get_piece(kdc_rt_plan *p, const kdc_prog_tensor *t, int64_t d, void *global,
+                            const void *buf) {
+  if (!p->cuda) {
+    piece_to_global(p, t, d, global, buf);
+    return NULL;
+  }
+  void *tmp = kdc_xmalloc(t->local_bytes + 1);
+  kdc_status st = rt_mem_get(p, d, tmp, buf, t->local_bytes);
+  if (!st) piece_to_global(p, t, d, global, tmp);
+  free(tmp);
+  return st;
 }
 
 static void point_weights(kdc_rt_train *t) {
@@ -144,14 +175,12 @@ static kdc_status alloc_state(kdc_rt_train *t) {
     for (int par = 0; par < 2; par++) {
       s->buf[par] = kdc_xcalloc((size_t)p->nd, sizeof(void *));
       for (int64_t d = 0; d < p->nd; d++) {
-        void *b = aligned_alloc(64, bytes);
-        if (!b)
-          return KDC_ERR(KDC_OUT_OF_MEMORY, "%s: cannot allocate training state \"%s\"", p->path,
-                         s->t->name);
-        memset(b, 0, bytes);
+        void *b = NULL;
+        KDC_RETURN_IF_ERROR(kdc_status_annotate(rt_mem_alloc(p, d, bytes, &b),
+                                                "training state \"%s\"", s->t->name));
         s->buf[par][d] = b;
         if (s->weight >= 0)
-          piece_from_global(p, s->t, d, b, p->prog.weight_data[s->weight]);
+          KDC_RETURN_IF_ERROR(put_piece(p, s->t, d, b, p->prog.weight_data[s->weight]));
       }
     }
   }
@@ -168,6 +197,9 @@ kdc_status kdc_rt_train_create(kdc_rt_plan *p, kdc_rt_train **out) {
   if (t->step_fn < 0)
     st = KDC_ERR(KDC_INVALID_INPUT, "%s: the plan has no train_step (compile it with --loss, or "
                  "from a model with a compile_config)", p->path);
+  if (!st && p->cuda && p->n_procs > 1)
+    st = KDC_ERR(KDC_UNSUPPORTED, "%s: training a CUDA plan over %d processes is not supported "
+                 "(one process driving every GPU is; docs/gpu.md)", p->path, p->n_procs);
   if (!st) st = find_state(t, &p->prog.funcs[t->step_fn]);
   if (!st) st = alloc_state(t);
   if (st) {
@@ -192,11 +224,13 @@ void kdc_rt_train_destroy(kdc_rt_train *t) {
   for (size_t k = 0; k < t->n_state; k++)
     for (int par = 0; par < 2; par++) {
       if (!t->s[k].buf[par]) continue;
-      for (int64_t d = 0; d < t->p->nd; d++) free(t->s[k].buf[par][d]);
+      for (int64_t d = 0; d < t->p->nd; d++)
+        if (t->s[k].buf[par][d]) rt_mem_free(t->p, d, t->s[k].buf[par][d]);
       free(t->s[k].buf[par]);
     }
   if (t->loss) kdc_rt_plan_release(t->p);
   free(t->s), free(t->data_in), free(t->loss), free(t->saved_weights);
+  kdc_status_free(t->mem_error);
   free(t);
 }
 
@@ -214,17 +248,23 @@ const kdc_rt_tensor_info *kdc_rt_train_state(const kdc_rt_train *t, size_t k) {
 
 bool kdc_rt_train_state_is_weight(const kdc_rt_train *t, size_t k) { return t->s[k].weight >= 0; }
 
+/* Keeps the first GPU copy failure of the void state API. */
+static void keep_error(kdc_rt_train *t, kdc_status st) {
+  if (st && !t->mem_error) t->mem_error = st;
+  else kdc_status_free(st);
+}
+
 void kdc_rt_train_state_get(const kdc_rt_train *t, size_t k, void *global) {
   const st_tensor *s = &t->s[k];
   for (int64_t d = 0; d < t->p->nd; d++)
     if (rt_mesh_canonical(&t->p->prog.mesh, s->t, d) == d)
-      piece_to_global(t->p, s->t, d, global, s->buf[t->parity][d]);
+      keep_error((kdc_rt_train *)t, get_piece(t->p, s->t, d, global, s->buf[t->parity][d]));
 }
 
 void kdc_rt_train_state_set(kdc_rt_train *t, size_t k, const void *global) {
   const st_tensor *s = &t->s[k];
   for (int64_t d = 0; d < t->p->nd; d++)
-    piece_from_global(t->p, s->t, d, s->buf[t->parity][d], global);
+    keep_error(t, put_piece(t->p, s->t, d, s->buf[t->parity][d], global));
 }
 
 /* Binds data input |i| of |f| (global array |g|) on every device, as
@@ -247,6 +287,20 @@ static void bind_data(kdc_rt_plan *p, const kdc_prog_func *f, rt_func *rf, uint3
 
 /* Every replica of the loss and of each new state piece equals its
  * canonical copy bitwise (the replica check of shard_io.c, for state). */
+/* Do devices |d| and |c| hold the same bytes of state |k|? */
+static bool same_piece(const kdc_rt_train *t, size_t k, int par, int64_t d, int64_t c) {
+  const st_tensor *s = &t->s[k];
+  size_t n = s->t->local_bytes;
+  if (!t->p->cuda) return !memcmp(s->buf[par][d], s->buf[par][c], n);
+  char *a = kdc_xmalloc(n + 1), *b = kdc_xmalloc(n + 1);
+  kdc_status st = rt_mem_get(t->p, d, a, s->buf[par][d], n);
+  if (!st) st = rt_mem_get(t->p, c, b, s->buf[par][c], n);
+  bool same = !st && !memcmp(a, b, n);
+  kdc_status_free(st);
+  free(a), free(b);
+  return same;
+}
+
 static kdc_status check_replicas(const kdc_rt_train *t, int next) {
   const kdc_rt_plan *p = t->p;
   for (int64_t d = 1; d < p->nd; d++)
@@ -256,7 +310,7 @@ static kdc_status check_replicas(const kdc_rt_train *t, int next) {
   for (size_t k = 0; k < t->n_state; k++)
     for (int64_t d = 0; d < p->nd; d++) {
       int64_t c = rt_mesh_canonical(&p->prog.mesh, t->s[k].t, d);
-      if (c != d && memcmp(t->s[k].buf[next][d], t->s[k].buf[next][c], t->s[k].t->local_bytes))
+      if (c != d && !same_piece(t, k, next, d, c))
         return KDC_ERR(KDC_INTERNAL, "%s: train_step: state \"%s\" on device %lld differs from "
                        "its replica on device %lld", p->path, t->s[k].t->name, (long long)d,
                        (long long)c);
@@ -264,11 +318,32 @@ static kdc_status check_replicas(const kdc_rt_train *t, int next) {
   return NULL;
 }
 
+/* A CUDA plan's state is GPU memory: bound as the step's GPU buffers
+ * (in_dev / out_dev, never staged through the host); cur < 0 unbinds. */
+static void bind_gpu_state(kdc_rt_train *t, rt_func *rf, const kdc_prog_func *f, int cur,
+                           int next) {
+  kdc_rt_plan *p = t->p;
+  if (!p->cuda) return;
+  for (int64_t d = p->d0; d < p->d1; d++)
+    for (size_t k = 0; k < t->n_state; k++) {
+      const st_tensor *s = &t->s[k];
+      if (s->in >= 0)
+        rf->in_dev[d * f->n_inputs + (uint32_t)s->in] = cur < 0 ? NULL : s->buf[cur][d];
+      rf->out_dev[d * f->n_outputs + (size_t)(s->t - f->outputs)] =
+          next < 0 ? NULL : s->buf[next][d];
+    }
+}
+
 kdc_status kdc_rt_train_step(kdc_rt_train *t, const void *const *data, float *loss) {
   kdc_rt_plan *p = t->p;
   const kdc_prog_func *f = &p->prog.funcs[t->step_fn];
   rt_func *rf = &p->funcs[t->step_fn];
   int cur = t->parity, next = 1 - cur;
+  if (t->mem_error) { /* an earlier state_get/set failed on the GPU */
+    kdc_status st = t->mem_error;
+    t->mem_error = NULL;
+    return st;
+  }
   for (size_t i = 0; i < t->n_data; i++) {
     if (!data[i] && f->inputs[t->data_in[i]].bytes)
       return KDC_ERR(KDC_INVALID_INPUT, "%s: train_step: input \"%s\" is missing", p->path,
@@ -283,7 +358,10 @@ kdc_status kdc_rt_train_step(kdc_rt_train *t, const void *const *data, float *lo
     }
     rf->out_ptr[d * f->n_outputs + (uint32_t)t->loss_out] = &t->loss[d];
   }
-  KDC_RETURN_IF_ERROR(rt_exec_steps(p, (size_t)t->step_fn));
+  bind_gpu_state(t, rf, f, cur, next);
+  kdc_status st = rt_exec_steps(p, (size_t)t->step_fn);
+  bind_gpu_state(t, rf, f, -1, -1);
+  KDC_RETURN_IF_ERROR(st);
   if (p->check_replicas) KDC_RETURN_IF_ERROR(check_replicas(t, next));
   t->parity = next;
   point_weights(t);

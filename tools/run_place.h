@@ -3,7 +3,7 @@
 #ifndef KDC_TOOLS_RUN_PLACE_H
 #define KDC_TOOLS_RUN_PLACE_H
 
-#include "runtime/cuda_rt.h"
+#include "runtime/cuda/cuda_rt.h"
 #include "runtime/runtime.h"
 #include "tools/cli.h"
 

@@ -4,10 +4,18 @@
  *     fails with the documented message and exit status (this machine has
  *     no GPU: "no CUDA device: cuInit failed: ..." exit 3 in a CUDA build,
  *     "this kdc was built without CUDA" exit 2 otherwise);
- *   - gpu_matches_cpu: with a usable CUDA device, the example models' CUDA
- *     results against the CPU plan's.  Skipped with the reason printed when
- *     kdc_rt_cuda_available says no (no device here; never faked).
+ *   - gpu_matches_cpu: with a usable CUDA device, every example under
+ *     examples/ (1 device and data parallel on 2) run by the CUDA executor against the same
+ *     plan's CPU code, within a tolerance;
+ *   - gpu_train_matches_cpu: three train_step calls (adam, 2 devices), loss
+ *     and every state tensor, GPU vs CPU;
+ *     both skipped with the reason printed when kdc_rt_cuda_available says
+ *     no (no device here; never faked);
+ *   - fit_refused_cpu_runs: without a GPU `kdc run --fit` on a CUDA plan
+ *     fails the same way (no silent CPU fall-back), a CPU plan still runs
+ *     and `kdc inspect` still describes the CUDA plan.
  */
+#include <dirent.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -18,7 +26,8 @@
 #include <cmocka.h>
 
 #include "e2e/e2e_util.h"
-#include "runtime/cuda_rt.h"
+#include "runtime/cuda/cuda_rt.h"
+#include "runtime/runtime.h"
 
 static const char *cuda_plan(void) {
   static char *plan;
@@ -58,21 +67,186 @@ static void test_refused(void **state) {
   free(y);
 }
 
+/* Outputs of |plan| run on |target| for the global inputs |in|. */
+static kdc_rt_plan *load(const char *plan, int target) {
+  kdc_rt_options ro = {.target = target};
+  kdc_rt_plan *p = NULL;
+  kdc_status st = kdc_rt_plan_load_with(plan, &ro, &p);
+  if (st) fail_msg("%s", kdc_status_message(st));
+  return p;
+}
+
+/* GPU vs CPU within a tolerance: NCCL sums in its own order and libdevice
+ * is not glibc's libm (docs/gpu.md, "Numerics"). */
+static void close_enough(const char *what, const float *gpu, const float *cpu, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    float tol = 1e-4f + 1e-4f * (cpu[i] < 0 ? -cpu[i] : cpu[i]);
+    float d = gpu[i] - cpu[i];
+    if (!(d <= tol && -d <= tol)) fail_msg("%s[%zu]: GPU %g, CPU %g", what, i, gpu[i], cpu[i]);
+  }
+}
+
+static void compare_example(const char *ex, const char *mesh) {
+  char rel[256];
+  snprintf(rel, sizeof rel, "examples/%s/model.json", ex);
+  char *model = e2e_src(rel), *plan = e2e_path("cmp.plan");
+  e2e_result r;
+  if (*mesh) e2e_kdc(&r, "compile", model, "-o", plan, "--target", "cuda", "--batch", "8", "--mesh", mesh, NULL);
+  else e2e_kdc(&r, "compile", model, "-o", plan, "--target", "cuda", "--batch", "8", NULL);
+  if (r.status != 0) fail_msg("%s: compile: %s", ex, r.err);
+  kdc_rt_plan *g = load(plan, KDC_RT_TARGET_PLAN), *c = load(plan, KDC_RT_TARGET_CPU);
+  size_t ni = kdc_rt_plan_input_count(c, 0), no = kdc_rt_plan_output_count(c, 0);
+  void *in[16] = {0}, *og[16] = {0}, *oc[16] = {0};
+  assert_true(ni <= 16 && no <= 16);
+  for (size_t i = 0; i < ni; i++) { /* deterministic inputs of the plan's dtype */
+    const kdc_rt_tensor_info *t = kdc_rt_plan_input(c, 0, i);
+    in[i] = kdc_xcalloc(1, t->bytes + 1);
+    size_t es = kdc_io_dtype_size(t->dtype), n = t->bytes / es;
+    for (size_t e = 0; e < n; e++) {
+      if (t->dtype == KDC_IO_DTYPE_F32) ((float *)in[i])[e] = (float)((e * 37) % 101) / 50.0f - 1;
+      else if (t->dtype == KDC_IO_DTYPE_I32) ((int32_t *)in[i])[e] = (int32_t)(e % 7);
+      else if (t->dtype == KDC_IO_DTYPE_I64) ((int64_t *)in[i])[e] = (int64_t)(e % 7);
+      else ((uint8_t *)in[i])[e] = (uint8_t)(e % 2);
+    }
+  }
+  for (size_t o = 0; o < no; o++) {
+    og[o] = kdc_xcalloc(1, kdc_rt_plan_output(c, 0, o)->bytes + 1);
+    oc[o] = kdc_xcalloc(1, kdc_rt_plan_output(c, 0, o)->bytes + 1);
+  }
+  kdc_status st = kdc_rt_plan_run(g, (const void *const *)in, og);
+  if (st) fail_msg("%s on the GPU: %s", ex, kdc_status_message(st));
+  assert_null(kdc_rt_plan_run(c, (const void *const *)in, oc));
+  for (size_t o = 0; o < no; o++) {
+    const kdc_rt_tensor_info *t = kdc_rt_plan_output(c, 0, o);
+    if (t->dtype == KDC_IO_DTYPE_F32) close_enough(ex, og[o], oc[o], t->bytes / 4);
+    else assert_memory_equal(og[o], oc[o], t->bytes);
+  }
+  printf("ok: %s%s%s: GPU matches CPU\n", ex, *mesh ? " --mesh " : "", mesh);
+  for (size_t i = 0; i < 16; i++) free(in[i]), free(og[i]), free(oc[i]);
+  kdc_rt_plan_release(g);
+  kdc_rt_plan_release(c);
+  free(model), free(plan);
+}
+
+/* Skips (printing why) unless a CUDA device is usable; never fakes one. */
+static bool gpu_usable(void) {
+  kdc_status st = kdc_rt_cuda_available(cuda_plan());
+  if (!st) return true;
+  printf("skipped: %s\n", kdc_status_message(st));
+  kdc_status_free(st);
+  return false;
+}
+
 static void test_gpu_matches_cpu(void **state) {
   (void)state;
-  kdc_status st = kdc_rt_cuda_available(cuda_plan());
-  if (st) {
-    printf("skipped: %s\n", kdc_status_message(st));
-    kdc_status_free(st);
+  if (!gpu_usable()) skip();
+  char *dir = e2e_src("examples");
+  DIR *dh = opendir(dir);
+  assert_non_null(dh);
+  int n = 0;
+  for (struct dirent *e; (e = readdir(dh));) { /* every example model */
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s/model.json", dir, e->d_name);
+    if (e->d_name[0] == '.' || !e2e_exists(path)) continue;
+    compare_example(e->d_name, "");
+    compare_example(e->d_name, "2"); /* data parallel: NCCL collectives */
+    n++;
+  }
+  closedir(dh);
+  free(dir);
+  assert_true(n >= 8);
+}
+
+/* Three train_step calls on the same batches, GPU vs CPU: losses and every
+ * state tensor within the tolerance. */
+static void test_gpu_train_matches_cpu(void **state) {
+  (void)state;
+  if (!gpu_usable()) skip();
+  char *model = e2e_src("examples/mnist_mlp/model.json"), *plan = e2e_path("train.plan");
+  e2e_result r;
+  e2e_kdc(&r, "compile", model, "-o", plan, "--target", "cuda", "--batch", "8", "--mesh", "2",
+          "--loss", "sparse_categorical_crossentropy", "--optimizer", "adam", NULL);
+  if (r.status != 0) fail_msg("compile: %s", r.err);
+  kdc_rt_plan *pg = load(plan, KDC_RT_TARGET_PLAN), *pc = load(plan, KDC_RT_TARGET_CPU);
+  kdc_rt_train *tg = NULL, *tc = NULL;
+  assert_null(kdc_rt_train_create(pg, &tg));
+  assert_null(kdc_rt_train_create(pc, &tc));
+  size_t nd = kdc_rt_train_data_count(tc);
+  void *data[8] = {0};
+  assert_true(nd <= 8);
+  for (size_t i = 0; i < nd; i++) {
+    const kdc_rt_tensor_info *t = kdc_rt_train_data(tc, i);
+    data[i] = kdc_xcalloc(1, t->bytes + 1);
+    size_t es = kdc_io_dtype_size(t->dtype), n = t->bytes / es;
+    for (size_t e = 0; e < n; e++) {
+      if (!strcmp(t->name, "sample_mask")) ((float *)data[i])[e] = 1;
+      else if (t->dtype == KDC_IO_DTYPE_F32) ((float *)data[i])[e] = (float)((e * 13) % 17) / 8 - 1;
+      else ((int32_t *)data[i])[e] = (int32_t)(e % 10);
+    }
+  }
+  for (int step = 0; step < 3; step++) {
+    float lg = 0, lc = 0;
+    kdc_status st = kdc_rt_train_step(tg, (const void *const *)data, &lg);
+    if (st) fail_msg("train_step on the GPU: %s", kdc_status_message(st));
+    assert_null(kdc_rt_train_step(tc, (const void *const *)data, &lc));
+    close_enough("loss", &lg, &lc, 1);
+  }
+  for (size_t k = 0; k < kdc_rt_train_state_count(tc); k++) {
+    const kdc_rt_tensor_info *t = kdc_rt_train_state(tc, k);
+    void *a = kdc_xcalloc(1, t->bytes + 1), *b = kdc_xcalloc(1, t->bytes + 1);
+    kdc_rt_train_state_get(tg, k, a);
+    kdc_rt_train_state_get(tc, k, b);
+    if (t->dtype == KDC_IO_DTYPE_F32) close_enough(t->name, a, b, t->bytes / 4);
+    else assert_memory_equal(a, b, t->bytes);
+    free(a), free(b);
+  }
+  for (size_t i = 0; i < 8; i++) free(data[i]);
+  kdc_rt_train_destroy(tg);
+  kdc_rt_train_destroy(tc);
+  kdc_rt_plan_release(pg);
+  kdc_rt_plan_release(pc);
+  free(model), free(plan);
+}
+
+/* Without a usable GPU, --fit on a CUDA plan fails like `kdc run` (it
+ * never falls back to the plan's CPU code), and a CPU plan still runs. */
+static void test_fit_refused_cpu_runs(void **state) {
+  (void)state;
+  const char *plan = cuda_plan();
+  kdc_status st = kdc_rt_cuda_available(plan);
+  if (!st) {
+    printf("a CUDA device is usable here: the refusal path is not exercised\n");
     skip();
   }
-  fail_msg("a CUDA device is usable but this kdc has no CUDA executor to compare with");
+  kdc_status_free(st);
+  char *x = e2e_src("examples/mnist_mlp/train_x.npy"), *y = e2e_src("examples/mnist_mlp/train_y.npy");
+  char *model = e2e_src("examples/mnist_mlp/model.json"), *cpu = e2e_path("cpu.plan");
+  char *in = e2e_src("examples/mnist_mlp/input.npy"), *out = e2e_path("cpu_y.npy");
+  e2e_result r;
+  e2e_kdc(&r, "run", plan, "--fit", "--x", x, "--y", y, "--epochs", "1", "--quiet", NULL);
+#ifdef KDC_HAVE_CUDA
+  assert_int_equal(r.status, 3);
+  if (!strstr(r.err, "no CUDA device: cuInit failed:")) fail_msg("stderr: %s", r.err);
+#else
+  assert_int_equal(r.status, 2);
+  if (!strstr(r.err, "this kdc was built without CUDA")) fail_msg("stderr: %s", r.err);
+#endif
+  e2e_kdc(&r, "compile", model, "-o", cpu, "--batch", "8", NULL);
+  assert_int_equal(r.status, 0);
+  e2e_kdc(&r, "run", cpu, "--input", in, "--output", out, NULL);
+  if (r.status != 0) fail_msg("a CPU plan in a CUDA build: %s", r.err);
+  assert_true(e2e_exists(out));
+  e2e_kdc(&r, "inspect", plan, NULL); /* describing a CUDA plan needs no GPU */
+  if (r.status != 0) fail_msg("inspect: %s", r.err);
+  free(x), free(y), free(model), free(cpu), free(in), free(out);
 }
 
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_refused),
       cmocka_unit_test(test_gpu_matches_cpu),
+      cmocka_unit_test(test_gpu_train_matches_cpu),
+      cmocka_unit_test(test_fit_refused_cpu_runs),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,130 @@
+/*
+ * runtime/cuda/api.c: dlopen of libcuda.so.1, libcublas and libnccl (api.h).
+ */
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "runtime/cuda/api.h"
+
+#define RT_STR(x) #x
+#define RT_XSTR(x) RT_STR(x)  /* expands the header's renames first */
+
+#ifndef KDC_CUDA_LIBDIR
+#define KDC_CUDA_LIBDIR "/usr/local/cuda/lib64"
+#endif
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static rt_cuda_api api;
+static int state;            /* 0 not tried, 1 loaded, -1 failed */
+static char why[512], blas_why[512], nccl_why[512];
+
+/* The first of |names| that opens (then the toolkit's lib dir); NULL with
+ * the last dlerror in |err|. */
+static void *open_lib(const char *const *names, char *err, size_t n) {
+  for (int i = 0; names[i]; i++) {
+    void *h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+    if (h) return h;
+    snprintf(err, n, "%s", dlerror());
+    char full[512];
+    snprintf(full, sizeof full, "%s/%s", KDC_CUDA_LIBDIR, names[i]);
+    if ((h = dlopen(full, RTLD_NOW | RTLD_LOCAL))) return h;
+  }
+  return NULL;
+}
+
+/* Looks up every symbol of one library into |t|; false (reason in |err|)
+ * on the first missing. */
+#define RT_CU_LOOKUP(f)                                                              \
+  if (ok && !(t->f = (__typeof__(t->f))dlsym(h, RT_XSTR(f)))) {                     \
+    snprintf(err, n, "%s: symbol %s not found", lib, RT_XSTR(f));                    \
+    ok = false;                                                                      \
+  }
+
+static bool load_driver(rt_cuda_api *t, void *h, const char *lib, char *err, size_t n) {
+  bool ok = true;
+  RT_CU_DRIVER(RT_CU_LOOKUP)
+  t->cuFuncGetParamInfo = (__typeof__(t->cuFuncGetParamInfo))dlsym(h, "cuFuncGetParamInfo");
+  return ok;
+}
+
+static bool load_blas(rt_cuda_api *t, void *h, const char *lib, char *err, size_t n) {
+  bool ok = true;
+  RT_CU_BLAS(RT_CU_LOOKUP)
+  return ok;
+}
+
+static bool load_nccl(rt_cuda_api *t, void *h, const char *lib, char *err, size_t n) {
+  bool ok = true;
+  RT_CU_NCCL(RT_CU_LOOKUP)
+  return ok;
+}
+#undef RT_CU_LOOKUP
+
+kdc_status rt_cuda_api_resolve(const char *driver, const char *blas, const char *nccl) {
+  rt_cuda_api t;
+  memset(&t, 0, sizeof t);
+  const char *const path[3] = {driver, blas, nccl};
+  bool (*const load_fn[3])(rt_cuda_api *, void *, const char *, char *, size_t) = {
+      load_driver, load_blas, load_nccl};
+  for (int i = 0; i < 3; i++) {
+    char err[400];
+    void *h = dlopen(path[i], RTLD_NOW | RTLD_LOCAL);
+    if (!h) return KDC_ERR(KDC_UNAVAILABLE, "%s: %s", path[i], dlerror());
+    bool ok = load_fn[i](&t, h, path[i], err, sizeof err);
+    /* never dlclose'd, like the loader's: cuBLAS and NCCL keep allocations
+     * from their static initialisers that an unload would leak */
+    if (!ok) return KDC_ERR(KDC_UNAVAILABLE, "%s", err);
+  }
+  return NULL;
+}
+
+static void load(void) {
+  static const char *const cu[] = {"libcuda.so.1", NULL};
+  static const char *const blas[] = {"libcublas.so.13", "libcublas.so.12", "libcublas.so", NULL};
+  static const char *const nccl[] = {"libnccl.so.2", "libnccl.so", NULL};
+  char err[400] = "";
+  void *h = open_lib(cu, err, sizeof err);
+  if (!h) {
+    snprintf(why, sizeof why, "the CUDA driver (libcuda.so.1) cannot be loaded: %s", err);
+    state = -1;
+    return;
+  }
+  if (!load_driver(&api, h, "libcuda.so.1", err, sizeof err)) {
+    snprintf(why, sizeof why, "%s", err);
+    state = -1;
+    return;
+  }
+  CUresult rc = api.cuInit(0);
+  if (rc != CUDA_SUCCESS) {
+    const char *s = NULL;
+    api.cuGetErrorString(rc, &s);
+    snprintf(why, sizeof why, "%s (error %d)", s ? s : "unknown error", (int)rc);
+    state = -1;
+    return;
+  }
+  void *b = open_lib(blas, err, sizeof err);
+  if (!b) snprintf(blas_why, sizeof blas_why, "cuBLAS cannot be loaded: %s", err);
+  else if (!(api.has_blas = load_blas(&api, b, "libcublas", err, sizeof err)))
+    snprintf(blas_why, sizeof blas_why, "%s", err);
+  void *c = open_lib(nccl, err, sizeof err);
+  if (!c) snprintf(nccl_why, sizeof nccl_why, "NCCL cannot be loaded: %s", err);
+  else if (!(api.has_nccl = load_nccl(&api, c, "libnccl", err, sizeof err)))
+    snprintf(nccl_why, sizeof nccl_why, "%s", err);
+  state = 1;
+}
+
+kdc_status rt_cuda_api_get(const char *path, const rt_cuda_api **out) {
+  *out = NULL;
+  pthread_mutex_lock(&lock);
+  if (state == 0) load();
+  pthread_mutex_unlock(&lock);
+  if (state < 0)
+    return KDC_ERR(KDC_UNAVAILABLE, "%s: no CUDA device: cuInit failed: %s", path, why);
+  *out = &api;
+  return NULL;
+}
+
+const char *rt_cuda_api_blas_error(void) { return blas_why; }
+const char *rt_cuda_api_nccl_error(void) { return nccl_why; }
