@@ -74,34 +74,72 @@ static void shape_str(int rank, const int64_t *dims, char *buf, size_t n) {
   if (k < n) snprintf(buf + k, n - k, rank == 1 ? ",)" : ")");
 }
 
-/* Converts |a| in place to the plan input's dtype where that is lossless in
- * intent (f64 -> f32, i32 <-> i64 ids); anything else is an error. */
+/* Element |i| of |a|: integers and booleans exactly in |*iv| (returns true),
+ * floating types in |*fv| (returns false). */
+static bool input_element(const kdc_npy_array *a, size_t i, int64_t *iv, double *fv) {
+  const unsigned char *p = (const unsigned char *)a->data + i * kdc_io_dtype_size(a->dtype);
+  switch (a->dtype) {
+  case KDC_IO_DTYPE_I32: *iv = ((const int32_t *)a->data)[i]; return true;
+  case KDC_IO_DTYPE_I64: *iv = ((const int64_t *)a->data)[i]; return true;
+  case KDC_IO_DTYPE_I8: *iv = ((const int8_t *)a->data)[i]; return true;
+  case KDC_IO_DTYPE_U8:
+  case KDC_IO_DTYPE_BOOL: *iv = *p; return true;
+  case KDC_IO_DTYPE_F64: *fv = ((const double *)a->data)[i]; return false;
+  default: {
+    float f = 0;
+    kdc_io_convert_to_f32(a->dtype, p, 1, &f);
+    *fv = f;
+    return false;
+  }
+  }
+}
+
+/* Converts |a| in place to the plan input's dtype, as Keras converts a model
+ * input (Functional._convert_inputs_to_tensors: convert_to_tensor(x,
+ * dtype=input.dtype)): token ids saved as int64 feed a float32 Input, float
+ * ids feed an int32 one. Floats round to nearest f32; integers and booleans
+ * become floats exactly up to 2^24 (to nearest beyond); floats become
+ * integers by truncation toward zero (numpy's astype). A value an integer
+ * input cannot hold (NaN, infinite, out of range) is an error naming it. */
 static kdc_status convert_input(const char *path, const kdc_rt_tensor_info *t, kdc_npy_array *a) {
   if (a->dtype == t->dtype) return NULL;
-  size_t n = a->nbytes / kdc_io_dtype_size(a->dtype);
-  if (t->dtype == KDC_IO_DTYPE_F32 && a->dtype == KDC_IO_DTYPE_F64) return kdc_npy_to_f32(path, a);
-  bool ints = (a->dtype == KDC_IO_DTYPE_I32 || a->dtype == KDC_IO_DTYPE_I64) &&
-              (t->dtype == KDC_IO_DTYPE_I32 || t->dtype == KDC_IO_DTYPE_I64);
-  if (!ints)
+  bool to_f32 = t->dtype == KDC_IO_DTYPE_F32;
+  if (!to_f32 && t->dtype != KDC_IO_DTYPE_I32 && t->dtype != KDC_IO_DTYPE_I64)
     return KDC_ERR(KDC_INVALID_INPUT, "%s: dtype %s does not match the plan's input \"%s\" (%s)", path,
                    kdc_io_dtype_name(a->dtype), t->name, kdc_io_dtype_name(t->dtype));
-  void *out = kdc_xmalloc(n * kdc_io_dtype_size(t->dtype));
+  size_t n = a->nbytes / kdc_io_dtype_size(a->dtype), osz = kdc_io_dtype_size(t->dtype);
+  void *out = kdc_xmalloc(n ? n * osz : 1);
   for (size_t i = 0; i < n; i++) {
-    int64_t v = a->dtype == KDC_IO_DTYPE_I32 ? ((int32_t *)a->data)[i] : ((int64_t *)a->data)[i];
-    if (t->dtype == KDC_IO_DTYPE_I32) {
-      if (v < INT32_MIN || v > INT32_MAX) {
+    int64_t iv = 0;
+    double fv = 0;
+    bool is_int = input_element(a, i, &iv, &fv);
+    if (to_f32) {
+      ((float *)out)[i] = is_int ? (float)iv : (float)fv;
+      continue;
+    }
+    if (!is_int) {
+      /* the largest doubles below 2^63 in magnitude convert without overflow */
+      if (!(fv > -9223372036854774784.0 && fv < 9223372036854774784.0)) {
         free(out);
-        return KDC_ERR(KDC_INVALID_INPUT, "%s: element %zu (%" PRId64 ") does not fit int32", path, i, v);
+        return KDC_ERR(KDC_INVALID_INPUT, "%s: element %zu (%g) is not an integer the plan's input \"%s\" "
+                       "(%s) can hold", path, i, fv, t->name, kdc_io_dtype_name(t->dtype));
       }
-      ((int32_t *)out)[i] = (int32_t)v;
+      iv = (int64_t)fv;
+    }
+    if (t->dtype == KDC_IO_DTYPE_I32) {
+      if (iv < INT32_MIN || iv > INT32_MAX) {
+        free(out);
+        return KDC_ERR(KDC_INVALID_INPUT, "%s: element %zu (%" PRId64 ") does not fit int32", path, i, iv);
+      }
+      ((int32_t *)out)[i] = (int32_t)iv;
     } else {
-      ((int64_t *)out)[i] = v;
+      ((int64_t *)out)[i] = iv;
     }
   }
   free(a->data);
   a->data = out;
   a->dtype = t->dtype;
-  a->nbytes = n * kdc_io_dtype_size(t->dtype);
+  a->nbytes = n * osz;
   return NULL;
 }
 

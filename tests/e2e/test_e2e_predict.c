@@ -168,11 +168,86 @@ static void test_examples_tfjs_format(void **state) {
   for (size_t i = 0; i < sizeof examples / sizeof examples[0]; i++) check_example(&examples[i], "8", true);
 }
 
+/* Keras converts each model input to its Input's dtype
+ * (Functional._convert_inputs_to_tensors), so token ids saved as int32 or
+ * int64 feed a float32 Input, and float ids an int32 Input: text_classifier
+ * with each gives the Keras reference. */
+static void run_text_classifier(const char *model, const char *input) {
+  char *w = e2e_src("examples/text_classifier/weights.safetensors");
+  char *want_p = e2e_src("examples/text_classifier/expected.npy");
+  char *plan = e2e_path("ids.plan"), *out = e2e_path("ids_out.npy");
+  e2e_result r;
+  e2e_kdc(&r, "compile", model, "--weights", w, "--batch", "16", "-o", plan, NULL);
+  assert_int_equal(r.status, 0);
+  e2e_kdc(&r, "run", plan, "--input", input, "--output", out, NULL);
+  if (r.status != 0) fprintf(stderr, "%s: %s", input, r.err);
+  assert_int_equal(r.status, 0);
+  kdc_npy_array got, want;
+  assert_null(kdc_npy_read(out, &got));
+  assert_null(kdc_npy_read(want_p, &want));
+  assert_true(e2e_npy_compare(&got, &want, 1e-5, 1e-4) <= 1);
+  kdc_npy_free(&got);
+  kdc_npy_free(&want);
+  free(w), free(want_p), free(plan), free(out);
+}
+
+static void test_input_dtype_conversion(void **state) {
+  (void)state;
+  char *model = e2e_src("examples/text_classifier/model.json");
+  char *in_p = e2e_src("examples/text_classifier/input.npy");
+  kdc_npy_array x;
+  assert_null(kdc_npy_read(in_p, &x));
+  size_t n = x.nbytes / 4;
+  int32_t *i32 = malloc(n * 4);
+  int64_t *i64 = malloc(n * 8);
+  for (size_t i = 0; i < n; i++) {
+    i32[i] = (int32_t)((float *)x.data)[i];
+    i64[i] = i32[i];
+  }
+  char *p32 = e2e_path("ids_i32.npy"), *p64 = e2e_path("ids_i64.npy");
+  assert_null(kdc_npy_write(p32, KDC_IO_DTYPE_I32, x.rank, x.dims, i32));
+  assert_null(kdc_npy_write(p64, KDC_IO_DTYPE_I64, x.rank, x.dims, i64));
+  run_text_classifier(model, p32);
+  run_text_classifier(model, p64);
+  /* the same model with Input(dtype="int32"), fed the float32 ids */
+  size_t len;
+  void *text = NULL;
+  assert_null(kdc_file_read_all(model, &text, &len));
+  const char *from = "\"dtype\": \"float32\"", *at = strstr(text, from);
+  assert_non_null(at);
+  char *model_i32 = e2e_path("ids_i32_model.json");
+  FILE *f = fopen(model_i32, "wb");
+  assert_non_null(f);
+  fwrite(text, 1, (size_t)(at - (const char *)text), f);
+  fputs("\"dtype\": \"int32\"", f);
+  fputs(at + strlen(from), f);
+  fclose(f);
+  run_text_classifier(model_i32, in_p);
+  /* a NaN cannot become an id: exit 2 naming the file and the element */
+  ((float *)x.data)[5] = 0.0f / 0.0f;
+  char *nan_p = e2e_path("ids_nan.npy"), *plan = e2e_path("ids_nan.plan"), *out = e2e_path("ids_nan_out.npy");
+  char *w = e2e_src("examples/text_classifier/weights.safetensors");
+  assert_null(kdc_npy_write(nan_p, KDC_IO_DTYPE_F32, x.rank, x.dims, x.data));
+  e2e_result r;
+  e2e_kdc(&r, "compile", model_i32, "--weights", w, "--batch", "16", "-o", plan, NULL);
+  assert_int_equal(r.status, 0);
+  e2e_kdc(&r, "run", plan, "--input", nan_p, "--output", out, NULL);
+  assert_int_equal(r.status, 2);
+  assert_int_equal(e2e_lines(r.err), 1);
+  assert_non_null(strstr(r.err, "ids_nan.npy: element 5 ("));
+  assert_non_null(strstr(r.err, "nan) is not an integer"));
+  assert_false(e2e_exists(out));
+  free(nan_p), free(plan), free(out), free(w);
+  free(text), free(model_i32), free(p32), free(p64), free(i32), free(i64), free(model), free(in_p);
+  kdc_npy_free(&x);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_examples_batch32),
       cmocka_unit_test(test_examples_partial_batches),
       cmocka_unit_test(test_examples_tfjs_format),
+      cmocka_unit_test(test_input_dtype_conversion),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
