@@ -116,13 +116,19 @@ typedef struct cg_plan {
   kdc_type *ktype;            /* per kernel: the type of what it writes (ptx_wrap.c) */
   size_t cap_ktype;
   int cuda_sm;                /* options' cuda_sm (metadata) */
+  /* Scan bodies (lower.c): lowered when their scan is, appended after the
+   * n_entries entry functions, so body k is function n_entries + k. */
+  uint32_t n_entries;
+  kdc_prog_func *bodies;
+  size_t n_bodies, cap_bodies;
 } cg_plan;
 
 /* ---- lower.c: one function -> steps, storage, kernels ------------------ */
 
 /* Appends |f|'s step program to P->prog.funcs, emitting its kernels into
  * P->mod; *|out_arena| receives the arena bytes |f| needs (planned values
- * plus GEMM staging). */
+ * plus GEMM staging and the scan loops' carries and bodies).  Scan bodies
+ * land in P->bodies (LOOP steps, docs/codegen.md "Loops"). */
 kdc_status cg_lower_func(cg_plan *P, const kdc_func *f, uint64_t *out_arena);
 /* kdc_dtype -> the plan's kdc_io_dtype. */
 kdc_io_dtype cg_io_dtype(kdc_dtype d);

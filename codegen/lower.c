@@ -44,6 +44,7 @@ typedef struct lowerer {
   bool *has_loc;
   kdc_prog_step *steps;
   size_t n_steps, cap_steps;
+  uint64_t base;           /* arena offset of this function's planned values (scan bodies) */
   uint64_t planned_end, staging;
 } lowerer;
 
@@ -187,9 +188,9 @@ static kdc_status bind(lowerer *L, kdc_prog_func *pf) {
     if (nd->mem_offset < 0 || nd->mem_offset % ALIGN)
       return bad(L, (kdc_value_id)v, "not memory-planned (run plan_memory after fuse)");
     uint64_t bytes = kdc_type_bytes(&nd->type);
-    L->loc[v] = (kdc_prog_loc){KDC_PROG_BUF_ARENA, 0, (uint64_t)nd->mem_offset, bytes};
+    L->loc[v] = (kdc_prog_loc){KDC_PROG_BUF_ARENA, 0, L->base + (uint64_t)nd->mem_offset, bytes};
     L->has_loc[v] = true;
-    uint64_t end = align_up((uint64_t)nd->mem_offset + (bytes ? bytes : 1));
+    uint64_t end = align_up(L->base + (uint64_t)nd->mem_offset + (bytes ? bytes : 1));
     if (end > L->planned_end) L->planned_end = end;
   }
   for (size_t u = 0; u < L->n; u++)  /* the fusion contract */
@@ -345,21 +346,98 @@ static bool is_gemm(const kdc_func *f, kdc_value_id v) {
          f->nodes[nd->in[1]].type.dtype == KDC_DTYPE_F32;
 }
 
+static kdc_status lower_func(cg_plan *P, const kdc_func *f, uint64_t base, kdc_prog_func *pf,
+                             uint64_t *out_arena);
+
+/* A scan: COPY the initial carries into their arena slots, then one LOOP
+ * step over the body, lowered here with its arena after the slots (all in
+ * this function's staging area: nothing else is live in it during the
+ * step).  Slots: per carry the state (body input) and the next value (body
+ * output), copied back after each iteration by the runtime. */
+static kdc_status lower_scan(lowerer *L, kdc_value_id v) {
+  const kdc_func *f = L->f;
+  const kdc_node *nd = &f->nodes[v];
+  const kdc_func *body = kdc_ir_scan_body(f, v);
+  if (!body) return bad(L, v, "scan body missing");
+  if (kdc_type_numel(&nd->type) == 0) return NULL;
+  const kdc_attr_scan *a = &nd->attr.scan;
+  uint32_t nc = (uint32_t)a->n_carry, nx = (uint32_t)a->n_xs, ni = (uint32_t)nd->n_in;
+  kdc_prog_step s;
+  memset(&s, 0, sizeof s);
+  s.kind = KDC_STEP_LOOP;
+  kdc_prog_loop_step *l = &s.loop;
+  l->length = a->length, l->n_carry = nc, l->n_in = ni, l->n_out = nc + 1;
+  l->in = kdc_arena_alloc(L->P->a, (ni + 1) * sizeof *l->in);
+  l->out = kdc_arena_alloc(L->P->a, (nc + 2) * sizeof *l->out);
+  l->in_stride = kdc_arena_alloc(L->P->a, (ni + 1) * sizeof *l->in_stride);
+  l->out_stride = kdc_arena_alloc(L->P->a, (nc + 2) * sizeof *l->out_stride);
+  uint64_t off = L->planned_end;
+  for (uint32_t i = 0; i < nc; i++) { /* carry state and next slots */
+    uint64_t bytes = kdc_type_bytes(&f->nodes[nd->in[i]].type);
+    l->in[i] = (kdc_prog_loc){KDC_PROG_BUF_ARENA, 0, off, bytes};
+    off += align_up(bytes ? bytes : 1);
+    l->out[i] = (kdc_prog_loc){KDC_PROG_BUF_ARENA, 0, off, bytes};
+    off += align_up(bytes ? bytes : 1);
+    l->in_stride[i] = l->out_stride[i] = 0;
+    kdc_prog_step c;
+    memset(&c, 0, sizeof c);
+    c.kind = KDC_STEP_COPY;
+    KDC_RETURN_IF_ERROR(loc_of(L, nd->in[i], &c.src));
+    c.dst = l->in[i];
+    if (bytes) add_step(L, &c);
+  }
+  for (uint32_t i = nc; i < ni; i++) {
+    KDC_RETURN_IF_ERROR(loc_of(L, nd->in[i], &l->in[i]));
+    l->in_stride[i] = 0;
+    if (i < nc + nx) { /* a sequence: row t per iteration */
+      uint64_t row = l->in[i].bytes / (uint64_t)a->length;
+      l->in[i].bytes = row;
+      l->in_stride[i] = (int64_t)row;
+    }
+  }
+  uint64_t row = kdc_type_bytes(&nd->type) / (uint64_t)a->length;
+  l->out[nc] = L->loc[v];
+  l->out[nc].bytes = row;
+  l->out_stride[nc] = (int64_t)row;
+  /* the body, after the slots */
+  cg_plan *P = L->P;
+  size_t k = P->n_bodies;
+  KDC_GROW(P->bodies, P->cap_bodies, P->n_bodies + 1);
+  P->n_bodies++;
+  kdc_prog_func bf;
+  uint64_t end = 0;
+  KDC_RETURN_IF_ERROR(lower_func(P, body, off, &bf, &end));
+  bf.is_body = true;
+  P->bodies[k] = bf;
+  l->body = P->n_entries + (uint32_t)k;
+  if (end > L->planned_end && end - L->planned_end > L->staging) L->staging = end - L->planned_end;
+  add_step(L, &s);
+  return NULL;
+}
+
 kdc_status cg_lower_func(cg_plan *P, const kdc_func *f, uint64_t *out_arena) {
-  lowerer L = {.P = P, .f = f, .n = f->n_nodes};
+  kdc_prog_func pf;
+  KDC_RETURN_IF_ERROR(lower_func(P, f, 0, &pf, out_arena));
+  KDC_GROW(P->prog.funcs, P->cap_funcs, P->prog.n_funcs + 1);
+  P->prog.funcs[P->prog.n_funcs++] = pf;
+  return NULL;
+}
+
+static kdc_status lower_func(cg_plan *P, const kdc_func *f, uint64_t base, kdc_prog_func *pf,
+                             uint64_t *out_arena) {
+  lowerer L = {.P = P, .f = f, .n = f->n_nodes, .base = base, .planned_end = base};
   size_t n = L.n + 1;
   L.kind = kdc_xcalloc(n, sizeof *L.kind);
   L.root = kdc_xcalloc(n, sizeof *L.root);
   L.loc = kdc_xcalloc(n, sizeof *L.loc);
   L.has_loc = kdc_xcalloc(n, sizeof *L.has_loc);
-  KDC_GROW(P->prog.funcs, P->cap_funcs, P->prog.n_funcs + 1);
-  kdc_prog_func *pf = &P->prog.funcs[P->prog.n_funcs];
   memset(pf, 0, sizeof *pf);
   pf->name = kdc_arena_strdup(P->a, f->name);
   kdc_status st = bind(&L, pf);
   for (kdc_value_id v = 0; v < L.n && !st; v++) {
     if (L.kind[v] != SK_STORED || L.root[v] != v) continue;
     st = is_gemm(f, v)                      ? lower_gemm(&L, v)
+         : f->nodes[v].op == KDC_OP_SCAN    ? lower_scan(&L, v)
          : cg_is_collective(f->nodes[v].op) ? lower_collective(&L, v)
                                             : lower_kernel(&L, v);
   }
@@ -379,7 +457,6 @@ kdc_status cg_lower_func(cg_plan *P, const kdc_func *f, uint64_t *out_arena) {
     pf->n_steps = (uint32_t)L.n_steps;
     pf->steps = kdc_arena_alloc(P->a, (L.n_steps + 1) * sizeof *L.steps);
     if (L.n_steps) memcpy(pf->steps, L.steps, L.n_steps * sizeof *L.steps);
-    P->prog.n_funcs++;
     *out_arena = L.planned_end + L.staging;
   }
   free(L.kind), free(L.root), free(L.loc), free(L.has_loc), free(L.steps);

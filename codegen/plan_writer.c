@@ -48,6 +48,7 @@ static void plan_free(cg_plan *P) {
   kdc_arena_destroy(P->a);
   free(P->prog.kernels);
   free(P->prog.funcs);
+  free(P->bodies);
   free(P->w);
   free(P->wdata);
   free(P->globals);
@@ -121,14 +122,24 @@ static kdc_status compile(cg_plan *P, const kdc_codegen_options *opt) {
                    (long long)kdc_mesh_devices(&m->mesh), KDC_PROG_MAX_DEVICES);
   cg_set_mesh(P);
   size_t n = opt && opt->funcs ? opt->n_funcs : m->n_funcs;
-  for (size_t i = 0; i < n; i++) {
-    const kdc_func *f = opt && opt->funcs ? kdc_ir_module_find_func(m, opt->funcs[i]) : m->funcs[i];
-    if (!f)
-      return KDC_ERR(KDC_INVALID_INPUT, "codegen: module %s has no function \"%s\"",
-                     m->name ? m->name : "", opt->funcs[i]);
-    uint64_t arena;
-    KDC_RETURN_IF_ERROR(cg_lower_func(P, f, &arena));
-    if (arena > P->prog.arena_bytes) P->prog.arena_bytes = arena;
+  for (size_t pass = 0; pass < 2; pass++) /* count the entries, then lower them */
+    for (size_t i = 0; i < n; i++) {
+      const kdc_func *f = opt && opt->funcs ? kdc_ir_module_find_func(m, opt->funcs[i]) : m->funcs[i];
+      if (!f)
+        return KDC_ERR(KDC_INVALID_INPUT, "codegen: module %s has no function \"%s\"",
+                       m->name ? m->name : "", opt->funcs[i]);
+      if (kdc_ir_func_is_body(m, f)) continue; /* lowered inside its scan's loop */
+      if (pass == 0) {
+        P->n_entries++;
+        continue;
+      }
+      uint64_t arena;
+      KDC_RETURN_IF_ERROR(cg_lower_func(P, f, &arena));
+      if (arena > P->prog.arena_bytes) P->prog.arena_bytes = arena;
+    }
+  for (size_t k = 0; k < P->n_bodies; k++) { /* bodies after the entries */
+    KDC_GROW(P->prog.funcs, P->cap_funcs, P->prog.n_funcs + 1);
+    P->prog.funcs[P->prog.n_funcs++] = P->bodies[k];
   }
   char *msg = NULL;
   if (LLVMVerifyModule(P->mod, LLVMReturnStatusAction, &msg)) {

@@ -459,6 +459,8 @@ KDC_FE_LOWER_FN(kdc_fe_lower_conv_transpose);
 KDC_FE_LOWER_FN(kdc_fe_lower_pool);
 KDC_FE_LOWER_FN(kdc_fe_lower_embedding);
 kdc_status kdc_fe_infer_conv_transpose(kdc_infer_args *a);
+/* lower_rnn.c: LSTM, GRU and SimpleRNN as one scan over a step function. */
+KDC_FE_LOWER_FN(kdc_fe_lower_rnn);
 /* lower_attention.c: EinsumDense and MultiHeadAttention. */
 KDC_FE_LOWER_FN(kdc_fe_lower_einsum_dense);
 KDC_FE_LOWER_FN(kdc_fe_lower_mha);

@@ -98,10 +98,10 @@ static const kdc_layer_class classes[] = {
     IN("MaxPool2D", kdc_fe_infer_pool, kdc_fe_lower_pool),
     IN("AvgPool2D", kdc_fe_infer_pool, kdc_fe_lower_pool),
     IN("Embedding", kdc_fe_infer_embedding, kdc_fe_lower_embedding),
-    /* shapes and parameters only (lowering comes later) */
-    IN("LSTM", kdc_fe_infer_rnn, NULL),
-    IN("GRU", kdc_fe_infer_rnn, NULL),
-    IN("SimpleRNN", kdc_fe_infer_rnn, NULL),
+    /* recurrent layers: one scan each (lower_rnn.c) */
+    IN("LSTM", kdc_fe_infer_rnn, kdc_fe_lower_rnn),
+    IN("GRU", kdc_fe_infer_rnn, kdc_fe_lower_rnn),
+    IN("SimpleRNN", kdc_fe_infer_rnn, kdc_fe_lower_rnn),
     /* known Keras classes kdc cannot read yet */
     IN("Bidirectional", NULL, NULL),
     IN("TimeDistributed", NULL, NULL),

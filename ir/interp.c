@@ -526,6 +526,7 @@ static kdc_status eval_node(interp *in, kdc_value_id v, void *out) {
   case KDC_OP_CONVOLUTION: case KDC_OP_REDUCE_WINDOW: case KDC_OP_SELECT_AND_SCATTER:
   case KDC_OP_GATHER: case KDC_OP_SCATTER_ADD: case KDC_OP_REVERSE:
     return kdc_ir_interp_window(in->f, v, in->vals, out); /* ir/interp_window.c */
+  case KDC_OP_SCAN: return kdc_ir_interp_scan(in->f, v, in->vals, out); /* ir/scan.c */
   case KDC_OP_RNG_UNIFORM: {
     const kdc_node *s = &in->f->nodes[n->in[0]];
     int64_t step = ld_int(in->vals[n->in[0]], s->type.dtype, 0);

@@ -118,6 +118,8 @@ enum {
   OPF_COLL = 1 << 5,  /* collective */
   OPF_LEAF = 1 << 6,  /* no operands */
   OPF_SHAPE = 1 << 7, /* pure data movement */
+  OPF_BODY = 1 << 8,  /* calls a body function of the module (scan): never folded,
+                         fused or merged */
 };
 
 typedef enum kdc_op {
@@ -209,6 +211,19 @@ typedef struct kdc_attr_window {
   kdc_dimlist window, stride, pad_low, pad_high, dilation;
 } kdc_attr_window;
 
+/* scan (ir/scan.c): runs the module function |body| |length| times, in the
+ * style of jax.lax.scan.  Operands: |n_carry| initial carries, |n_xs|
+ * sequences (time-major, [length, ...]: step t reads x[t]), then loop-
+ * invariant operands (weights).  The body takes (carries, x_t.., consts..)
+ * and returns (carries'.., y_t); the result is every y_t stacked,
+ * [length, ...y].  Final carries are not a result: a body that needs them
+ * outside returns them inside y_t.  Text:
+ * `scan @lstm.body %h0, %c0, %xs, %w length=10 carries=2 xs=1 : f32[10,4,8]`. */
+typedef struct kdc_attr_scan {
+  const char *body;         /* the body function's name (arena) */
+  int64_t length, n_carry, n_xs;
+} kdc_attr_scan;
+
 typedef union kdc_attrs {
   kdc_attr_param param;     /* PARAMETER */
   kdc_attr_const constant;  /* CONSTANT */
@@ -223,6 +238,7 @@ typedef union kdc_attrs {
   int64_t seed;             /* RNG_UNIFORM: the Philox key */
   kdc_attr_conv conv;       /* CONVOLUTION */
   kdc_attr_window window;   /* REDUCE_WINDOW, SELECT_AND_SCATTER */
+  kdc_attr_scan scan;       /* SCAN */
 } kdc_attrs;
 
 /* Names of the enum attributes in the text form (ir/print.c): "lt", "sum",
@@ -439,6 +455,25 @@ kdc_value_id kdc_ir_gather(kdc_func *f, kdc_value_id table, kdc_value_id ids);
 kdc_value_id kdc_ir_scatter_add(kdc_func *f, kdc_value_id ids, kdc_value_id updates,
                                 const kdc_type *out);
 kdc_value_id kdc_ir_reverse(kdc_func *f, kdc_value_id x, int n, const int64_t *dims);
+
+/* ---- scan (ir/scan.c) -------------------------------------------------------
+ * The body of scan node |v| of |f| (looked up by name in f's module), or
+ * NULL. */
+const kdc_func *kdc_ir_scan_body(const kdc_func *f, kdc_value_id v);
+/* True when some scan of |m| names |f| as its body (bodies are not entry
+ * functions: codegen emits them only inside their scan's loop). */
+bool kdc_ir_func_is_body(const kdc_module *m, const kdc_func *f);
+/* Checks scan node |v| against its body (called by the verifier): the body
+ * exists, is not |f|, holds no scan itself, takes n_in parameters and returns
+ * n_carry + 1 results; carry operand, body parameter and body result types
+ * agree; xs are [length, param type]; the result is [length, y type]. */
+kdc_status kdc_ir_scan_check(const kdc_func *f, kdc_value_id v);
+/* Builder: scan of |body| over |n_in| operands (carries, xs, consts). */
+kdc_value_id kdc_ir_scan(kdc_func *f, const kdc_func *body, int64_t length, int n_carry,
+                         int n_xs, int n_in, const kdc_value_id *in);
+/* Reference meaning of scan node |v| (operand buffers |vals|, result |out|):
+ * the body run by the reference interpreter once per step. */
+kdc_status kdc_ir_interp_scan(const kdc_func *f, kdc_value_id v, void *const *vals, void *out);
 
 /* ---- verifier (ir/verify.c) ---------------------------------------------- */
 /* Checks SSA order, arities, attribute ranges and types of every node. */

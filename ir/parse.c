@@ -436,6 +436,13 @@ static bool parse_prefix(parser *p, kdc_op op, kdc_attrs *a, literal *lit) {
         !kdc_reduce_kind_from_name(w, &a->window.kind))
       return expected(p, "a reduction (sum, max, min)");
     return next(p);
+  case KDC_OP_SCAN: { /* the body may be defined later: the verifier resolves it */
+    if (p->tok.k != T_GLOBAL) return expected(p, "the scan body, a function name such as @body");
+    char *name = global_name(p, &p->tok);
+    a->scan.body = kdc_arena_strdup(p->m->arena, name);
+    free(name);
+    return next(p);
+  }
   default: return true;
   }
 }

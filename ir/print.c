@@ -21,7 +21,7 @@
  * Node line: `%N = op [prefix] [operands] [kw=...]* : type [sharding]
  * [group=N] [mem=N] [loc "..."]`.  Prefixes: parameter `INDEX KIND ["name"]`,
  * constant `SCALAR` (splat) or `[a, b, ...]` (dense, row-major), compare
- * `DIR`, reduce, reduce_window and select_and_scatter `KIND`, SPMD ops `[axis,...]` (mesh axis names, e.g.
+ * `DIR`, reduce, reduce_window and select_and_scatter `KIND`, scan `@body`, SPMD ops `[axis,...]` (mesh axis names, e.g.
  * `%9 = all_gather [data,model] %8 dim=0 : f32[32,10]`).  Floats print with %.9g, which strtof reads back
  * bit-exactly (nan, inf, -inf, -0 included).  Strings escape `"`, `\` and
  * bytes below 0x20 or 0x7f as \" \\ \n \t \xHH; other bytes pass through.
@@ -122,6 +122,9 @@ const kdc_attr_kw kdc_ir_attr_kws[] = {
     KW(SELECT_AND_SCATTER, "pad_high", window.pad_high, false, false),
     KW(SELECT_AND_SCATTER, "dilation", window.dilation, false, false),
     KW(REVERSE, "dims", dims, false, false),
+    KW(SCAN, "length", scan.length, true, false),
+    KW(SCAN, "carries", scan.n_carry, true, false),
+    KW(SCAN, "xs", scan.n_xs, true, false),
 };
 #undef KW
 const size_t kdc_ir_n_attr_kws = N_OF(kdc_ir_attr_kws);
@@ -220,6 +223,10 @@ static void print_prefix(FILE *out, const kdc_node *n, const kdc_mesh *mesh) {
   case KDC_OP_REDUCE_WINDOW:
   case KDC_OP_SELECT_AND_SCATTER:
     fprintf(out, " %s", kdc_reduce_kind_name(n->attr.window.kind));
+    break;
+  case KDC_OP_SCAN:
+    fputc(' ', out);
+    print_global(out, n->attr.scan.body ? n->attr.scan.body : "");
     break;
   default: break;
   }

@@ -226,7 +226,7 @@ kdc_status kdc_ir_infer_type(kdc_op op, int n_in, const kdc_type *in, const kdc_
   for (int i = 0; i < out->rank; i++)
     if (out->dims[i] < 0 && (op == KDC_OP_PARAMETER || op == KDC_OP_CONSTANT || op == KDC_OP_IOTA ||
                              op == KDC_OP_BROADCAST || op == KDC_OP_RESHAPE ||
-                             op == KDC_OP_RNG_UNIFORM ||
+                             op == KDC_OP_RNG_UNIFORM || op == KDC_OP_SCAN ||
                              (kdc_op_flags(op) & OPF_COLL)))
       return BAD("%s: negative dim in %s", kdc_op_name(op), ts(out, b1));
   switch (op) {
@@ -285,6 +285,21 @@ kdc_status kdc_ir_infer_type(kdc_op op, int n_in, const kdc_type *in, const kdc_
   case KDC_OP_SCATTER_ADD:
   case KDC_OP_REVERSE:
     return kdc_ir_infer_window_op(op, n_in, in, attr, out); /* ir/window.c */
+  case KDC_OP_SCAN: {
+    /* The result type is given; what needs the body is in kdc_ir_scan_check. */
+    const kdc_attr_scan *sc = &attr->scan;
+    if (sc->length < 1) return BAD("scan: length %lld must be positive", (long long)sc->length);
+    if (sc->n_carry < 0 || sc->n_xs < 0 || sc->n_carry + sc->n_xs > n_in)
+      return BAD("scan: %lld carries and %lld sequences do not fit %d operands",
+                 (long long)sc->n_carry, (long long)sc->n_xs, n_in);
+    for (int64_t i = sc->n_carry; i < sc->n_carry + sc->n_xs; i++)
+      if (in[i].rank < 1 || in[i].dims[0] != sc->length)
+        return BAD("scan: sequence operand %lld is %s, not [%lld, ...]", (long long)i,
+                   ts(&in[i], b1), (long long)sc->length);
+    if (out->rank < 1 || out->dims[0] != sc->length)
+      return BAD("scan: result %s is not [%lld, ...]", ts(out, b2), (long long)sc->length);
+    return NULL;
+  }
   default:
     if (kdc_op_flags(op) & OPF_EW) return infer_elementwise(op, n_in, in, out);
     return BAD("%s: no shape rule", kdc_op_name(op));

@@ -190,10 +190,12 @@ static kdc_status check_node(const kdc_func *f, kdc_value_id v) {
   KDC_RETURN_IF_ERROR(check_attrs(f, v));
   KDC_RETURN_IF_ERROR(check_infer(f, v));
   if (kdc_op_flags(n->op) & OPF_COLL) KDC_RETURN_IF_ERROR(check_coll(f, v));
+  if (n->op == KDC_OP_SCAN) KDC_RETURN_IF_ERROR(kdc_ir_scan_check(f, v)); /* ir/scan.c */
   KDC_RETURN_IF_ERROR(check_sharding(f, v));
   if (n->group < -1) return bad(f, v, "group %d (must be >= -1)", (int)n->group);
   if (n->group >= 0 &&
-      (n->op == KDC_OP_PARAMETER || n->op == KDC_OP_CONSTANT || n->op == KDC_OP_DOT))
+      (n->op == KDC_OP_PARAMETER || n->op == KDC_OP_CONSTANT || n->op == KDC_OP_DOT ||
+       n->op == KDC_OP_SCAN))
     return bad(f, v, "a %s cannot be in a fusion group (group=%d)", kdc_op_name(n->op),
                (int)n->group);
   if (n->mem_offset < -1)

@@ -91,7 +91,7 @@ static bool all_equal(const void *data, int64_t n, size_t es) {
 static bool fold_node(kdc_func *f, kdc_value_id v, int64_t max_elems) {
   const kdc_node *nd = kdc_ir_node(f, v);
   unsigned fl = kdc_op_flags(nd->op);
-  if ((fl & (OPF_LEAF | OPF_COLL)) || nd->n_in == 0) return false;
+  if ((fl & (OPF_LEAF | OPF_COLL | OPF_BODY)) || nd->n_in == 0) return false;
   bool splats = true, same = true;
   size_t es0 = kdc_dtype_size(kdc_ir_type(f, nd->in[0])->dtype);
   for (int j = 0; j < nd->n_in; j++) {

@@ -478,7 +478,8 @@ static void vjp_sharding_constraint(kdc_grad_ctx *c, const kdc_node *n, kdc_valu
   G(SELECT_AND_SCATTER, NONE(SELECT_AND_SCATTER, "second-order max pooling is not supported")) \
   G(GATHER, RULE(GATHER, kdc_vjp_gather, "scatter_add of g at the ids"))                \
   G(SCATTER_ADD, RULE(SCATTER_ADD, kdc_vjp_scatter_add, "gather of g, 0 for dropped ids")) \
-  G(REVERSE, RULE(REVERSE, kdc_vjp_reverse, "reverse"))
+  G(REVERSE, RULE(REVERSE, kdc_vjp_reverse, "reverse"))                                \
+  G(SCAN, NONE(SCAN, "training through a recurrent layer (scan) is not supported yet"))
 
 #define ROW(e, row) row,
 static const kdc_grad_rule rules[] = {GRAD_TABLE(ROW)};

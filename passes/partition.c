@@ -465,7 +465,22 @@ static kdc_status partition_func(kdc_module *m, kdc_func *f, const kdc_pass_opti
   return st;
 }
 
+/* A scan body runs inside its loop step on one device: no collectives. */
+static kdc_status check_body(const kdc_module *m, const kdc_func *f) {
+  if (!kdc_ir_func_is_body(m, f)) return NULL;
+  for (size_t v = 0; v < f->n_nodes; v++)
+    if (kdc_op_flags(f->nodes[v].op) & OPF_COLL) {
+      char where[256];
+      return KDC_ERR(KDC_UNSUPPORTED, "%s: this sharding of a recurrent (scan) body needs "
+                     "communication inside the loop, which is not supported: split only the "
+                     "batch of a recurrent layer", kdc_pass_where(f, (kdc_value_id)v, where,
+                                                                 sizeof where));
+    }
+  return NULL;
+}
+
 kdc_status kdc_pass_partition(kdc_module *m, const kdc_pass_options *opt) {
   for (size_t i = 0; i < m->n_funcs; i++) KDC_RETURN_IF_ERROR(partition_func(m, m->funcs[i], opt));
+  for (size_t i = 0; i < m->n_funcs; i++) KDC_RETURN_IF_ERROR(check_body(m, m->funcs[i]));
   return NULL;
 }

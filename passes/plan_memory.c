@@ -201,7 +201,9 @@ static void inplace(planner *p) {
   kdc_func *f = p->f;
   bool *ident = kdc_xmalloc(p->n * sizeof *ident);
   for (size_t r = 0; r < p->n; r++) {
-    if (p->kind[r] != ST_ARENA || p->own[r] || f->nodes[r].op == KDC_OP_DOT) continue;
+    if (p->kind[r] != ST_ARENA || p->own[r] || f->nodes[r].op == KDC_OP_DOT ||
+        f->nodes[r].op == KDC_OP_SCAN)
+      continue;
     if (p->step[r] != r) continue;
     int32_t g = f->nodes[r].group;
     for (size_t v = 0; v <= r; v++) {  /* candidate storages read by the kernel */

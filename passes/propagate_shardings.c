@@ -212,9 +212,72 @@ static kdc_status propagate_func(kdc_module *m, kdc_func *f) {
   return st;
 }
 
+/* The scan of |m| whose body is |body| (its function in *|out_f|), or
+ * KDC_NO_VALUE. */
+static kdc_value_id find_scan(kdc_module *m, const kdc_func *body, kdc_func **out_f) {
+  for (size_t i = 0; i < m->n_funcs; i++) {
+    kdc_func *g = m->funcs[i];
+    for (size_t v = 0; v < g->n_nodes; v++)
+      if (g->nodes[v].op == KDC_OP_SCAN && kdc_ir_scan_body(g, (kdc_value_id)v) == body) {
+        *out_f = g;
+        return (kdc_value_id)v;
+      }
+  }
+  return KDC_NO_VALUE;
+}
+
+/* A scan body runs on the pieces its scan hands it: its parameters and
+ * results are fixed (closed) to the scan's factor shardings -- the batch
+ * split of carries, x_t and y_t, everything else replicated -- and then the
+ * body propagates like any function.  Its caller was propagated first. */
+static kdc_status propagate_body(kdc_module *m, kdc_func *body) {
+  kdc_func *g = NULL;
+  kdc_value_id v = find_scan(m, body, &g);
+  if (v == KDC_NO_VALUE) return propagate_func(m, body);
+  const kdc_node *n = &g->nodes[v];
+  kdc_factor_rule r;
+  KDC_RETURN_IF_ERROR(kdc_sharding_rule(g, v, &r));
+  kdc_factor_shardings fs;
+  kdc_rule_project_in(&m->mesh, &r, r.ntensors - 1, &n->sharding, &fs);
+  for (int f = 0; f < r.nfactors; f++)
+    if (r.kind[f] == KDC_FACTOR_NEED_REPL) fs.n[f] = 0;
+  int nc = (int)n->attr.scan.n_carry, nx = (int)n->attr.scan.n_xs;
+  char text[256];
+  for (int t = 0; t < r.ntensors; t++) {
+    bool res = t == r.ntensors - 1, seq = res || (t >= nc && t < nc + nx);
+    if (!res && t >= nc + nx) continue; /* loop-invariant: stays replicated */
+    kdc_sharding s = kdc_sharding_replicated(r.rank[t]), bs;
+    kdc_rule_project_out(&m->mesh, &r, t, &fs, &s);
+    bs = kdc_sharding_replicated(seq ? r.rank[t] - 1 : r.rank[t]);
+    for (int d = 0; d < bs.rank; d++) {
+      bs.naxes[d] = s.naxes[d + seq];
+      memcpy(bs.axes[d], s.axes[d + seq], s.naxes[d + seq]);
+    }
+    /* y_t and carry i' are body results: fix them too (the carry's result
+     * is the carry's parameter sharding) */
+    kdc_value_id targets[2] = {KDC_NO_VALUE, KDC_NO_VALUE};
+    if (res) targets[0] = body->results[nc];
+    else if (t < nc) targets[0] = body->params[t], targets[1] = body->results[t];
+    else targets[0] = body->params[t];
+    for (int k = 0; k < 2; k++) {
+      kdc_value_id u = targets[k];
+      if (u == KDC_NO_VALUE) continue;
+      bs.origin = 0;
+      body->nodes[u].sharding = bs;
+      snprintf(text, sizeof text, "scan %%%u of @%s: %s %d", v, g->name ? g->name : "",
+               res ? "result" : t < nc ? "carry" : "sequence", t);
+      body->nodes[u].sharding.origin = kdc_ir_prov_add_user(m, body, u, text);
+    }
+  }
+  return propagate_func(m, body);
+}
+
 kdc_status kdc_pass_propagate_shardings(kdc_module *m, const kdc_pass_options *opt) {
   (void)opt;
   if (m->mesh.naxes == 0 || kdc_mesh_devices(&m->mesh) <= 1) return NULL;
-  for (size_t i = 0; i < m->n_funcs; i++) KDC_RETURN_IF_ERROR(propagate_func(m, m->funcs[i]));
+  for (size_t i = 0; i < m->n_funcs; i++) /* callers first, then scan bodies */
+    if (!kdc_ir_func_is_body(m, m->funcs[i])) KDC_RETURN_IF_ERROR(propagate_func(m, m->funcs[i]));
+  for (size_t i = 0; i < m->n_funcs; i++)
+    if (kdc_ir_func_is_body(m, m->funcs[i])) KDC_RETURN_IF_ERROR(propagate_body(m, m->funcs[i]));
   return NULL;
 }

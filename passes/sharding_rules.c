@@ -42,6 +42,12 @@
  *     need_replication, others pass.
  *   collectives, shard_slice: need_replication everywhere (they only exist
  *     after partitioning).
+ *   scan: one pass factor (the batch) on dim 0 of every carry, dim 1 of
+ *     every sequence and of the result, when those sizes agree; every other
+ *     dim (time, features, the loop-invariant operands) need_replication.
+ *     The body is partitioned with its parameters fixed from the scan's
+ *     operands (propagate_shardings.c), so the split is sound for any body;
+ *     a body that would then need communication is refused by partition.
  * Also here: projecting a tensor's sharding onto factors and back.
  */
 #include <stdio.h>
@@ -281,6 +287,28 @@ static void rule_indexed(kdc_factor_rule *r, const kdc_node *n, const kdc_type *
   }
 }
 
+/* scan: the batch factor (first, factor 0, when it exists), the rest
+ * need_replication. */
+static void rule_scan(kdc_factor_rule *r, const kdc_node *n, const kdc_func *fn) {
+  const kdc_attr_scan *a = &n->attr.scan;
+  int res = r->ntensors - 1;
+  int64_t b = n->type.rank >= 2 ? n->type.dims[1] : -1;
+  for (int i = 0; i < n->n_in && b >= 0; i++) {
+    const kdc_type *t = kdc_ir_type(fn, n->in[i]);
+    if (i < a->n_carry && (t->rank < 1 || t->dims[0] != b)) b = -1;
+    if (i >= a->n_carry && i < a->n_carry + a->n_xs && (t->rank < 2 || t->dims[1] != b)) b = -1;
+  }
+  int fb = b > 1 ? new_factor(r, b, KDC_FACTOR_PASS) : -1;
+  for (int t = 0; t <= res; t++) {
+    const kdc_type *ty = t == res ? &n->type : kdc_ir_type(fn, n->in[t]);
+    int bd = t < a->n_carry ? 0 : t < a->n_carry + a->n_xs || t == res ? 1 : -1;
+    for (int d = 0; d < ty->rank; d++) {
+      if (fb >= 0 && d == bd) add(r, t, d, fb);
+      else if (ty->dims[d] > 1) add(r, t, d, new_factor(r, ty->dims[d], KDC_FACTOR_NEED_REPL));
+    }
+  }
+}
+
 kdc_status kdc_sharding_rule(const kdc_func *fn, kdc_value_id v, kdc_factor_rule *r) {
   const kdc_node *n = kdc_ir_node(fn, v);
   const kdc_type *out = &n->type, *x = n->n_in ? kdc_ir_type(fn, n->in[0]) : NULL;
@@ -353,6 +381,7 @@ kdc_status kdc_sharding_rule(const kdc_func *fn, kdc_value_id v, kdc_factor_rule
   case KDC_OP_SELECT_AND_SCATTER: rule_window(r, n, fn); return NULL;
   case KDC_OP_GATHER:
   case KDC_OP_SCATTER_ADD: rule_indexed(r, n, x, kdc_ir_type(fn, n->in[1])); return NULL;
+  case KDC_OP_SCAN: rule_scan(r, n, fn); return NULL;
   case KDC_OP_REVERSE:
     for (int d = 0; d < x->rank; d++) {
       bool rev = false;

@@ -112,6 +112,23 @@ static void put_step(FILE *o, const kdc_program *p, const kdc_prog_func *f, uint
     fprintf(o, " dst=");
     put_loc(o, f, p, &s->coll.dst);
     break;
+  case KDC_STEP_LOOP: {
+    const kdc_prog_loop_step *l = &s->loop;
+    fprintf(o, "loop %s x%" PRId64 " carries=%u in=", p->funcs[l->body].name, l->length,
+            l->n_carry);
+    for (uint32_t k = 0; k < l->n_in; k++) {
+      if (k) fputc(',', o);
+      put_loc(o, f, p, &l->in[k]);
+      if (l->in_stride[k]) fprintf(o, "+t*%" PRId64, l->in_stride[k]);
+    }
+    fprintf(o, " out=");
+    for (uint32_t k = 0; k < l->n_out; k++) {
+      if (k) fputc(',', o);
+      put_loc(o, f, p, &l->out[k]);
+      if (l->out_stride[k]) fprintf(o, "+t*%" PRId64, l->out_stride[k]);
+    }
+    break;
+  }
   }
   fprintf(o, "\n");
 }
@@ -198,8 +215,8 @@ void kdc_rt_plan_describe(const kdc_rt_plan *plan, FILE *o) {
   }
   for (uint32_t i = 0; i < p->n_funcs; i++) {
     const kdc_prog_func *f = &p->funcs[i];
-    fprintf(o, "func %s: %u inputs, %u outputs, %u steps\n", f->name, f->n_inputs, f->n_outputs,
-            f->n_steps);
+    fprintf(o, "func %s%s: %u inputs, %u outputs, %u steps\n", f->name,
+            f->is_body ? " (scan body)" : "", f->n_inputs, f->n_outputs, f->n_steps);
     for (uint32_t j = 0; j < f->n_inputs; j++) {
       fprintf(o, "  input %s ", f->inputs[j].name);
       put_tensor_sharded(o, p, &f->inputs[j]);

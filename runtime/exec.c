@@ -99,6 +99,39 @@ static void run_gemm(const runner *r, int64_t dev, const kdc_prog_gemm_step *g) 
   for (int64_t i = 0; i < g->batch; i++) gemm_block(r, dev, g, i, 0, g->m, 0, g->n);
 }
 
+/* LOOP steps (a scan): the body is a function of the plan whose inputs and
+ * outputs are rebound before every iteration; its arena locations are
+ * absolute (codegen placed them after the caller's live values). */
+static runner body_runner(const runner *r, const kdc_prog_loop_step *l) {
+  return (runner){.p = r->p, .f = &r->p->prog.funcs[l->body], .rf = &r->p->funcs[l->body]};
+}
+
+/* Binds iteration |t|'s ranges of |l| for device |dev| into |b|'s pointers. */
+static void bind_iteration(const runner *r, const runner *b, const kdc_prog_loop_step *l,
+                           int64_t dev, int64_t t) {
+  for (uint32_t i = 0; i < l->n_in; i++)
+    b->rf->in_ptr[dev * l->n_in + i] = (char *)resolve(r, dev, &l->in[i]) + t * l->in_stride[i];
+  for (uint32_t o = 0; o < l->n_out; o++)
+    b->rf->out_ptr[dev * l->n_out + o] = (char *)resolve(r, dev, &l->out[o]) + t * l->out_stride[o];
+}
+
+static void copy_carries(const runner *r, const kdc_prog_loop_step *l, int64_t dev) {
+  for (uint32_t i = 0; i < l->n_carry; i++)
+    memcpy(resolve(r, dev, &l->in[i]), resolve(r, dev, &l->out[i]), l->in[i].bytes);
+}
+
+static void run_local_step(const runner *r, int64_t dev, uint32_t s);
+
+/* The whole loop for one device, on this thread. */
+static void run_loop_device(const runner *r, int64_t dev, const kdc_prog_loop_step *l) {
+  runner b = body_runner(r, l);
+  for (int64_t t = 0; t < l->length; t++) {
+    bind_iteration(r, &b, l, dev, t);
+    for (uint32_t s = 0; s < b.f->n_steps; s++) run_local_step(&b, dev, s);
+    copy_carries(r, l, dev);
+  }
+}
+
 /* Step |s| (not a collective) on device |dev|, whole, on this thread. */
 static void run_local_step(const runner *r, int64_t dev, uint32_t s) {
   const kdc_prog_step *st = &r->f->steps[s];
@@ -111,6 +144,7 @@ static void run_local_step(const runner *r, int64_t dev, uint32_t s) {
   case KDC_STEP_COPY:
     memmove(resolve(r, dev, &st->dst), resolve(r, dev, &st->src), st->src.bytes);
     break;
+  case KDC_STEP_LOOP: run_loop_device(r, dev, &st->loop); break;
   case KDC_STEP_COLLECTIVE: kdc_unreachable();
   }
 }
@@ -122,6 +156,7 @@ static int64_t step_ops(const kdc_prog_step *st) {
     return st->kernel.extent * (st->kernel.unit_cost > 0 ? st->kernel.unit_cost : 1);
   case KDC_STEP_GEMM: return 2 * st->gemm.batch * st->gemm.m * st->gemm.n * st->gemm.k;
   case KDC_STEP_COPY: return (int64_t)(st->src.bytes / 4);
+  case KDC_STEP_LOOP: return st->loop.length * PARALLEL_MIN_OPS; /* worth a task */
   default: return 0;
   }
 }
@@ -197,6 +232,21 @@ static void run_kernel_split(runner *r, uint32_t s) {
   rt_pool_run(p->pool, chunk_task, r, chunks * nl);
 }
 
+/* A LOOP step, iteration by iteration for all devices, each body step
+ * split like a step of its own. */
+static void run_loop_stepwise(runner *r, const kdc_prog_loop_step *l) {
+  runner b = body_runner(r, l);
+  for (int64_t t = 0; t < l->length; t++) {
+    for (int64_t d = r->p->d0; d < r->p->d1; d++) bind_iteration(r, &b, l, d, t);
+    for (uint32_t s = 0; s < b.f->n_steps; s++) {
+      if (b.f->steps[s].kind == KDC_STEP_KERNEL) run_kernel_split(&b, s);
+      else
+        for (int64_t d = r->p->d0; d < r->p->d1; d++) run_local_step(&b, d, s);
+    }
+    for (int64_t d = r->p->d0; d < r->p->d1; d++) copy_carries(r, l, d);
+  }
+}
+
 /* A GEMM step is split into blocks, each one single-threaded cblas_sgemm
  * call on a pool task: batch entries when there are enough of them, else
  * row (or column, whichever is longer) blocks of GEMM_ALIGN multiples.  The
@@ -252,6 +302,7 @@ static kdc_status run_stepwise(runner *r) {
     switch (f->steps[s].kind) {
     case KDC_STEP_KERNEL: run_kernel_split(r, s); break;
     case KDC_STEP_GEMM: run_gemm_split(r, s); break;
+    case KDC_STEP_LOOP: run_loop_stepwise(r, &f->steps[s].loop); break;
     case KDC_STEP_COLLECTIVE: KDC_RETURN_IF_ERROR(run_collective(r, s)); break;
     default:
       for (int64_t d = r->p->d0; d < r->p->d1; d++) run_local_step(r, d, s);

@@ -47,6 +47,14 @@ static uint64_t arena_used(const kdc_program *p) {
       for (; *list; list++)
         if ((*list)->buf == KDC_PROG_BUF_ARENA && (*list)->offset + (*list)->bytes > used)
           used = (*list)->offset + (*list)->bytes;
+      if (st->kind == KDC_STEP_LOOP) /* every iteration's range (checked at decode) */
+        for (uint32_t k = 0; k < st->loop.n_in + st->loop.n_out; k++) {
+          bool in = k < st->loop.n_in;
+          const kdc_prog_loc *l = in ? &st->loop.in[k] : &st->loop.out[k - st->loop.n_in];
+          int64_t stride = in ? st->loop.in_stride[k] : st->loop.out_stride[k - st->loop.n_in];
+          uint64_t end = l->offset + (uint64_t)(st->loop.length - 1) * (uint64_t)stride + l->bytes;
+          if (l->buf == KDC_PROG_BUF_ARENA && end > used) used = end;
+        }
       if (st->kind == KDC_STEP_KERNEL)
         for (uint32_t a = 0; a < st->kernel.n_args; a++) {
           const kdc_prog_loc *l = &st->kernel.args[a];

@@ -139,6 +139,18 @@ static void put_step(kdc_buf *b, const kdc_prog_step *s) {
     put_loc(b, &c->dst);
     break;
   }
+  case KDC_STEP_LOOP: {
+    const kdc_prog_loop_step *l = &s->loop;
+    kdc_buf_put_u32(b, l->body);
+    kdc_buf_put_i64(b, l->length);
+    kdc_buf_put_u32(b, l->n_carry);
+    kdc_buf_put_u32(b, l->n_in);
+    for (uint32_t i = 0; i < l->n_in; i++) put_loc(b, &l->in[i]), kdc_buf_put_i64(b, l->in_stride[i]);
+    kdc_buf_put_u32(b, l->n_out);
+    for (uint32_t i = 0; i < l->n_out; i++)
+      put_loc(b, &l->out[i]), kdc_buf_put_i64(b, l->out_stride[i]);
+    break;
+  }
   }
 }
 
@@ -159,6 +171,7 @@ void kdc_prog_encode(const kdc_program *p, kdc_buf *out) {
   for (uint32_t i = 0; i < p->n_funcs; i++) {
     const kdc_prog_func *f = &p->funcs[i];
     kdc_buf_put_str(out, f->name);
+    kdc_buf_put_u8(out, f->is_body ? 1 : 0);
     kdc_buf_put_u32(out, f->n_inputs);
     for (uint32_t j = 0; j < f->n_inputs; j++) put_tensor(out, &f->inputs[j]);
     kdc_buf_put_u32(out, f->n_outputs);
@@ -235,14 +248,9 @@ static kdc_status get_tensor(kdc_reader *r, kdc_arena *a, const kdc_prog_mesh *m
   return NULL;
 }
 
-/* Reads a loc and checks it lies inside its buffer. */
-static kdc_status get_loc(kdc_reader *r, const kdc_program *p, const kdc_prog_func *f,
-                          bool writable, kdc_prog_loc *l) {
-  size_t pos = r->pos;
-  KDC_RETURN_IF_ERROR(kdc_reader_u8(r, &l->buf));
-  KDC_RETURN_IF_ERROR(kdc_reader_u32(r, &l->index));
-  KDC_RETURN_IF_ERROR(kdc_reader_u64(r, &l->offset));
-  KDC_RETURN_IF_ERROR(kdc_reader_u64(r, &l->bytes));
+/* Checks that loc |l| (read at |pos|) lies inside its buffer. */
+static kdc_status check_loc(kdc_reader *r, size_t pos, const kdc_program *p,
+                            const kdc_prog_func *f, bool writable, const kdc_prog_loc *l) {
   uint64_t size = 0, count = 0;
   const char *what = "?";
   switch (l->buf) {
@@ -271,6 +279,17 @@ static kdc_status get_loc(kdc_reader *r, const kdc_program *p, const kdc_prog_fu
   if (writable && l->buf != KDC_PROG_BUF_ARENA && l->buf != KDC_PROG_BUF_OUTPUT)
     return BAD_AT(r, pos, "step writes read-only %s buffer %u", what, l->index);
   return NULL;
+}
+
+/* Reads a loc and checks it lies inside its buffer. */
+static kdc_status get_loc(kdc_reader *r, const kdc_program *p, const kdc_prog_func *f,
+                          bool writable, kdc_prog_loc *l) {
+  size_t pos = r->pos;
+  KDC_RETURN_IF_ERROR(kdc_reader_u8(r, &l->buf));
+  KDC_RETURN_IF_ERROR(kdc_reader_u32(r, &l->index));
+  KDC_RETURN_IF_ERROR(kdc_reader_u64(r, &l->offset));
+  KDC_RETURN_IF_ERROR(kdc_reader_u64(r, &l->bytes));
+  return check_loc(r, pos, p, f, writable, l);
 }
 
 /* Elements a row-major rows x cols matrix with leading dim ld, repeated
@@ -403,6 +422,88 @@ static kdc_status get_coll(kdc_reader *r, const kdc_program *p, const kdc_prog_f
   return NULL;
 }
 
+/* One LOOP binding: a loc whose iterations [0, length) all lie inside its
+ * buffer (checked as one range of (length-1)*stride + bytes). */
+static kdc_status get_bind(kdc_reader *r, const kdc_program *p, const kdc_prog_func *f,
+                           bool writable, int64_t length, kdc_prog_loc *l, int64_t *stride) {
+  size_t pos = r->pos;
+  KDC_RETURN_IF_ERROR(kdc_reader_u8(r, &l->buf));
+  KDC_RETURN_IF_ERROR(kdc_reader_u32(r, &l->index));
+  KDC_RETURN_IF_ERROR(kdc_reader_u64(r, &l->offset));
+  KDC_RETURN_IF_ERROR(kdc_reader_u64(r, &l->bytes));
+  KDC_RETURN_IF_ERROR(kdc_reader_i64(r, stride));
+  uint64_t span;
+  if (*stride < 0 || __builtin_mul_overflow((uint64_t)(length - 1), (uint64_t)*stride, &span) ||
+      __builtin_add_overflow(span, l->bytes, &span))
+    return BAD_AT(r, pos, "loop step: binding stride %lld overflows", (long long)*stride);
+  kdc_prog_loc whole = *l; /* every iteration's range at once */
+  whole.bytes = span;
+  return check_loc(r, pos, p, f, writable, &whole);
+}
+
+static kdc_status get_loop(kdc_reader *r, const kdc_program *p, const kdc_prog_func *f,
+                           kdc_arena *a, kdc_prog_loop_step *l) {
+  size_t pos = r->pos;
+  KDC_RETURN_IF_ERROR(kdc_reader_u32(r, &l->body));
+  KDC_RETURN_IF_ERROR(kdc_reader_i64(r, &l->length));
+  KDC_RETURN_IF_ERROR(kdc_reader_u32(r, &l->n_carry));
+  if (l->length < 1) return BAD_AT(r, pos, "loop step: length %lld", (long long)l->length);
+  KDC_RETURN_IF_ERROR(kdc_reader_count(r, 29, &l->n_in));
+  l->in = kdc_arena_alloc(a, (l->n_in + 1) * sizeof *l->in);
+  l->in_stride = kdc_arena_alloc(a, (l->n_in + 1) * sizeof *l->in_stride);
+  for (uint32_t i = 0; i < l->n_in; i++)
+    KDC_RETURN_IF_ERROR(get_bind(r, p, f, i < l->n_carry, l->length, &l->in[i], &l->in_stride[i]));
+  KDC_RETURN_IF_ERROR(kdc_reader_count(r, 29, &l->n_out));
+  l->out = kdc_arena_alloc(a, (l->n_out + 1) * sizeof *l->out);
+  l->out_stride = kdc_arena_alloc(a, (l->n_out + 1) * sizeof *l->out_stride);
+  for (uint32_t i = 0; i < l->n_out; i++)
+    KDC_RETURN_IF_ERROR(get_bind(r, p, f, true, l->length, &l->out[i], &l->out_stride[i]));
+  if (l->n_carry > l->n_in || l->n_carry > l->n_out)
+    return BAD_AT(r, pos, "loop step: %u carries for %u inputs and %u outputs", l->n_carry,
+                  l->n_in, l->n_out);
+  for (uint32_t i = 0; i < l->n_carry; i++)
+    if (l->in_stride[i] || l->out_stride[i] || l->in[i].bytes != l->out[i].bytes ||
+        l->in[i].buf != KDC_PROG_BUF_ARENA || locs_overlap(&l->in[i], &l->out[i]))
+      return BAD_AT(r, pos, "loop step: carry %u is not one arena buffer copied from a "
+                    "distinct output of its size", i);
+  return NULL; /* the body's side is checked once every function is read (check_loops) */
+}
+
+/* LOOP steps against their bodies (after every function is decoded). */
+static kdc_status check_loops(kdc_reader *r, const kdc_program *p) {
+  for (uint32_t fi = 0; fi < p->n_funcs; fi++)
+    for (uint32_t s = 0; s < p->funcs[fi].n_steps; s++) {
+      const kdc_prog_step *st = &p->funcs[fi].steps[s];
+      if (st->kind != KDC_STEP_LOOP) continue;
+      const kdc_prog_loop_step *l = &st->loop;
+      const char *fn = p->funcs[fi].name;
+      if (l->body >= p->n_funcs || l->body == fi || !p->funcs[l->body].is_body || p->funcs[fi].is_body)
+        return kdc_reader_error(r, "function %s step %u: loop body %u is not a scan body "
+                                "function (or the loop is inside one)", fn, s, l->body);
+      const kdc_prog_func *b = &p->funcs[l->body];
+      if (b->n_inputs != l->n_in || b->n_outputs != l->n_out)
+        return kdc_reader_error(r, "function %s step %u: loop binds %u inputs and %u outputs, "
+                                "body %s has %u and %u", fn, s, l->n_in, l->n_out, b->name,
+                                b->n_inputs, b->n_outputs);
+      for (uint32_t i = 0; i < l->n_in + l->n_out; i++) {
+        bool in = i < l->n_in;
+        uint32_t k = in ? i : i - l->n_in;
+        uint64_t have = in ? l->in[k].bytes : l->out[k].bytes;
+        uint64_t want = in ? b->inputs[k].local_bytes : b->outputs[k].local_bytes;
+        if (have != want)
+          return kdc_reader_error(r, "function %s step %u: loop %s %u is %llu bytes, body "
+                                  "%s %u is %llu", fn, s, in ? "input" : "output", k,
+                                  (unsigned long long)have, in ? "input" : "output", k,
+                                  (unsigned long long)want);
+      }
+      for (uint32_t j = 0; j < b->n_steps; j++)
+        if (b->steps[j].kind == KDC_STEP_LOOP || b->steps[j].kind == KDC_STEP_COLLECTIVE)
+          return kdc_reader_error(r, "body %s step %u: a loop body holds no loop or collective "
+                                  "step", b->name, j);
+    }
+  return NULL;
+}
+
 static kdc_status get_step(kdc_reader *r, const kdc_program *p, const kdc_prog_func *f,
                            kdc_arena *a, kdc_prog_step *s) {
   size_t pos = r->pos;
@@ -439,6 +540,7 @@ static kdc_status get_step(kdc_reader *r, const kdc_program *p, const kdc_prog_f
     if (s->src.bytes != s->dst.bytes) return BAD_AT(r, pos, "copy step: sizes differ");
     return NULL;
   case KDC_STEP_COLLECTIVE: return get_coll(r, p, f, &s->coll);
+  case KDC_STEP_LOOP: return get_loop(r, p, f, a, &s->loop);
   default: return BAD_AT(r, pos, "unknown step kind %u", kind);
   }
 }
@@ -518,6 +620,11 @@ kdc_status kdc_prog_decode(kdc_reader *r, kdc_arena *a, kdc_program *p) {
     size_t len;
     KDC_RETURN_IF_ERROR(kdc_reader_str(r, &name, &len));
     f->name = kdc_arena_strdup(a, name);
+    size_t fpos = r->pos;
+    uint8_t flags;
+    KDC_RETURN_IF_ERROR(kdc_reader_u8(r, &flags));
+    if (flags > 1) return BAD_AT(r, fpos, "function %s: unknown flags 0x%x", f->name, flags);
+    f->is_body = flags & 1;
     KDC_RETURN_IF_ERROR(kdc_reader_count(r, 7, &f->n_inputs));
     f->inputs = kdc_arena_alloc(a, (f->n_inputs + 1) * sizeof *f->inputs);
     for (uint32_t j = 0; j < f->n_inputs; j++)
@@ -532,5 +639,5 @@ kdc_status kdc_prog_decode(kdc_reader *r, kdc_arena *a, kdc_program *p) {
       KDC_RETURN_IF_ERROR(get_step(r, p, f, a, &f->steps[j]));
   }
   if (r->pos != r->size) return kdc_reader_error(r, "%zu trailing bytes", r->size - r->pos);
-  return NULL;
+  return check_loops(r, p);
 }

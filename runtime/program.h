@@ -37,8 +37,10 @@
  * version).  Bump on any change; a reader refuses other versions.
  * 2: the mesh, shardings of inputs/outputs/weights (global shapes), and
  *    COLLECTIVE steps.
- * 4: kernel steps carry their output count (multi-output kernels). */
-#define KDC_PROG_VERSION 4u
+ * 4: kernel steps carry their output count (multi-output kernels).
+ * 5: LOOP steps (a scan body run |length| times) and a flags byte per
+ *    function (bit 0: scan body). */
+#define KDC_PROG_VERSION 5u
 
 /* Caps of the format: mesh axes (ir/ir.h KDC_MAX_MESH_AXES) and devices a
  * plan may ask for (a bound checked before anything per device is made). */
@@ -101,6 +103,7 @@ typedef enum kdc_prog_step_kind {
   KDC_STEP_GEMM = 2,        /* batched cblas_sgemm (row-major) */
   KDC_STEP_COPY = 3,        /* memcpy src -> dst */
   KDC_STEP_COLLECTIVE = 4,  /* a collective over device groups of the mesh */
+  KDC_STEP_LOOP = 5,        /* run a body function |length| times (scan) */
 } kdc_prog_step_kind;
 
 typedef struct kdc_prog_kernel_step {
@@ -149,12 +152,30 @@ typedef struct kdc_prog_coll_step {
   kdc_prog_loc src, dst;
 } kdc_prog_coll_step;
 
+/* The scan loop (ir/ops.def scan): iteration t (0 <= t < length) runs every
+ * step of function |body| with its input i bound to in[i] moved t *
+ * in_stride[i] bytes on (output o likewise), then copies each of the first
+ * |n_carry| outputs over the input of the same index (the carries: inputs
+ * and outputs i < n_carry have stride 0 and equal bytes; the carry inputs
+ * are arena buffers).  A loc's |bytes| is one iteration's extent and equals
+ * the body's LOCAL input/output size.  The body is a function flagged as a
+ * scan body, holds no LOOP or COLLECTIVE step and addresses its own part of
+ * the arena (the caller placed it after everything live at the step). */
+typedef struct kdc_prog_loop_step {
+  uint32_t body;            /* function index */
+  int64_t length;           /* >= 1 */
+  uint32_t n_carry, n_in, n_out;
+  kdc_prog_loc *in, *out;   /* iteration 0's ranges */
+  int64_t *in_stride, *out_stride; /* bytes per iteration, >= 0 */
+} kdc_prog_loop_step;
+
 typedef struct kdc_prog_step {
   kdc_prog_step_kind kind;
   kdc_prog_kernel_step kernel;   /* KERNEL */
   kdc_prog_gemm_step gemm;       /* GEMM */
   kdc_prog_loc src, dst;         /* COPY (equal bytes) */
   kdc_prog_coll_step coll;       /* COLLECTIVE */
+  kdc_prog_loop_step loop;       /* LOOP */
 } kdc_prog_step;
 
 typedef struct kdc_prog_func {
@@ -162,6 +183,7 @@ typedef struct kdc_prog_func {
   uint32_t n_inputs, n_outputs, n_steps;
   kdc_prog_tensor *inputs, *outputs;
   kdc_prog_step *steps;
+  bool is_body;             /* a scan body: run only by LOOP steps */
 } kdc_prog_func;
 
 typedef struct kdc_prog_kernel {

@@ -500,6 +500,7 @@ static void test_rng_uniform(void **state) {
 static void test_all_ops_covered(void **state) {
   (void)state;
   covered[KDC_OP_DOT] = true;  /* f32 GEMM paths: test_codegen_gemm.c */
+  covered[KDC_OP_SCAN] = true; /* LOOP steps: test_codegen_scan.c */
   for (int op = 0; op < KDC_OP_COUNT; op++) {
     /* The SPMD ops need a mesh: tests/runtime/test_collectives.c (every
      * collective) and test_spmd_kernels.c (shard_slice, sharded rng). */

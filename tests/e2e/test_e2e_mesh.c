@@ -46,6 +46,8 @@ static const example examples[] = {
     {"norm_zoo", 1, 1, NULL, NULL},
     {"small_cnn", 1, 1, NULL, NULL},
     {"text_classifier", 1, 1, NULL, NULL},
+    {"lstm_text", 1, 1, NULL, NULL},
+    {"gru_rnn", 1, 1, NULL, NULL},
 };
 
 #ifndef KDC_SANITIZE_BUILD

@@ -34,6 +34,8 @@ static const example examples[] = {
     {"norm_zoo", 1, 1},
     {"small_cnn", 1, 1},
     {"text_classifier", 1, 1},
+    {"lstm_text", 1, 1},
+    {"gru_rnn", 1, 1},
 };
 
 static char *ex_file(const example *e, const char *fmt, int i) {

@@ -167,11 +167,17 @@ static void test_err_unsupported_lowering(void **s FE_UNUSED) {
   assert_null(kdc_frontend_lower(m, &opt, &mod)); /* Conv2D lowers (lower_conv.c) */
   kdc_ir_module_destroy(mod);
   kdc_frontend_free(m);
-  m = fe_load_ok(FE_DATA("lstm_sequential.json"));
+  m = fe_load_ok(FE_DATA("lstm_sequential.json")); /* LSTM lowers to a scan (lower_rnn.c) */
+  mod = NULL;
+  assert_null(kdc_frontend_lower(m, &opt, &mod));
+  assert_non_null(kdc_ir_module_find_func(mod, "lstm.step"));
+  kdc_ir_module_destroy(mod);
+  kdc_frontend_free(m);
+  m = fe_load_ok(FE_DATA("lstm_stateful.json"));
   mod = NULL;
   fe_assert_err(kdc_frontend_lower(m, &opt, &mod), KDC_UNSUPPORTED,
-                "lstm_sequential.json: config.layers[1] (LSTM \"lstm\"): layer LSTM is not "
-                "supported by kdc for compilation yet", NULL);
+                "lstm_stateful.json: config.layers[1] (LSTM \"lstm\"): config.stateful=true: "
+                "stateful recurrent layers are not supported", NULL);
   assert_null(mod);
   kdc_frontend_free(m);
 }

@@ -176,7 +176,8 @@ function setSeededWeights(model, builder) {
       let data, dtype = 'float32';
       if (leaf === 'embeddings') {
         data = L.uniformArray(rng, n, -1, 1);
-      } else if (leaf === 'kernel' || leaf === 'depthwise_kernel' || leaf === 'pointwise_kernel') {
+      } else if (leaf === 'kernel' || leaf === 'depthwise_kernel' || leaf === 'pointwise_kernel' ||
+                 leaf === 'recurrent_kernel') {
         // fan_in: the contracted dims (two for MultiHeadAttention's output
         // projection), fan_out: the rest
         const nIn = wname === 'attention_output/kernel' ? 2 : 1;
@@ -495,6 +496,68 @@ function buildTextClassifier() {
   return { b, model, outputs: [head], inputRanges: [[0, 1000]], integerInputs: true };
 }
 
+// Keras 3 config of LSTM / GRU / SimpleRNN (keras/src/layers/rnn/*.py get_config).
+function rnnSpecific(cls, units, extra = {}) {
+  const init = (c, cfg = {}) => ({ module: 'keras.initializers', class_name: c, config: cfg, registered_name: null });
+  const s = {
+    return_sequences: false, return_state: false, go_backwards: false, stateful: false,
+    unroll: false, zero_output_for_mask: false, units, activation: 'tanh',
+  };
+  if (cls !== 'SimpleRNN') s.recurrent_activation = 'sigmoid';
+  Object.assign(s, {
+    use_bias: true, kernel_initializer: init('GlorotUniform', { seed: null }),
+    recurrent_initializer: init('Orthogonal', { seed: null, gain: 1.0 }),
+    bias_initializer: init('Zeros'),
+  });
+  if (cls === 'LSTM') s.unit_forget_bias = true;
+  Object.assign(s, {
+    kernel_regularizer: null, recurrent_regularizer: null, bias_regularizer: null,
+    activity_regularizer: null, kernel_constraint: null, recurrent_constraint: null,
+    bias_constraint: null, dropout: 0.0, recurrent_dropout: 0.0, seed: null,
+  });
+  if (cls === 'GRU') s.reset_after = true;
+  return Object.assign(s, extra);
+}
+
+// Embedding -> LSTM (sequences) -> LSTM (go_backwards, last state) -> Dense.
+function buildLstmText() {
+  const b = new Builder('functional', 'lstm_text', 0x157A1);
+  const x = b.input('input_layer', [10]);
+  b.denseInit.embedding = 1;
+  const e = b.layer('Embedding', 'embedding', {
+    input_dim: 50, output_dim: 8, embeddings_initializer: { module: 'keras.initializers',
+      class_name: 'RandomUniform', config: { seed: null, minval: -0.05, maxval: 0.05 },
+      registered_name: null },
+    embeddings_regularizer: null, activity_regularizer: null, embeddings_constraint: null,
+    mask_zero: false, lora_rank: null,
+  }, tf.layers.embedding({ inputDim: 50, outputDim: 8, name: 'embedding' }), x);
+  b.denseInit.lstm = 1.5;
+  const l1 = b.layer('LSTM', 'lstm', rnnSpecific('LSTM', 12, { return_sequences: true }),
+    tf.layers.lstm({ units: 12, recurrentActivation: 'sigmoid', returnSequences: true, name: 'lstm' }), e);
+  b.denseInit.lstm_1 = 1.5;
+  const l2 = b.layer('LSTM', 'lstm_1', rnnSpecific('LSTM', 8, { go_backwards: true }),
+    tf.layers.lstm({ units: 8, recurrentActivation: 'sigmoid', goBackwards: true, name: 'lstm_1' }), l1);
+  const head = b.dense('head', 3, 'softmax', l2, { gain: 2 });
+  const model = tf.model({ inputs: b.inputs, outputs: head.sym, name: 'lstm_text' });
+  return { b, model, outputs: [head], inputRanges: [[0, 50]], integerInputs: true };
+}
+
+// GRU (reset_after false: tfjs has no reset_after=true) -> SimpleRNN
+// (return_state: the last output twice) -> Dense.
+function buildGruRnn() {
+  const b = new Builder('functional', 'gru_rnn', 0x62A1);
+  const x = b.input('input_layer', [8, 6]);
+  b.denseInit.gru = 1.5;
+  const g = b.layer('GRU', 'gru', rnnSpecific('GRU', 10, { return_sequences: true, reset_after: false }),
+    tf.layers.gru({ units: 10, recurrentActivation: 'sigmoid', returnSequences: true, name: 'gru' }), x);
+  b.denseInit.simple_rnn = 1.5;
+  const r = b.layer('SimpleRNN', 'simple_rnn', rnnSpecific('SimpleRNN', 7, { go_backwards: true }),
+    tf.layers.simpleRNN({ units: 7, goBackwards: true, name: 'simple_rnn' }), g);
+  const head = b.dense('head', 4, 'softmax', r, { gain: 2 });
+  const model = tf.model({ inputs: b.inputs, outputs: head.sym, name: 'gru_rnn' });
+  return { b, model, outputs: [head], inputRanges: [[-1, 1]] };
+}
+
 // ====================================================================
 // Writers
 
@@ -517,8 +580,13 @@ const ONLY = process.argv.slice(2);
 
 // Keras 3 names the DepthwiseConv2D kernel `kernel`; tfjs (tf.keras 2) says
 // `depthwise_kernel` (SeparableConv keeps `depthwise_kernel` in both).
-const k3WeightName = (b, w) =>
-  (b.depthwise && b.depthwise.has(w.layer) && w.wname === 'depthwise_kernel' ? 'kernel' : w.wname);
+// Keras 3 keeps a recurrent layer's weights under its cell: `lstm/lstm_cell/kernel`.
+const RNN_CELL = { LSTM: 'lstm_cell', GRU: 'gru_cell', SimpleRNN: 'simple_rnn_cell' };
+const k3WeightName = (b, w) => {
+  const e = b.entries.find(x => x.name === w.layer);
+  if (e && RNN_CELL[e.cls]) return `${RNN_CELL[e.cls]}/${w.wname}`;
+  return b.depthwise && b.depthwise.has(w.layer) && w.wname === 'depthwise_kernel' ? 'kernel' : w.wname;
+};
 
 async function emit(folder, built, { sequentialPrefix = null, extraExpected = null } = {}) {
   if (ONLY.length && !ONLY.includes(folder)) return;
@@ -606,6 +674,10 @@ async function main() {
   await emit('small_cnn', buildSmallCnn());
   console.log('text_classifier');
   await emit('text_classifier', buildTextClassifier());
+  console.log('lstm_text');
+  await emit('lstm_text', buildLstmText());
+  console.log('gru_rnn');
+  await emit('gru_rnn', buildGruRnn());
   if (!ONLY.length || ONLY.includes('mnist_train')) {
     console.log('mnist_train (train.js)');
     await require('./train').emitTraining();

@@ -167,7 +167,7 @@ static void test_inconsistent_program(void **state) {
       .name = "x", .dtype = KDC_IO_DTYPE_F32, .rank = 1, .dims = {4}, .bytes = 16};
   kdc_prog_loc args[1] = {{KDC_PROG_BUF_ARENA, 0, 0, 16}};
   kdc_prog_step step = {.kind = KDC_STEP_KERNEL, .kernel = {0, 4, 1, 1, args, 1}};
-  kdc_prog_func fn = {"predict", 1, 1, 1, &in, &in, &step};
+  kdc_prog_func fn = {"predict", 1, 1, 1, &in, &in, &step, false};
   kdc_program p = {.arena_bytes = 64, .n_kernels = 1, .n_funcs = 1, .kernels = &kern, .funcs = &fn};
   kdc_buf b;
   /* 1: offset beyond the arena */
@@ -249,7 +249,7 @@ static void test_spmd_program(void **state) {
                             .axes = {1}, .rank = 1, .in_dims = {4}, .out_dims = {4},
                             .src = {KDC_PROG_BUF_INPUT, 0, 0, 16},
                             .dst = {KDC_PROG_BUF_OUTPUT, 0, 0, 16}};
-  kdc_prog_func fn = {"predict", 1, 1, 1, &x, &y, &step};
+  kdc_prog_func fn = {"predict", 1, 1, 1, &x, &y, &step, false};
   kdc_program p = {.n_kernels = 1, .n_funcs = 1, .kernels = &kern, .funcs = &fn};
   p.mesh = (kdc_prog_mesh){2, {"a", "b"}, {2, 4}, 8};
   kdc_buf b;
@@ -311,6 +311,86 @@ static void test_spmd_program(void **state) {
   kdc_buf_free(&b);
 }
 
+/* A scan plan (ir/scan.c, LOOP step): the running sum s' = s * k + x_t over
+ * 4 steps of f32[3], y_t = s'. */
+static char *build_loop_plan(void) {
+  kdc_module *m = kdc_ir_module_create("loop");
+  kdc_func *f = kdc_ir_func_create(m, "predict");
+  kdc_func *b = kdc_ir_func_create(m, "body");
+  kdc_type st = kdc_type_make(KDC_DTYPE_F32, 1, (int64_t[]){3});
+  kdc_type xt = kdc_type_make(KDC_DTYPE_F32, 2, (int64_t[]){4, 3});
+  kdc_value_id s = kdc_ir_parameter(b, KDC_PARAM_INPUT, "s", &st);
+  kdc_value_id x = kdc_ir_parameter(b, KDC_PARAM_INPUT, "x", &st);
+  kdc_value_id k = kdc_ir_parameter(b, KDC_PARAM_INPUT, "k", &st);
+  kdc_value_id sn = kdc_ir_binary(b, KDC_OP_ADD, kdc_ir_binary(b, KDC_OP_MUL, s, k), x);
+  kdc_ir_add_result(b, sn, "s");
+  kdc_ir_add_result(b, sn, "y");
+  kdc_value_id xs = kdc_ir_parameter(f, KDC_PARAM_INPUT, "xs", &xt);
+  kdc_value_id kk = kdc_ir_parameter(f, KDC_PARAM_INPUT, "k", &st);
+  kdc_value_id s0 = kdc_ir_splat(f, KDC_DTYPE_F32, 1, st.dims, 1.0);
+  kdc_ir_add_result(f, kdc_ir_scan(f, b, 4, 1, 1, 3, (kdc_value_id[]){s0, xs, kk}), "ys");
+  assert_null(kdc_ir_take_error(f));
+  assert_null(kdc_pass_fuse(m, NULL));
+  assert_null(kdc_pass_plan_memory(m, NULL));
+  char *path = strdup(cgt_path("loop.plan"));
+  assert_null(kdc_codegen_cpu_plan(m, NULL, path));
+  kdc_ir_module_destroy(m);
+  return path;
+}
+
+/* The LOOP step: a run against hand-computed sums, every program byte
+ * flipped (an error or a plan that loads, never a crash), and one
+ * inconsistency each in a decoded, re-encoded loop. */
+static void test_loop_program(void **state) {
+  (void)state;
+  char *saved = plan_path;
+  plan_path = build_loop_plan();
+  kdc_rt_plan *p;
+  assert_null(kdc_rt_plan_load(plan_path, &p));
+  float xs[12] = {1, 2, 3, 0, 1, 0, 2, 2, 2, -1, 0, 1}, k[3] = {0.5f, 1, 2}, ys[12];
+  const void *ins[2] = {xs, k};
+  void *outs[1] = {ys};
+  assert_null(kdc_rt_plan_run(p, ins, outs));
+  float sum[3] = {1, 1, 1};
+  for (int t = 0; t < 4; t++)
+    for (int i = 0; i < 3; i++) {
+      sum[i] = sum[i] * k[i] + xs[t * 3 + i];
+      assert_true(ys[t * 3 + i] == sum[i]);
+    }
+  kdc_rt_plan_release(p);
+  test_flipped_program(NULL);
+  /* inconsistencies */
+  assert_null(kdc_rt_plan_load(plan_path, &p));
+  kdc_prog_loop_step *l = NULL;
+  for (uint32_t s = 0; s < p->prog.funcs[0].n_steps; s++)
+    if (p->prog.funcs[0].steps[s].kind == KDC_STEP_LOOP) l = &p->prog.funcs[0].steps[s].loop;
+  assert_non_null(l);
+  assert_true(p->prog.funcs[l->body].is_body);
+  kdc_buf b;
+  for (int c = 0; c < 5; c++) {
+    kdc_prog_loop_step keep = *l;
+    kdc_prog_loc in0 = l->in[0], in1 = l->in[1];
+    int64_t stride1 = l->in_stride[1];
+    const char *want = NULL;
+    switch (c) {
+    case 0: l->body = 0, want = "not a scan body"; break;
+    case 1: l->body = 9, want = "not a scan body"; break;
+    case 2: l->in_stride[1] = 1 << 20, want = "beyond its size"; break;
+    case 3: l->in[0] = l->out[0], want = "carry 0"; break;  /* state over its next value */
+    default: l->in[1].bytes = 8, want = "loop input 1 is 8 bytes"; break;
+    }
+    kdc_buf_init(&b);
+    kdc_prog_encode(&p->prog, &b);
+    expect_bad(repack(KDC_PLAN_SECTION_PROGRAM, b.data, b.size), want);
+    kdc_buf_free(&b);
+    *l = keep;
+    l->in[0] = in0, l->in[1] = in1, l->in_stride[1] = stride1;
+  }
+  kdc_rt_plan_release(p);
+  free(plan_path);
+  plan_path = saved;
+}
+
 static void test_bad_code(void **state) {
   (void)state;
   size_t size;
@@ -335,7 +415,7 @@ int main(void) {
       cmocka_unit_test(test_load_run_describe), cmocka_unit_test(test_truncated_program),
       cmocka_unit_test(test_truncated_weights), cmocka_unit_test(test_flipped_program),
       cmocka_unit_test(test_inconsistent_program), cmocka_unit_test(test_spmd_program),
-      cmocka_unit_test(test_bad_code),
+      cmocka_unit_test(test_bad_code), cmocka_unit_test(test_loop_program),
   };
   int rc = cmocka_run_group_tests(tests, setup, NULL);
   free(plan_path);

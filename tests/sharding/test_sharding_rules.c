@@ -74,7 +74,16 @@ static const char text[] =
     "    %ga = gather %w, %gi : f32[4,5,4]\n"
     "    %sca = scatter_add %gi, %ga : f32[6,4]\n"
     "    %rev = reverse %x dims=[1] : f32[8,6]\n"
+    "    %xs3 = parameter 10 input \"xs3\" : f32[3,8,6]\n"
+    "    %scn = scan @cell %x, %xs3, %w length=3 carries=1 xs=1 : f32[3,8,6]\n"
     "    return %sel\n"
+    "  }\n"
+    "  func @cell {\n"
+    "    %s = parameter 0 input \"s\" : f32[8,6]\n"
+    "    %xt = parameter 1 input \"x_t\" : f32[8,6]\n"
+    "    %cw = parameter 2 input \"w\" : f32[6,4]\n"
+    "    %sn = add %s, %xt : f32[8,6]\n"
+    "    return %sn, %sn\n"
     "  }\n"
     "}\n";
 
@@ -130,6 +139,9 @@ static const char *const want[] = {
     "([i,l],[j,k])->([j,k,l]) {i=6,j=4,k=5,l=4} reduction={i}",    /* gather */
     "([j,k],[j,k,l])->([i,l]) {i=6,j=4,k=5,l=4} reduction={j,k}",  /* scatter_add */
     "([i,j])->([i,k]) {i=8,j=6,k=6} need_replication={j,k}",       /* reverse */
+    "()->([i,j,k]) {i=3,j=8,k=6}",                                 /* parameter */
+    "([i,j],[k,i,l],[m,n])->([o,i,p]) {i=8,j=6,k=3,l=6,m=6,n=4,o=3,p=6} "
+    "need_replication={j,k,l,m,n,o,p}",                             /* scan: the batch passes */
 };
 
 static void test_rule_table(void **state) {

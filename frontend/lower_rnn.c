@@ -1,0 +1,236 @@
+/*
+ * frontend/lower_rnn.c: LSTM, GRU and SimpleRNN as one scan (ir/scan.c).
+ *
+ * The input projection of every time step is one matmul outside the loop:
+ * xs = transpose(x @ kernel (+ input bias), [T, B, G*units]) (time-major, as
+ * scan wants it; go_backwards reverses the time dim first, and the outputs
+ * then stay in processing order, as in Keras).  The loop body is a function
+ * of the module, "<layer>.step", taking (carries, xs_t, recurrent_kernel
+ * [, recurrent bias]) and returning (carries', y_t); initial states are
+ * zeros.  Formulas (Keras 3, keras/src/layers/rnn/: lstm.py, gru.py, simple_rnn.py; gate order LSTM
+ * i,f,c,o and GRU z,r,h; act = activation, ract = recurrent_activation):
+ *   SimpleRNN: h' = act(xs_t + h @ U)               (bias inside xs_t)
+ *   LSTM:      z = xs_t + h @ U; i, f, g, o = ract(z0), ract(z1), act(z2), ract(z3)
+ *              c' = f c + i g;   h' = o act(c')
+ *   GRU, reset_after (bias [2, 3u]: input row in xs_t, recurrent row here):
+ *              r_* = h @ U + b_rec;  z = ract(x_z + r_z);  r = ract(x_r + r_r)
+ *              hh = act(x_h + r r_h);  h' = z h + (1 - z) hh
+ *   GRU, reset_after false (bias [3u] in xs_t):
+ *              z = ract(x_z + h @ U_z); r = ract(x_r + h @ U_r);
+ *              hh = act(x_h + (r h) @ U_h); h' = z h + (1 - z) hh
+ * y_t is h' -- or, when return_state asks for an LSTM's final c, h' and c'
+ * side by side, which the layer slices apart after the loop.
+ * Dropout and recurrent_dropout are identities at inference; unroll only
+ * changes how Keras builds the loop, not the numbers; stateful layers,
+ * masks (checked by Embedding) and initial states passed in are errors.
+ */
+#include <json-c/json.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "frontend/frontend.h"
+
+typedef struct rnn_cfg {
+  int gates;               /* 4 LSTM, 3 GRU, 1 SimpleRNN */
+  bool lstm, gru, bias, seq, state, back, reset_after;
+  int64_t units;
+  const char *act, *ract;
+} rnn_cfg;
+
+static kdc_status read_cfg(const kdc_keras_layer *l, rnn_cfg *r) {
+  memset(r, 0, sizeof *r);
+  r->lstm = !strcmp(l->class_name, "LSTM");
+  r->gru = !strcmp(l->class_name, "GRU");
+  r->gates = r->lstm ? 4 : r->gru ? 3 : 1;
+  bool stateful;
+  KDC_RETURN_IF_ERROR(kdc_fe_cfg_int(l, "units", INT64_MIN, &r->units));
+  KDC_RETURN_IF_ERROR(kdc_fe_cfg_bool(l, "use_bias", true, &r->bias));
+  KDC_RETURN_IF_ERROR(kdc_fe_cfg_bool(l, "return_sequences", false, &r->seq));
+  KDC_RETURN_IF_ERROR(kdc_fe_cfg_bool(l, "return_state", false, &r->state));
+  KDC_RETURN_IF_ERROR(kdc_fe_cfg_bool(l, "go_backwards", false, &r->back));
+  KDC_RETURN_IF_ERROR(kdc_fe_cfg_bool(l, "stateful", false, &stateful));
+  r->reset_after = true;
+  if (r->gru) KDC_RETURN_IF_ERROR(kdc_fe_cfg_bool(l, "reset_after", true, &r->reset_after));
+  if (stateful)
+    return kdc_fe_layer_err(l, KDC_UNSUPPORTED, "config.stateful=true: stateful recurrent "
+                            "layers are not supported (kdc runs each batch from zero states)");
+  r->act = "tanh";
+  r->ract = "sigmoid";
+  if (kdc_fe_get(l->config, "activation"))
+    KDC_RETURN_IF_ERROR(kdc_fe_cfg_activation(l, "activation", &r->act));
+  if (r->gates > 1 && kdc_fe_get(l->config, "recurrent_activation"))
+    KDC_RETURN_IF_ERROR(kdc_fe_cfg_activation(l, "recurrent_activation", &r->ract));
+  return NULL;
+}
+
+/* Columns [k*u, (k+1)*u) of the [B, G*u] value |z|. */
+static kdc_value_id gate(kdc_func *f, kdc_value_id z, int k, int64_t u) {
+  const kdc_type *t = kdc_ir_type(f, z);
+  if (!t) return KDC_NO_VALUE;
+  int64_t st[2] = {0, k * u}, lim[2] = {t->dims[0], (k + 1) * u}, str[2] = {1, 1};
+  return kdc_ir_slice(f, z, st, lim, str);
+}
+
+static kdc_value_id mm(kdc_func *f, kdc_value_id a, kdc_value_id b) {
+  return kdc_ir_matmul(f, a, b);
+}
+
+static kdc_value_id add(kdc_func *f, kdc_value_id a, kdc_value_id b) {
+  return kdc_ir_binary_bcast(f, KDC_OP_ADD, a, b);
+}
+
+static kdc_value_id mul(kdc_func *f, kdc_value_id a, kdc_value_id b) {
+  return kdc_ir_binary(f, KDC_OP_MUL, a, b);
+}
+
+/* A unique function name "<layer>.step", "<layer>.step2", ... */
+static const char *body_name(kdc_module *m, const kdc_keras_layer *l) {
+  for (int k = 1;; k++) {
+    const char *name = k == 1 ? kdc_arena_printf(m->arena, "%s.step", l->name)
+                              : kdc_arena_printf(m->arena, "%s.step%d", l->name, k);
+    if (!kdc_ir_module_find_func(m, name)) return name;
+  }
+}
+
+/* Builds the body into c->f (the caller swapped it in); params: carries,
+ * x_t, U [, b_rec].  Results appended to the body. */
+static kdc_status build_body(kdc_lower_ctx *c, const kdc_keras_layer *l, const rnn_cfg *r,
+                             int64_t B, const kdc_type *ut, const kdc_type *bt) {
+  kdc_func *f = c->f;
+  int64_t u = r->units, G = r->gates;
+  kdc_type ht = kdc_type_make(KDC_DTYPE_F32, 2, (int64_t[]){B, u});
+  kdc_type xt = kdc_type_make(KDC_DTYPE_F32, 2, (int64_t[]){B, G * u});
+  kdc_value_id h = kdc_ir_parameter(f, KDC_PARAM_INPUT, "h", &ht);
+  kdc_value_id cs = r->lstm ? kdc_ir_parameter(f, KDC_PARAM_INPUT, "c", &ht) : KDC_NO_VALUE;
+  kdc_value_id x = kdc_ir_parameter(f, KDC_PARAM_INPUT, "x_t", &xt);
+  kdc_value_id U = kdc_ir_parameter(f, KDC_PARAM_INPUT, "recurrent_kernel", ut);
+  kdc_value_id brec = bt ? kdc_ir_parameter(f, KDC_PARAM_INPUT, "recurrent_bias", bt) : KDC_NO_VALUE;
+  kdc_value_id hn = KDC_NO_VALUE, cn = KDC_NO_VALUE;
+  if (!r->lstm && !r->gru) {
+    KDC_RETURN_IF_ERROR(kdc_fe_activation(c, l, "activation", r->act, add(f, x, mm(f, h, U)), &hn));
+  } else if (r->lstm) {
+    kdc_value_id z = add(f, x, mm(f, h, U)), i, fg, g, o, ac;
+    KDC_RETURN_IF_ERROR(kdc_fe_activation(c, l, "recurrent_activation", r->ract, gate(f, z, 0, u), &i));
+    KDC_RETURN_IF_ERROR(kdc_fe_activation(c, l, "recurrent_activation", r->ract, gate(f, z, 1, u), &fg));
+    KDC_RETURN_IF_ERROR(kdc_fe_activation(c, l, "activation", r->act, gate(f, z, 2, u), &g));
+    KDC_RETURN_IF_ERROR(kdc_fe_activation(c, l, "recurrent_activation", r->ract, gate(f, z, 3, u), &o));
+    cn = add(f, mul(f, fg, cs), mul(f, i, g));
+    KDC_RETURN_IF_ERROR(kdc_fe_activation(c, l, "activation", r->act, cn, &ac));
+    hn = mul(f, o, ac);
+  } else {
+    kdc_value_id zg, rg, hh, inner_h;
+    if (r->reset_after) {
+      kdc_value_id in = mm(f, h, U);
+      if (brec != KDC_NO_VALUE) in = add(f, in, brec);
+      KDC_RETURN_IF_ERROR(kdc_fe_activation(c, l, "recurrent_activation", r->ract,
+                                            add(f, gate(f, x, 0, u), gate(f, in, 0, u)), &zg));
+      KDC_RETURN_IF_ERROR(kdc_fe_activation(c, l, "recurrent_activation", r->ract,
+                                            add(f, gate(f, x, 1, u), gate(f, in, 1, u)), &rg));
+      inner_h = mul(f, rg, gate(f, in, 2, u));
+    } else {
+      int64_t k = ut->dims[0];
+      int64_t s0[2] = {0, 0}, l0[2] = {k, 2 * u}, s2[2] = {0, 2 * u}, l2[2] = {k, 3 * u};
+      int64_t one[2] = {1, 1};
+      kdc_value_id in = mm(f, h, kdc_ir_slice(f, U, s0, l0, one));
+      KDC_RETURN_IF_ERROR(kdc_fe_activation(c, l, "recurrent_activation", r->ract,
+                                            add(f, gate(f, x, 0, u), gate(f, in, 0, u)), &zg));
+      KDC_RETURN_IF_ERROR(kdc_fe_activation(c, l, "recurrent_activation", r->ract,
+                                            add(f, gate(f, x, 1, u), gate(f, in, 1, u)), &rg));
+      inner_h = mm(f, mul(f, rg, h), kdc_ir_slice(f, U, s2, l2, one));
+    }
+    KDC_RETURN_IF_ERROR(kdc_fe_activation(c, l, "activation", r->act,
+                                          add(f, gate(f, x, 2, u), inner_h), &hh));
+    kdc_value_id one_minus = kdc_ir_binary(f, KDC_OP_SUB, kdc_ir_splat(f, KDC_DTYPE_F32, 2,
+                                                                         ht.dims, 1.0), zg);
+    hn = add(f, mul(f, zg, h), mul(f, one_minus, hh));
+  }
+  kdc_ir_add_result(f, hn, "h");
+  if (r->lstm) kdc_ir_add_result(f, cn, "c");
+  kdc_value_id y = hn;
+  if (r->lstm && r->state) y = kdc_ir_concat(f, 2, (kdc_value_id[]){hn, cn}, 1);
+  kdc_ir_add_result(f, y, "y");
+  return NULL;
+}
+
+static kdc_status lower_rnn(kdc_lower_ctx *c, const kdc_keras_layer *l, kdc_value_id x,
+                            kdc_value_id *out) {
+  rnn_cfg r;
+  KDC_RETURN_IF_ERROR(read_cfg(l, &r));
+  kdc_func *f = c->f;
+  const char *cell = r.lstm ? "lstm_cell" : r.gru ? "gru_cell" : "simple_rnn_cell";
+  char kn[64], un[64], bn[64];
+  snprintf(kn, sizeof kn, "%s/kernel", cell);
+  snprintf(un, sizeof un, "%s/recurrent_kernel", cell);
+  snprintf(bn, sizeof bn, "%s/bias", cell);
+  kdc_value_id W = kdc_fe_weight(c, l, kn), U = kdc_fe_weight(c, l, un);
+  kdc_value_id b = r.bias ? kdc_fe_weight(c, l, bn) : KDC_NO_VALUE;
+  if (x == KDC_NO_VALUE || W == KDC_NO_VALUE || U == KDC_NO_VALUE) return NULL;
+  const kdc_type *xt = kdc_ir_type(f, x);
+  if (xt->rank != 3 || xt->dtype != KDC_DTYPE_F32)
+    return kdc_fe_layer_err(l, KDC_INVALID_INPUT, "expected a float (batch, time, features) input");
+  int64_t B = xt->dims[0], T = xt->dims[1], u = r.units, G = r.gates;
+  if (T < 1)
+    return kdc_fe_layer_err(l, KDC_UNSUPPORTED, "a sequence of %lld steps: recurrent layers "
+                            "need at least one step", (long long)T);
+  /* the input projection of every step, time-major */
+  if (r.back) x = kdc_ir_reverse(f, x, 1, (int64_t[]){1});
+  kdc_value_id xs = kdc_ir_matmul(f, x, W);  /* [B, T, G u] */
+  kdc_value_id brec = KDC_NO_VALUE;
+  if (b != KDC_NO_VALUE) {
+    kdc_value_id bin = b;
+    if (r.gru && r.reset_after) {
+      int64_t s0[2] = {0, 0}, l0[2] = {1, 3 * u}, s1[2] = {1, 0}, l1[2] = {2, 3 * u}, one[2] = {1, 1};
+      bin = kdc_ir_reshape(f, kdc_ir_slice(f, b, s0, l0, one), 1, (int64_t[]){3 * u});
+      brec = kdc_ir_reshape(f, kdc_ir_slice(f, b, s1, l1, one), 1, (int64_t[]){3 * u});
+    }
+    xs = add(f, xs, bin);
+  }
+  xs = kdc_ir_transpose(f, xs, (int64_t[]){1, 0, 2});  /* [T, B, G u] */
+  KDC_RETURN_IF_ERROR(kdc_ir_take_error(f));
+  /* the body */
+  kdc_func *body = kdc_ir_func_create(c->mod, body_name(c->mod, l));
+  kdc_ir_set_origin(body, f->cur_origin);
+  c->f = body;
+  kdc_status st = build_body(c, l, &r, B, kdc_ir_type(f, U),
+                             brec != KDC_NO_VALUE ? kdc_ir_type(f, brec) : NULL);
+  c->f = f;
+  if (!st) st = kdc_ir_take_error(body);
+  if (st) return kdc_fe_layer_err(l, KDC_INTERNAL, "recurrent step: %s", kdc_status_message(st));
+  /* the loop */
+  kdc_value_id zeros = kdc_ir_splat(f, KDC_DTYPE_F32, 2, (int64_t[]){B, u}, 0.0);
+  kdc_value_id ops[6];
+  int n = 0, nc = r.lstm ? 2 : 1;
+  ops[n++] = zeros;
+  if (r.lstm) ops[n++] = zeros;
+  ops[n++] = xs;
+  ops[n++] = U;
+  if (brec != KDC_NO_VALUE) ops[n++] = brec;
+  kdc_value_id ys = kdc_ir_scan(f, body, T, nc, 1, n, ops);  /* [T, B, u or 2u] */
+  KDC_RETURN_IF_ERROR(kdc_ir_take_error(f));
+  int64_t yw = kdc_ir_type(f, ys)->dims[2], one[3] = {1, 1, 1};
+  int64_t ls[3] = {T - 1, 0, 0}, ll[3] = {T, B, u};
+  kdc_value_id last = kdc_ir_reshape(f, kdc_ir_slice(f, ys, ls, ll, one), 2, (int64_t[]){B, u});
+  if (r.seq) {
+    kdc_value_id hs = ys;
+    if (yw != u) hs = kdc_ir_slice(f, ys, (int64_t[]){0, 0, 0}, (int64_t[]){T, B, u}, one);
+    out[0] = kdc_ir_transpose(f, hs, (int64_t[]){1, 0, 2});
+  } else {
+    out[0] = last;
+  }
+  if (r.state) {
+    out[1] = last;
+    if (r.lstm) {
+      int64_t cs[3] = {T - 1, 0, u}, cl[3] = {T, B, 2 * u};
+      out[2] = kdc_ir_reshape(f, kdc_ir_slice(f, ys, cs, cl, one), 2, (int64_t[]){B, u});
+    }
+  }
+  (void)G;
+  return NULL;
+}
+
+kdc_status kdc_fe_lower_rnn(struct kdc_lower_ctx *c, const kdc_keras_layer *l,
+                            const kdc_keras_node *n, const kdc_value_id *in,
+                            const kdc_value_id *kw, kdc_value_id *out) {
+  (void)n, (void)kw;
+  return lower_rnn(c, l, in[0], out);
+}

@@ -1,0 +1,149 @@
+/*
+ * Recurrent layers on real files (../shared/real-json, SOURCES.md): the
+ * LSTM models of GaurdianEye (tf.keras 2, two inputs, an LSTM over 2500
+ * steps) and keras-imdb (Keras 2.0 list Sequential: Embedding, Conv1D,
+ * MaxPooling1D, LSTM) with Keras initialisers (--random-init's path),
+ * compiled for a 2x4 mesh with DataParallel and run through the runtime
+ * (LOOP steps on 8 devices), equal the reference interpreter on the
+ * unpartitioned model (|d| <= 1e-5 + 1e-4 |ref|).  The third LSTM file
+ * (Anaya-Koirala) has an unknown time dimension: lowering it is the
+ * located "is unknown (None)" error.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "codegen/codegen.h"
+#include "e2e_util.h"
+#include "frontend/frontend.h"
+#include "frontend/layout.h"
+#include "ir/ir.h"
+#include "passes/passes.h"
+#include "runtime/runtime.h"
+
+enum { BATCH = 8 };
+
+static const char *real_path(const char *file, char *buf, size_t n) {
+  snprintf(buf, n, "%s/real-json/%s", KDC_SHARED_DIR, file);
+  return e2e_exists(buf) ? buf : NULL;
+}
+
+/* Lowers |path| (batch BATCH, mesh |mesh| or none) with seeded initialisers. */
+static kdc_module *lower(const char *path, const kdc_mesh *mesh) {
+  kdc_keras_model *km = NULL;
+  kdc_module *mod = NULL;
+  assert_null(kdc_frontend_load(path, &km));
+  kdc_lower_options lo = {.batch = BATCH, .mesh = mesh};
+  kdc_status st = kdc_frontend_lower(km, &lo, &mod);
+  if (st) fail_msg("%s", kdc_status_message(st));
+  assert_null(kdc_frontend_init_weights(km, mod, 7));
+  kdc_frontend_free(km);
+  return mod;
+}
+
+static void run_real(const char *file, int64_t id_range) {
+  char path[1024];
+  if (!real_path(file, path, sizeof path)) skip();
+  /* inputs: uniform [-1, 1), or integer ids in [0, id_range) */
+  kdc_module *ref = lower(path, NULL);
+  kdc_func *f = kdc_ir_module_find_func(ref, "predict");
+  kdc_tensor *args = calloc(f->n_params, sizeof *args);
+  const void *ins[4];
+  size_t ni = 0;
+  uint64_t s = 12345;
+  for (size_t i = 0; i < f->n_params; i++) {
+    const kdc_node *nd = kdc_ir_node(f, f->params[i]);
+    args[i].type = nd->type;
+    if (nd->attr.param.kind != KDC_PARAM_INPUT) continue;
+    int64_t n = kdc_type_numel(&nd->type);
+    float *x = malloc((size_t)n * sizeof *x);
+    for (int64_t k = 0; k < n; k++) {
+      s = s * 6364136223846793005ull + 1442695040888963407ull;
+      double u = (double)(s >> 11) / 9007199254740992.0;
+      x[k] = id_range ? (float)(int64_t)(u * (double)id_range) : (float)(2 * u - 1);
+    }
+    args[i].data = x;
+    assert_true(ni < 4);
+    ins[ni++] = x;
+  }
+  kdc_tensor want[1];
+  size_t np = f->n_params;
+  assert_int_equal(f->n_results, 1);
+  assert_null(kdc_ir_interpret(f, args, np, want));
+  kdc_ir_module_destroy(ref);
+  /* 2x4 DataParallel through the runtime */
+  kdc_mesh mesh;
+  assert_null(kdc_mesh_parse("2x4", NULL, &mesh));
+  kdc_module *mod = lower(path, &mesh);
+  assert_null(kdc_pass_pipeline_run(mod, NULL));
+  char *plan_path = e2e_path("rnn.plan");
+  kdc_codegen_options co;
+  memset(&co, 0, sizeof co);
+  co.no_ir_text = true;
+  assert_null(kdc_codegen_cpu_plan(mod, &co, plan_path));
+  kdc_ir_module_destroy(mod);
+  kdc_rt_plan *p = NULL;
+  assert_null(kdc_rt_plan_load(plan_path, &p));
+  assert_int_equal(kdc_rt_plan_device_count(p), 8);
+  int loops = 0, colls = 0;
+  const kdc_prog_func *pf = &p->prog.funcs[0];
+  for (uint32_t k = 0; k < pf->n_steps; k++) {
+    loops += pf->steps[k].kind == KDC_STEP_LOOP;
+    colls += pf->steps[k].kind == KDC_STEP_COLLECTIVE;
+  }
+  assert_true(loops >= 1);
+  assert_int_equal(colls, 0); /* DataParallel: the batch splits, no communication */
+  size_t bytes = kdc_type_bytes(&want[0].type);
+  assert_int_equal(kdc_rt_plan_output(p, 0, 0)->bytes, bytes);
+  float *got = malloc(bytes);
+  void *outs[1] = {got};
+  assert_null(kdc_rt_plan_run(p, ins, outs));
+  double err = e2e_f32_compare(got, want[0].data, bytes / 4, 1e-5, 1e-4);
+  if (err > 1) fail_msg("%s: 2x4 differs from the interpreter (%.3g of tolerance)", file, err);
+  kdc_rt_plan_release(p);
+  free(got), free(want[0].data), free(plan_path);
+  for (size_t i = 0; i < np; i++) free(args[i].data);
+  free(args);
+}
+
+static void test_gaurdian_eye(void **state) {
+  (void)state;
+  run_real("ShaikRiyaz2003__GaurdianEye__model_architecture.json", 0);
+}
+
+static void test_imdb(void **state) {
+  (void)state;
+  run_real("0xPr0xy__keras-imdb-sentiment-classification__model.json", 50000);
+}
+
+static void test_anaya_unknown_time(void **state) {
+  (void)state;
+  char path[1024];
+  if (!real_path("Anaya-Koirala__melody-generating-lstm-cs371__config.json", path, sizeof path))
+    skip();
+  kdc_keras_model *km = NULL;
+  kdc_module *mod = NULL;
+  assert_null(kdc_frontend_load(path, &km));
+  kdc_lower_options lo = {.batch = BATCH};
+  kdc_status st = kdc_frontend_lower(km, &lo, &mod);
+  assert_non_null(st);
+  assert_non_null(strstr(kdc_status_message(st), "is unknown (None)"));
+  assert_non_null(strstr(kdc_status_message(st), path));
+  kdc_status_free(st);
+  kdc_frontend_free(km);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_gaurdian_eye),
+      cmocka_unit_test(test_imdb),
+      cmocka_unit_test(test_anaya_unknown_time),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
