@@ -691,7 +691,7 @@ function setWeights(model, rng) {
 }
 
 // ---- a random valid ModelParallel layout for mesh 2x4 (data, model)
-function randomLayout(r, wlist, b, outputsInfo, MODEL = 4, DATA = 2) {
+function randomLayout(r, wlist, b, outputsInfo, MODEL = 4, DATA = 2, EXTRA = 0) {
   const map = {};
   for (const w of wlist) {
     if (!r.chance(0.6)) continue;
@@ -705,6 +705,11 @@ function randomLayout(r, wlist, b, outputsInfo, MODEL = 4, DATA = 2) {
     axes[dm] = 'model';
     const others = w.shape.map((d, i) => i).filter(i => i !== dm && w.shape[i] % DATA === 0);
     if (others.length && r.chance(0.2)) axes[r.pick(others)] = 'data';
+    // a third mesh axis ("extra", 2x2x2) on yet another dim
+    if (EXTRA) {
+      const free = w.shape.map((d, i) => i).filter(i => axes[i] === null && w.shape[i] % EXTRA === 0);
+      if (free.length && r.chance(0.4)) axes[r.pick(free)] = 'extra';
+    }
     // trailing nulls may be left out (shorter layouts replicate the rest)
     while (axes.length && axes[axes.length - 1] === null && r.chance(0.5)) axes.pop();
     let key = path;
@@ -828,7 +833,7 @@ async function genCase(seed, dir) {
   const mesh = lr.pick(['4x2', '1x8', '8x1', '2x2x2', '2x4']);
   const sizes = mesh.split('x').map(Number);
   fs.writeFileSync(path.join(dir, 'layout_mesh.json'),
-    JSON.stringify(randomLayout(lr, wlist, b, outsInfo, sizes[1], sizes[0]), null, 1) + '\n');
+    JSON.stringify(randomLayout(lr, wlist, b, outsInfo, sizes[1], sizes[0], sizes[2] || 0), null, 1) + '\n');
   const desc = { seed, n_in, n_out, tfjs_differs: built.usesTfjsDiff, mesh, layers: b.classes };
   fs.writeFileSync(path.join(dir, 'case.json'), JSON.stringify(desc) + '\n');
   xs.forEach(t => t.dispose());
