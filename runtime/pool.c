@@ -11,8 +11,9 @@
  * when every task is done; nothing is allocated per job.
  *
  * Idle workers spin briefly (a kernel step is usually followed by another
- * within microseconds) and then sleep on a condition variable, so while a
- * GEMM runs on OpenBLAS's threads the pool's workers are asleep: never more
+ * within microseconds) and then sleep on a condition variable; the caller
+ * waiting for the last tasks of a job spins as briefly, then yields (on a
+ * loaded machine the thread holding the task may be preempted).  Never more
  * runnable threads than cores (docs/runtime.md, "Threads").
  */
 #include <pthread.h>
@@ -135,5 +136,11 @@ void rt_pool_run(rt_pool *p, rt_task_fn fn, void *ctx, int64_t n_tasks) {
   pthread_cond_broadcast(&p->wake);
   pthread_mutex_unlock(&p->mu);
   work(p, gen);
-  while (atomic_load_explicit(&p->done, memory_order_acquire) < n_tasks) cpu_relax();
+  /* Wait for the tasks other threads hold: spin briefly, then yield, so
+   * that on an oversubscribed machine a preempted worker gets the core back
+   * instead of the caller burning its whole time slice. */
+  for (int spins = 0; atomic_load_explicit(&p->done, memory_order_acquire) < n_tasks; spins++) {
+    if (spins < SPIN) cpu_relax();
+    else sched_yield();
+  }
 }
