@@ -22,3 +22,12 @@ fi
 # CNN on 64x64 images, forward and training step.
 python3 bench/big_models.py examples build-bench
 ./build-bench/bench/bench_models build-bench
+# Processes (loopback): all_reduce between 2 processes under mpirun and over
+# TCP (bench_mpi.sh, when MPI is built), and the MNIST MLP training step on
+# 2 processes (kdc under mpirun, kdc over TCP) against PyTorch DDP with gloo
+# (bench_procs.sh), same global batch, 1 thread per process.
+cmake --build build-bench -j "$(nproc)" --target kdc bench_procs_train >/dev/null
+if cmake --build build-bench --target bench_mpi >/dev/null 2>&1; then
+  sh bench/bench_mpi.sh build-bench
+  sh bench/bench_procs.sh build-bench
+fi

@@ -35,7 +35,9 @@ static void crash_midway(const char *path, const kdc_st_tensor *ts, size_t n) {
   abort();
 }
 
-kdc_status kdc_rt_train_save(const kdc_rt_train *t, const char *path) {
+kdc_status kdc_rt_train_save(kdc_rt_train *t, const char *path) {
+  KDC_RETURN_IF_ERROR(kdc_rt_train_gather(t));  /* processes: the pieces meet on process 0 */
+  if (kdc_rt_train_process(t) != 0) return NULL;
   size_t n = kdc_rt_train_state_count(t);
   kdc_st_tensor *ts = kdc_xcalloc(n + 1, sizeof *ts);
   void **bufs = kdc_xcalloc(n + 1, sizeof *bufs);

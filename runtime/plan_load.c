@@ -126,12 +126,15 @@ static kdc_status load(kdc_rt_plan *p, const kdc_rt_options *opt) {
     p->d0 = p->nd / p->n_procs * p->proc_id;
     p->d1 = p->d0 + p->nd / p->n_procs;
     p->device_parallel = p->d1 - p->d0 > 1 && p->d1 - p->d0 >= p->n_threads;
-    KDC_RETURN_IF_ERROR(rt_comm_mpi_create(p, p->timeout_s, &p->comm));
+    if (!opt->net)
+      return KDC_ERR(KDC_INVALID_INPUT, "%s: %d processes but no transport (kdc_rt_procs_init "
+                     "gives kdc_rt_options.net)", p->path, p->n_procs);
+    KDC_RETURN_IF_ERROR(rt_comm_p2p_create(p, opt->net, p->timeout_s, &p->comm));
   } else {
     KDC_RETURN_IF_ERROR(rt_comm_shm_create(&p->prog.mesh, p->pool, p->timeout_s, &p->comm));
   }
   /* GPUs: collectives through NCCL; the comm above only gathers outputs */
-  if (cuda) return rt_cuda_create(p, arena_used(&p->prog), NULL);
+  if (cuda) return rt_cuda_create(p, arena_used(&p->prog), opt ? opt->net : NULL);
   return NULL;
 }
 

@@ -4,7 +4,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #ifdef KDC_HAVE_MPI
@@ -13,14 +12,6 @@
 
 #include "runtime/comm.h"
 #include "runtime/procs.h"
-
-#ifdef KDC_HAVE_MPI
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-#endif
 
 /* An integer environment variable, or |dflt|. */
 static kdc_status env_int(const char *name, int dflt, int *out) {
@@ -35,10 +26,12 @@ static kdc_status env_int(const char *name, int dflt, int *out) {
   return NULL;
 }
 
-kdc_status kdc_rt_procs_init(const char *coordinator, int n, int id, kdc_rt_procs *out) {
+kdc_status kdc_rt_procs_init_job(const char *coordinator, int n, int id, uint64_t key,
+                                 double timeout_s, kdc_rt_procs *out) {
   memset(out, 0, sizeof *out);
   int env_n, env_id, mpi_n, mpi_id, pmi_n, pmi_id, local_n;
   if (!coordinator || !*coordinator) coordinator = getenv("KDC_COORDINATOR_ADDRESS");
+  if (coordinator && !*coordinator) coordinator = NULL;
   KDC_RETURN_IF_ERROR(env_int("KDC_NUM_PROCESSES", -1, &env_n));
   KDC_RETURN_IF_ERROR(env_int("KDC_PROCESS_ID", -1, &env_id));
   KDC_RETURN_IF_ERROR(env_int("OMPI_COMM_WORLD_SIZE", -1, &mpi_n));
@@ -62,13 +55,16 @@ kdc_status kdc_rt_procs_init(const char *coordinator, int n, int id, kdc_rt_proc
                    "launcher says rank %d of %d", id, n, mpi_id, mpi_n);
   out->n = n;
   out->id = id;
-  out->local_n = local_n > 0 ? local_n : launcher ? mpi_n : 1;
+  out->local_n = local_n > 0 ? local_n : n;
   if (n == 1) return NULL;
-  if (!launcher)
-    return KDC_ERR(KDC_UNSUPPORTED, "%d processes (process %d%s%s) but no MPI launcher: start "
-                   "them with `mpirun -np %d kdc run ...`; a rendezvous through --coordinator "
-                   "alone is not supported yet (docs/processes.md)", n, id,
-                   coordinator ? ", coordinator " : "", coordinator ? coordinator : "", n);
+  if (!launcher) {  /* TCP: the rendezvous at the coordinator (comm_tcp.c) */
+    if (!coordinator)
+      return KDC_ERR(KDC_INVALID_INPUT, "%d processes (process %d) but no coordinator: give "
+                     "--coordinator HOST:PORT (or KDC_COORDINATOR_ADDRESS), process 0 listens "
+                     "there; or start them with `mpirun -np %d kdc run ...`", n, id, n);
+    return rt_net_tcp_connect(coordinator, n, id, key, timeout_s > 0 ? timeout_s : 60,
+                              &out->net);
+  }
 #ifdef KDC_HAVE_MPI
   int provided = 0, size = 0, rank = 0;
   MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided);
@@ -78,49 +74,56 @@ kdc_status kdc_rt_procs_init(const char *coordinator, int n, int id, kdc_rt_proc
   if (size != n || rank != id)
     return KDC_ERR(KDC_INVALID_INPUT, "process %d of %d, but MPI_Comm_rank/size say %d of %d", id,
                    n, rank, size);
-  return NULL;
+  return rt_net_mpi_create(&out->net);
 #else
-  return KDC_ERR(KDC_UNSUPPORTED, "%d processes: this kdc was built without MPI (install "
-                 "libopenmpi-dev and rebuild)", n);
+  return KDC_ERR(KDC_UNSUPPORTED, "%d processes under an MPI launcher: this kdc was built "
+                 "without MPI (install libopenmpi-dev and rebuild, or start the processes "
+                 "without mpirun, with --coordinator)", n);
 #endif
 }
 
-void kdc_rt_procs_finish(const kdc_rt_procs *pr, int exit_code, double timeout_s) {
-#ifdef KDC_HAVE_MPI
-  if (!pr->mpi) return;
+kdc_status kdc_rt_procs_init(const char *coordinator, int n, int id, kdc_rt_procs *out) {
+  return kdc_rt_procs_init_job(coordinator, n, id, 0, 60, out);
+}
+
+kdc_status kdc_rt_procs_broadcast(const kdc_rt_procs *pr, void *buf, size_t bytes,
+                                  double timeout_s) {
+  if (pr->n <= 1) return NULL;
+  if (!pr->net) return KDC_ERR(KDC_INTERNAL, "broadcast: the job has no transport");
+  return rt_net_broadcast(pr->net, buf, bytes, timeout_s > 0 ? timeout_s : 60);
+}
+
+void kdc_rt_procs_finish(kdc_rt_procs *pr, int exit_code, double timeout_s) {
+  if (pr->n <= 1) return;
   fflush(stdout);
   fflush(stderr);
-  /* A failed process leaves at once: its peers time out on it (their next
-   * collective, or the barrier below) and the launcher ends the job.
+  rt_net *net = pr->net;
+  /* A failed process leaves at once: its peers fail on it (an ABORT frame,
+   * a closed connection or the timeout) and an MPI launcher ends the job.
    * MPI_Abort is not used: Open MPI 4.1's mpirun sometimes hangs in it. */
-  if (exit_code) _exit(exit_code);
-  /* Everyone succeeded?  A bounded barrier, so a peer that died after our
-   * last collective cannot leave us waiting in MPI_Finalize. */
-  MPI_Request r;
-  MPI_Ibarrier(MPI_COMM_WORLD, &r);
-  double t0 = now_s();
-  int done = 0;
-  struct timespec nap = {0, 200000};
-  while (MPI_Test(&r, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && !done) {
-    if (now_s() - t0 > (timeout_s > 0 ? timeout_s : 60)) {
-      fprintf(stderr, "kdc: error: process %d of %d: the other processes did not finish within "
-              "%g s (one of them failed or died)\n", pr->id, pr->n, timeout_s > 0 ? timeout_s : 60);
-      _exit(3);
-    }
-    nanosleep(&nap, NULL);
+  if (exit_code) {
+    if (net && net->vt->abort) net->vt->abort(net, net->blame >= 0 ? net->blame : pr->id);
+    _exit(exit_code);
   }
-  MPI_Finalize();
-#else
-  (void)pr;
-  (void)exit_code;
-  (void)timeout_s;
+  /* Everyone succeeded?  A bounded barrier, so a peer that died after our
+   * last collective cannot leave us waiting (in MPI_Finalize). */
+  double t = timeout_s > 0 ? timeout_s : 60;
+  kdc_status st = net ? rt_net_barrier(net, t) : NULL;
+  if (st) {
+    fprintf(stderr, "kdc: error: process %d of %d: %s\n", pr->id, pr->n, kdc_status_message(st));
+    if (net->vt->abort) net->vt->abort(net, net->blame >= 0 ? net->blame : pr->id);
+    _exit(3);
+  }
+  rt_net_destroy(net);
+  pr->net = NULL;
+#ifdef KDC_HAVE_MPI
+  if (pr->mpi) MPI_Finalize();
 #endif
 }
 
 #ifndef KDC_HAVE_MPI
-kdc_status rt_comm_mpi_create(kdc_rt_plan *p, double timeout_s, rt_comm **out) {
+kdc_status rt_net_mpi_create(rt_net **out) {
   *out = NULL;
-  return KDC_ERR(KDC_UNSUPPORTED, "%s: %d processes: this kdc was built without MPI", p->path,
-                 p->n_procs);
+  return KDC_ERR(KDC_UNSUPPORTED, "this kdc was built without MPI");
 }
 #endif

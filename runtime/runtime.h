@@ -42,9 +42,11 @@ typedef struct kdc_rt_options {
   int check_replicas;          /* 1: every run checks that the replicas of each output
                                   agree (always on in builds without NDEBUG) */
   int n_processes, process_id; /* > 1: this process runs devices [id*nd/n, (id+1)*nd/n) of
-                                  the mesh and collectives go through MPI (comm_mpi.c,
-                                  docs/processes.md; kdc_rt_procs_init first); process 0
-                                  receives the outputs.  0 = one process, every device */
+                                  the mesh and collectives go between processes over |net|
+                                  (comm_p2p.c, docs/processes.md); process 0 receives the
+                                  outputs.  0 = one process, every device */
+  struct rt_net *net;          /* n_processes > 1: the job's transport, borrowed
+                                  (kdc_rt_procs_init: kdc_rt_procs.net) */
   int target;                  /* KDC_RT_TARGET_*: where a plan compiled with --target
                                   cuda runs (docs/gpu.md) */
 } kdc_rt_options;
@@ -133,9 +135,17 @@ kdc_status kdc_rt_train_evaluate(kdc_rt_train *t, const void *const *data, float
 size_t kdc_rt_train_state_count(const kdc_rt_train *t);
 const kdc_rt_tensor_info *kdc_rt_train_state(const kdc_rt_train *t, size_t k);
 bool kdc_rt_train_state_is_weight(const kdc_rt_train *t, size_t k);
-/* Gathers state |k| into |global| (->bytes), or sets it on every device. */
+/* Gathers state |k| into |global| (->bytes), or sets it on every device
+ * (of this process).  Several processes: get needs kdc_rt_train_gather
+ * first, and only process 0 has every piece. */
 void kdc_rt_train_state_get(const kdc_rt_train *t, size_t k, void *global);
 void kdc_rt_train_state_set(kdc_rt_train *t, size_t k, const void *global);
+/* Several processes (docs/processes.md): every process calls it; process 0
+ * receives the current state pieces of every other process's devices,
+ * bounded by the collective timeout.  A no-op for one process. */
+kdc_status kdc_rt_train_gather(kdc_rt_train *t);
+/* This process's id in the job (0 for one process). */
+int kdc_rt_train_process(const kdc_rt_train *t);
 
 /* ---- fit.c: Keras' fit / evaluate loop (docs/training.md, "Fit") -------------- */
 
@@ -183,8 +193,10 @@ void kdc_rt_fit_permutation(uint64_t seed, int64_t epoch, int64_t n, int64_t *pe
 
 /* Writes every state tensor (Keras names: "d1/kernel", "adam/iteration",
  * "adam/d1_kernel_momentum") gathered from the devices into |path|,
- * atomically (a temporary file in the same directory, fsync, rename). */
-kdc_status kdc_rt_train_save(const kdc_rt_train *t, const char *path);
+ * atomically (a temporary file in the same directory, fsync, rename).
+ * Several processes: every process calls it (kdc_rt_train_gather), process
+ * 0 writes the file once. */
+kdc_status kdc_rt_train_save(kdc_rt_train *t, const char *path);
 /* Loads |path| (any mesh or layout wrote it) into the state: every state
  * tensor must be present with its dtype and global shape. */
 kdc_status kdc_rt_train_load(kdc_rt_train *t, const char *path);

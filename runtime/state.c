@@ -21,10 +21,17 @@
  *
  * Data inputs (model inputs, labels, sample_mask) are GLOBAL arrays, bound
  * like kdc_rt_plan_run_func binds them (shard_io.c's modes).
+ *
+ * Processes (docs/processes.md): a process holds the state of its own
+ * devices [p->d0, p->d1) only, and each runs the same steps on the same
+ * global batches (its devices read their pieces); the loss is replicated,
+ * so every process has it.  kdc_rt_train_gather brings every other
+ * process's pieces to process 0 (for a checkpoint).
  */
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/comm.h"
 #include "runtime/runtime.h"
 
 typedef struct st_tensor {
@@ -125,7 +132,7 @@ static void point_weights(kdc_rt_train *t) {
   kdc_rt_plan *p = t->p;
   for (size_t k = 0; k < t->n_state; k++)
     if (t->s[k].weight >= 0)
-      for (int64_t d = 0; d < p->nd; d++)
+      for (int64_t d = p->d0; d < p->d1; d++)
         p->dev_weights[d * p->prog.n_weights + (uint32_t)t->s[k].weight] =
             t->s[k].buf[t->parity][d];
 }
@@ -174,7 +181,7 @@ static kdc_status alloc_state(kdc_rt_train *t) {
     if (!bytes) bytes = 64;
     for (int par = 0; par < 2; par++) {
       s->buf[par] = kdc_xcalloc((size_t)p->nd, sizeof(void *));
-      for (int64_t d = 0; d < p->nd; d++) {
+      for (int64_t d = p->d0; d < p->d1; d++) {  /* this process's devices */
         void *b = NULL;
         KDC_RETURN_IF_ERROR(kdc_status_annotate(rt_mem_alloc(p, d, bytes, &b),
                                                 "training state \"%s\"", s->t->name));
@@ -263,7 +270,7 @@ void kdc_rt_train_state_get(const kdc_rt_train *t, size_t k, void *global) {
 
 void kdc_rt_train_state_set(kdc_rt_train *t, size_t k, const void *global) {
   const st_tensor *s = &t->s[k];
-  for (int64_t d = 0; d < t->p->nd; d++)
+  for (int64_t d = t->p->d0; d < t->p->d1; d++)
     keep_error(t, put_piece(t->p, s->t, d, s->buf[t->parity][d], global));
 }
 
@@ -303,14 +310,14 @@ static bool same_piece(const kdc_rt_train *t, size_t k, int par, int64_t d, int6
 
 static kdc_status check_replicas(const kdc_rt_train *t, int next) {
   const kdc_rt_plan *p = t->p;
-  for (int64_t d = 1; d < p->nd; d++)
-    if (memcmp(&t->loss[d], &t->loss[0], sizeof(float)))
+  for (int64_t d = p->d0 + 1; d < p->d1; d++)
+    if (memcmp(&t->loss[d], &t->loss[p->d0], sizeof(float)))
       return KDC_ERR(KDC_INTERNAL, "%s: train_step: the loss on device %lld differs from device "
-                     "0's", p->path, (long long)d);
+                     "%lld's", p->path, (long long)d, (long long)p->d0);
   for (size_t k = 0; k < t->n_state; k++)
-    for (int64_t d = 0; d < p->nd; d++) {
+    for (int64_t d = p->d0; d < p->d1; d++) {  /* replicas in this process */
       int64_t c = rt_mesh_canonical(&p->prog.mesh, t->s[k].t, d);
-      if (c != d && !same_piece(t, k, next, d, c))
+      if (c != d && c >= p->d0 && !same_piece(t, k, next, d, c))
         return KDC_ERR(KDC_INTERNAL, "%s: train_step: state \"%s\" on device %lld differs from "
                        "its replica on device %lld", p->path, t->s[k].t->name, (long long)d,
                        (long long)c);
@@ -365,7 +372,7 @@ kdc_status kdc_rt_train_step(kdc_rt_train *t, const void *const *data, float *lo
   if (p->check_replicas) KDC_RETURN_IF_ERROR(check_replicas(t, next));
   t->parity = next;
   point_weights(t);
-  *loss = t->loss[0];
+  *loss = t->loss[p->d0];  /* replicated: every process has it */
   return NULL;
 }
 
@@ -382,5 +389,33 @@ kdc_status kdc_rt_train_evaluate(kdc_rt_train *t, const void *const *data, float
       if (!strcmp(ts->inputs[t->data_in[k]].name, f->inputs[i].name)) in[i] = data[k];
   }
   void *out[1] = {loss};
-  return kdc_rt_plan_run_func(p, (size_t)t->eval_fn, in, out);
+  KDC_RETURN_IF_ERROR(kdc_rt_plan_run_func(p, (size_t)t->eval_fn, in, out));
+  if (p->proc_id != 0)  /* only process 0 gathers; the loss is replicated on our devices */
+    memcpy(loss, p->funcs[t->eval_fn].out_ptr[p->d0 * (int64_t)f->n_outputs], sizeof *loss);
+  return NULL;
+}
+
+int kdc_rt_train_process(const kdc_rt_train *t) { return t->p->proc_id; }
+
+kdc_status kdc_rt_train_gather(kdc_rt_train *t) {
+  kdc_rt_plan *p = t->p;
+  if (p->n_procs <= 1) return NULL;
+  const kdc_prog_func *f = &p->prog.funcs[t->step_fn];
+  rt_func *rf = &p->funcs[t->step_fn];
+  for (int64_t d = 0; d < p->nd; d++) {
+    bool mine = d >= p->d0 && d < p->d1;
+    if (!mine && p->proc_id != 0) continue;
+    for (size_t k = 0; k < t->n_state; k++) {
+      st_tensor *s = &t->s[k];
+      if (!s->buf[t->parity][d]) {  /* process 0: room for another process's piece */
+        s->buf[t->parity][d] = aligned_alloc(64, (s->t->local_bytes + 63) / 64 * 64 + 64);
+        if (!s->buf[t->parity][d])
+          return KDC_ERR(KDC_OUT_OF_MEMORY, "%s: cannot allocate training state \"%s\"",
+                         p->path, s->t->name);
+      }
+      rf->out_ptr[d * f->n_outputs + (size_t)(s->t - f->outputs)] = s->buf[t->parity][d];
+    }
+    rf->out_ptr[d * f->n_outputs + (uint32_t)t->loss_out] = &t->loss[d];
+  }
+  return p->comm->vt->collect_outputs(p->comm, p, (size_t)t->step_fn);
 }

@@ -9,7 +9,10 @@
  *
  * The plan's train_step does the work on the plan's devices (runtime/
  * state.c, fit.c); this file reads and converts the arrays, prints Keras-
- * like progress and writes the history and the checkpoint.
+ * like progress and writes the history and the checkpoint.  Several
+ * processes (mpirun, or --coordinator/--num-processes/--process-id:
+ * docs/processes.md): every process reads the arrays and runs its devices;
+ * process 0 alone prints and writes.
  */
 #include <inttypes.h>
 #include <math.h>
@@ -21,6 +24,7 @@
 #include "common/io.h"
 #include "runtime/runtime.h"
 #include "tools/cli.h"
+#include "tools/run_place.h"
 
 typedef struct fit_opts {
   const char *plan, *x, *y, *history, *save, *initial;
@@ -28,6 +32,8 @@ typedef struct fit_opts {
   int64_t epochs, batch, threads;
   uint64_t seed;
   double validation_split;
+  double collective_timeout;  /* seconds, 0 = the runtime's default (60) */
+  run_place place;            /* --coordinator ... (run_place.c, docs/processes.md) */
 } fit_opts;
 
 static kdc_status parse(int argc, char **argv, fit_opts *o) {
@@ -37,6 +43,7 @@ static kdc_status parse(int argc, char **argv, fit_opts *o) {
   memset(o, 0, sizeof *o);
   o->epochs = 1;
   o->batch = -1;
+  run_place_init_opts(&o->place);
   while (a.i < a.argc && !st) {
     if (cli_flag_value(&a, "--x", &o->x, &st) || cli_flag_value(&a, "--y", &o->y, &st) ||
         cli_flag_value(&a, "--history", &o->history, &st) ||
@@ -55,6 +62,11 @@ static kdc_status parse(int argc, char **argv, fit_opts *o) {
       if (!st) st = cli_parse_double("--validation-split", v, &o->validation_split);
       if (!st && !(o->validation_split >= 0 && o->validation_split < 1))
         st = KDC_ERR(KDC_INVALID_INPUT, "--validation-split \"%s\": expected a fraction in [0, 1)", v);
+    } else if (cli_flag_value(&a, "--collective-timeout", &v, &st)) {
+      if (!st) st = cli_parse_double("--collective-timeout", v, &o->collective_timeout);
+      if (!st && !(o->collective_timeout > 0))
+        st = KDC_ERR(KDC_INVALID_INPUT, "run: --collective-timeout must be > 0 seconds, got %s", v);
+    } else if (run_place_flag(&a, &o->place, &st)) {
     } else if (cli_flag(&a, "--fit")) {
       o->fit = true;
     } else if (cli_flag(&a, "--evaluate")) {
@@ -200,7 +212,9 @@ typedef struct fit_state {
 } fit_state;
 
 static kdc_status fit(const fit_opts *o, fit_state *s) {
-  kdc_rt_options ro = {.n_threads = (int)o->threads};
+  kdc_rt_options ro = {.n_threads = (int)o->threads,
+                       .collective_timeout_s = o->collective_timeout};
+  KDC_RETURN_IF_ERROR(run_place_start(&o->place, o->plan, &ro));
   KDC_RETURN_IF_ERROR(kdc_rt_plan_load_with(o->plan, &ro, &s->plan));
   KDC_RETURN_IF_ERROR(kdc_rt_train_create(s->plan, &s->train));
   size_t nd = kdc_rt_train_data_count(s->train), n_arrays = 0;
@@ -230,19 +244,21 @@ static kdc_status fit(const fit_opts *o, fit_state *s) {
   if (o->initial) KDC_RETURN_IF_ERROR(kdc_rt_train_load(s->train, o->initial));
   const void *arrays[2] = {s->x.data, s->y.data};
   fit_ui ui = {isatty(STDOUT_FILENO) == 1};
+  bool quiet = o->quiet || !run_place_writes();  /* processes: process 0 reports */
   if (o->evaluate) {
     double loss;
     KDC_RETURN_IF_ERROR(kdc_rt_fit_evaluate(s->train, arrays, s->x.dims[0], &loss));
-    printf("loss: %.4f\n", loss);
+    if (run_place_writes()) printf("loss: %.4f\n", loss);
     return NULL;
   }
   kdc_rt_fit_options fo = {.epochs = o->epochs, .shuffle = o->shuffle, .seed = o->seed,
                            .validation_split = o->validation_split,
-                           .on_batch = o->quiet ? NULL : on_batch,
-                           .on_epoch = o->quiet ? NULL : on_epoch, .user = &ui};
-  if (ui.tty && !o->quiet && o->epochs > 0) printf("Epoch 1/%" PRId64 "\n", o->epochs);
+                           .on_batch = quiet ? NULL : on_batch,
+                           .on_epoch = quiet ? NULL : on_epoch, .user = &ui};
+  if (ui.tty && !quiet && o->epochs > 0) printf("Epoch 1/%" PRId64 "\n", o->epochs);
   kdc_status st = kdc_rt_fit(s->train, arrays, s->x.dims[0], &fo, &s->h);
-  if (!st && o->history) st = write_history(o->history, &s->h);
+  if (!st && o->history && run_place_writes()) st = write_history(o->history, &s->h);
+  /* every process takes part (its pieces go to process 0, which writes) */
   if (!st && o->save) st = kdc_rt_train_save(s->train, o->save);
   return st;
 }
@@ -258,5 +274,7 @@ int kdc_cmd_fit(int argc, char **argv) {
   kdc_npy_free(&s.x);
   kdc_npy_free(&s.y);
   if (s.plan) kdc_rt_plan_release(s.plan);
-  return st ? cli_fail(st) : 0;
+  int rc = st ? cli_fail(st) : 0;
+  run_place_finish(rc);
+  return rc;
 }

@@ -5,8 +5,9 @@
  *   --coordinator HOST:PORT  --num-processes N  --process-id I
  * or KDC_COORDINATOR_ADDRESS / KDC_NUM_PROCESSES / KDC_PROCESS_ID, or the
  * MPI launcher's own variables under mpirun.  With several processes each
- * runs its share of the mesh's devices, collectives go through MPI, only
- * process 0 writes outputs, and a failure aborts the whole job.
+ * runs its share of the mesh's devices, collectives go through MPI (under
+ * mpirun) or TCP (a rendezvous at the coordinator), only process 0 writes
+ * outputs, and a failure ends the whole job.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -40,7 +41,7 @@ void run_place_init_opts(run_place *pl) {
 }
 
 /* The job is process-wide (MPI is): resolved once by run_place_start. */
-static kdc_rt_procs procs = {1, 0, 1, false};
+static kdc_rt_procs procs = {1, 0, 1, false, NULL};
 static double timeout_s;
 
 kdc_status run_place_start(const run_place *pl, const char *plan, kdc_rt_options *ro) {
@@ -49,15 +50,17 @@ kdc_status run_place_start(const run_place *pl, const char *plan, kdc_rt_options
   const void *data;
   size_t size;
   bool cuda = kdc_plan_file_find(pf, KDC_PLAN_SECTION_CUDA, &data, &size);
+  uint64_t key = kdc_plan_file_checksum(pf);  /* every process must run this plan */
   kdc_plan_file_close(pf);
   if (cuda) KDC_RETURN_IF_ERROR(kdc_rt_cuda_available(plan));
   kdc_rt_procs pr;
-  kdc_status st = kdc_rt_procs_init(pl->coordinator, pl->n, pl->id, &pr);
+  timeout_s = ro->collective_timeout_s;
+  kdc_status st = kdc_rt_procs_init_job(pl->coordinator, pl->n, pl->id, key, timeout_s, &pr);
   procs = pr;
   if (st) return st;
-  timeout_s = ro->collective_timeout_s;
   ro->n_processes = pr.n;
   ro->process_id = pr.id;
+  ro->net = pr.net;
   if (pr.n > 1 && ro->n_threads <= 0) {  /* share the cores of this host */
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     int t = cores > 0 ? (int)(cores / (pr.local_n > 0 ? pr.local_n : 1)) : 1;

@@ -2,7 +2,7 @@
 # tests/mpi/mpi_faults.sh KDC MPIRUN EXAMPLES: a rank killed with SIGKILL
 # (kill -9) at its first collective, and a rank that stops there for longer
 # than the timeout
-# (KDC_TEST_MPI_FAULT test hook, runtime/comm_mpi.c), must make the job
+# (KDC_TEST_PROCS_FAULT test hook, runtime/comm_p2p.c), must make the job
 # exit non-zero within the collective timeout (2 s here), the message
 # naming the missing rank; nothing hangs (the whole check is bounded by
 # `timeout 30`).
@@ -16,7 +16,7 @@ export OMPI_MCA_btl=self,vader OMPI_MCA_oob_tcp_if_include=lo OMPI_MCA_btl_vader
 for fault in kill stall; do
   start=$(date +%s)
   timeout -k 5 30 $MPIRUN --allow-run-as-root --oversubscribe -np 4 -x LSAN_OPTIONS -x ASAN_OPTIONS \
-    -x KDC_TEST_MPI_FAULT="$fault:1" "$KDC" run "$T/p.plan" \
+    -x KDC_TEST_PROCS_FAULT="$fault:1" "$KDC" run "$T/p.plan" \
     --input "$EX/transformer_block/input.npy" --output "$T/y.npy" --collective-timeout 2 \
     </dev/null >"$T/log" 2>&1
   rc=$? end=$(date +%s)

@@ -9,11 +9,22 @@
  *       plan_memory, codegen, load with |threads| and
  *       kdc_rt_plan_run_local; every device's every result must equal the
  *       interpreter's BITWISE (same summation order), on two runs.
+ *   rtt_procs                    the job the test executable is a process
+ *       of (tests/mpi: set from kdc_rt_procs_init): plans load with this
+ *       process's share of the devices, and rtt_check checks those.
  */
 #ifndef KDC_TESTS_RUNTIME_RT_TEST_H
 #define KDC_TESTS_RUNTIME_RT_TEST_H
 
 #include "../codegen/cg_test.h"
+
+#include "runtime/comm.h"
+
+static CGT_UNUSED struct {
+  int n, id;            /* processes, this one */
+  struct rt_net *net;   /* the job's transport (n > 1) */
+  uint64_t large_bytes; /* n > 1 and not 0: rt_comm_p2p_test_large_bytes */
+} rtt_procs = {1, 0, NULL, 0};
 
 static CGT_UNUSED kdc_mesh rtt_mesh(const char *spec) {
   kdc_mesh m;
@@ -54,8 +65,12 @@ static CGT_UNUSED kdc_rt_plan *rtt_compile(kdc_module *m, int threads, bool no_f
   const char *path = cgt_path("spmd.plan");
   cgt_fail(kdc_codegen_cpu_plan(m, NULL, path), "codegen");
   kdc_rt_plan *plan;
-  kdc_rt_options ro = {.n_threads = threads, .check_replicas = 1};
+  kdc_rt_options ro = {.n_threads = threads, .check_replicas = 1, .collective_timeout_s = 60,
+                       .n_processes = rtt_procs.n, .process_id = rtt_procs.id,
+                       .net = rtt_procs.net};
   cgt_fail(kdc_rt_plan_load_with(path, &ro, &plan), "load");
+  if (rtt_procs.n > 1 && rtt_procs.large_bytes)
+    rt_comm_p2p_test_large_bytes(plan->comm, rtt_procs.large_bytes);
   return plan;
 }
 
@@ -101,17 +116,18 @@ static CGT_UNUSED void rtt_check_opts(kdc_module *m, kdc_func *f, int threads, b
                        kdc_rt_plan_output(plan, 0, r)->local_bytes);
     }
   }
+  int64_t d0 = nd / rtt_procs.n * rtt_procs.id, d1 = d0 + nd / rtt_procs.n; /* this process's */
   for (int rep = 0; rep < 2; rep++) {
     for (int64_t d = 0; d < nd; d++)
       for (size_t r = 0; r < nr; r++) memset(out[d][r], 0xa5, kdc_type_bytes(&want[d][r].type));
     cgt_fail(kdc_rt_plan_run_local(plan, 0, (const void *const *const *)in,
                                    (void *const *const *)out), "run_local");
-    for (int64_t d = 0; d < nd; d++)
+    for (int64_t d = d0; d < d1; d++)
       for (size_t r = 0; r < nr; r++)
         if (memcmp(out[d][r], want[d][r].data, kdc_type_bytes(&want[d][r].type))) {
           kdc_rt_plan_describe(plan, stderr);
-          fail_msg("device %lld, result %zu (%s) differs from the SPMD interpreter", (long long)d,
-                   r, f->result_names[r] ? f->result_names[r] : "?");
+          fail_msg("process %d: device %lld, result %zu (%s) differs from the SPMD interpreter",
+                   rtt_procs.id, (long long)d, r, f->result_names[r] ? f->result_names[r] : "?");
         }
   }
   kdc_rt_plan_release(plan);
