@@ -242,9 +242,13 @@ static void test_wrong_input(void **state) {
   expect_bad(&r, y, "x_bad.npy", "(5, 27, 28, 1)");
   int64_t dims2[4] = {5, 28, 28, 1};
   uint8_t *b = calloc(5 * 28 * 28, 1);
+  /* another dtype is not bad input: Keras converts it to the Input's dtype
+   * (bool -> float32 0/1), and so does kdc run */
   assert_null(kdc_npy_write(x, KDC_IO_DTYPE_BOOL, 4, dims2, b));
   e2e_kdc(&r, "run", plan, "--input", x, "--output", y, NULL);
-  expect_bad(&r, y, "x_bad.npy", "dtype");
+  assert_int_equal(r.status, 0);
+  assert_true(e2e_exists(y));
+  remove(y);
   e2e_kdc(&r, "run", plan, "--input", "/nonexistent/x.npy", "--output", y, NULL);
   expect_bad(&r, y, "/nonexistent/x.npy", NULL);
   free(zeros);
