@@ -580,6 +580,35 @@ static kdc_status run_collective(const cu_run *r, uint32_t s) {
   return NULL;
 }
 
+static kdc_status run_step(const cu_run *r, const cu_dev *d, uint32_t s);
+
+/* A LOOP step (scan) on one device: the body function runs |length| times
+ * with its inputs and outputs bound as GPU buffers at iteration t's ranges
+ * (in_dev / out_dev), then the carries are copied over their inputs
+ * (exec.c's semantics; the body has no collective). */
+static kdc_status run_loop(const cu_run *r, const cu_dev *d, const kdc_prog_loop_step *l) {
+  const rt_cuda_api *api = r->c->api;
+  cu_run b = {r->p, r->c, l->body, &r->p->prog.funcs[l->body], &r->p->funcs[l->body]};
+  kdc_status st = NULL;
+  for (int64_t t = 0; t < l->length && !st; t++) {
+    for (uint32_t i = 0; i < l->n_in; i++)
+      b.rf->in_dev[d->id * l->n_in + i] =
+          (void *)(uintptr_t)(resolve(r, d, &l->in[i]) + (CUdeviceptr)(t * l->in_stride[i]));
+    for (uint32_t o = 0; o < l->n_out; o++)
+      b.rf->out_dev[d->id * l->n_out + o] =
+          (void *)(uintptr_t)(resolve(r, d, &l->out[o]) + (CUdeviceptr)(t * l->out_stride[o]));
+    for (uint32_t s = 0; s < b.f->n_steps && !st; s++) st = run_step(&b, d, s);
+    for (uint32_t i = 0; i < l->n_carry && !st; i++) {
+      CUresult rc = api->cuMemcpyDtoDAsync(resolve(r, d, &l->in[i]), resolve(r, d, &l->out[i]),
+                                           l->in[i].bytes, d->stream);
+      if (rc != CUDA_SUCCESS) st = cu_fail(r->p, d, "cuMemcpyDtoDAsync", rc);
+    }
+  }
+  for (uint32_t i = 0; i < l->n_in; i++) b.rf->in_dev[d->id * l->n_in + i] = NULL;
+  for (uint32_t o = 0; o < l->n_out; o++) b.rf->out_dev[d->id * l->n_out + o] = NULL;
+  return st;
+}
+
 static kdc_status run_step(const cu_run *r, const cu_dev *d, uint32_t s) {
   const rt_cuda_api *api = r->c->api;
   const kdc_prog_step *st = &r->f->steps[s];
@@ -620,6 +649,7 @@ static kdc_status run_step(const cu_run *r, const cu_dev *d, uint32_t s) {
     CU(r->p, d, "cuMemcpyDtoDAsync", api->cuMemcpyDtoDAsync(dst, src, n, d->stream));
     return NULL;
   }
+  case KDC_STEP_LOOP: return run_loop(r, d, &st->loop);
   default: break;
   }
   return KDC_ERR(KDC_UNSUPPORTED, "%s: %s step %u: step kind %d is not supported on CUDA",
