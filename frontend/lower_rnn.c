@@ -20,7 +20,8 @@
  *              hh = act(x_h + (r h) @ U_h); h' = z h + (1 - z) hh
  * y_t is h' -- or, when return_state asks for an LSTM's final c, h' and c'
  * side by side, which the layer slices apart after the loop.
- * Dropout and recurrent_dropout are identities at inference; unroll only
+ * Dropout and recurrent_dropout are identities at inference (training with
+ * them is refused: kdc would silently train without them); unroll only
  * changes how Keras builds the loop, not the numbers; stateful layers,
  * masks (checked by Embedding) and initial states passed in are errors.
  */
@@ -156,6 +157,13 @@ static kdc_status lower_rnn(kdc_lower_ctx *c, const kdc_keras_layer *l, kdc_valu
                             kdc_value_id *out) {
   rnn_cfg r;
   KDC_RETURN_IF_ERROR(read_cfg(l, &r));
+  double drop, rdrop;
+  KDC_RETURN_IF_ERROR(kdc_fe_cfg_double(l, "dropout", 0, &drop));
+  KDC_RETURN_IF_ERROR(kdc_fe_cfg_double(l, "recurrent_dropout", 0, &rdrop));
+  if (c->training && (drop > 0 || rdrop > 0))
+    return kdc_fe_layer_err(l, KDC_UNSUPPORTED, "config.dropout / recurrent_dropout > 0: "
+                            "training with recurrent dropout is not supported (it is the "
+                            "identity at inference)");
   kdc_func *f = c->f;
   const char *cell = r.lstm ? "lstm_cell" : r.gru ? "gru_cell" : "simple_rnn_cell";
   char kn[64], un[64], bn[64];

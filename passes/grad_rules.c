@@ -479,7 +479,7 @@ static void vjp_sharding_constraint(kdc_grad_ctx *c, const kdc_node *n, kdc_valu
   G(GATHER, RULE(GATHER, kdc_vjp_gather, "scatter_add of g at the ids"))                \
   G(SCATTER_ADD, RULE(SCATTER_ADD, kdc_vjp_scatter_add, "gather of g, 0 for dropped ids")) \
   G(REVERSE, RULE(REVERSE, kdc_vjp_reverse, "reverse"))                                \
-  G(SCAN, NONE(SCAN, "training through a recurrent layer (scan) is not supported yet"))
+  G(SCAN, RULE(SCAN, kdc_vjp_scan, "reverse scan of the body's VJP (grad_scan.c)"))
 
 #define ROW(e, row) row,
 static const kdc_grad_rule rules[] = {GRAD_TABLE(ROW)};

@@ -355,6 +355,9 @@ void kdc_vjp_reduce_window(kdc_grad_ctx *c, const kdc_node *n, kdc_value_id v, k
 void kdc_vjp_gather(kdc_grad_ctx *c, const kdc_node *n, kdc_value_id v, kdc_value_id g);
 void kdc_vjp_scatter_add(kdc_grad_ctx *c, const kdc_node *n, kdc_value_id v, kdc_value_id g);
 void kdc_vjp_reverse(kdc_grad_ctx *c, const kdc_node *n, kdc_value_id v, kdc_value_id g);
+/* passes/grad_scan.c: scan's VJP, a reverse scan over a body built by
+ * differentiating the forward body (see the file comment). */
+void kdc_vjp_scan(kdc_grad_ctx *c, const kdc_node *n, kdc_value_id v, kdc_value_id g);
 
 /* ---- losses (passes/losses.c) ---------------------------------------------
  * Keras 3 losses with reduction "sum_over_batch_size": the per-sample loss

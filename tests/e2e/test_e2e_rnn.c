@@ -7,7 +7,8 @@
  * (LOOP steps on 8 devices), equal the reference interpreter on the
  * unpartitioned model (|d| <= 1e-5 + 1e-4 |ref|).  The third LSTM file
  * (Anaya-Koirala) has an unknown time dimension: lowering it is the
- * located "is unknown (None)" error.
+ * located "is unknown (None)" error.  And examples/lstm_text trains
+ * (`kdc run --fit`) with equal losses on 1 device and on 2x4.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -15,6 +16,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <math.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -139,11 +141,64 @@ static void test_anaya_unknown_time(void **state) {
   kdc_frontend_free(km);
 }
 
+/* Training through scan (passes/grad_scan.c) with the kdc binary:
+ * examples/lstm_text, sparse categorical cross-entropy, Adam, 3 epochs of
+ * 64 seeded rows in batches of 16, on 1 device and on 2x4: the loss goes
+ * down and the epoch losses agree (|d| <= 1e-5 relative). */
+static void test_lstm_fit_meshes(void **state) {
+  (void)state;
+  enum { N = 64, L = 10 };
+  float x[N * L], y[N];
+  uint64_t s = 77;
+  for (int i = 0; i < N; i++) {
+    int sum = 0;
+    for (int t = 0; t < L; t++) {
+      s = s * 6364136223846793005ull + 1442695040888963407ull;
+      int id = (int)((s >> 33) % 50);
+      x[i * L + t] = (float)id, sum += id;
+    }
+    y[i] = (float)(sum % 3);
+  }
+  char *xp = e2e_path("fit_x.npy"), *yp = e2e_path("fit_y.npy");
+  assert_null(kdc_npy_write(xp, KDC_IO_DTYPE_F32, 2, (int64_t[]){N, L}, x));
+  assert_null(kdc_npy_write(yp, KDC_IO_DTYPE_F32, 1, (int64_t[]){N}, y));
+  char *model = e2e_src("examples/lstm_text/model.json");
+  char *w = e2e_src("examples/lstm_text/weights.safetensors");
+  double loss[2][3];
+  const char *meshes[2] = {"1", "2x4"};
+  for (int m = 0; m < 2; m++) {
+    char name[32];
+    snprintf(name, sizeof name, "fit_%d.plan", m);
+    char *plan = e2e_path(name);
+    e2e_result r;
+    e2e_kdc(&r, "compile", model, "--weights", w, "--loss", "sparse_categorical_crossentropy",
+            "--optimizer", "adam", "--batch", "16", "--mesh", meshes[m], "-o", plan, NULL);
+    if (r.status != 0) fail_msg("compile on %s: %s", meshes[m], r.err);
+    e2e_kdc(&r, "run", plan, "--fit", "--x", xp, "--y", yp, "--epochs", "3", "--batch-size",
+            "16", NULL);
+    if (r.status != 0) fail_msg("fit on %s: %s", meshes[m], r.err);
+    const char *p = r.out;
+    for (int e = 0; e < 3; e++) {
+      p = strstr(p, "loss: ");
+      assert_non_null(p);
+      loss[m][e] = strtod(p + 6, NULL);
+      p += 6;
+    }
+    free(plan);
+  }
+  assert_true(loss[0][2] < loss[0][0]);
+  for (int e = 0; e < 3; e++)
+    if (fabs(loss[0][e] - loss[1][e]) > 1e-5 * fabs(loss[0][e]) + 1e-4)
+      fail_msg("epoch %d: loss %.6f on 1 device, %.6f on 2x4", e + 1, loss[0][e], loss[1][e]);
+  free(xp), free(yp), free(model), free(w);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_gaurdian_eye),
       cmocka_unit_test(test_imdb),
       cmocka_unit_test(test_anaya_unknown_time),
+      cmocka_unit_test(test_lstm_fit_meshes),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
