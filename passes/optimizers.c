@@ -25,7 +25,10 @@
  *
  * Schedules (keras/src/optimizers/schedules/learning_rate_schedule.py) are
  * evaluated at step = iterations (the count of steps already done, as Keras
- * calls the schedule with optimizer.iterations before incrementing it).
+ * calls the schedule with optimizer.iterations before incrementing it), in
+ * f32 like Keras' (the step cast to float32).  The IR has no cos: the
+ * cosine schedules take cos(pi p), p in [0, 1], from a Taylor series
+ * (cos_pi), within a few f32 ulps of cosf.
  */
 #include <math.h>
 #include <string.h>
@@ -65,7 +68,9 @@ void kdc_optimizer_options_init(kdc_optimizer_options *o, kdc_optimizer_kind kin
 kdc_status kdc_optimizer_options_check(const kdc_optimizer_options *o) {
   const char *n = kdc_optimizer_name(o->kind);
   if ((unsigned)o->kind >= KDC_OPT_COUNT) return BAD("unknown optimizer %d", (int)o->kind);
-  if (!(o->learning_rate > 0) || !isfinite(o->learning_rate))
+  /* a warmup starts from any rate >= 0 (Keras' examples start at 0) */
+  bool warmup = o->schedule.kind == KDC_LR_COSINE && o->schedule.warmup;
+  if (!(warmup ? o->learning_rate >= 0 : o->learning_rate > 0) || !isfinite(o->learning_rate))
     return BAD("%s: learning rate must be > 0, got %g", n, o->learning_rate);
   if (!(o->momentum >= 0 && o->momentum <= 1))
     return BAD("%s: momentum must be in [0, 1], got %g", n, o->momentum);
@@ -76,8 +81,12 @@ kdc_status kdc_optimizer_options_check(const kdc_optimizer_options *o) {
   if (!(o->weight_decay >= 0))
     return BAD("%s: weight_decay must be >= 0, got %g", n, o->weight_decay);
   const kdc_lr_schedule *s = &o->schedule;
-  if ((s->kind == KDC_LR_EXPONENTIAL || s->kind == KDC_LR_INVERSE_TIME) && !(s->decay_steps > 0))
+  if (s->kind != KDC_LR_CONSTANT && s->kind != KDC_LR_PIECEWISE && !(s->decay_steps > 0))
     return BAD("learning rate schedule: decay_steps must be > 0, got %g", s->decay_steps);
+  if (s->kind == KDC_LR_COSINE && s->warmup && !(s->warmup_steps >= 0))
+    return BAD("CosineDecay: warmup_steps must be >= 0, got %g", s->warmup_steps);
+  if (s->kind == KDC_LR_COSINE_RESTARTS && !(s->t_mul > 0))
+    return BAD("CosineDecayRestarts: t_mul must be > 0, got %g", s->t_mul);
   if (s->kind == KDC_LR_PIECEWISE) {
     if (s->n_boundaries < 1 || !s->boundaries || !s->values)
       return BAD("PiecewiseConstantDecay: needs boundaries and one more value than boundaries");
@@ -157,12 +166,106 @@ static kdc_value_id piecewise(kdc_func *f, const kdc_lr_schedule *s, kdc_value_i
   return r;
 }
 
+/* cos(pi p) for an f32 scalar p in [0, 1] (the IR has no cos):
+ * -sin(t), t = pi (p - 1/2) in [-pi/2, pi/2], by its Taylor series to t^17
+ * (truncation < 3e-13), evaluated in f32 (Horner in t^2). */
+static kdc_value_id cos_pi(kdc_func *f, kdc_value_id p) {
+  const double pi = 3.14159265358979323846;
+  kdc_value_id t = sc(f, KDC_OP_MUL, sc(f, KDC_OP_SUB, p, 0.5), pi);
+  kdc_value_id t2 = bin(f, KDC_OP_MUL, t, t);
+  double c = 1;
+  for (int k = 1; k <= 8; k++) c /= (2.0 * k) * (2.0 * k + 1); /* 1/17! */
+  kdc_value_id acc = scalar(f, c);
+  for (int k = 8; k >= 1; k--) {
+    c *= -(2.0 * k) * (2.0 * k + 1); /* (-1)^(k-1) / (2k-1)! */
+    acc = sc(f, KDC_OP_ADD, bin(f, KDC_OP_MUL, acc, t2), c);
+  }
+  /* acc = sin(t) / t */
+  return kdc_ir_unary(f, KDC_OP_NEG, bin(f, KDC_OP_MUL, acc, t));
+}
+
+/* CosineDecay's decay: from_lr ((1 - alpha) 0.5 (1 + cos(pi step / decay_steps)) + alpha). */
+static kdc_value_id cosine_decay(kdc_func *f, const kdc_lr_schedule *s, kdc_value_id step,
+                                 kdc_value_id from_lr) {
+  kdc_value_id frac = sc(f, KDC_OP_DIV, step, s->decay_steps);
+  kdc_value_id cd = sc(f, KDC_OP_MUL, sc(f, KDC_OP_ADD, cos_pi(f, frac), 1.0), 0.5);
+  kdc_value_id d = sc(f, KDC_OP_ADD, sc(f, KDC_OP_MUL, cd, 1.0 - s->alpha), s->alpha);
+  return bin(f, KDC_OP_MUL, from_lr, d);
+}
+
+/* keras CosineDecay.__call__: step = min(step, decay_steps (+ warmup_steps));
+ * with warmup_target, steps below warmup_steps ramp linearly from lr to the
+ * target, then the decay runs from the target over step - warmup_steps. */
+static kdc_value_id cosine(kdc_func *f, const kdc_optimizer_options *o, kdc_value_id step) {
+  const kdc_lr_schedule *s = &o->schedule;
+  kdc_value_id lr = scalar(f, o->learning_rate);
+  if (!s->warmup)
+    return cosine_decay(f, s, sc(f, KDC_OP_MIN, step, s->decay_steps), lr);
+  step = sc(f, KDC_OP_MIN, step, s->decay_steps + s->warmup_steps);
+  kdc_value_id wf = sc(f, KDC_OP_DIV, step, s->warmup_steps);
+  kdc_value_id warm = sc(f, KDC_OP_ADD, sc(f, KDC_OP_MUL, wf, s->warmup_target - o->learning_rate),
+                         o->learning_rate);
+  kdc_value_id dec = cosine_decay(f, s, sc(f, KDC_OP_SUB, step, s->warmup_steps),
+                                  scalar(f, s->warmup_target));
+  kdc_value_id in_warmup = kdc_ir_compare(f, KDC_CMP_LT, step, scalar(f, s->warmup_steps));
+  return kdc_ir_select(f, in_warmup, warm, dec);
+}
+
+/* keras CosineDecayRestarts.__call__ (t_mul == 1: i = floor(frac), frac -=
+ * i; else the geometric form through log). */
+static kdc_value_id cosine_restarts(kdc_func *f, const kdc_optimizer_options *o,
+                                    kdc_value_id step) {
+  const kdc_lr_schedule *s = &o->schedule;
+  kdc_value_id frac = sc(f, KDC_OP_DIV, step, s->decay_steps), i;
+  if (s->t_mul == 1.0) {
+    i = kdc_ir_unary(f, KDC_OP_FLOOR, frac);
+    frac = bin(f, KDC_OP_SUB, frac, i);
+  } else {
+    kdc_value_id l = kdc_ir_unary(f, KDC_OP_LOG, cs(f, KDC_OP_SUB, 1.0, sc(f, KDC_OP_MUL, frac,
+                                                                          1.0 - s->t_mul)));
+    i = kdc_ir_unary(f, KDC_OP_FLOOR, bin(f, KDC_OP_DIV, l, kdc_ir_unary(f, KDC_OP_LOG,
+                                                                          scalar(f, s->t_mul))));
+    kdc_value_id tp = cs(f, KDC_OP_POW, s->t_mul, i);
+    kdc_value_id sum_r = sc(f, KDC_OP_DIV, cs(f, KDC_OP_SUB, 1.0, tp), 1.0 - s->t_mul);
+    frac = bin(f, KDC_OP_DIV, bin(f, KDC_OP_SUB, frac, sum_r), tp);
+  }
+  kdc_value_id m_fac = cs(f, KDC_OP_POW, s->m_mul, i);
+  kdc_value_id cd = bin(f, KDC_OP_MUL, sc(f, KDC_OP_MUL, m_fac, 0.5),
+                        sc(f, KDC_OP_ADD, cos_pi(f, frac), 1.0));
+  kdc_value_id d = sc(f, KDC_OP_ADD, sc(f, KDC_OP_MUL, cd, 1.0 - s->alpha), s->alpha);
+  return cs(f, KDC_OP_MUL, o->learning_rate, d);
+}
+
+/* keras PolynomialDecay.__call__: cycle stretches decay_steps to the first
+ * multiple above step (x1 at step 0), else step = min(step, decay_steps);
+ * (lr - end) (1 - step / decay_steps)^power + end. */
+static kdc_value_id polynomial(kdc_func *f, const kdc_optimizer_options *o, kdc_value_id step) {
+  const kdc_lr_schedule *s = &o->schedule;
+  kdc_value_id ds = scalar(f, s->decay_steps);
+  if (s->cycle) {
+    kdc_value_id mult = kdc_ir_unary(f, KDC_OP_CEIL, sc(f, KDC_OP_DIV, step, s->decay_steps));
+    kdc_value_id zero = kdc_ir_compare(f, KDC_CMP_EQ, step, scalar(f, 0.0));
+    mult = kdc_ir_select(f, zero, scalar(f, 1.0), mult);
+    ds = bin(f, KDC_OP_MUL, ds, mult);
+  } else {
+    step = sc(f, KDC_OP_MIN, step, s->decay_steps);
+  }
+  kdc_value_id p = bin(f, KDC_OP_DIV, step, ds);
+  kdc_value_id pw = bin(f, KDC_OP_POW, cs(f, KDC_OP_SUB, 1.0, p), scalar(f, s->power));
+  return sc(f, KDC_OP_ADD, sc(f, KDC_OP_MUL, pw, o->learning_rate - s->end_learning_rate),
+            s->end_learning_rate);
+}
+
 kdc_value_id kdc_optimizer_learning_rate(kdc_func *f, const kdc_optimizer_options *o,
                                          kdc_value_id iteration) {
   const kdc_lr_schedule *s = &o->schedule;
   if (s->kind == KDC_LR_CONSTANT) return scalar(f, o->learning_rate);
   if (s->kind == KDC_LR_PIECEWISE) return piecewise(f, s, iteration);
-  kdc_value_id p = sc(f, KDC_OP_DIV, kdc_ir_convert(f, iteration, KDC_DTYPE_F32), s->decay_steps);
+  kdc_value_id step = kdc_ir_convert(f, iteration, KDC_DTYPE_F32);
+  if (s->kind == KDC_LR_COSINE) return cosine(f, o, step);
+  if (s->kind == KDC_LR_COSINE_RESTARTS) return cosine_restarts(f, o, step);
+  if (s->kind == KDC_LR_POLYNOMIAL) return polynomial(f, o, step);
+  kdc_value_id p = sc(f, KDC_OP_DIV, step, s->decay_steps);
   if (s->staircase) p = kdc_ir_unary(f, KDC_OP_FLOOR, p);
   if (s->kind == KDC_LR_EXPONENTIAL)
     return cs(f, KDC_OP_MUL, o->learning_rate, cs(f, KDC_OP_POW, s->decay_rate, p));

@@ -406,11 +406,21 @@ typedef enum kdc_lr_schedule_kind {
   KDC_LR_EXPONENTIAL, /* lr * decay_rate^(step/decay_steps) (floor'd if staircase) */
   KDC_LR_INVERSE_TIME,/* lr / (1 + decay_rate * step/decay_steps) (floor'd if staircase) */
   KDC_LR_PIECEWISE,   /* values[i] for boundaries[i-1] < step <= boundaries[i] */
+  KDC_LR_COSINE,      /* CosineDecay (alpha, warmup_target, warmup_steps) */
+  KDC_LR_COSINE_RESTARTS, /* CosineDecayRestarts (decay_steps = first_decay_steps, t_mul,
+                             m_mul, alpha) */
+  KDC_LR_POLYNOMIAL,  /* PolynomialDecay (end_learning_rate, power, cycle) */
 } kdc_lr_schedule_kind;
 typedef struct kdc_lr_schedule {
   kdc_lr_schedule_kind kind;
-  double decay_steps, decay_rate;  /* EXPONENTIAL, INVERSE_TIME (decay_steps > 0) */
+  double decay_steps, decay_rate;  /* EXPONENTIAL, INVERSE_TIME, COSINE*, POLYNOMIAL (> 0) */
   bool staircase;
+  double alpha;                    /* COSINE*: the final fraction of the rate (0) */
+  bool warmup;                     /* COSINE: warmup_target is set */
+  double warmup_target, warmup_steps; /* COSINE with warmup */
+  double t_mul, m_mul;             /* COSINE_RESTARTS (2, 1) */
+  double end_learning_rate, power; /* POLYNOMIAL (1e-4, 1) */
+  bool cycle;                      /* POLYNOMIAL */
   int n_boundaries;                /* PIECEWISE: n_boundaries + 1 values */
   const int64_t *boundaries;       /* caller-owned, copied into the IR */
   const double *values;

@@ -2,11 +2,16 @@
  * runtime/fit.c: Keras' Model.fit / Model.evaluate loop over a
  * kdc_rt_train (docs/training.md, "Fit").
  *
- *  - Batches: the plan's static batch B.  rows / B full batches, then one
- *    partial batch of the remaining n < B rows, padded with zero rows whose
- *    "sample_mask" entry is 0 (train_step and evaluate take the mask: the
- *    loss is the mean over the real rows, exactly Keras' loss on the
- *    smaller last batch, and so are the gradients).  Never dropped.
+ *  - Batches of S rows (kdc_rt_fit_options.batch_size, at most the plan's
+ *    static batch B; B by default): rows / S full steps, then one partial
+ *    step of the remaining n < S rows.  A step of fewer than B rows is
+ *    padded with zero rows whose "sample_mask" entry is 0 (train_step and
+ *    evaluate take the mask: the loss is the mean over the real rows,
+ *    exactly Keras' loss on the smaller batch, and so are the gradients and
+ *    BatchNormalization's batch statistics).  Never dropped.  S > B is
+ *    refused: one optimizer step over more rows than the plan holds would
+ *    need gradient accumulation, which is not Keras' step once a layer
+ *    depends on the whole batch (BatchNormalization).
  *  - validation_split F: the LAST rows[split_at:] (split_at =
  *    floor(rows * (1 - F)), keras/src/trainers/data_adapters/
  *    array_slicing.py train_validation_split), taken before shuffling; the
@@ -54,14 +59,16 @@ typedef struct batcher {
   kdc_rt_train *t;
   size_t n_data;
   int mask;                  /* data index of "sample_mask", or -1 */
-  int64_t batch;
+  int64_t batch;             /* the plan's */
+  int64_t step;              /* rows per step, <= batch */
   void *buf[64];
   size_t row_bytes[64];
   const void *bind[64];
   const void *const *arrays; /* per data input but the mask */
 } batcher;
 
-static kdc_status batcher_init(batcher *b, kdc_rt_train *t, const void *const *arrays) {
+static kdc_status batcher_init(batcher *b, kdc_rt_train *t, const void *const *arrays,
+                               int64_t batch_size) {
   memset(b, 0, sizeof *b);
   b->t = t;
   b->arrays = arrays;
@@ -81,6 +88,15 @@ static kdc_status batcher_init(batcher *b, kdc_rt_train *t, const void *const *a
     b->buf[i] = kdc_xcalloc(1, d->bytes ? d->bytes : 1);
     b->bind[i] = b->buf[i];
   }
+  b->step = batch_size > 0 ? batch_size : b->batch;
+  if (b->step > b->batch)
+    return KDC_ERR(KDC_UNSUPPORTED, "fit: batch size %lld is larger than the plan's compiled batch "
+                   "%lld: recompile with --batch %lld (kdc does not accumulate gradients)",
+                   (long long)b->step, (long long)b->batch, (long long)b->step);
+  if (b->step < b->batch && b->mask < 0)
+    return KDC_ERR(KDC_UNSUPPORTED, "fit: batch size %lld is smaller than the plan's batch %lld "
+                   "and the plan has no sample_mask input (recompile it with this kdc)",
+                   (long long)b->step, (long long)b->batch);
   return NULL;
 }
 
@@ -115,10 +131,10 @@ static void fill(batcher *b, const int64_t *rows, int64_t first, int64_t n) {
 
 static kdc_status check_rows(const batcher *b, int64_t rows) {
   if (rows <= 0) return KDC_ERR(KDC_INVALID_INPUT, "fit: no rows to train on");
-  if (b->mask < 0 && rows % b->batch)
+  if (b->mask < 0 && rows % b->step)
     return KDC_ERR(KDC_UNSUPPORTED, "fit: %lld rows are not a multiple of the plan's batch %lld "
                    "and the plan has no sample_mask input (recompile it with this kdc)",
-                   (long long)rows, (long long)b->batch);
+                   (long long)rows, (long long)b->step);
   return NULL;
 }
 
@@ -126,8 +142,8 @@ static kdc_status check_rows(const batcher *b, int64_t rows) {
 static kdc_status eval_rows(batcher *b, int64_t first, int64_t rows, double *loss) {
   KDC_RETURN_IF_ERROR(check_rows(b, rows));
   float total = 0, count = 0;
-  for (int64_t r0 = 0; r0 < rows; r0 += b->batch) {
-    int64_t n = rows - r0 < b->batch ? rows - r0 : b->batch;
+  for (int64_t r0 = 0; r0 < rows; r0 += b->step) {
+    int64_t n = rows - r0 < b->step ? rows - r0 : b->step;
     float l;
     fill(b, NULL, first + r0, n);
     KDC_RETURN_IF_ERROR(kdc_rt_train_evaluate(b->t, b->bind, &l));
@@ -140,8 +156,13 @@ static kdc_status eval_rows(batcher *b, int64_t first, int64_t rows, double *los
 
 kdc_status kdc_rt_fit_evaluate(kdc_rt_train *t, const void *const *arrays, int64_t rows,
                                double *loss) {
+  return kdc_rt_fit_evaluate_batch(t, arrays, rows, 0, loss);
+}
+
+kdc_status kdc_rt_fit_evaluate_batch(kdc_rt_train *t, const void *const *arrays, int64_t rows,
+                                     int64_t batch_size, double *loss) {
   batcher b;
-  kdc_status st = batcher_init(&b, t, arrays);
+  kdc_status st = batcher_init(&b, t, arrays, batch_size);
   if (!st) st = eval_rows(&b, 0, rows, loss);
   batcher_free(&b);
   return st;
@@ -154,7 +175,7 @@ void kdc_rt_history_free(kdc_rt_history *h) {
 
 static kdc_status run_epochs(batcher *b, int64_t train_rows, int64_t val_rows,
                              const kdc_rt_fit_options *o, kdc_rt_history *h) {
-  int64_t steps = (train_rows + b->batch - 1) / b->batch;
+  int64_t steps = (train_rows + b->step - 1) / b->step;
   int64_t *perm = o->shuffle ? kdc_xcalloc((size_t)train_rows, sizeof *perm) : NULL;
   kdc_status st = NULL;
   for (int64_t e = 0; e < o->epochs && !st; e++) {
@@ -163,7 +184,7 @@ static kdc_status run_epochs(batcher *b, int64_t train_rows, int64_t val_rows,
     float total = 0, count = 0;
     if (perm) kdc_rt_fit_permutation(o->seed, e, train_rows, perm);
     for (int64_t s = 0; s < steps && !st; s++) {
-      int64_t r0 = s * b->batch, n = train_rows - r0 < b->batch ? train_rows - r0 : b->batch;
+      int64_t r0 = s * b->step, n = train_rows - r0 < b->step ? train_rows - r0 : b->step;
       float l = 0;
       fill(b, perm ? perm + r0 : NULL, r0, n);
       st = kdc_rt_train_step(b->t, b->bind, &l);
@@ -208,11 +229,11 @@ kdc_status kdc_rt_fit(kdc_rt_train *t, const void *const *arrays, int64_t rows,
                      train_rows ? "the validation set" : "the training set");
   }
   batcher b;
-  kdc_status st = batcher_init(&b, t, arrays);
+  kdc_status st = batcher_init(&b, t, arrays, o->batch_size);
   if (!st) st = check_rows(&b, train_rows);
   if (!st && val_rows) st = check_rows(&b, val_rows);
   if (!st) {
-    int64_t steps = (train_rows + b.batch - 1) / b.batch;
+    int64_t steps = (train_rows + b.step - 1) / b.step;
     h->steps = steps;
     h->loss = kdc_xcalloc((size_t)o->epochs + 1, sizeof *h->loss);
     h->val_loss = val_rows ? kdc_xcalloc((size_t)o->epochs + 1, sizeof *h->val_loss) : NULL;

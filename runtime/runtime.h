@@ -163,6 +163,9 @@ typedef struct kdc_rt_fit_options {
   bool shuffle;              /* a permutation per epoch from (seed, epoch) */
   uint64_t seed;
   double validation_split;   /* the last fraction of the rows, before shuffling; 0 = none */
+  int64_t batch_size;        /* rows per step (and per validation batch), at most the
+                                plan's batch: smaller steps are padded and masked (exactly
+                                Keras' step on that many rows); 0 = the plan's batch */
   void (*on_batch)(void *user, const kdc_rt_fit_progress *pr);
   void (*on_epoch)(void *user, const kdc_rt_fit_progress *pr);
   void *user;
@@ -185,6 +188,10 @@ kdc_status kdc_rt_fit(kdc_rt_train *t, const void *const *arrays, int64_t rows,
 /* Keras' evaluate: the row-weighted mean of the batch losses. */
 kdc_status kdc_rt_fit_evaluate(kdc_rt_train *t, const void *const *arrays, int64_t rows,
                                double *loss);
+/* The same in batches of |batch_size| rows (0: the plan's batch; larger
+ * than the plan's batch is an error). */
+kdc_status kdc_rt_fit_evaluate_batch(kdc_rt_train *t, const void *const *arrays, int64_t rows,
+                                     int64_t batch_size, double *loss);
 void kdc_rt_history_free(kdc_rt_history *h);
 /* The shuffle of epoch |epoch|: a permutation of [0, n) into |perm|. */
 void kdc_rt_fit_permutation(uint64_t seed, int64_t epoch, int64_t n, int64_t *perm);

@@ -230,9 +230,9 @@ static kdc_status fit(const fit_opts *o, fit_state *s) {
     return KDC_ERR(KDC_UNSUPPORTED, "%s: --fit supports one model input and one label (the plan's "
                    "train_step takes %zu data arrays)", o->plan, n_arrays);
   int64_t batch = xi->dims[0];
-  if (o->batch > 0 && o->batch != batch)
-    return KDC_ERR(KDC_UNSUPPORTED, "%s: --batch-size %" PRId64 " differs from the plan's batch %"
-                   PRId64 " (plans have a static batch: recompile with --batch %" PRId64 ")",
+  if (o->batch > batch)
+    return KDC_ERR(KDC_UNSUPPORTED, "%s: --batch-size %" PRId64 " is larger than the plan's "
+                   "compiled batch %" PRId64 ": recompile with --batch %" PRId64,
                    o->plan, o->batch, batch, o->batch);
   KDC_RETURN_IF_ERROR(kdc_npy_read(o->x, &s->x));
   KDC_RETURN_IF_ERROR(check_rows(o->x, xi, &s->x));
@@ -247,12 +247,14 @@ static kdc_status fit(const fit_opts *o, fit_state *s) {
   bool quiet = o->quiet || !run_place_writes();  /* processes: process 0 reports */
   if (o->evaluate) {
     double loss;
-    KDC_RETURN_IF_ERROR(kdc_rt_fit_evaluate(s->train, arrays, s->x.dims[0], &loss));
+    KDC_RETURN_IF_ERROR(kdc_rt_fit_evaluate_batch(s->train, arrays, s->x.dims[0],
+                                                  o->batch > 0 ? o->batch : 0, &loss));
     if (run_place_writes()) printf("loss: %.4f\n", loss);
     return NULL;
   }
   kdc_rt_fit_options fo = {.epochs = o->epochs, .shuffle = o->shuffle, .seed = o->seed,
                            .validation_split = o->validation_split,
+                           .batch_size = o->batch > 0 ? o->batch : 0,
                            .on_batch = quiet ? NULL : on_batch,
                            .on_epoch = quiet ? NULL : on_epoch, .user = &ui};
   if (ui.tty && !quiet && o->epochs > 0) printf("Epoch 1/%" PRId64 "\n", o->epochs);

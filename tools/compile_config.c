@@ -9,9 +9,11 @@
  *        "CategoricalCrossentropy", "config": {"from_logits": true, ...}}, ...}
  *
  * Used by `kdc compile` when no --loss is given; --optimizer,
- * --learning-rate and --from-logits still override what it says.  Learning
- * rate schedules, loss lists/dicts, label_smoothing, clipnorm/clipvalue and
- * EMA are refused by name, never ignored.
+ * --learning-rate and --from-logits still override what it says (a
+ * --learning-rate replaces the schedule's initial rate).  The learning rate
+ * may be a LearningRateSchedule object (see schedule()); loss lists/dicts,
+ * label_smoothing, clipnorm/clipvalue, EMA and PiecewiseConstantDecay are
+ * refused by name, never ignored.
  */
 #include <json-c/json.h>
 #include <math.h>
@@ -33,8 +35,8 @@ static kdc_status num(const char *file, json_object *cfg, const char *key, doubl
   json_object *v = get(cfg, key);
   if (is_null(v)) return NULL;
   if (!json_object_is_type(v, json_type_double) && !json_object_is_type(v, json_type_int))
-    return KDC_ERR(KDC_UNSUPPORTED, "%s: compile_config.optimizer.config.%s: expected a number "
-                   "(learning-rate schedules are not read from compile_config yet)", file, key);
+    return KDC_ERR(KDC_UNSUPPORTED, "%s: compile_config.optimizer.config.%s: expected a number",
+                   file, key);
   *out = json_object_get_double(v);
   return NULL;
 }
@@ -42,6 +44,59 @@ static kdc_status num(const char *file, json_object *cfg, const char *key, doubl
 static bool flag(json_object *cfg, const char *key, bool dflt) {
   json_object *v = get(cfg, key);
   return is_null(v) ? dflt : json_object_get_boolean(v);
+}
+
+/* A number of the schedule's config (|dflt| when absent or null). */
+static kdc_status snum(const char *file, json_object *cfg, const char *key, double dflt,
+                       double *out) {
+  json_object *v = get(cfg, key);
+  *out = dflt;
+  if (is_null(v)) return NULL;
+  if (!json_object_is_type(v, json_type_double) && !json_object_is_type(v, json_type_int))
+    return KDC_ERR(KDC_INVALID_INPUT, "%s: compile_config.optimizer.config.learning_rate.config.%s: "
+                   "expected a number", file, key);
+  *out = json_object_get_double(v);
+  return NULL;
+}
+
+/* optimizer.config.learning_rate as a Keras 3 LearningRateSchedule object
+ * ({"class_name": "CosineDecay", "config": {"initial_learning_rate": ...}}):
+ * ExponentialDecay, InverseTimeDecay, CosineDecay (with warmup),
+ * CosineDecayRestarts and PolynomialDecay, Keras' defaults for absent keys. */
+static kdc_status schedule(const char *file, json_object *o, kdc_optimizer_options *opt) {
+  const char *cls = json_object_get_string(get(o, "class_name"));
+  json_object *cfg = get(o, "config");
+  kdc_lr_schedule *s = &opt->schedule;
+  static const struct { const char *name; kdc_lr_schedule_kind kind; } k[] = {
+      {"ExponentialDecay", KDC_LR_EXPONENTIAL}, {"InverseTimeDecay", KDC_LR_INVERSE_TIME},
+      {"CosineDecay", KDC_LR_COSINE}, {"CosineDecayRestarts", KDC_LR_COSINE_RESTARTS},
+      {"PolynomialDecay", KDC_LR_POLYNOMIAL}};
+  size_t i = 0;
+  while (i < sizeof k / sizeof *k && (!cls || strcmp(cls, k[i].name))) i++;
+  if (i == sizeof k / sizeof *k)
+    return KDC_ERR(KDC_UNSUPPORTED, "%s: compile_config.optimizer.config.learning_rate: schedule "
+                   "\"%s\" is not supported (kdc reads ExponentialDecay, InverseTimeDecay, "
+                   "CosineDecay, CosineDecayRestarts, PolynomialDecay)", file, cls ? cls : "?");
+  s->kind = k[i].kind;
+  KDC_RETURN_IF_ERROR(snum(file, cfg, "initial_learning_rate", opt->learning_rate,
+                           &opt->learning_rate));
+  const char *steps = s->kind == KDC_LR_COSINE_RESTARTS ? "first_decay_steps" : "decay_steps";
+  if (is_null(get(cfg, steps)))
+    return KDC_ERR(KDC_INVALID_INPUT, "%s: compile_config.optimizer.config.learning_rate.config.%s "
+                   "is required", file, steps);
+  KDC_RETURN_IF_ERROR(snum(file, cfg, steps, 0, &s->decay_steps));
+  KDC_RETURN_IF_ERROR(snum(file, cfg, "decay_rate", 0, &s->decay_rate));
+  s->staircase = flag(cfg, "staircase", false);
+  KDC_RETURN_IF_ERROR(snum(file, cfg, "alpha", 0, &s->alpha));
+  s->warmup = s->kind == KDC_LR_COSINE && !is_null(get(cfg, "warmup_target"));
+  KDC_RETURN_IF_ERROR(snum(file, cfg, "warmup_target", 0, &s->warmup_target));
+  KDC_RETURN_IF_ERROR(snum(file, cfg, "warmup_steps", 0, &s->warmup_steps));
+  KDC_RETURN_IF_ERROR(snum(file, cfg, "t_mul", 2.0, &s->t_mul));
+  KDC_RETURN_IF_ERROR(snum(file, cfg, "m_mul", 1.0, &s->m_mul));
+  KDC_RETURN_IF_ERROR(snum(file, cfg, "end_learning_rate", 1e-4, &s->end_learning_rate));
+  KDC_RETURN_IF_ERROR(snum(file, cfg, "power", 1.0, &s->power));
+  s->cycle = flag(cfg, "cycle", false);
+  return NULL;
 }
 
 static kdc_status optimizer(const char *file, json_object *o, kdc_optimizer_options *opt) {
@@ -54,7 +109,11 @@ static kdc_status optimizer(const char *file, json_object *o, kdc_optimizer_opti
   kdc_optimizer_options_init(opt, k);
   json_object *cfg = get(o, "config");
   if (!cfg) return NULL;
-  KDC_RETURN_IF_ERROR(num(file, cfg, "learning_rate", &opt->learning_rate));
+  json_object *lr = get(cfg, "learning_rate");
+  if (lr && json_object_is_type(lr, json_type_object))
+    KDC_RETURN_IF_ERROR(schedule(file, lr, opt));
+  else
+    KDC_RETURN_IF_ERROR(num(file, cfg, "learning_rate", &opt->learning_rate));
   KDC_RETURN_IF_ERROR(num(file, cfg, "momentum", &opt->momentum));
   KDC_RETURN_IF_ERROR(num(file, cfg, "beta_1", &opt->beta_1));
   KDC_RETURN_IF_ERROR(num(file, cfg, "beta_2", &opt->beta_2));

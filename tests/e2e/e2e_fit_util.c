@@ -31,14 +31,15 @@ void e2e_run_free(e2e_run *r) {
 }
 
 void e2e_fit(const char *plan, const void *const *arrays, int64_t rows, double val_split,
-             int epochs, const char *init, const char *save, e2e_run *r) {
+             int64_t batch_size, int epochs, const char *init, const char *save, e2e_run *r) {
   kdc_rt_plan *p = NULL;
   kdc_rt_train *t = NULL;
   kdc_rt_options ro = {.check_replicas = 1};  /* every replica of the state agrees bitwise */
   assert_null(kdc_rt_plan_load_with(plan, &ro, &p));
   assert_null(kdc_rt_train_create(p, &t));
   if (init) assert_null(kdc_rt_train_load(t, init));
-  kdc_rt_fit_options o = {.epochs = epochs, .validation_split = val_split};
+  kdc_rt_fit_options o = {.epochs = epochs, .validation_split = val_split,
+                          .batch_size = batch_size};
   memset(r, 0, sizeof *r);
   assert_null(kdc_rt_fit(t, arrays, rows, &o, &r->h));
   e2e_run_collect(t, r);

@@ -29,10 +29,11 @@ void e2e_run_collect(kdc_rt_train *t, e2e_run *r);
 void e2e_run_free(e2e_run *r);
 
 /* Trains |plan| (replica check on) on |rows| rows of |arrays| (model input,
- * labels) for |epochs| with |val_split|, from checkpoint |init| when not
- * NULL; saves to |save| when not NULL. */
+ * labels) for |epochs| with |val_split| in steps of |batch_size| rows (0:
+ * the plan's batch), from checkpoint |init| when not NULL; saves to |save|
+ * when not NULL. */
 void e2e_fit(const char *plan, const void *const *arrays, int64_t rows, double val_split,
-             int epochs, const char *init, const char *save, e2e_run *r);
+             int64_t batch_size, int epochs, const char *init, const char *save, e2e_run *r);
 
 /* `kdc compile |model| --weights |weights| --batch |batch| --loss
  * categorical_crossentropy --optimizer |opt| [--learning-rate |lr|] -o

@@ -91,7 +91,7 @@ typedef e2e_run run;
 /* Trains |plan| for |epochs| (from |init| when not NULL); saves to |save|. */
 static void train(const char *plan, int epochs, const char *init, const char *save, run *r) {
   const void *arrays[2] = {xs, ys};
-  e2e_fit(plan, arrays, ROWS, 0.2, epochs, init, save, r);
+  e2e_fit(plan, arrays, ROWS, 0.2, 0, epochs, init, save, r);
 }
 
 static void same_run(const run *got, const run *want, int epoch0, const char *what) {
@@ -272,7 +272,9 @@ static void test_cli(void **s) {
   assert_non_null(strstr(r.out, "loss: "));
   e2e_kdc(&r, "run", p1, "--fit", "--x", x_npy, "--y", y_npy, "--batch-size", "32", NULL);
   assert_int_equal(r.status, 2);
-  assert_non_null(strstr(r.err, "differs from the plan's batch 16"));
+  assert_non_null(strstr(r.err, "is larger than the plan's compiled batch 16: recompile with "
+                                "--batch 32"));
+  assert_int_equal(e2e_lines(r.err), 1);
   free(p1), free(hist);
 }
 
@@ -326,6 +328,57 @@ static void test_compile_config(void **s) {
   if (r.status) fprintf(stderr, "%s", r.err);
   assert_int_equal(r.status, 0);
   free(raw), free(src), free(w), free(model), free(plan), free(ref), free(nz);
+}
+
+/* A learning-rate schedule read from the compile_config: PolynomialDecay
+ * from 0.1 to 0 over 1 step (power 1) trains once and then stands still,
+ * so 2 epochs (14 steps) end with the weights of 1 step of SGD at 0.1 (the
+ * same dropout mask: step 0 in both), bitwise. */
+static void test_compile_config_schedule(void **s) {
+  (void)s;
+  char *src = e2e_src("examples/mnist_mlp/model.json"), *w = e2e_src("examples/mnist_mlp/weights.safetensors");
+  void *raw = NULL;
+  size_t n = 0;
+  assert_null(kdc_file_read_all(src, &raw, &n));
+  char *model = e2e_path("sched_model.json");
+  FILE *f = fopen(model, "w");
+  assert_non_null(f);
+  fputs("{\"compile_config\": {\"optimizer\": {\"module\": \"keras.optimizers\", \"class_name\": "
+        "\"SGD\", \"config\": {\"name\": \"SGD\", \"learning_rate\": {\"module\": "
+        "\"keras.optimizers.schedules\", \"class_name\": \"PolynomialDecay\", \"config\": "
+        "{\"initial_learning_rate\": 0.1, \"decay_steps\": 1, \"end_learning_rate\": 0.0, "
+        "\"power\": 1.0, \"cycle\": false, \"name\": \"PolynomialDecay\"}, \"registered_name\": "
+        "null}, \"momentum\": 0.0}}, \"loss\": \"categorical_crossentropy\"}, ", f);
+  fwrite((char *)raw + 1, 1, n - 1, f);
+  fclose(f);
+  char *sched = e2e_path("sched.plan");
+  e2e_result r;
+  e2e_kdc(&r, "compile", model, "--weights", w, "--batch", "16", "-o", sched, NULL);
+  if (r.status) fprintf(stderr, "%s", r.err);
+  assert_int_equal(r.status, 0);
+  char *one = e2e_compile_cce("sched_one.plan", src, w, "16", "sgd", "0.1", NULL, NULL, NULL);
+  const void *arrays[2] = {xs, ys};
+  run a, b;
+  e2e_fit(sched, arrays, ROWS, 0, 0, 2, NULL, NULL, &a);
+  e2e_fit(one, arrays, 16, 0, 0, 1, NULL, NULL, &b);
+  assert_string_equal(a.names[0], "d1/kernel");
+  assert_string_equal(b.names[0], "d1/kernel");
+  assert_memory_equal(a.state[0], b.state[0], b.bytes[0]);
+  assert_true(a.h.batch_loss[0] == b.h.batch_loss[0]);
+  assert_true(a.h.batch_loss[1] != a.h.batch_loss[0]); /* it did train once */
+  e2e_run_free(&a), e2e_run_free(&b);
+  /* an unknown schedule is refused by name */
+  f = fopen(model, "w");
+  assert_non_null(f);
+  fputs("{\"compile_config\": {\"optimizer\": {\"class_name\": \"SGD\", \"config\": "
+        "{\"learning_rate\": {\"class_name\": \"MySchedule\", \"config\": {}}}}, \"loss\": "
+        "\"mse\"}, ", f);
+  fwrite((char *)raw + 1, 1, n - 1, f);
+  fclose(f);
+  e2e_kdc(&r, "compile", model, "--weights", w, "--batch", "16", "-o", sched, NULL);
+  assert_int_equal(r.status, 2);
+  assert_non_null(strstr(r.err, "schedule \"MySchedule\" is not supported"));
+  free(raw), free(src), free(w), free(model), free(sched), free(one);
 }
 
 /* kdc run --fit against the independent Keras 3 reference (tests/reference/
@@ -430,6 +483,7 @@ int main(void) {
       cmocka_unit_test(test_partial_batch),       cmocka_unit_test(test_checkpoint_resume),
       cmocka_unit_test(test_crash_in_save),       cmocka_unit_test(test_cli),
       cmocka_unit_test(test_compile_config),      cmocka_unit_test(test_keras_reference),
+      cmocka_unit_test(test_compile_config_schedule),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   free(x_npy), free(y_npy);

@@ -112,7 +112,7 @@ static char *cnn_layout(void) {
 
 static void cnn_fit(const char *plan, int epochs, const char *init, const char *save, e2e_run *r) {
   const void *arrays[2] = {tx.data, ty.data};
-  e2e_fit(plan, arrays, ROWS, 0, epochs, init, save, r);
+  e2e_fit(plan, arrays, ROWS, 0, 0, epochs, init, save, r);
 }
 
 /* train_step's data inputs bound by name: the model input, the labels, the
@@ -373,6 +373,37 @@ static void test_bn_checkpoint(void **s) {
   free(p1), free(p24), free(ck), free(layout);
 }
 
+/* `--batch-size 8` on a plan compiled for 16 = a plan compiled for 8
+ * (BatchNormalization's statistics over the 8 real rows; 40 rows = 5 steps
+ * per epoch), through the runtime (SGD: losses and state) and the CLI
+ * (--fit history, --evaluate). */
+static void test_batch_size_smaller(void **s) {
+  (void)s;
+  char *p16 = cnn_sgd(NULL, NULL, NULL);
+  char *p8 = cnn_compile("8", NULL, NULL, NULL, "sgd", "0.1");
+  const void *arrays[2] = {tx.data, ty.data};
+  e2e_run r16, r8;
+  e2e_fit(p16, arrays, ROWS, 0.2, 8, 2, NULL, NULL, &r16);
+  e2e_fit(p8, arrays, ROWS, 0.2, 0, 2, NULL, NULL, &r8);
+  assert_int_equal(r8.h.steps, 4);
+  e2e_same_run(&r16, &r8, 0, 1e-6, "--batch-size 8 on a batch-16 plan");
+  e2e_run_free(&r16), e2e_run_free(&r8);
+  char *x = e2e_src("examples/small_cnn/train_x.npy"), *y = e2e_src("examples/small_cnn/train_y.npy");
+  e2e_result a, b;
+  e2e_kdc(&a, "run", p16, "--evaluate", "--x", x, "--y", y, "--batch-size", "8", NULL);
+  e2e_kdc(&b, "run", p8, "--evaluate", "--x", x, "--y", y, NULL);
+  assert_int_equal(a.status, 0);
+  assert_int_equal(b.status, 0);
+  assert_string_equal(a.out, b.out);
+  e2e_kdc(&a, "run", p16, "--fit", "--x", x, "--y", y, "--batch-size", "5", "--epochs", "1", NULL);
+  e2e_kdc(&b, "run", p16, "--fit", "--x", x, "--y", y, "--batch-size", "17", NULL);
+  assert_int_equal(a.status, 0);
+  assert_non_null(strstr(a.out, "8 steps"));
+  assert_int_equal(b.status, 2);
+  assert_non_null(strstr(b.err, "--batch-size 17 is larger than the plan's compiled batch 16"));
+  free(x), free(y), free(p16), free(p8);
+}
+
 /* ---- noise layers on the MNIST MLP ------------------------------------- */
 
 enum { MROWS = 48 };
@@ -503,10 +534,10 @@ static void noise_meshes(const char *cls, const char *cfg, const char *tag) {
   char *p24 = mlp_compile(model, tag, "2x4", "data,model", guide);
   const void *arrays[2] = {mx, my};
   e2e_run r1, r8, r24;
-  e2e_fit(p1, arrays, MROWS, 0, 2, NULL, NULL, &r1);
-  e2e_fit(p8, arrays, MROWS, 0, 2, NULL, NULL, &r8);
+  e2e_fit(p1, arrays, MROWS, 0, 0, 2, NULL, NULL, &r1);
+  e2e_fit(p8, arrays, MROWS, 0, 0, 2, NULL, NULL, &r8);
   e2e_same_run(&r8, &r1, 0, 1e-5, tag);
-  e2e_fit(p24, arrays, MROWS, 0, 2, NULL, NULL, &r24);
+  e2e_fit(p24, arrays, MROWS, 0, 0, 2, NULL, NULL, &r24);
   e2e_same_run(&r24, &r1, 0, 1e-5, tag);
   /* the noise is on: the training loss differs from evaluate's on batch 1 */
   kdc_rt_plan *p = NULL;
@@ -537,7 +568,8 @@ int main(void) {
       cmocka_unit_test(test_bn_abi_and_step),    cmocka_unit_test(test_bn_meshes),
       cmocka_unit_test(test_bn_collectives),     cmocka_unit_test(test_bn_partial_batch),
       cmocka_unit_test(test_bn_keras_reference), cmocka_unit_test(test_bn_checkpoint),
-      cmocka_unit_test(test_normal_samples),     cmocka_unit_test(test_noise_meshes),
+      cmocka_unit_test(test_batch_size_smaller), cmocka_unit_test(test_normal_samples),
+      cmocka_unit_test(test_noise_meshes),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   kdc_npy_free(&tx), kdc_npy_free(&ty);

@@ -63,6 +63,8 @@ static void ref_step(const kdc_optimizer_options *o, int it, double lr, double *
   }
 }
 
+#define M_PI_REF 3.14159265358979323846
+
 static double ref_lr(const kdc_optimizer_options *o, int step) {
   const kdc_lr_schedule *s = &o->schedule;
   double p = s->decay_steps > 0 ? step / s->decay_steps : 0;
@@ -75,6 +77,34 @@ static double ref_lr(const kdc_optimizer_options *o, int step) {
     for (int i = 0; i < s->n_boundaries; i++)
       if (step <= s->boundaries[i]) return s->values[i];
     return s->values[s->n_boundaries];
+  case KDC_LR_COSINE: {
+    double lr0 = o->learning_rate, st = step, warm = s->warmup ? s->warmup_steps : 0;
+    st = fmin(st, s->decay_steps + warm);
+    if (s->warmup && st < warm) return lr0 + (s->warmup_target - lr0) * st / warm;
+    double from = s->warmup ? s->warmup_target : lr0;
+    double c = 0.5 * (1 + cos(M_PI_REF * (st - warm) / s->decay_steps));
+    return from * ((1 - s->alpha) * c + s->alpha);
+  }
+  case KDC_LR_COSINE_RESTARTS: {
+    double frac = step / s->decay_steps, i, len = 1;
+    if (s->t_mul == 1) {
+      i = floor(frac);
+      frac -= i;
+    } else { /* walk the periods: lengths 1, t, t^2, ... (in first_decay_steps) */
+      i = 0;
+      while (frac >= len) frac -= len, len *= s->t_mul, i++;
+      frac /= len;
+    }
+    double c = 0.5 * pow(s->m_mul, i) * (1 + cos(M_PI_REF * frac));
+    return o->learning_rate * ((1 - s->alpha) * c + s->alpha);
+  }
+  case KDC_LR_POLYNOMIAL: {
+    double st = step, ds = s->decay_steps;
+    if (s->cycle) ds *= step == 0 ? 1 : ceil(st / ds);
+    else st = fmin(st, ds);
+    return (o->learning_rate - s->end_learning_rate) * pow(1 - st / ds, s->power) +
+           s->end_learning_rate;
+  }
   }
   return NAN;
 }
@@ -213,6 +243,70 @@ static void test_schedules(void **state) {
   run_steps("piecewise", &o); /* steps 0, 1, 2 hit all three values */
 }
 
+/* The learning rate of |o| at every step 0..n-1 (an IR function of the
+ * iteration, interpreted) against ref_lr in double: relative 2e-6, plus
+ * 2e-7 of the largest rate absolute (f32 rounding of 1 + cos near -1 at the
+ * end of a cosine period, an ulp of the unit scale). */
+static void lr_curve(const char *what, const kdc_optimizer_options *o, int n) {
+  tr_expect_ok(kdc_optimizer_options_check(o));
+  kdc_module *m = kdc_ir_module_create("lr");
+  kdc_func *f = kdc_ir_func_create(m, "lr");
+  kdc_type it = kdc_type_make(KDC_DTYPE_I32, 0, NULL);
+  kdc_value_id iter = kdc_ir_parameter(f, KDC_PARAM_STATE, "iteration", &it);
+  kdc_ir_add_result(f, kdc_optimizer_learning_rate(f, o, iter), "lr");
+  tr_expect_ok(kdc_ir_take_error(f));
+  tr_expect_ok(kdc_ir_verify(f));
+  for (int32_t step = 0; step < n; step++) {
+    kdc_tensor args[1] = {{it, &step}}, out[1];
+    tr_run(f, args, 1, out);
+    double want = ref_lr(o, step);
+    double scale = fmax(o->learning_rate, o->schedule.warmup ? o->schedule.warmup_target : 0);
+    TR_CLOSE(*(float *)out[0].data, want, 2e-6, 2e-7 * scale, "%s: lr at step %d", what, step);
+    tr_free(out, 1);
+  }
+  kdc_ir_module_destroy(m);
+}
+
+/* CosineDecay (+ warmup), CosineDecayRestarts (geometric and constant
+ * periods) and PolynomialDecay (+ cycle), over steps that cross the decay
+ * end, the warmup end, the restarts and the cycles. */
+static void test_schedule_curves(void **state) {
+  (void)state;
+  kdc_optimizer_options o;
+  kdc_optimizer_options_init(&o, KDC_OPT_SGD);
+  o.learning_rate = 0.1;
+  o.schedule.kind = KDC_LR_COSINE;
+  o.schedule.decay_steps = 10;
+  o.schedule.alpha = 0.1;
+  lr_curve("CosineDecay", &o, 16); /* constant alpha * lr after step 10 */
+  o.learning_rate = 0.0;
+  o.schedule.alpha = 0;
+  o.schedule.warmup = true;
+  o.schedule.warmup_target = 0.1;
+  o.schedule.warmup_steps = 5;
+  lr_curve("CosineDecay warmup", &o, 20); /* ramp to 5, decay to 15 */
+  memset(&o.schedule, 0, sizeof o.schedule);
+  o.learning_rate = 0.1;
+  o.schedule.kind = KDC_LR_COSINE_RESTARTS;
+  o.schedule.decay_steps = 4;
+  o.schedule.t_mul = 2;
+  o.schedule.m_mul = 0.5;
+  o.schedule.alpha = 0.05;
+  lr_curve("CosineDecayRestarts t_mul 2", &o, 30); /* restarts at 4, 12, 28 */
+  o.schedule.t_mul = 1;
+  o.schedule.m_mul = 0.8;
+  lr_curve("CosineDecayRestarts t_mul 1", &o, 14); /* restarts every 4 */
+  memset(&o.schedule, 0, sizeof o.schedule);
+  o.schedule.kind = KDC_LR_POLYNOMIAL;
+  o.schedule.decay_steps = 8;
+  o.schedule.end_learning_rate = 0.01;
+  o.schedule.power = 2;
+  lr_curve("PolynomialDecay", &o, 12);
+  o.schedule.cycle = true;
+  o.schedule.power = 0.5;
+  lr_curve("PolynomialDecay cycle", &o, 20); /* periods 8, 16, 24 */
+}
+
 static void test_names_and_checks(void **state) {
   (void)state;
   kdc_optimizer_kind k;
@@ -242,6 +336,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_sgd),       cmocka_unit_test(test_adam),
       cmocka_unit_test(test_rmsprop),   cmocka_unit_test(test_schedules),
+      cmocka_unit_test(test_schedule_curves),
       cmocka_unit_test(test_names_and_checks),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
