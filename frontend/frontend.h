@@ -121,12 +121,32 @@ typedef struct kdc_keras_model {
   int n_tensors;               /* node outputs in this model */
   struct kdc_keras_model *parent;
   /* top model only: */
+  const struct kdc_load_options *load_opt; /* during kdc_frontend_load_*_opts only */
   int n_vars;                  /* all variables, nested models included */
   kdc_keras_var **vars;
   size_t cap_vars;
   struct json_object *weights_manifest; /* TF.js weightsManifest, borrowed */
   const char *manifest_loc;    /* "weightsManifest" */
 } kdc_keras_model;
+
+/* Static shapes for model inputs whose non-batch dims are unknown (Keras
+ * `None`, e.g. a sequence length): `kdc compile --input-shape NAME=D1,D2`.
+ * |dims| exclude the batch dim; |name| NULL means the model's only input. */
+typedef struct kdc_input_shape {
+  const char *name;
+  int rank;                    /* dims after the batch dim */
+  int64_t dims[KDC_MAX_RANK];
+} kdc_input_shape;
+
+typedef struct kdc_load_options {
+  int n_input_shapes;
+  const kdc_input_shape *input_shapes;
+} kdc_load_options;
+
+/* Parses "[NAME=]D1,D2,..." (positive dims) into |out|; |out->name| points
+ * into |text|.  Errors quote the text; callers add the flag. */
+kdc_status kdc_frontend_parse_input_shape(const char *text, kdc_input_shape *out);
+void kdc_input_shape_free(kdc_input_shape *s); /* frees |name| */
 
 /* Reads the model file at |path| (format auto-detected) and infers every
  * layer's output shapes and variables.  On success *|out| owns the model.
@@ -138,6 +158,13 @@ kdc_status kdc_frontend_load(const char *path, kdc_keras_model **out);
  * TF.js weight shards. */
 kdc_status kdc_frontend_load_text(const char *path, const char *text, size_t len,
                                   kdc_keras_model **out);
+/* Both with |opt| (may be NULL): each input shape replaces the unknown dims
+ * of the named model input before shape inference; a known dim must agree
+ * and the rank must match, else a located error naming the input.  */
+kdc_status kdc_frontend_load_opts(const char *path, const kdc_load_options *opt,
+                                  kdc_keras_model **out);
+kdc_status kdc_frontend_load_text_opts(const char *path, const char *text, size_t len,
+                                       const kdc_load_options *opt, kdc_keras_model **out);
 void kdc_frontend_free(kdc_keras_model *m);
 
 /* ---- summary and counts (frontend/summary.c) ----------------------------- */
@@ -236,6 +263,10 @@ kdc_status kdc_fe_cfg_tuple(const kdc_keras_layer *l, const char *key, int n, in
 /* Reads an int or an int list (axis); out holds up to KDC_MAX_RANK entries. */
 kdc_status kdc_fe_cfg_axes(const kdc_keras_layer *l, const char *key, int64_t dflt,
                            int *n_out, int64_t *out);
+/* frontend/input_shape.c: applies m->load_opt's input shapes to the top
+ * model's inputs (called before shape inference). */
+kdc_status kdc_fe_apply_input_shapes(kdc_keras_model *m);
+
 /* Reads a shape list (null entries -> -1) at JSON location |loc|. */
 kdc_status kdc_fe_parse_shape(const kdc_keras_model *m, struct json_object *o,
                               const char *loc, kdc_kshape *out);

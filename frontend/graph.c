@@ -621,6 +621,7 @@ kdc_status kdc_fe_parse_model(kdc_keras_model *m, json_object *env, const char *
       return kdc_fe_err(m, KDC_INVALID_INPUT, cloc, "expected the model's config object");
     KDC_RETURN_IF_ERROR(parse_functional(m, cfg, cloc));
   }
+  if (!m->parent && m->load_opt) KDC_RETURN_IF_ERROR(kdc_fe_apply_input_shapes(m));
   return infer_all(m);
 }
 

@@ -91,6 +91,11 @@ static const char *str_of(json_object *o) {
 
 kdc_status kdc_frontend_load_text(const char *path, const char *text, size_t len,
                                   kdc_keras_model **out) {
+  return kdc_frontend_load_text_opts(path, text, len, NULL, out);
+}
+
+kdc_status kdc_frontend_load_text_opts(const char *path, const char *text, size_t len,
+                                       const kdc_load_options *opt, kdc_keras_model **out) {
   *out = NULL;
   if (len >= 4 && !memcmp(text, "PK\x03\x04", 4))
     return KDC_ERR(KDC_UNSUPPORTED, "%s: .keras archives are zip files; unzip and pass config.json",
@@ -105,6 +110,7 @@ kdc_status kdc_frontend_load_text(const char *path, const char *text, size_t len
   m->root = root;
   m->file = kdc_arena_strdup(m->arena, path);
   m->trainable = true;
+  m->load_opt = opt;
   kdc_status st = NULL;
   json_object *env = NULL;
   const char *loc = "";
@@ -150,6 +156,7 @@ kdc_status kdc_frontend_load_text(const char *path, const char *text, size_t len
                     "it first");
   }
   if (!st) st = kdc_fe_parse_model(m, env, loc);
+  m->load_opt = NULL;
   if (st) {
     kdc_frontend_free(m);
     return st;
@@ -160,11 +167,16 @@ kdc_status kdc_frontend_load_text(const char *path, const char *text, size_t len
 }
 
 kdc_status kdc_frontend_load(const char *path, kdc_keras_model **out) {
+  return kdc_frontend_load_opts(path, NULL, out);
+}
+
+kdc_status kdc_frontend_load_opts(const char *path, const kdc_load_options *opt,
+                                  kdc_keras_model **out) {
   char *text = NULL;
   size_t len = 0;
   *out = NULL;
   KDC_RETURN_IF_ERROR(read_file(path, &text, &len));
-  kdc_status st = kdc_frontend_load_text(path, text, len, out);
+  kdc_status st = kdc_frontend_load_text_opts(path, text, len, opt, out);
   free(text);
   return st;
 }

@@ -165,7 +165,7 @@ static kdc_status lower_func(const kdc_keras_model *m, kdc_module *mod,
       if (d == 0) s.dims[0] = batch;
       else
         st = kdc_fe_layer_err(l, KDC_UNSUPPORTED, "dimension %d of the input shape %s is unknown "
-                              "(None); kdc compiles static shapes", d, kdc_kshape_str(&s, b, sizeof b));
+                              "(None); kdc compiles static shapes: give it with kdc compile --input-shape %s=D1,D2,...", d, kdc_kshape_str(&s, b, sizeof b), l->name);
     }
     kdc_dtype dt = KDC_DTYPE_F32;
     if (!st && l->config) st = dtype_of(l, &dt);

@@ -9,6 +9,8 @@
 #include "passes/passes.h"
 #include "tools/cli.h"
 
+enum { KDC_MAX_INPUT_SHAPES = 64 };
+
 typedef struct compile_opts {
   const char *model, *out, *weights, *dump_dir;
   const char *mesh, *axes, *layout, *layout_match;
@@ -21,6 +23,8 @@ typedef struct compile_opts {
   bool random_init;            /* --random-init: Keras initialisers even if the model has weights */
   const char *target;          /* --target cpu|cuda */
   int64_t sm;                  /* --sm 80|90 (cuda) */
+  kdc_input_shape input_shapes[KDC_MAX_INPUT_SHAPES]; /* --input-shape, in order */
+  int n_input_shapes;
 } compile_opts;
 
 static kdc_status parse(int argc, char **argv, compile_opts *o) {
@@ -42,6 +46,14 @@ static kdc_status parse(int argc, char **argv, compile_opts *o) {
       continue;
     if (cli_flag_value(&a, "--sm", &v, &st)) {
       if (!st) st = cli_parse_i64("--sm", v, 1, 1000, &o->sm);
+      continue;
+    }
+    if (cli_flag_value(&a, "--input-shape", &v, &st)) {
+      if (!st && o->n_input_shapes == KDC_MAX_INPUT_SHAPES)
+        st = KDC_ERR(KDC_INVALID_INPUT, "--input-shape: more than %d given", KDC_MAX_INPUT_SHAPES);
+      if (!st) st = kdc_frontend_parse_input_shape(v, &o->input_shapes[o->n_input_shapes]);
+      if (!st) o->n_input_shapes++;
+      else st = kdc_status_annotate(st, "--input-shape");
       continue;
     }
     if (cli_flag_value(&a, "--batch", &v, &st)) {
@@ -195,7 +207,8 @@ static kdc_status compile(const compile_opts *o) {
   kdc_status st = distribution(o, &mesh, &layout);
   bool train_on = o->loss != NULL;
   if (!st && o->loss) st = training(o, &train);
-  if (!st) st = kdc_frontend_load(o->model, &km);
+  kdc_load_options load = {o->n_input_shapes, o->input_shapes};
+  if (!st) st = kdc_frontend_load_opts(o->model, &load, &km);
   if (!st && !o->loss) st = from_compile_config(o, km, &train, &train_on);
   if (!st) {
     kdc_lower_options lo = {.batch = o->batch, .mesh = o->mesh ? &mesh : NULL, .layout = layout,
@@ -236,5 +249,6 @@ int kdc_cmd_compile(int argc, char **argv) {
   compile_opts o;
   kdc_status st = parse(argc, argv, &o);
   if (!st) st = compile(&o);
+  for (int i = 0; i < o.n_input_shapes; i++) kdc_input_shape_free(&o.input_shapes[i]);
   return st ? cli_fail(st) : 0;
 }

@@ -27,6 +27,8 @@ static const char usage[] =
     "      --batch N             global batch the plan is compiled for (default 32)\n"
     "      --seed S              seed of the default initialisers (default 0)\n"
     "      --random-init         use the initialisers even if the model carries weights\n"
+    "      --input-shape [NAME=]D1,D2  static dims (after the batch dim) of a model input\n"
+    "                            whose shape has unknown (None) dims, e.g. a sequence length\n"
     "      --mesh SHAPE          device mesh: 8, 2x4, 2x2x2 ... (row-major device order)\n"
     "      --axes A,B            mesh axis names (default data; data,model; data,model,axis2..)\n"
     "      --layout L.json       Keras ModelParallel as JSON: batch_dim_name + layout_map;\n"
