@@ -20,7 +20,8 @@
  *     the local buffers, complete() exchanges the operands and sums in
  *     device-id order (bitwise equal to shm); collect_outputs() brings
  *     every output to process 0.
- *   - nccl: not built (design in docs/gpu.md).
+ *   - NCCL: not a backend of this vtable: a CUDA plan's collectives are
+ *     NCCL calls inside the CUDA executor (cuda/exec.c, docs/gpu.md).
  * No backend may hang: a device that does not arrive within the timeout
  * fails the run with KDC_UNAVAILABLE naming it.
  */

@@ -303,7 +303,7 @@ static kdc_status open_device(kdc_rt_plan *p, rt_cuda *c, cu_dev *d, uint64_t ar
   return NULL;
 }
 
-static kdc_status open_nccl(kdc_rt_plan *p, rt_cuda *c, struct rt_net *net) {
+static kdc_status open_nccl(kdc_rt_plan *p, rt_cuda *c, rt_net *net) {
   const rt_cuda_api *api = c->api;
   if (!api->has_nccl)
     return KDC_ERR(KDC_UNAVAILABLE, "%s: the plan has collectives but %s", p->path,
@@ -317,12 +317,23 @@ static kdc_status open_nccl(kdc_rt_plan *p, rt_cuda *c, struct rt_net *net) {
     free(w);
     free(ord);
     NC(p, (cu_dev *)NULL, "ncclCommInitAll", rc);
-  } else { /* the process transport that hands out process 0's ncclUniqueId is not in
-              this build */
-    (void)net;
-    return KDC_ERR(KDC_UNSUPPORTED, "%s: a CUDA plan over %d processes is not supported yet "
-                   "(process 0's NCCL id cannot be handed out; docs/gpu.md)", p->path,
-                   p->n_procs);
+  } else {
+    ncclUniqueId id;
+    memset(&id, 0, sizeof id);
+    if (p->proc_id == 0) NC(p, (cu_dev *)NULL, "ncclGetUniqueId", api->ncclGetUniqueId(&id));
+    if (!net)
+      return KDC_ERR(KDC_INVALID_INPUT, "%s: %d processes but no transport for the NCCL id",
+                     p->path, p->n_procs);
+    KDC_RETURN_IF_ERROR(rt_net_broadcast(net, &id, sizeof id, p->timeout_s));
+    NC(p, (cu_dev *)NULL, "ncclGroupStart", api->ncclGroupStart());
+    ncclResult_t rc = ncclSuccess;
+    for (int64_t i = 0; i < c->n && rc == ncclSuccess; i++) {
+      CU(p, &c->dev[i], "cuCtxSetCurrent", api->cuCtxSetCurrent(c->dev[i].ctx));
+      rc = api->ncclCommInitRank(&c->dev[i].world, (int)p->nd, id, (int)c->dev[i].id);
+    }
+    ncclResult_t end = api->ncclGroupEnd();
+    NC(p, (cu_dev *)NULL, "ncclCommInitRank", rc);
+    NC(p, (cu_dev *)NULL, "ncclGroupEnd", end);
   }
   for (uint32_t s = 0; s < c->comms.n_splits; s++) {
     const rt_cuda_split *sp = &c->comms.splits[s];
@@ -353,7 +364,7 @@ static bool has_step(const kdc_program *pr, kdc_prog_step_kind kind) {
   return false;
 }
 
-static kdc_status create(kdc_rt_plan *p, rt_cuda *c, uint64_t arena_bytes, struct rt_net *net) {
+static kdc_status create(kdc_rt_plan *p, rt_cuda *c, uint64_t arena_bytes, rt_net *net) {
   KDC_RETURN_IF_ERROR(rt_cuda_api_get(p->path, &c->api));
   KDC_RETURN_IF_ERROR(read_sections(p, c));
   if (has_step(&p->prog, KDC_STEP_GEMM) && !c->api->has_blas)
