@@ -467,6 +467,7 @@ kdc_status kdc_optimizer_update(kdc_func *f, const kdc_optimizer_options *o,
  * taking the same parameters as predict plus optionally an i32 scalar STATE
  * parameter named "iteration" that is bound to the step counter).  The ABI
  * is in docs/training.md.  Call it after infer_shapes, before simplify. */
+#define KDC_TRAIN_MAX_OUTPUTS 32
 typedef struct kdc_train_options {
   kdc_loss_kind loss;
   bool from_logits;                /* BCE, CCE, SCCE: y_pred are logits */
@@ -474,6 +475,21 @@ typedef struct kdc_train_options {
   int output;                      /* index of the predict result trained (0: first) */
   bool sample_mask;                /* train_step/evaluate take "sample_mask" f32[B] after the
                                       labels (partial batches; docs/training.md) */
+  /* Keras 3 multi-output compile (docs/training.md "Several outputs"):
+   * n_losses == 0: `loss` trains `output`, or every predict result when
+   * every_output (Keras: one loss for a multi-output model).  n_losses > 0:
+   * one entry per output, by name (a dict) or, when `output` is NULL, by
+   * position (a list as long as predict's results).  loss_weights likewise
+   * (n_weights == 0: all 1). */
+  bool every_output;
+  size_t n_losses, n_weights;
+  struct kdc_output_loss {
+    const char *output;            /* predict result name; NULL: position in the list */
+    bool none;                     /* Keras loss None: this output is not trained */
+    kdc_loss_kind loss;
+    bool from_logits;
+    double weight;                 /* loss_weights entry (only in weights[]) */
+  } losses[KDC_TRAIN_MAX_OUTPUTS], weights[KDC_TRAIN_MAX_OUTPUTS];
 } kdc_train_options;
 /* Keras defaults for |loss| and |optimizer|. */
 void kdc_train_options_init(kdc_train_options *o, kdc_loss_kind loss, kdc_optimizer_kind optimizer);

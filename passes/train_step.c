@@ -2,7 +2,9 @@
  * passes/train_step.c: builds `train_step` and `evaluate` from the forward
  * function (kdc_pass_build_training).
  *
- * train_step = forward program + labels + loss (passes/losses.c) + its
+ * train_step = forward program + labels + loss (passes/losses.c; with
+ * several outputs, sum_i weight_i * loss_i over the trained outputs, Keras
+ * 3's CompileLoss, docs/training.md "Several outputs") + its
  * gradients with respect to every trainable weight (passes/autodiff.c) + one
  * optimizer update per weight (passes/optimizers.c).  Optimizer state lives
  * in KDC_PARAM_STATE parameters named like Keras' optimizer variables, and
@@ -75,32 +77,119 @@ static kdc_value_id find_param(const kdc_func *f, kdc_param_kind kind, const cha
   return KDC_NO_VALUE;
 }
 
-/* Appends the labels parameter (and "sample_mask", unless the forward
- * function already has it: BatchNormalization's batch statistics use it
- * too) and the loss of result |out| of |f| (whose
+/* The loss of each predict result (Keras 3 CompileLoss): which results are
+ * trained, with which loss and weight, from |o|'s single loss or its
+ * per-output lists/dicts resolved against |fwd|'s result names. */
+typedef struct loss_plan {
+  size_t n;                              /* results */
+  bool trained[KDC_TRAIN_MAX_OUTPUTS];
+  kdc_loss_kind kind[KDC_TRAIN_MAX_OUTPUTS];
+  bool logits[KDC_TRAIN_MAX_OUTPUTS];
+  double weight[KDC_TRAIN_MAX_OUTPUTS];
+} loss_plan;
+
+static const char *result_name(const kdc_func *fwd, size_t r) {
+  return fwd->result_names[r] ? fwd->result_names[r] : "labels";
+}
+
+/* Index of the entry |e| (position |i| of its list of |n|) among |fwd|'s results. */
+static kdc_status entry_index(const kdc_func *fwd, size_t n_out, const struct kdc_output_loss *e,
+                              size_t i, size_t n, const char *what, size_t *out) {
+  if (!e->output) {
+    if (n != n_out)
+      return KDC_ERR(KDC_INVALID_INPUT, "training: %s has %zu entries but the model has %zu "
+                     "outputs", what, n, n_out);
+    *out = i;
+    return NULL;
+  }
+  for (size_t r = 0; r < n_out; r++)
+    if (fwd->result_names[r] && !strcmp(fwd->result_names[r], e->output)) {
+      *out = r;
+      return NULL;
+    }
+  return KDC_ERR(KDC_INVALID_INPUT, "training: %s names output \"%s\", which the model does not "
+                 "have (outputs: %s%s%s)", what, e->output, result_name(fwd, 0),
+                 n_out > 1 ? ", " : "", n_out > 1 ? result_name(fwd, 1) : "");
+}
+
+static kdc_status plan_losses(const kdc_func *fwd, size_t n_out, const kdc_train_options *o,
+                              loss_plan *p) {
+  memset(p, 0, sizeof *p);
+  p->n = n_out;
+  if (p->n > KDC_TRAIN_MAX_OUTPUTS)
+    return KDC_ERR(KDC_UNSUPPORTED, "training: %zu outputs (at most %d)", p->n,
+                   KDC_TRAIN_MAX_OUTPUTS);
+  for (size_t r = 0; r < p->n; r++) p->weight[r] = 1.0;
+  if (o->n_losses == 0) {
+    for (size_t r = 0; r < p->n; r++) {
+      p->trained[r] = o->every_output || r == (size_t)o->output;
+      p->kind[r] = o->loss;
+      p->logits[r] = o->from_logits;
+    }
+  }
+  for (size_t i = 0; i < o->n_losses; i++) {
+    const struct kdc_output_loss *e = &o->losses[i];
+    size_t r = 0;
+    KDC_RETURN_IF_ERROR(entry_index(fwd, n_out, e, i, o->n_losses, "the loss", &r));
+    if ((unsigned)e->loss >= KDC_LOSS_COUNT)
+      return KDC_ERR(KDC_INVALID_INPUT, "training: unknown loss %d", (int)e->loss);
+    p->trained[r] = !e->none;
+    p->kind[r] = e->loss;
+    p->logits[r] = e->from_logits;
+  }
+  for (size_t i = 0; i < o->n_weights; i++) {
+    size_t r = 0;
+    KDC_RETURN_IF_ERROR(entry_index(fwd, n_out, &o->weights[i], i, o->n_weights, "loss_weights", &r));
+    p->weight[r] = o->weights[i].weight;
+  }
+  for (size_t r = 0; r < p->n; r++)
+    if (p->trained[r]) return NULL;
+  return KDC_ERR(KDC_INVALID_INPUT, "training: every output's loss is None");
+}
+
+/* Appends one labels parameter per trained result of |fwd| (named after the
+ * result, in result order), then "sample_mask" (unless the forward function
+ * already has it: BatchNormalization's batch statistics use it too), and the
+ * total loss sum_r weight_r * loss_r (Keras 3 CompileLoss) of |f| (whose
  * results are then cleared). */
-static kdc_status add_loss(kdc_func *f, const kdc_func *fwd, const kdc_train_options *o,
-                           kdc_value_id *out_loss) {
-  kdc_value_id y_pred = fwd->results[o->output];
-  const char *name = fwd->result_names[o->output] ? fwd->result_names[o->output] : "labels";
-  kdc_type lt = kdc_loss_label_type(o->loss, kdc_ir_type(f, y_pred));
-  kdc_value_id labels = kdc_ir_parameter(f, KDC_PARAM_LABEL, name, &lt);
+static kdc_status add_loss(kdc_func *f, const kdc_func *fwd, size_t n_out,
+                           const kdc_train_options *o, kdc_value_id *out_loss) {
+  loss_plan p;
+  KDC_RETURN_IF_ERROR(plan_losses(fwd, n_out, o, &p));
+  kdc_value_id labels[KDC_TRAIN_MAX_OUTPUTS];
   kdc_value_id mask = find_param(f, KDC_PARAM_LABEL, "sample_mask");
-  const kdc_type *pt = kdc_ir_type(f, y_pred);
-  if (mask == KDC_NO_VALUE && o->sample_mask && pt->rank >= 2) {
+  const kdc_type *pt = NULL;
+  for (size_t r = 0; r < p.n; r++) {
+    if (!p.trained[r]) continue;
+    kdc_value_id y_pred = fwd->results[r];
+    kdc_type lt = kdc_loss_label_type(p.kind[r], kdc_ir_type(f, y_pred));
+    labels[r] = kdc_ir_parameter(f, KDC_PARAM_LABEL, result_name(fwd, r), &lt);
+    if (!pt || pt->rank < 2) pt = kdc_ir_type(f, y_pred);
+  }
+  if (mask == KDC_NO_VALUE && o->sample_mask && pt && pt->rank >= 2) {
     kdc_type mt = kdc_type_make(KDC_DTYPE_F32, 1, &pt->dims[0]);
     mask = kdc_ir_parameter(f, KDC_PARAM_LABEL, "sample_mask", &mt);
   }
   KDC_RETURN_IF_ERROR(kdc_ir_take_error(f));
-  kdc_status st = kdc_loss_build_masked(f, o->loss, o->from_logits, labels, y_pred, mask, out_loss);
-  return st ? kdc_status_annotate(st, "func %s: output \"%s\"", f->name, name) : NULL;
+  kdc_value_id total = KDC_NO_VALUE;
+  for (size_t r = 0; r < p.n; r++) {
+    if (!p.trained[r]) continue;
+    kdc_value_id l = KDC_NO_VALUE;
+    kdc_status st = kdc_loss_build_masked(f, p.kind[r], p.logits[r], labels[r], fwd->results[r],
+                                          mask, &l);
+    if (st) return kdc_status_annotate(st, "func %s: output \"%s\"", f->name, result_name(fwd, r));
+    if (p.weight[r] != 1.0) l = kdc_ir_binary_scalar(f, KDC_OP_MUL, l, p.weight[r]);
+    total = total == KDC_NO_VALUE ? l : kdc_ir_binary(f, KDC_OP_ADD, total, l);
+  }
+  *out_loss = total;
+  return kdc_ir_take_error(f);
 }
 
 static kdc_status build_evaluate(kdc_module *m, const kdc_func *predict,
                                  const kdc_train_options *o) {
   kdc_func *f = clone_func(m, predict, "evaluate");
   kdc_value_id loss;
-  KDC_RETURN_IF_ERROR(add_loss(f, predict, o, &loss));
+  KDC_RETURN_IF_ERROR(add_loss(f, predict, predict->n_results, o, &loss));
   kdc_ir_add_result(f, loss, "loss");
   return NULL;
 }
@@ -186,11 +275,12 @@ static void add_state_updates(kdc_func *f, const kdc_func *fwd) {
   }
 }
 
-static kdc_status build_train_step(kdc_module *m, const kdc_func *fwd, const kdc_train_options *o) {
+static kdc_status build_train_step(kdc_module *m, const kdc_func *fwd, size_t n_out,
+                                   const kdc_train_options *o) {
   kdc_func *f = clone_func(m, fwd, "train_step");
   const char *opt = kdc_optimizer_name(o->optimizer.kind);
   kdc_value_id loss;
-  KDC_RETURN_IF_ERROR(add_loss(f, fwd, o, &loss));
+  KDC_RETURN_IF_ERROR(add_loss(f, fwd, n_out, o, &loss));
   kdc_value_id iteration = iteration_param(f, opt);
   train_build b = {f, &o->optimizer, 0, NULL, NULL, NULL, 0, {0}, NULL, NULL};
   b.n_slots = kdc_optimizer_slots(&o->optimizer, b.slot_names);
@@ -257,10 +347,12 @@ kdc_status kdc_pass_build_training(kdc_module *m, const kdc_train_options *o) {
   if ((unsigned)o->loss >= KDC_LOSS_COUNT)
     return KDC_ERR(KDC_INVALID_INPUT, "training: unknown loss %d", (int)o->loss);
   KDC_RETURN_IF_ERROR(kdc_optimizer_options_check(&o->optimizer));
-  if (o->output < 0 || (size_t)o->output >= predict->n_results ||
-      (size_t)o->output >= fwd->n_results)
+  if (fwd->n_results < predict->n_results)
+    return KDC_ERR(KDC_INVALID_INPUT, "training: train_forward has %zu results, predict %zu",
+                   fwd->n_results, predict->n_results);
+  if (o->n_losses == 0 && (o->output < 0 || (size_t)o->output >= predict->n_results))
     return KDC_ERR(KDC_INVALID_INPUT, "training: output %d does not exist (predict has %zu)",
                    o->output, predict->n_results);
-  KDC_RETURN_IF_ERROR(build_train_step(m, fwd, o));
+  KDC_RETURN_IF_ERROR(build_train_step(m, fwd, predict->n_results, o));
   return build_evaluate(m, predict, o);
 }

@@ -113,18 +113,66 @@ static kdc_status distribution(const compile_opts *o, kdc_mesh *mesh, kdc_layout
   return kdc_layout_check(*layout, mesh);
 }
 
-/* Training options from the flags (Keras defaults for what is not given). */
-static kdc_status training(const compile_opts *o, kdc_train_options *t) {
-  kdc_loss_kind loss;
-  kdc_optimizer_kind opt = KDC_OPT_SGD;
-  if (!kdc_loss_from_name(o->loss, &loss))
+/* One --loss name (|len| bytes of |s|; "none": the output is not trained). */
+static kdc_status loss_name(const char *s, size_t len, struct kdc_output_loss *e) {
+  char buf[96];
+  if (len >= sizeof buf) len = sizeof buf - 1;
+  memcpy(buf, s, len);
+  buf[len] = 0;
+  if (!strcmp(buf, "none") || !strcmp(buf, "None")) {
+    e->none = true;
+    return NULL;
+  }
+  if (!kdc_loss_from_name(buf, &e->loss))
     return KDC_ERR(KDC_INVALID_INPUT, "--loss \"%s\": unknown loss (mean_squared_error, "
                    "mean_absolute_error, binary_crossentropy, categorical_crossentropy, "
-                   "sparse_categorical_crossentropy)", o->loss);
+                   "sparse_categorical_crossentropy, none)", buf);
+  return NULL;
+}
+
+/* --loss LOSS (every output), L1,L2,... (output order) or NAME=L1,NAME=L2. */
+static kdc_status parse_loss(const char *spec, kdc_train_options *t) {
+  if (!strchr(spec, ',') && !strchr(spec, '=')) {
+    struct kdc_output_loss e;
+    memset(&e, 0, sizeof e);
+    KDC_RETURN_IF_ERROR(loss_name(spec, strlen(spec), &e));
+    if (e.none) return KDC_ERR(KDC_INVALID_INPUT, "--loss none: no output would be trained");
+    t->loss = e.loss;
+    t->every_output = true; /* Keras 3: one loss for a multi-output model is every output's */
+    return NULL;
+  }
+  for (const char *p = spec;;) {
+    const char *end = strchr(p, ','), *eq = strchr(p, '=');
+    size_t len = end ? (size_t)(end - p) : strlen(p);
+    if (eq && eq >= p + len) eq = NULL;
+    if (t->n_losses >= KDC_TRAIN_MAX_OUTPUTS)
+      return KDC_ERR(KDC_INVALID_INPUT, "--loss: more than %d outputs", KDC_TRAIN_MAX_OUTPUTS);
+    struct kdc_output_loss *e = &t->losses[t->n_losses++];
+    if (eq) {
+      static char names[KDC_TRAIN_MAX_OUTPUTS][96]; /* one compile per process */
+      snprintf(names[t->n_losses - 1], sizeof names[0], "%.*s", (int)(eq - p), p);
+      e->output = names[t->n_losses - 1];
+      KDC_RETURN_IF_ERROR(loss_name(eq + 1, len - (size_t)(eq + 1 - p), e));
+    } else {
+      KDC_RETURN_IF_ERROR(loss_name(p, len, e));
+    }
+    if ((eq != NULL) != (t->losses[0].output != NULL) || (eq && eq == p))
+      return KDC_ERR(KDC_INVALID_INPUT, "--loss \"%s\": give either losses in output order "
+                     "(L1,L2) or NAME=LOSS pairs", spec);
+    if (!end) return NULL;
+    p = end + 1;
+  }
+}
+
+/* Training options from the flags (Keras defaults for what is not given). */
+static kdc_status training(const compile_opts *o, kdc_train_options *t) {
+  kdc_optimizer_kind opt = KDC_OPT_SGD;
   if (o->optimizer && !kdc_optimizer_from_name(o->optimizer, &opt))
     return KDC_ERR(KDC_INVALID_INPUT, "--optimizer \"%s\": unknown optimizer (sgd, adam, adamw, "
                    "rmsprop)", o->optimizer);
-  kdc_train_options_init(t, loss, opt);
+  kdc_train_options_init(t, KDC_LOSS_MSE, opt);
+  KDC_RETURN_IF_ERROR(parse_loss(o->loss, t));
+  for (size_t i = 0; i < t->n_losses; i++) t->losses[i].from_logits = o->from_logits;
   t->from_logits = o->from_logits;
   t->sample_mask = true; /* partial batches in `kdc run --fit` (docs/training.md) */
   if (o->learning_rate > 0) t->optimizer.learning_rate = o->learning_rate;
@@ -193,8 +241,33 @@ static kdc_status from_compile_config(const compile_opts *o, const kdc_keras_mod
   }
   if (o->learning_rate > 0) t->optimizer.learning_rate = o->learning_rate;
   if (o->from_logits) t->from_logits = true;
+  for (size_t i = 0; i < t->n_losses && o->from_logits; i++) t->losses[i].from_logits = true;
   t->sample_mask = true;
   return kdc_optimizer_options_check(&t->optimizer);
+}
+
+/* Every output named by the losses / loss_weights of |t| must be one of
+ * predict's results: a located error naming --loss or the compile_config. */
+static kdc_status check_output_names(const compile_opts *o, const kdc_module *mod,
+                                     const kdc_train_options *t) {
+  const kdc_func *f = kdc_ir_module_find_func(mod, "predict");
+  for (size_t k = 0; f && k < t->n_losses + t->n_weights; k++) {
+    bool w = k >= t->n_losses;
+    const char *name = w ? t->weights[k - t->n_losses].output : t->losses[k].output;
+    if (!name) continue;
+    bool found = false;
+    for (size_t r = 0; r < f->n_results && !found; r++)
+      found = f->result_names[r] && !strcmp(f->result_names[r], name);
+    if (found) continue;
+    const char *first = f->n_results && f->result_names[0] ? f->result_names[0] : "?";
+    if (o->loss && !w)
+      return KDC_ERR(KDC_INVALID_INPUT, "--loss %s=...: the model has no output \"%s\" "
+                     "(outputs: %s, ...)", name, name, first);
+    return KDC_ERR(KDC_INVALID_INPUT, "%s: compile_config.%s[\"%s\"]: the model has no output "
+                   "\"%s\" (outputs: %s, ...)", o->model, w ? "loss_weights" : "loss", name,
+                   name, first);
+  }
+  return NULL;
 }
 
 static kdc_status compile(const compile_opts *o) {
@@ -215,6 +288,7 @@ static kdc_status compile(const compile_opts *o) {
                             .train_forward = train_on, .dropout_seed = o->seed};
     st = kdc_frontend_lower(km, &lo, &mod);
   }
+  if (!st && train_on) st = check_output_names(o, mod, &train);
   if (!st && layout) kdc_layout_report_unmatched(layout, stderr);
   if (!st && o->random_init) st = kdc_frontend_init_weights(km, mod, o->seed);
   else if (!st) st = kdc_frontend_bind_weights(km, mod, o->weights, o->seed);

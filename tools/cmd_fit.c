@@ -7,6 +7,9 @@
  *       [--save-weights W.safetensors] [--initial-weights W.safetensors]
  *   kdc run plan.bin --evaluate --x X.npy --y Y.npy [--initial-weights W]
  *
+ * A plan trained on several outputs takes one --y per trained output, in
+ * output order, or --y NAME=path for each (docs/training.md).
+ *
  * The plan's train_step does the work on the plan's devices (runtime/
  * state.c, fit.c); this file reads and converts the arrays, prints Keras-
  * like progress and writes the history and the checkpoint.  Several
@@ -27,7 +30,9 @@
 #include "tools/run_place.h"
 
 typedef struct fit_opts {
-  const char *plan, *x, *y, *history, *save, *initial;
+  const char *plan, *x, *history, *save, *initial;
+  const char *y[32];          /* --y per trained output, in output order, or NAME=path */
+  size_t n_y;
   bool fit, evaluate, shuffle, quiet;
   int64_t epochs, batch, threads;
   uint64_t seed;
@@ -45,7 +50,13 @@ static kdc_status parse(int argc, char **argv, fit_opts *o) {
   o->batch = -1;
   run_place_init_opts(&o->place);
   while (a.i < a.argc && !st) {
-    if (cli_flag_value(&a, "--x", &o->x, &st) || cli_flag_value(&a, "--y", &o->y, &st) ||
+    if (cli_flag_value(&a, "--y", &v, &st)) {
+      if (!st && o->n_y == sizeof o->y / sizeof o->y[0])
+        st = KDC_ERR(KDC_INVALID_INPUT, "run: more than %zu --y", sizeof o->y / sizeof o->y[0]);
+      if (!st) o->y[o->n_y++] = v;
+      continue;
+    }
+    if (cli_flag_value(&a, "--x", &o->x, &st) ||
         cli_flag_value(&a, "--history", &o->history, &st) ||
         cli_flag_value(&a, "--save-weights", &o->save, &st) ||
         cli_flag_value(&a, "--initial-weights", &o->initial, &st))
@@ -84,7 +95,7 @@ static kdc_status parse(int argc, char **argv, fit_opts *o) {
   if (!st && !o->plan) st = KDC_ERR(KDC_INVALID_INPUT, "run: no plan given (see kdc --help)");
   if (!st && o->fit == o->evaluate)
     st = KDC_ERR(KDC_INVALID_INPUT, "run: give one of --fit and --evaluate");
-  if (!st && (!o->x || !o->y)) st = KDC_ERR(KDC_INVALID_INPUT, "run: --fit/--evaluate need --x X.npy and --y Y.npy");
+  if (!st && (!o->x || !o->n_y)) st = KDC_ERR(KDC_INVALID_INPUT, "run: --fit/--evaluate need --x X.npy and --y Y.npy");
   if (!st && o->evaluate && (o->history || o->save || o->shuffle || o->validation_split > 0))
     st = KDC_ERR(KDC_INVALID_INPUT, "run: --history, --save-weights, --shuffle and "
                  "--validation-split are --fit options");
@@ -207,9 +218,38 @@ static kdc_status write_history(const char *path, const kdc_rt_history *h) {
 typedef struct fit_state {
   kdc_rt_plan *plan;
   kdc_rt_train *train;
-  kdc_npy_array x, y;
+  kdc_npy_array a[33];        /* x, then the labels in the plan's order */
+  size_t n_a;
   kdc_rt_history h;
 } fit_state;
+
+/* The --y for the plan's label |t| (|k|-th label of |n_labels|): positional
+ * --y in output order, or --y NAME=path naming the output. */
+static kdc_status label_path(const fit_opts *o, const kdc_rt_tensor_info *t, size_t k,
+                             size_t n_labels, const char **path) {
+  bool named = strchr(o->y[0], '=') != NULL;
+  for (size_t i = 0; i < o->n_y; i++)
+    if ((strchr(o->y[i], '=') != NULL) != named)
+      return KDC_ERR(KDC_INVALID_INPUT, "run: --y \"%s\": give every --y as a path in output "
+                     "order or every one as NAME=path", o->y[i]);
+  if (!named) {
+    if (o->n_y != n_labels)
+      return KDC_ERR(KDC_INVALID_INPUT, "%s: the plan trains %zu outputs but %zu --y were given "
+                     "(one per output, in output order, or --y NAME=path)", o->plan, n_labels,
+                     o->n_y);
+    *path = o->y[k];
+    return NULL;
+  }
+  for (size_t i = 0; i < o->n_y; i++) {
+    const char *eq = strchr(o->y[i], '=');
+    if ((size_t)(eq - o->y[i]) == strlen(t->name) && !strncmp(o->y[i], t->name, strlen(t->name))) {
+      *path = eq + 1;
+      return NULL;
+    }
+  }
+  return KDC_ERR(KDC_INVALID_INPUT, "%s: no --y %s=path for the plan's output \"%s\"", o->plan,
+                 t->name, t->name);
+}
 
 static kdc_status fit(const fit_opts *o, fit_state *s) {
   kdc_rt_options ro = {.n_threads = (int)o->threads,
@@ -218,36 +258,52 @@ static kdc_status fit(const fit_opts *o, fit_state *s) {
   KDC_RETURN_IF_ERROR(kdc_rt_plan_load_with(o->plan, &ro, &s->plan));
   KDC_RETURN_IF_ERROR(kdc_rt_train_create(s->plan, &s->train));
   size_t nd = kdc_rt_train_data_count(s->train), n_arrays = 0;
-  const kdc_rt_tensor_info *xi = NULL, *yi = NULL;
+  const kdc_rt_tensor_info *info[33];
   for (size_t i = 0; i < nd; i++) {
     const kdc_rt_tensor_info *t = kdc_rt_train_data(s->train, i);
     if (!strcmp(t->name, "sample_mask")) continue;
-    if (n_arrays == 0) xi = t;
-    else if (n_arrays == 1) yi = t;
-    n_arrays++;
+    if (n_arrays == 33)
+      return KDC_ERR(KDC_UNSUPPORTED, "%s: train_step takes more than 33 data arrays", o->plan);
+    info[n_arrays++] = t;
   }
-  if (n_arrays != 2)
-    return KDC_ERR(KDC_UNSUPPORTED, "%s: --fit supports one model input and one label (the plan's "
+  if (n_arrays < 2)
+    return KDC_ERR(KDC_UNSUPPORTED, "%s: --fit needs one model input and its labels (the plan's "
                    "train_step takes %zu data arrays)", o->plan, n_arrays);
-  int64_t batch = xi->dims[0];
+  /* named --y must each name a label */
+  for (size_t i = 0; i < o->n_y; i++) {
+    const char *eq = strchr(o->y[i], '=');
+    bool found = !eq;
+    for (size_t k = 1; k < n_arrays && !found; k++)
+      found = (size_t)(eq - o->y[i]) == strlen(info[k]->name) &&
+              !strncmp(o->y[i], info[k]->name, strlen(info[k]->name));
+    if (!found)
+      return KDC_ERR(KDC_INVALID_INPUT, "%s: --y \"%s\": the plan has no trained output of that "
+                     "name", o->plan, o->y[i]);
+  }
+  int64_t batch = info[0]->dims[0];
   if (o->batch > batch)
     return KDC_ERR(KDC_UNSUPPORTED, "%s: --batch-size %" PRId64 " is larger than the plan's "
                    "compiled batch %" PRId64 ": recompile with --batch %" PRId64,
                    o->plan, o->batch, batch, o->batch);
-  KDC_RETURN_IF_ERROR(kdc_npy_read(o->x, &s->x));
-  KDC_RETURN_IF_ERROR(check_rows(o->x, xi, &s->x));
-  KDC_RETURN_IF_ERROR(kdc_npy_read(o->y, &s->y));
-  KDC_RETURN_IF_ERROR(check_rows(o->y, yi, &s->y));
-  if (s->x.dims[0] != s->y.dims[0])
-    return KDC_ERR(KDC_INVALID_INPUT, "%s has %" PRId64 " rows but %s has %" PRId64, o->x,
-                   s->x.dims[0], o->y, s->y.dims[0]);
+  const char *paths[33] = {o->x};
+  for (size_t k = 1; k < n_arrays; k++)
+    KDC_RETURN_IF_ERROR(label_path(o, info[k], k - 1, n_arrays - 1, &paths[k]));
+  const void *arrays[33];
+  for (size_t k = 0; k < n_arrays; k++) {
+    KDC_RETURN_IF_ERROR(kdc_npy_read(paths[k], &s->a[k]));
+    s->n_a = k + 1;
+    KDC_RETURN_IF_ERROR(check_rows(paths[k], info[k], &s->a[k]));
+    if (s->a[k].dims[0] != s->a[0].dims[0])
+      return KDC_ERR(KDC_INVALID_INPUT, "%s has %" PRId64 " rows but %s has %" PRId64, o->x,
+                     s->a[0].dims[0], paths[k], s->a[k].dims[0]);
+    arrays[k] = s->a[k].data;
+  }
   if (o->initial) KDC_RETURN_IF_ERROR(kdc_rt_train_load(s->train, o->initial));
-  const void *arrays[2] = {s->x.data, s->y.data};
   fit_ui ui = {isatty(STDOUT_FILENO) == 1};
   bool quiet = o->quiet || !run_place_writes();  /* processes: process 0 reports */
   if (o->evaluate) {
     double loss;
-    KDC_RETURN_IF_ERROR(kdc_rt_fit_evaluate_batch(s->train, arrays, s->x.dims[0],
+    KDC_RETURN_IF_ERROR(kdc_rt_fit_evaluate_batch(s->train, arrays, s->a[0].dims[0],
                                                   o->batch > 0 ? o->batch : 0, &loss));
     if (run_place_writes()) printf("loss: %.4f\n", loss);
     return NULL;
@@ -258,7 +314,7 @@ static kdc_status fit(const fit_opts *o, fit_state *s) {
                            .on_batch = quiet ? NULL : on_batch,
                            .on_epoch = quiet ? NULL : on_epoch, .user = &ui};
   if (ui.tty && !quiet && o->epochs > 0) printf("Epoch 1/%" PRId64 "\n", o->epochs);
-  kdc_status st = kdc_rt_fit(s->train, arrays, s->x.dims[0], &fo, &s->h);
+  kdc_status st = kdc_rt_fit(s->train, arrays, s->a[0].dims[0], &fo, &s->h);
   if (!st && o->history && run_place_writes()) st = write_history(o->history, &s->h);
   /* every process takes part (its pieces go to process 0, which writes) */
   if (!st && o->save) st = kdc_rt_train_save(s->train, o->save);
@@ -273,8 +329,7 @@ int kdc_cmd_fit(int argc, char **argv) {
   if (!st) st = fit(&o, &s);
   kdc_rt_history_free(&s.h);
   kdc_rt_train_destroy(s.train);
-  kdc_npy_free(&s.x);
-  kdc_npy_free(&s.y);
+  for (size_t k = 0; k < s.n_a; k++) kdc_npy_free(&s.a[k]);
   if (s.plan) kdc_rt_plan_release(s.plan);
   int rc = st ? cli_fail(st) : 0;
   run_place_finish(rc);

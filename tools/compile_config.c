@@ -11,8 +11,10 @@
  * Used by `kdc compile` when no --loss is given; --optimizer,
  * --learning-rate and --from-logits still override what it says (a
  * --learning-rate replaces the schedule's initial rate).  The learning rate
- * may be a LearningRateSchedule object (see schedule()); loss lists/dicts,
- * label_smoothing, clipnorm/clipvalue, EMA and PiecewiseConstantDecay are
+ * may be a LearningRateSchedule object (see schedule()).  `loss` may be a
+ * list (output order) or dict (output name) for a multi-output model, with
+ * `loss_weights` likewise; one loss applies to every output (Keras 3).
+ * Label_smoothing, clipnorm/clipvalue, EMA and PiecewiseConstantDecay are
  * refused by name, never ignored.
  */
 #include <json-c/json.h>
@@ -135,27 +137,90 @@ static kdc_status optimizer(const char *file, json_object *o, kdc_optimizer_opti
   return NULL;
 }
 
-static kdc_status loss(const char *file, json_object *l, kdc_train_options *t) {
+/* One loss object (a name or {"class_name", "config"}) at |where|. */
+static kdc_status one_loss(const char *file, const char *where, json_object *l,
+                           struct kdc_output_loss *e) {
   const char *cls = json_object_is_type(l, json_type_string) ? json_object_get_string(l)
                     : json_object_get_string(get(l, "class_name"));
-  if (!cls || !kdc_loss_from_name(cls, &t->loss))
-    return KDC_ERR(KDC_UNSUPPORTED, "%s: compile_config.loss %s: kdc supports one of "
+  if (!cls || !kdc_loss_from_name(cls, &e->loss))
+    return KDC_ERR(KDC_UNSUPPORTED, "%s: compile_config.%s %s: kdc supports one of "
                    "mean_squared_error, mean_absolute_error, binary_crossentropy, "
-                   "categorical_crossentropy, sparse_categorical_crossentropy", file,
-                   cls ? cls : "(a list or dict: multi-output losses are not supported yet)");
+                   "categorical_crossentropy, sparse_categorical_crossentropy", file, where,
+                   cls ? cls : "?");
   json_object *cfg = get(l, "config");
-  t->from_logits = flag(cfg, "from_logits", false);
+  e->from_logits = flag(cfg, "from_logits", false);
   double ls = 0;
   json_object *v = get(cfg, "label_smoothing");
   if (!is_null(v)) ls = json_object_get_double(v);
   if (ls != 0)
-    return KDC_ERR(KDC_UNSUPPORTED, "%s: compile_config.loss.config.label_smoothing is not "
-                   "supported yet", file);
+    return KDC_ERR(KDC_UNSUPPORTED, "%s: compile_config.%s.config.label_smoothing is not "
+                   "supported yet", file, where);
   const char *red = json_object_get_string(get(cfg, "reduction"));
   if (red && strcmp(red, "sum_over_batch_size"))
-    return KDC_ERR(KDC_UNSUPPORTED, "%s: compile_config.loss.config.reduction \"%s\": only "
-                   "sum_over_batch_size is supported", file, red);
+    return KDC_ERR(KDC_UNSUPPORTED, "%s: compile_config.%s.config.reduction \"%s\": only "
+                   "sum_over_batch_size is supported", file, where, red);
   return NULL;
+}
+
+/* Entry |i| (key |key| of a dict, or NULL in a list) of `loss` (weights
+ * false) or `loss_weights` (weights true). */
+static kdc_status entry(const char *file, bool weights, const char *key, size_t i, json_object *v,
+                        kdc_train_options *t) {
+  const char *what = weights ? "loss_weights" : "loss";
+  size_t *n = weights ? &t->n_weights : &t->n_losses;
+  if (*n >= KDC_TRAIN_MAX_OUTPUTS)
+    return KDC_ERR(KDC_UNSUPPORTED, "%s: compile_config.%s: more than %d entries", file, what,
+                   KDC_TRAIN_MAX_OUTPUTS);
+  struct kdc_output_loss *e = weights ? &t->weights[*n] : &t->losses[*n];
+  memset(e, 0, sizeof *e);
+  e->output = key; /* points into the model JSON, alive while it is */
+  char where[160];
+  if (key) snprintf(where, sizeof where, "%s[\"%s\"]", what, key);
+  else snprintf(where, sizeof where, "%s[%zu]", what, i);
+  (*n)++;
+  if (weights) {
+    if (!json_object_is_type(v, json_type_double) && !json_object_is_type(v, json_type_int))
+      return KDC_ERR(KDC_INVALID_INPUT, "%s: compile_config.%s: expected a number", file, where);
+    e->weight = json_object_get_double(v);
+    return NULL;
+  }
+  e->none = is_null(v);
+  return e->none ? NULL : one_loss(file, where, v, e);
+}
+
+/* `loss` or `loss_weights` as a list (output order) or a dict (by output name). */
+static kdc_status entries(const char *file, bool weights, json_object *v, kdc_train_options *t) {
+  if (json_object_is_type(v, json_type_array)) {
+    for (size_t i = 0; i < json_object_array_length(v); i++)
+      KDC_RETURN_IF_ERROR(entry(file, weights, NULL, i, json_object_array_get_idx(v, i), t));
+    return NULL;
+  }
+  size_t i = 0;
+  json_object_object_foreach(v, key, val) KDC_RETURN_IF_ERROR(entry(file, weights, key, i++, val, t));
+  return NULL;
+}
+
+/* compile_config.loss: one loss (Keras 3: every output's when the model has
+ * several), or a list/dict of them; and loss_weights. */
+static kdc_status loss(const char *file, json_object *cc, kdc_train_options *t) {
+  json_object *l = get(cc, "loss"), *w = get(cc, "loss_weights");
+  bool many = json_object_is_type(l, json_type_array) ||
+              (json_object_is_type(l, json_type_object) && !get(l, "class_name"));
+  if (many) {
+    KDC_RETURN_IF_ERROR(entries(file, false, l, t));
+  } else {
+    struct kdc_output_loss e;
+    memset(&e, 0, sizeof e);
+    KDC_RETURN_IF_ERROR(one_loss(file, "loss", l, &e));
+    t->loss = e.loss;
+    t->from_logits = e.from_logits;
+    t->every_output = true;
+  }
+  if (is_null(w)) return NULL;
+  if (!json_object_is_type(w, json_type_array) && !json_object_is_type(w, json_type_object))
+    return KDC_ERR(KDC_INVALID_INPUT, "%s: compile_config.loss_weights: expected a list or a dict",
+                   file);
+  return entries(file, true, w, t);
 }
 
 kdc_status cli_compile_config(const kdc_keras_model *km, const char *file, kdc_train_options *t,
@@ -168,7 +233,7 @@ kdc_status cli_compile_config(const kdc_keras_model *km, const char *file, kdc_t
   /* Keras' compile() default optimizer is "rmsprop" */
   if (!is_null(o)) KDC_RETURN_IF_ERROR(optimizer(file, o, &t->optimizer));
   else kdc_optimizer_options_init(&t->optimizer, KDC_OPT_RMSPROP);
-  KDC_RETURN_IF_ERROR(loss(file, get(cc, "loss"), t));
+  KDC_RETURN_IF_ERROR(loss(file, cc, t));
   *found = true;
   return NULL;
 }
