@@ -98,6 +98,8 @@ typedef struct kdc_keras_layer {
   size_t cap_vars;
   struct kdc_keras_model *sub; /* nested Functional/Sequential, else NULL */
   struct kdc_keras_model *model; /* the model this layer belongs to */
+  struct kdc_keras_layer *inner[2]; /* Bidirectional: its forward and backward RNN layers */
+  const struct kdc_keras_layer *wrapper; /* the Bidirectional an inner layer belongs to */
 } kdc_keras_layer;
 
 typedef struct kdc_keras_model {
@@ -492,6 +494,9 @@ KDC_FE_LOWER_FN(kdc_fe_lower_embedding);
 kdc_status kdc_fe_infer_conv_transpose(kdc_infer_args *a);
 /* lower_rnn.c: LSTM, GRU and SimpleRNN as one scan over a step function. */
 KDC_FE_LOWER_FN(kdc_fe_lower_rnn);
+/* lower_bidirectional.c: the Bidirectional wrapper (inference and lowering). */
+kdc_status kdc_fe_infer_bidirectional(kdc_infer_args *a);
+KDC_FE_LOWER_FN(kdc_fe_lower_bidirectional);
 /* lower_attention.c: EinsumDense and MultiHeadAttention. */
 KDC_FE_LOWER_FN(kdc_fe_lower_einsum_dense);
 KDC_FE_LOWER_FN(kdc_fe_lower_mha);

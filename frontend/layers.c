@@ -3,7 +3,8 @@
  *
  * One row per class_name: its shape/variable inference (layers_core.c,
  * layers_conv.c, layers_shape.c, einsum.c) and its lowering (lower_layers.c,
- * lower_norm.c, lower_shape.c, lower_attention.c; NULL = not lowered yet,
+ * lower_norm.c, lower_shape.c, lower_attention.c, lower_rnn.c,
+ * lower_bidirectional.c; NULL = not lowered yet,
  * which kdc_frontend_lower reports as a located UNSUPPORTED error).  Rows
  * with a NULL infer are classes kdc recognises but cannot handle at all yet:
  * loading them fails with "not supported", not "unknown".
@@ -98,12 +99,12 @@ static const kdc_layer_class classes[] = {
     IN("MaxPool2D", kdc_fe_infer_pool, kdc_fe_lower_pool),
     IN("AvgPool2D", kdc_fe_infer_pool, kdc_fe_lower_pool),
     IN("Embedding", kdc_fe_infer_embedding, kdc_fe_lower_embedding),
-    /* recurrent layers: one scan each (lower_rnn.c) */
+    /* recurrent layers: one scan each (lower_rnn.c); Bidirectional (lower_bidirectional.c) */
     IN("LSTM", kdc_fe_infer_rnn, kdc_fe_lower_rnn),
     IN("GRU", kdc_fe_infer_rnn, kdc_fe_lower_rnn),
     IN("SimpleRNN", kdc_fe_infer_rnn, kdc_fe_lower_rnn),
+    IN("Bidirectional", kdc_fe_infer_bidirectional, kdc_fe_lower_bidirectional),
     /* known Keras classes kdc cannot read yet */
-    IN("Bidirectional", NULL, NULL),
     IN("TimeDistributed", NULL, NULL),
     IN("Conv2DTranspose", kdc_fe_infer_conv_transpose, kdc_fe_lower_conv_transpose),
     IN("Conv1DTranspose", kdc_fe_infer_conv_transpose, kdc_fe_lower_conv_transpose),

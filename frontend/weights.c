@@ -206,6 +206,10 @@ static const char *candidate(const kdc_keras_model *m, const kdc_keras_var *v, i
     snprintf(buf, n, "%s/%s", l->name, v->legacy_name);
     return buf;
   case 4: snprintf(buf, n, "%s/%s", l->name, rel); return buf;
+  case 5: /* TF.js / tf.keras 2 Bidirectional: "bidirectional/forward_lstm/kernel" */
+    if (!l->wrapper) return NULL;
+    snprintf(buf, n, "%s/%s/%s", l->wrapper->name, l->name, v->name);
+    return buf;
   default: return NULL;
   }
 }
@@ -214,7 +218,7 @@ static kdc_status bind_from(const kdc_keras_model *m, kdc_module *mod, source *s
   int nv = m->n_vars;
   int *match = kdc_xmalloc(sizeof(int) * (size_t)(nv + 1));
   for (int i = 0; i < nv; i++) match[i] = -1;
-  for (int r = 0; r < 5; r++)
+  for (int r = 0; r < 6; r++)
     for (int i = 0; i < nv; i++) {
       if (match[i] >= 0) continue;
       char buf[512];

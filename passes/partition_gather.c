@@ -42,10 +42,12 @@ static kdc_value_id app(vb *b, kdc_op op, const kdc_type *t, int n, const kdc_va
                         const kdc_attrs *a, const kdc_sharding *s) {
   kdc_attrs z;
   if (!a) memset(&z, 0, sizeof z), a = &z;
-  kdc_value_id v = kdc_ir_append(b->f, op, t, n, in, a);
+  /* |t| and |s| may point into f->nodes, which the append may reallocate */
+  kdc_type tc = *t;
   kdc_sharding sh = *s;
-  sh.rank = (uint8_t)t->rank;
-  if (s->rank != t->rank) sh = kdc_sharding_replicated(t->rank);
+  kdc_value_id v = kdc_ir_append(b->f, op, &tc, n, in, a);
+  if (sh.rank != tc.rank) sh = kdc_sharding_replicated(tc.rank);
+  sh.rank = (uint8_t)tc.rank;
   b->f->nodes[v].sharding = sh;
   return v;
 }

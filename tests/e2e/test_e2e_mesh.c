@@ -48,6 +48,7 @@ static const example examples[] = {
     {"text_classifier", 1, 1, NULL, NULL},
     {"lstm_text", 1, 1, NULL, NULL},
     {"gru_rnn", 1, 1, NULL, NULL},
+    {"bidir_rnn", 1, 1, NULL, NULL},
 };
 
 #ifndef KDC_SANITIZE_BUILD

@@ -36,6 +36,7 @@ static const example examples[] = {
     {"text_classifier", 1, 1},
     {"lstm_text", 1, 1},
     {"gru_rnn", 1, 1},
+    {"bidir_rnn", 1, 1},
 };
 
 static char *ex_file(const example *e, const char *fmt, int i) {

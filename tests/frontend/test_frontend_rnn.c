@@ -4,8 +4,9 @@
  * lstm.py, simple_rnn.py), for the configurations the TF.js reference in
  * examples/ cannot produce: GRU reset_after=true (Keras 3's default, bias
  * [2, 3u]; tfjs only has reset_after=false) and LSTM return_state with
- * go_backwards.  Weights are seeded; the lowered predict runs on the
- * reference interpreter; |d| <= 1e-5.
+ * go_backwards; and the Bidirectional wrapper (merge modes, weight paths,
+ * Keras' parameter counts, located config errors).  Weights are seeded; the
+ * lowered predict runs on the reference interpreter; |d| <= 1e-5.
  */
 #include <math.h>
 
@@ -160,10 +161,183 @@ static void test_lstm_state_backwards(void **state) {
   kdc_ir_module_destroy(mod);
 }
 
+/* h_t of a SimpleRNN (tanh) over |x| [B, T, F], written to y[b][s] in
+ * processing order (the last step first when |back|). */
+static void simple_rnn_ref(const float *x, const float *W, const float *R, const float *bias,
+                           bool back, double *y) {
+  for (int b = 0; b < B; b++) {
+    double h[U] = {0, 0};
+    for (int s = 0; s < T; s++) {
+      int t = back ? T - 1 - s : s;
+      double hn[U];
+      for (int j = 0; j < U; j++) {
+        double z = bias[j];
+        for (int k = 0; k < F; k++) z += x[(b * T + t) * F + k] * W[k * U + j];
+        for (int k = 0; k < U; k++) z += h[k] * R[k * U + j];
+        hn[j] = tanh(z);
+      }
+      for (int j = 0; j < U; j++) h[j] = hn[j], y[(b * T + s) * U + j] = hn[j];
+    }
+  }
+}
+
+/* A functional model (tf.keras 2 node form): input "in" [null, 4, 3] ->
+ * |layer| (named "bi") with outputs |outs|. */
+#define FUNC_MODEL(layer, outs)                                                               \
+  "{\"class_name\": \"Model\", \"config\": {\"name\": \"m\", \"layers\": ["                  \
+  "{\"class_name\": \"InputLayer\", \"name\": \"in\", \"config\": {\"batch_input_shape\": "   \
+  "[null, 4, 3], \"name\": \"in\"}, \"inbound_nodes\": []}, "                                 \
+  "{\"class_name\": \"Bidirectional\", \"name\": \"bi\", \"config\": " layer ", "             \
+  "\"inbound_nodes\": [[[\"in\", 0, 0, {}]]]}], \"input_layers\": [[\"in\", 0, 0]], "         \
+  "\"output_layers\": " outs "}}"
+
+#define BIDIR_SIMPLE(merge, merge2)                                                           \
+  FUNC_MODEL("{\"name\": \"bi\", \"merge_mode\": " merge ", \"layer\": {\"module\": "        \
+             "\"keras.layers\", \"class_name\": \"SimpleRNN\", \"config\": {\"name\": "      \
+             "\"simple_rnn\", \"units\": 2, \"return_sequences\": true}, "                   \
+             "\"registered_name\": null}}",                                                   \
+             "[[\"bi\", 0, 0]" merge2 "]")
+
+/* Keras 3 Bidirectional(SimpleRNN, return_sequences) without a
+ * backward_layer (derived: go_backwards, "backward_<name>"), every
+ * merge_mode, against bidirectional.py's call written out: the backward
+ * outputs flipped along time, then merged. */
+static void test_bidir_merge_modes(void **state) {
+  (void)state;
+  static const char *const modes[] = {"\"concat\"", "\"sum\"", "\"mul\"", "\"ave\"", "null"};
+  static const char *const jsons[] = {
+      BIDIR_SIMPLE("\"concat\"", ""), BIDIR_SIMPLE("\"sum\"", ""), BIDIR_SIMPLE("\"mul\"", ""),
+      BIDIR_SIMPLE("\"ave\"", ""), BIDIR_SIMPLE("null", ", [\"bi\", 0, 1]")};
+  float x[B * T * F];
+  input(x);
+  for (int m = 0; m < 5; m++) {
+    kdc_tensor out[2];
+    int n_out = m == 4 ? 2 : 1;
+    kdc_module *mod = run(jsons[m], x, out, (size_t)n_out);
+    const char *fw = "bi/forward_simple_rnn/simple_rnn_cell/";
+    const char *bw = "bi/backward_simple_rnn/simple_rnn_cell/";
+    char k[3][128], kb[3][128];
+    static const char *const leaf[] = {"kernel", "recurrent_kernel", "bias"};
+    for (int i = 0; i < 3; i++) {
+      snprintf(k[i], sizeof k[i], "%s%s", fw, leaf[i]);
+      snprintf(kb[i], sizeof kb[i], "%s%s", bw, leaf[i]);
+    }
+    double yf[B * T * U], yb[B * T * U], want[B * T * 2 * U];
+    simple_rnn_ref(x, weight(mod, k[0]), weight(mod, k[1]), weight(mod, k[2]), false, yf);
+    simple_rnn_ref(x, weight(mod, kb[0]), weight(mod, kb[1]), weight(mod, kb[2]), true, yb);
+    double flip[B * T * U];
+    for (int b = 0; b < B; b++)
+      for (int t = 0; t < T; t++)
+        for (int j = 0; j < U; j++)
+          flip[(b * T + t) * U + j] = yb[(b * T + (T - 1 - t)) * U + j];
+    for (int i = 0; i < B * T; i++)
+      for (int j = 0; j < U; j++) {
+        double f = yf[i * U + j], r = flip[i * U + j];
+        switch (m) {
+        case 0: want[i * 2 * U + j] = f, want[i * 2 * U + U + j] = r; break;
+        case 1: want[i * U + j] = f + r; break;
+        case 2: want[i * U + j] = f * r; break;
+        case 3: want[i * U + j] = (f + r) / 2; break;
+        default: want[i * U + j] = f; break;
+        }
+      }
+    if (out[0].type.rank != 3 || out[0].type.dims[2] != (m == 0 ? 2 * U : U))
+      fail_msg("merge_mode %s: output rank %d, last dim %lld", modes[m], out[0].type.rank,
+               (long long)out[0].type.dims[out[0].type.rank - 1]);
+    close_to(out[0].data, want, B * T * (m == 0 ? 2 * U : U));
+    if (m == 4) close_to(out[1].data, flip, B * T * U);
+    for (int i = 0; i < n_out; i++) free(out[i].data);
+    kdc_ir_module_destroy(mod);
+  }
+}
+
+/* tf.keras 2 form ({class_name, config}, inner name "lstm"): variables,
+ * Keras' parameter count (2 x 4u(f + u + 1)), return_state outputs
+ * [merged, h_f, c_f, h_b, c_b] with the merged output (not sequences, so no
+ * flip) the concatenation of h_f and h_b. */
+static void test_bidir_lstm_state(void **state) {
+  (void)state;
+  const char *json = FUNC_MODEL(
+      "{\"name\": \"bi\", \"layer\": {\"class_name\": \"LSTM\", \"config\": {\"name\": "
+      "\"lstm\", \"units\": 2, \"return_state\": true, \"recurrent_activation\": \"sigmoid\"}}}",
+      "[[\"bi\", 0, 0], [\"bi\", 0, 1], [\"bi\", 0, 2], [\"bi\", 0, 3], [\"bi\", 0, 4]]");
+  const char *path = fe_tmp("bidir_lstm.json");
+  fe_write(path, json, strlen(json));
+  kdc_keras_model *m = fe_load_ok(path);
+  assert_int_equal(kdc_frontend_param_count(m), 2 * 4 * U * (F + U + 1));
+  static const char *const want_paths[] = {
+      "bi/forward_lstm/lstm_cell/kernel", "bi/forward_lstm/lstm_cell/recurrent_kernel",
+      "bi/forward_lstm/lstm_cell/bias", "bi/backward_lstm/lstm_cell/kernel",
+      "bi/backward_lstm/lstm_cell/recurrent_kernel", "bi/backward_lstm/lstm_cell/bias"};
+  assert_int_equal(m->n_vars, 6);
+  for (int i = 0; i < 6; i++) assert_string_equal(m->vars[i]->path, want_paths[i]);
+  kdc_frontend_free(m);
+  float x[B * T * F];
+  input(x);
+  kdc_tensor out[5];
+  kdc_module *mod = run(json, x, out, 5);
+  const float *y = out[0].data;
+  for (int b = 0; b < B; b++)
+    for (int j = 0; j < U; j++) {
+      assert_float_equal(y[b * 2 * U + j], ((float *)out[1].data)[b * U + j], 0);
+      assert_float_equal(y[b * 2 * U + U + j], ((float *)out[3].data)[b * U + j], 0);
+    }
+  for (int i = 0; i < 5; i++) free(out[i].data);
+  kdc_ir_module_destroy(mod);
+}
+
+/* GRU reset_after (bias [2, 3u]): 2 x 3u(f + u + 2) parameters, as Keras.
+ * Names as bidirectional.py makes them for a layer already called
+ * "forward_gru" and no backward_layer: "forward_" + name without the
+ * "forward_" prefix, "backward_" + name without a "backward_" prefix. */
+static void test_bidir_gru_count(void **state) {
+  (void)state;
+  const char *json = SEQ_MODEL(
+      "{\"class_name\": \"Bidirectional\", \"config\": {\"name\": \"bi\", \"merge_mode\": "
+      "\"ave\", \"layer\": {\"class_name\": \"GRU\", \"config\": {\"name\": \"forward_gru\", "
+      "\"units\": 5}}}}");
+  const char *path = fe_tmp("bidir_gru.json");
+  fe_write(path, json, strlen(json));
+  kdc_keras_model *m = fe_load_ok(path);
+  assert_int_equal(kdc_frontend_param_count(m), 2 * 3 * 5 * (F + 5 + 2));
+  assert_string_equal(m->vars[0]->path, "s/bi/forward_gru/gru_cell/kernel");
+  assert_string_equal(m->vars[3]->path, "s/bi/backward_forward_gru/gru_cell/kernel");
+  kdc_frontend_free(m);
+}
+
+static void load_err(const char *layer, kdc_code code, const char *what) {
+  char json[1024];
+  snprintf(json, sizeof json, SEQ_MODEL("%s"), layer);
+  const char *path = fe_tmp("bidir_bad.json");
+  fe_write(path, json, strlen(json));
+  kdc_keras_model *m = NULL;
+  fe_assert_err(kdc_frontend_load(path, &m), code, path, "config.layers[1]", what, NULL);
+}
+
+static void test_bidir_errors(void **state) {
+  (void)state;
+  load_err("{\"class_name\": \"Bidirectional\", \"config\": {\"name\": \"bi\", \"merge_mode\": "
+           "\"max\", \"layer\": {\"class_name\": \"LSTM\", \"config\": {\"units\": 2}}}}",
+           KDC_INVALID_INPUT, "config.merge_mode \"max\"");
+  load_err("{\"class_name\": \"Bidirectional\", \"config\": {\"name\": \"bi\", \"layer\": "
+           "{\"class_name\": \"Dense\", \"config\": {\"units\": 2}}}}",
+           KDC_UNSUPPORTED, "config.layer.class_name \"Dense\"");
+  load_err("{\"class_name\": \"Bidirectional\", \"config\": {\"name\": \"bi\"}}",
+           KDC_INVALID_INPUT, "config.layer: expected");
+  load_err("{\"class_name\": \"Bidirectional\", \"config\": {\"name\": \"bi\", \"layer\": "
+           "{\"class_name\": \"GRU\", \"config\": {\"units\": 2}}, \"backward_layer\": "
+           "{\"class_name\": \"GRU\", \"config\": {\"units\": 2}}}}",
+           KDC_INVALID_INPUT, "same go_backwards");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_gru_reset_after),
       cmocka_unit_test(test_lstm_state_backwards),
+      cmocka_unit_test(test_bidir_merge_modes),
+      cmocka_unit_test(test_bidir_lstm_state),
+      cmocka_unit_test(test_bidir_gru_count),
+      cmocka_unit_test(test_bidir_errors),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -44,7 +44,7 @@ const HAS_BUILD_CONFIG = new Set(['Dense', 'Flatten', 'Permute', 'Add', 'Subtrac
   'GroupNormalization', 'Normalization', 'PReLU', 'EinsumDense', 'MultiHeadAttention',
   'ZeroPadding2D', 'Cropping2D', 'UpSampling2D', 'GlobalMaxPooling2D', 'GlobalAveragePooling2D',
   'GlobalAveragePooling1D', 'RepeatVector', 'Conv2D', 'DepthwiseConv2D', 'MaxPooling2D',
-  'AveragePooling2D', 'Embedding']);
+  'AveragePooling2D', 'Embedding', 'Bidirectional']);
 const MERGE = new Set(['Add', 'Subtract', 'Multiply', 'Average', 'Maximum', 'Minimum', 'Concatenate']);
 
 function denseSpecific(units, activation, useBias) {
@@ -496,6 +496,18 @@ function buildTextClassifier() {
   return { b, model, outputs: [head], inputRanges: [[0, 1000]], integerInputs: true };
 }
 
+// Embedding(inputDim, outputDim) named 'embedding' (Keras 3 config, RandomUniform(-0.05, 0.05)).
+function embedding(b, x, inputDim, outputDim) {
+  b.denseInit.embedding = 1;
+  return b.layer('Embedding', 'embedding', {
+    input_dim: inputDim, output_dim: outputDim, embeddings_initializer: { module: 'keras.initializers',
+      class_name: 'RandomUniform', config: { seed: null, minval: -0.05, maxval: 0.05 },
+      registered_name: null },
+    embeddings_regularizer: null, activity_regularizer: null, embeddings_constraint: null,
+    mask_zero: false, lora_rank: null,
+  }, tf.layers.embedding({ inputDim, outputDim, name: 'embedding' }), x);
+}
+
 // Keras 3 config of LSTM / GRU / SimpleRNN (keras/src/layers/rnn/*.py get_config).
 function rnnSpecific(cls, units, extra = {}) {
   const init = (c, cfg = {}) => ({ module: 'keras.initializers', class_name: c, config: cfg, registered_name: null });
@@ -523,14 +535,7 @@ function rnnSpecific(cls, units, extra = {}) {
 function buildLstmText() {
   const b = new Builder('functional', 'lstm_text', 0x157A1);
   const x = b.input('input_layer', [10]);
-  b.denseInit.embedding = 1;
-  const e = b.layer('Embedding', 'embedding', {
-    input_dim: 50, output_dim: 8, embeddings_initializer: { module: 'keras.initializers',
-      class_name: 'RandomUniform', config: { seed: null, minval: -0.05, maxval: 0.05 },
-      registered_name: null },
-    embeddings_regularizer: null, activity_regularizer: null, embeddings_constraint: null,
-    mask_zero: false, lora_rank: null,
-  }, tf.layers.embedding({ inputDim: 50, outputDim: 8, name: 'embedding' }), x);
+  const e = embedding(b, x, 50, 8);
   b.denseInit.lstm = 1.5;
   const l1 = b.layer('LSTM', 'lstm', rnnSpecific('LSTM', 12, { return_sequences: true }),
     tf.layers.lstm({ units: 12, recurrentActivation: 'sigmoid', returnSequences: true, name: 'lstm' }), e);
@@ -556,6 +561,44 @@ function buildGruRnn() {
   const head = b.dense('head', 4, 'softmax', r, { gain: 2 });
   const model = tf.model({ inputs: b.inputs, outputs: head.sym, name: 'gru_rnn' });
   return { b, model, outputs: [head], inputRanges: [[-1, 1]] };
+}
+
+// Keras 3 Bidirectional config: config.layer is the forward layer
+// ("forward_<name>"), config.backward_layer the derived backward one
+// ("backward_<name>", go_backwards true), both with their build_config
+// (keras/src/layers/rnn/bidirectional.py get_config).
+function bidirSpecific(cls, name, units, mergeMode, inShape, extra = {}) {
+  const inner = (n, back) => ({
+    module: 'keras.layers', class_name: cls,
+    config: Object.assign({ name: n, trainable: true, dtype: DP() },
+      rnnSpecific(cls, units, Object.assign({}, extra, back ? { go_backwards: true } : {}))),
+    registered_name: null, build_config: { input_shape: inShape },
+  });
+  return { merge_mode: mergeMode, layer: inner(`forward_${name}`, false),
+    backward_layer: inner(`backward_${name}`, true) };
+}
+
+// Embedding -> Bidirectional(LSTM, sequences, concat) -> Bidirectional(GRU
+// reset_after false, sum) -> Dense.
+function buildBidirRnn() {
+  const b = new Builder('functional', 'bidir_rnn', 0xB1D1);
+  const x = b.input('input_layer', [9]);
+  const e = embedding(b, x, 40, 6);
+  b.denseInit.bidirectional = 1.5;
+  const l1 = b.layer('Bidirectional', 'bidirectional',
+    bidirSpecific('LSTM', 'lstm', 7, 'concat', e.shape, { return_sequences: true }),
+    tf.layers.bidirectional({ name: 'bidirectional', mergeMode: 'concat',
+      layer: tf.layers.lstm({ units: 7, recurrentActivation: 'sigmoid', returnSequences: true, name: 'lstm' }) }), e);
+  b.entries[b.entries.length - 1].innerCls = 'LSTM';
+  b.denseInit.bidirectional_1 = 1.5;
+  const l2 = b.layer('Bidirectional', 'bidirectional_1',
+    bidirSpecific('GRU', 'gru', 5, 'sum', l1.shape, { reset_after: false }),
+    tf.layers.bidirectional({ name: 'bidirectional_1', mergeMode: 'sum',
+      layer: tf.layers.gru({ units: 5, recurrentActivation: 'sigmoid', name: 'gru' }) }), l1);
+  b.entries[b.entries.length - 1].innerCls = 'GRU';
+  const head = b.dense('head', 3, 'softmax', l2, { gain: 2 });
+  const model = tf.model({ inputs: b.inputs, outputs: head.sym, name: 'bidir_rnn' });
+  return { b, model, outputs: [head], inputRanges: [[0, 40]], integerInputs: true };
 }
 
 // ====================================================================
@@ -585,6 +628,11 @@ const RNN_CELL = { LSTM: 'lstm_cell', GRU: 'gru_cell', SimpleRNN: 'simple_rnn_ce
 const k3WeightName = (b, w) => {
   const e = b.entries.find(x => x.name === w.layer);
   if (e && RNN_CELL[e.cls]) return `${RNN_CELL[e.cls]}/${w.wname}`;
+  // Bidirectional: tfjs 'forward_lstm/kernel' -> Keras 3 'forward_lstm/lstm_cell/kernel'
+  if (e && e.innerCls) {
+    const [sub, leaf] = w.wname.split('/');
+    return `${sub}/${RNN_CELL[e.innerCls]}/${leaf}`;
+  }
   return b.depthwise && b.depthwise.has(w.layer) && w.wname === 'depthwise_kernel' ? 'kernel' : w.wname;
 };
 
@@ -678,6 +726,8 @@ async function main() {
   await emit('lstm_text', buildLstmText());
   console.log('gru_rnn');
   await emit('gru_rnn', buildGruRnn());
+  console.log('bidir_rnn');
+  await emit('bidir_rnn', buildBidirRnn());
   if (!ONLY.length || ONLY.includes('mnist_train')) {
     console.log('mnist_train (train.js)');
     await require('./train').emitTraining();
