@@ -7,8 +7,9 @@
  * (LOOP steps on 8 devices), equal the reference interpreter on the
  * unpartitioned model (|d| <= 1e-5 + 1e-4 |ref|).  The third LSTM file
  * (Anaya-Koirala) has an unknown time dimension: lowering it is the
- * located "is unknown (None)" error.  And examples/lstm_text trains
- * (`kdc run --fit`) with equal losses on 1 device and on 2x4.
+ * located "is unknown (None)" error.  And examples/lstm_text and
+ * examples/bidir_rnn (Bidirectional LSTM and GRU) train (`kdc run --fit`)
+ * with equal losses on 1 device and on 2x4.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -141,20 +142,20 @@ static void test_anaya_unknown_time(void **state) {
   kdc_frontend_free(km);
 }
 
-/* Training through scan (passes/grad_scan.c) with the kdc binary:
- * examples/lstm_text, sparse categorical cross-entropy, Adam, 3 epochs of
- * 64 seeded rows in batches of 16, on 1 device and on 2x4: the loss goes
- * down and the epoch losses agree (|d| <= 1e-5 relative). */
-static void test_lstm_fit_meshes(void **state) {
-  (void)state;
-  enum { N = 64, L = 10 };
-  float x[N * L], y[N];
+/* Training through scan (passes/grad_scan.c) with the kdc binary: example
+ * |dir| (ids in [0, vocab) over |L| steps), sparse categorical
+ * cross-entropy, Adam, 3 epochs of 64 seeded rows in batches of 16, on 1
+ * device and on 2x4: the loss goes down and the epoch losses agree
+ * (|d| <= 1e-5 relative). */
+static void fit_meshes(const char *dir, int L, int vocab) {
+  enum { N = 64 };
+  float *x = calloc((size_t)(N * L), sizeof *x), y[N];
   uint64_t s = 77;
   for (int i = 0; i < N; i++) {
     int sum = 0;
     for (int t = 0; t < L; t++) {
       s = s * 6364136223846793005ull + 1442695040888963407ull;
-      int id = (int)((s >> 33) % 50);
+      int id = (int)((s >> 33) % (uint64_t)vocab);
       x[i * L + t] = (float)id, sum += id;
     }
     y[i] = (float)(sum % 3);
@@ -162,8 +163,11 @@ static void test_lstm_fit_meshes(void **state) {
   char *xp = e2e_path("fit_x.npy"), *yp = e2e_path("fit_y.npy");
   assert_null(kdc_npy_write(xp, KDC_IO_DTYPE_F32, 2, (int64_t[]){N, L}, x));
   assert_null(kdc_npy_write(yp, KDC_IO_DTYPE_F32, 1, (int64_t[]){N}, y));
-  char *model = e2e_src("examples/lstm_text/model.json");
-  char *w = e2e_src("examples/lstm_text/weights.safetensors");
+  char rel[128];
+  snprintf(rel, sizeof rel, "examples/%s/model.json", dir);
+  char *model = e2e_src(rel);
+  snprintf(rel, sizeof rel, "examples/%s/weights.safetensors", dir);
+  char *w = e2e_src(rel);
   double loss[2][3];
   const char *meshes[2] = {"1", "2x4"};
   for (int m = 0; m < 2; m++) {
@@ -189,8 +193,21 @@ static void test_lstm_fit_meshes(void **state) {
   assert_true(loss[0][2] < loss[0][0]);
   for (int e = 0; e < 3; e++)
     if (fabs(loss[0][e] - loss[1][e]) > 1e-5 * fabs(loss[0][e]) + 1e-4)
-      fail_msg("epoch %d: loss %.6f on 1 device, %.6f on 2x4", e + 1, loss[0][e], loss[1][e]);
-  free(xp), free(yp), free(model), free(w);
+      fail_msg("%s epoch %d: loss %.6f on 1 device, %.6f on 2x4", dir, e + 1, loss[0][e],
+               loss[1][e]);
+  free(xp), free(yp), free(model), free(w), free(x);
+}
+
+static void test_lstm_fit_meshes(void **state) {
+  (void)state;
+  fit_meshes("lstm_text", 10, 50);
+}
+
+/* Bidirectional(LSTM) + Bidirectional(GRU, sum): both scans of each wrapper
+ * train through the scan VJP. */
+static void test_bidir_fit_meshes(void **state) {
+  (void)state;
+  fit_meshes("bidir_rnn", 9, 40);
 }
 
 int main(void) {
@@ -199,6 +216,7 @@ int main(void) {
       cmocka_unit_test(test_imdb),
       cmocka_unit_test(test_anaya_unknown_time),
       cmocka_unit_test(test_lstm_fit_meshes),
+      cmocka_unit_test(test_bidir_fit_meshes),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
