@@ -106,8 +106,11 @@ void kdc_rt_procs_finish(kdc_rt_procs *pr, int exit_code, double timeout_s) {
     _exit(exit_code);
   }
   /* Everyone succeeded?  A bounded barrier, so a peer that died after our
-   * last collective cannot leave us waiting (in MPI_Finalize). */
-  double t = timeout_s > 0 ? timeout_s : 60;
+   * last collective cannot leave us waiting (in MPI_Finalize).  It waits
+   * twice the collective timeout (+1 s): a peer still blocked in a
+   * collective on a missing process times out first and its ABORT, naming
+   * the real culprit, reaches us before we would blame that peer. */
+  double t = 2 * (timeout_s > 0 ? timeout_s : 60) + 1;
   kdc_status st = net ? rt_net_barrier(net, t) : NULL;
   if (st) {
     fprintf(stderr, "kdc: error: process %d of %d: %s\n", pr->id, pr->n, kdc_status_message(st));
