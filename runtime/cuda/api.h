@@ -54,7 +54,7 @@ typedef struct rt_cuda_api {
 kdc_status rt_cuda_api_get(const char *path, const rt_cuda_api **out);
 /* Test hook: opens the three libraries at these paths and looks up every
  * entry point kdc uses, as the loader does, without calling any (no
- * cuInit: the toolkit's link-time libcuda.so in lib64/stubs will do);
+ * cuInit: the toolkit's link-time libcuda.so will do);
  * NULL when all resolve.  The libraries stay loaded. */
 kdc_status rt_cuda_api_resolve(const char *driver, const char *blas, const char *nccl);
 /* Why cuBLAS / NCCL could not be loaded ("" when they were). */
