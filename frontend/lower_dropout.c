@@ -127,7 +127,9 @@ kdc_status kdc_fe_lower_dropout(struct kdc_lower_ctx *c, const kdc_keras_layer *
   out[0] = in[0];
   if (!c->training || in[0] == KDC_NO_VALUE) return NULL;
   kdc_func *f = c->f;
+  /* copy what is needed: emitting nodes reallocates the node array */
   const kdc_type *t = kdc_ir_type(f, in[0]);
+  const kdc_dtype dtype = t->dtype;
   int rank = t->rank;
   int64_t dims[KDC_MAX_RANK], nd[KDC_MAX_RANK];
   memcpy(dims, t->dims, sizeof(int64_t) * (size_t)rank);
@@ -170,6 +172,6 @@ kdc_status kdc_fe_lower_dropout(struct kdc_lower_ctx *c, const kdc_keras_layer *
   kdc_value_id keep = kdc_ir_compare(f, KDC_CMP_LT, u, kdc_ir_splat(f, KDC_DTYPE_F32, rank, nd, 1.0 - rate));
   keep = stretch(f, keep, rank, nd, dims);
   kdc_value_id scaled = kdc_ir_binary_scalar(f, KDC_OP_DIV, in[0], 1.0 - rate);
-  out[0] = kdc_ir_select(f, keep, scaled, kdc_ir_splat(f, t->dtype, rank, dims, 0));
+  out[0] = kdc_ir_select(f, keep, scaled, kdc_ir_splat(f, dtype, rank, dims, 0));
   return NULL;
 }
