@@ -169,6 +169,23 @@ void cg_gemm_plan(const kdc_func *f, kdc_value_id v, cg_gemm *out);
 /* Emits "kdc_body_<index>" for |k| into P->mod and returns it. */
 kdc_status cg_body_emit(cg_plan *P, cg_kernel *k, uint32_t index, LLVMValueRef *out_body);
 
+/* CPU loop forms (cpu_wrap.c; the CUDA wrapper uses kdc_body_<k> only):
+ *  - a root concatenate along the last dim: one loop per piece, each
+ *    calling a body |name| that evaluates only piece |piece| (the generic
+ *    body evaluates every piece per element and selects);
+ *  - a column reduction (a root reduce over the operand's leading dims
+ *    [0, p)): the reduced dims outermost, the kept elements innermost,
+ *    folding into the output (every output still accumulates in increasing
+ *    index order, bit-exact with the interpreter), where the generic body
+ *    walks the operand with the stride of the kept dims per element. */
+enum { CG_MAX_PIECES = 64 };
+int cg_kernel_concat_pieces(const cg_kernel *k);  /* pieces, or 0 */
+int cg_kernel_column_reduce(const cg_kernel *k);  /* p, or 0 */
+kdc_status cg_body_emit_piece(cg_plan *P, const cg_kernel *k, const char *name, int piece,
+                              LLVMValueRef *out_body);
+kdc_status cg_body_emit_accumulate(cg_plan *P, const cg_kernel *k, const char *name,
+                                   LLVMValueRef *out_body);
+
 /* ---- body_window.c: windowed and indexed ops inside a body ------------- */
 
 /* What kernel_body.c gives body_window.c for node |v| (convolution,

@@ -16,6 +16,7 @@
  * (block, thread) and call the same body.
  */
 #include <stdio.h>
+#include <string.h>
 
 #include "codegen/codegen.h"
 
@@ -44,10 +45,72 @@ static void close_loop(cg_plan *P, wloop *L) {
   LLVMPositionBuilderAtEnd(P->b, L->exit);
 }
 
+/* Output elements per row of a column reduction: a cache line of f32, so
+ * threads never share one. */
+enum { COLUMN_BLOCK = 16 };
+
+static LLVMValueRef I64(cg_plan *P, int64_t v) {
+  return LLVMConstInt(P->i64, (unsigned long long)v, 1);
+}
+
+/* A column reduction's wrapper body (cg_kernel_column_reduce: |p| leading
+ * reduced dims): rows are blocks of COLUMN_BLOCK output elements; the
+ * block's elements are set to the identity, then for every reduced index
+ * (row-major, the interpreter's order) the kept elements are folded in,
+ * innermost (unit stride, vectorisable). */
+static void column_loops(cg_plan *P, const cg_kernel *k, LLVMValueRef fn, LLVMValueRef acc,
+                         LLVMValueRef *cargs, unsigned nc, int p, LLVMValueRef begin,
+                         LLVMValueRef end, int64_t *out_extent) {
+  const kdc_node *nd = &k->f->nodes[k->root];
+  const kdc_type *xt = &k->f->nodes[nd->in[0]].type;
+  int64_t n = kdc_type_numel(&k->out_type);
+  LLVMValueRef slots[KDC_MAX_RANK + 2];
+  LLVMBasicBlockRef cur = LLVMGetInsertBlock(P->b);
+  LLVMPositionBuilderBefore(P->b, LLVMGetFirstInstruction(LLVMGetEntryBasicBlock(fn)));
+  for (int i = 0; i < p + 2; i++) slots[i] = LLVMBuildAlloca(P->b, P->i64, "");
+  LLVMPositionBuilderAtEnd(P->b, cur);
+  LLVMValueRef lo = LLVMBuildNSWMul(P->b, begin, I64(P, COLUMN_BLOCK), "");
+  LLVMValueRef hi = LLVMBuildNSWMul(P->b, end, I64(P, COLUMN_BLOCK), "");
+  hi = LLVMBuildSelect(P->b, LLVMBuildICmp(P->b, LLVMIntSLT, hi, I64(P, n), ""), hi, I64(P, n), "");
+  kdc_dtype d = nd->type.dtype;
+  LLVMTypeRef mt = cg_mem_type(P, d);
+  LLVMValueRef init = cg_reduce_init(P, nd->attr.reduce.kind, d);
+  if (d == KDC_DTYPE_BOOL) init = LLVMBuildZExt(P->b, init, P->i8, "");
+  wloop L[KDC_MAX_RANK + 2];
+  LLVMValueRef c = open_loop(P, fn, slots[p + 1], &L[p + 1], lo, hi);
+  LLVMBuildStore(P->b, init, LLVMBuildInBoundsGEP2(P->b, mt, cargs[0], &c, 1, ""));
+  close_loop(P, &L[p + 1]);
+  LLVMValueRef a[65 + KDC_MAX_RANK];
+  memcpy(a, cargs, nc * sizeof *a);
+  for (int i = 0; i < p; i++) a[nc + (unsigned)i] = open_loop(P, fn, slots[i], &L[i], I64(P, 0),
+                                                              I64(P, xt->dims[i]));
+  a[nc + (unsigned)p] = open_loop(P, fn, slots[p], &L[p], lo, hi);
+  LLVMBuildCall2(P->b, LLVMGlobalGetValueType(acc), acc, a, nc + (unsigned)p + 1, "");
+  for (int i = p + 1; i-- > 0;) close_loop(P, &L[i]);
+  *out_extent = (n + COLUMN_BLOCK - 1) / COLUMN_BLOCK;
+}
+
 void cg_cpu_wrap(cg_plan *P, const cg_kernel *k, LLVMValueRef body, const char *name,
                  int64_t *out_extent, int64_t *out_unit_cost) {
   const kdc_type *t = &k->out_type;
   int rank = t->rank;
+  /* the CPU loop forms (codegen.h): their bodies first (emitting moves P->b) */
+  char vname[64];
+  LLVMValueRef acc = NULL, piece[CG_MAX_PIECES];
+  int p = cg_kernel_column_reduce(k), np = cg_kernel_concat_pieces(k);
+  kdc_status vst = NULL;
+  if (p) {
+    snprintf(vname, sizeof vname, "%s_acc", name);
+    vst = cg_body_emit_accumulate(P, k, vname, &acc);
+  }
+  for (int j = 0; j < np && !vst; j++) {
+    snprintf(vname, sizeof vname, "%s_p%d", name, j);
+    vst = cg_body_emit_piece(P, k, vname, j, &piece[j]);
+  }
+  if (vst) {  /* cannot happen when the generic body emitted: keep the generic loops */
+    kdc_status_free(vst);
+    p = np = 0;
+  }
   LLVMTypeRef params[4] = {P->ptr, P->ptr, P->i64, P->i64};
   LLVMValueRef fn = LLVMAddFunction(P->mod, name, LLVMFunctionType(P->void_t, params, 4, 0));
   unsigned nounwind = LLVMGetEnumAttributeKindForName("nounwind", 8);
@@ -67,6 +130,13 @@ void cg_cpu_wrap(cg_plan *P, const cg_kernel *k, LLVMValueRef body, const char *
     cargs[nc++] = LLVMBuildLoad2(P->b, P->ptr, g, "");
   }
   cargs[nc++] = LLVMGetParam(fn, 1);  /* coords */
+  if (p) {
+    column_loops(P, k, fn, acc, cargs, nc, p, LLVMGetParam(fn, 2), LLVMGetParam(fn, 3),
+                 out_extent);
+    LLVMBuildRetVoid(P->b);
+    *out_unit_cost = COLUMN_BLOCK * k->cost;
+    return;
+  }
   LLVMTypeRef bt = LLVMGlobalGetValueType(body);
   wloop rows, cols;
   LLVMValueRef r = open_loop(P, fn, row_slot, &rows, LLVMGetParam(fn, 2), LLVMGetParam(fn, 3));
@@ -85,11 +155,24 @@ void cg_cpu_wrap(cg_plan *P, const cg_kernel *k, LLVMValueRef body, const char *
     }
     for (int d = 0; d < rank - 1; d++) cargs[nc++] = lead[d];
     inner = t->dims[rank - 1];
-    LLVMValueRef c = open_loop(P, fn, col_slot, &cols, LLVMConstInt(P->i64, 0, 0),
-                               LLVMConstInt(P->i64, (unsigned long long)inner, 0));
-    cargs[nc++] = c;
-    LLVMBuildCall2(P->b, bt, body, cargs, nc, "");
-    close_loop(P, &cols);
+    if (np) {  /* one loop per piece of the root concatenate */
+      const kdc_node *nd = &k->f->nodes[k->root];
+      int64_t off = 0;
+      for (int j = 0; j < np; j++) {
+        int64_t len = k->f->nodes[nd->in[j]].type.dims[rank - 1];
+        if (len == 0) continue;
+        cargs[nc] = open_loop(P, fn, col_slot, &cols, I64(P, off), I64(P, off + len));
+        LLVMBuildCall2(P->b, LLVMGlobalGetValueType(piece[j]), piece[j], cargs, nc + 1, "");
+        close_loop(P, &cols);
+        off += len;
+      }
+    } else {
+      LLVMValueRef c = open_loop(P, fn, col_slot, &cols, LLVMConstInt(P->i64, 0, 0),
+                                 LLVMConstInt(P->i64, (unsigned long long)inner, 0));
+      cargs[nc++] = c;
+      LLVMBuildCall2(P->b, bt, body, cargs, nc, "");
+      close_loop(P, &cols);
+    }
   } else {
     LLVMBuildCall2(P->b, bt, body, cargs, nc, "");
   }

@@ -50,7 +50,7 @@ typedef struct memo { kdc_value_id v; int ctx; LLVMValueRef val; } memo;
 
 typedef struct emitter {
   cg_plan *P;
-  cg_kernel *k;
+  const cg_kernel *k;
   const kdc_func *f;
   LLVMBuilderRef b;
   LLVMValueRef fn;
@@ -61,6 +61,8 @@ typedef struct emitter {
   size_t n_memo, cap_memo;
   int next_ctx;
   int64_t cost, trips;  /* ops per element, current loop trip product */
+  int root_piece;       /* >= 0: the root is a concatenate and the index lies in this
+                           piece (cg_body_emit_piece) */
 } emitter;
 
 static LLVMValueRef C(emitter *E, int64_t v) {
@@ -321,6 +323,16 @@ static LLVMValueRef emit_concat(emitter *E, kdc_value_id v, ix *x, kdc_status *s
   const kdc_node *nd = &E->f->nodes[v];
   int64_t dim = nd->attr.dim, off = 0;
   multi_of(E, x);
+  if (v == E->k->root && E->root_piece >= 0) {  /* the caller knows the piece */
+    for (int k = 0; k < E->root_piece; k++) off += E->f->nodes[nd->in[k]].type.dims[dim];
+    const kdc_type *pt = &E->f->nodes[nd->in[E->root_piece]].type;
+    ix in;
+    ix_init(E, &in, pt->rank, pt->dims);
+    memcpy(in.m, x->m, sizeof in.m);
+    in.have_m = true;
+    in.m[dim] = LLVMBuildNSWSub(E->b, x->m[dim], C(E, off), "");
+    return emit(E, nd->in[E->root_piece], &in, st);
+  }
   LLVMValueRef r = NULL;
   for (int k = 0; k < nd->n_in; k++) {
     const kdc_type *pt = &E->f->nodes[nd->in[k]].type;
@@ -530,18 +542,40 @@ static LLVMValueRef emit(emitter *E, kdc_value_id v, ix *x, kdc_status *st) {
   return r;
 }
 
-kdc_status cg_body_emit(cg_plan *P, cg_kernel *k, uint32_t index, LLVMValueRef *out_body) {
-  int rank = k->out_type.rank;
+/* Leading reduced dims p of a column reduction: the root is a reduce over
+ * exactly the operand's dims [0, p), 0 < p < rank, with no other output. */
+int cg_kernel_column_reduce(const cg_kernel *k) {
+  if (k->transpose || k->n_extra) return 0;
+  const kdc_node *nd = &k->f->nodes[k->root];
+  if (nd->op != KDC_OP_REDUCE) return 0;
+  const kdc_type *xt = &k->f->nodes[nd->in[0]].type;
+  int p = nd->attr.reduce.dims.n;
+  if (p < 1 || p >= xt->rank || kdc_type_numel(xt) <= 0) return 0;
+  for (int i = 0; i < p; i++)
+    if (nd->attr.reduce.dims.v[i] != i) return 0;
+  return p;
+}
+
+/* Pieces of a root concatenate along the last dim (rank >= 2, at most
+ * CG_MAX_PIECES), else 0. */
+int cg_kernel_concat_pieces(const cg_kernel *k) {
+  if (k->transpose) return 0;
+  const kdc_node *nd = &k->f->nodes[k->root];
+  if (nd->op != KDC_OP_CONCAT || nd->type.rank < 2 || nd->attr.dim != nd->type.rank - 1 ||
+      nd->n_in < 2 || nd->n_in > CG_MAX_PIECES)
+    return 0;
+  return nd->n_in;
+}
+
+/* The function shell: |name|(args.., coords, i64 x |n_idx|), internal,
+ * alwaysinline, noalias buffers; the emitter positioned in its entry. */
+static LLVMValueRef body_shell(cg_plan *P, const cg_kernel *k, const char *name, int n_idx,
+                               emitter *E) {
   LLVMTypeRef params[1 + 65 + KDC_MAX_RANK];
-  if (k->n_args > 64)
-    return KDC_ERR(KDC_UNSUPPORTED, "codegen: func %s: kernel %%%u reads %u buffers (max 64)",
-                   k->f->name, k->root, k->n_args);
   unsigned np = 0;
   for (uint32_t i = 0; i < k->n_args; i++) params[np++] = P->ptr;
   params[np++] = P->ptr;  /* coords */
-  for (int d = 0; d < rank; d++) params[np++] = P->i64;
-  char name[48];
-  snprintf(name, sizeof name, "kdc_body_%u", index);
+  for (int d = 0; d < n_idx; d++) params[np++] = P->i64;
   LLVMValueRef fn = LLVMAddFunction(P->mod, name, LLVMFunctionType(P->void_t, params, np, 0));
   LLVMSetLinkage(fn, LLVMInternalLinkage);
   unsigned inl = LLVMGetEnumAttributeKindForName("alwaysinline", 12);
@@ -554,10 +588,23 @@ kdc_status cg_body_emit(cg_plan *P, cg_kernel *k, uint32_t index, LLVMValueRef *
    * ranges; an in-place operand is read through slot 0 itself). */
   for (uint32_t i = 0; i <= k->n_args; i++)  /* the buffers and coords */
     LLVMAddAttributeAtIndex(fn, i + 1, LLVMCreateEnumAttribute(P->ctx, noalias, 0));
+  *E = (emitter){.P = P, .k = k, .f = k->f, .b = P->b, .fn = fn, .trips = 1, .root_piece = -1};
+  E->entry = LLVMAppendBasicBlockInContext(P->ctx, fn, "entry");
+  LLVMPositionBuilderAtEnd(P->b, E->entry);
+  return fn;
+}
 
-  emitter E = {.P = P, .k = k, .f = k->f, .b = P->b, .fn = fn, .trips = 1};
-  E.entry = LLVMAppendBasicBlockInContext(P->ctx, fn, "entry");
-  LLVMPositionBuilderAtEnd(P->b, E.entry);
+/* The body proper (every output at the index, then the stores); |piece| as
+ * emitter.root_piece. */
+static kdc_status body_emit(cg_plan *P, const cg_kernel *k, const char *name, int piece,
+                            LLVMValueRef *out_body, int64_t *out_cost) {
+  int rank = k->out_type.rank;
+  if (k->n_args > 64)
+    return KDC_ERR(KDC_UNSUPPORTED, "codegen: func %s: kernel %%%u reads %u buffers (max 64)",
+                   k->f->name, k->root, k->n_args);
+  emitter E;
+  LLVMValueRef fn = body_shell(P, k, name, rank, &E);
+  E.root_piece = piece;
   LLVMValueRef args[64];
   for (uint32_t i = 0; i < k->n_args; i++) args[i] = LLVMGetParam(fn, i);
   E.arg = args;
@@ -566,7 +613,6 @@ kdc_status cg_body_emit(cg_plan *P, cg_kernel *k, uint32_t index, LLVMValueRef *
   ix_init(&E, &out, rank, k->out_type.dims);
   for (int d = 0; d < rank; d++) out.m[d] = LLVMGetParam(fn, k->n_args + 1 + (unsigned)d);
   out.have_m = true;
-
   kdc_status st = NULL;
   LLVMValueRef val;
   if (k->transpose) {  /* out[i] = src[j], src dim perm[i] = out dim i */
@@ -603,7 +649,64 @@ kdc_status cg_body_emit(cg_plan *P, cg_kernel *k, uint32_t index, LLVMValueRef *
     LLVMSetAlignment(s, (unsigned)kdc_dtype_size(dts[j]));
   }
   LLVMBuildRetVoid(P->b);
-  k->cost = E.cost > 0 ? E.cost : 1;
+  *out_cost = E.cost > 0 ? E.cost : 1;
+  *out_body = fn;
+  return NULL;
+}
+
+kdc_status cg_body_emit(cg_plan *P, cg_kernel *k, uint32_t index, LLVMValueRef *out_body) {
+  char name[48];
+  snprintf(name, sizeof name, "kdc_body_%u", index);
+  return body_emit(P, k, name, -1, out_body, &k->cost);
+}
+
+kdc_status cg_body_emit_piece(cg_plan *P, const cg_kernel *k, const char *name, int piece,
+                              LLVMValueRef *out_body) {
+  int64_t cost;
+  return body_emit(P, k, name, piece, out_body, &cost);
+}
+
+/* Column reduction (cg_kernel_column_reduce: p leading reduced dims):
+ * |name|(args.., coords, i_0, .., i_{p-1}, c) folds the operand at
+ * (i_0, .., i_{p-1}, kept element c) into out[c]. */
+kdc_status cg_body_emit_accumulate(cg_plan *P, const cg_kernel *k, const char *name,
+                                   LLVMValueRef *out_body) {
+  int p = cg_kernel_column_reduce(k);
+  const kdc_node *nd = &k->f->nodes[k->root];
+  const kdc_type *xt = &k->f->nodes[nd->in[0]].type;
+  if (p < 1 || k->n_args > 64)
+    return KDC_ERR(KDC_INTERNAL, "codegen: kernel %%%u is no column reduction", k->root);
+  emitter E;
+  LLVMValueRef fn = body_shell(P, k, name, p + 1, &E);
+  LLVMValueRef args[64];
+  for (uint32_t i = 0; i < k->n_args; i++) args[i] = LLVMGetParam(fn, i);
+  E.arg = args;
+  E.coords = LLVMGetParam(fn, k->n_args);
+  ix in;
+  ix_init(&E, &in, xt->rank, xt->dims);
+  for (int d = 0; d < p; d++) in.m[d] = LLVMGetParam(fn, k->n_args + 1 + (unsigned)d);
+  LLVMValueRef c = LLVMGetParam(fn, k->n_args + 1 + (unsigned)p), rest = c;
+  for (int d = xt->rank - 1; d >= p; d--) {  /* the kept multi-index of c */
+    in.m[d] = d == p ? rest : LLVMBuildURem(P->b, rest, C(&E, xt->dims[d]), "");
+    if (d > p) rest = LLVMBuildUDiv(P->b, rest, C(&E, xt->dims[d]), "");
+  }
+  in.have_m = true;
+  kdc_status st = NULL;
+  LLVMValueRef val = emit(&E, nd->in[0], &in, &st);
+  free(E.memo);
+  if (!val) {
+    LLVMDeleteFunction(fn);
+    return st ? st : KDC_ERR(KDC_INTERNAL, "codegen: kernel %%%u: no value", k->root);
+  }
+  kdc_dtype d = nd->type.dtype;
+  LLVMTypeRef mt = cg_mem_type(P, d);
+  LLVMValueRef g = LLVMBuildInBoundsGEP2(P->b, mt, args[0], &c, 1, "");
+  LLVMValueRef a = load_elem(&E, args[0], d, c);
+  LLVMValueRef r = cg_reduce_step(P, nd->attr.reduce.kind, d, a, val);
+  if (d == KDC_DTYPE_BOOL) r = LLVMBuildZExt(P->b, r, P->i8, "");
+  LLVMValueRef s = LLVMBuildStore(P->b, r, g);
+  LLVMSetAlignment(s, (unsigned)kdc_dtype_size(d));
+  LLVMBuildRetVoid(P->b);
   *out_body = fn;
   return NULL;
 }

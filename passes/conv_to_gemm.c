@@ -63,6 +63,14 @@
  *
  * (for conv_dw: B = Ci, F = N images, so the GEMM contracts over every
  * image position at once, like im2col of the forward convolution.)
+ * When the operands are the transposes conv_dw makes (lhs = x [N, S.., Ci]
+ * as [Ci, S.., N], rhs = g [N, O.., Co] as [O.., N, Co]) and there are at
+ * most KDC_C2G_MAX_TAPS output positions (however many taps), the patches are
+ * cut from x itself and the GEMM reads g in place (FORM_OUTPUTS_NATURAL,
+ * rewrite_outputs_natural): the patch matrix is then the forward
+ * convolution's im2col [N, K.., O*Ci] (channels contiguous), where the
+ * transposed form gathered x with a stride of a whole image per element
+ * and copied g once more.  The transposes left unread are removed.
  *
  * Placement: after partition (the shapes are LOCAL: a batch split sees the
  * local N, an output-channel split the local Co, an input-channel split the
@@ -82,7 +90,32 @@ enum { KDC_C2G_MAX_TAPS = 64 };
 /* How convolution |v| is rewritten: none, one slice per kernel tap, or (a
  * weight gradient: many taps, few output positions) one slice per output
  * position (see the file comment). */
-typedef enum form { FORM_NONE, FORM_TAPS, FORM_OUTPUTS } form;
+typedef enum form { FORM_NONE, FORM_TAPS, FORM_OUTPUTS, FORM_OUTPUTS_NATURAL } form;
+
+/* Whether node |v| is a transpose with permutation |perm| (rank |r|); its
+ * operand in *src. */
+static bool is_transpose(const kdc_func *f, kdc_value_id v, int r, const int64_t *perm,
+                         kdc_value_id *src) {
+  const kdc_node *nd = kdc_ir_node(f, v);
+  if (nd->op != KDC_OP_TRANSPOSE || nd->attr.dims.n != r) return false;
+  for (int d = 0; d < r; d++)
+    if (nd->attr.dims.v[d] != perm[d]) return false;
+  *src = nd->in[0];
+  return true;
+}
+
+/* A weight gradient spelled by passes/grad_window.c conv_dw (groups 1):
+ * lhs = transpose(x [N, S.., Ci]) to [Ci, S.., N] and rhs = transpose(g
+ * [N, O.., Co]) to [O.., N, Co].  x and g in *x, *g. */
+static bool natural_operands(const kdc_func *f, const kdc_node *cv, kdc_value_id *x,
+                             kdc_value_id *g) {
+  int r = kdc_ir_type(f, cv->in[0])->rank, n = r - 2;
+  int64_t pl[KDC_MAX_RANK], pr[KDC_MAX_RANK];
+  pl[0] = r - 1, pl[r - 1] = 0;
+  for (int d = 0; d < n; d++) pl[d + 1] = d + 1, pr[d] = d + 1;
+  pr[n] = 0, pr[n + 1] = n + 1;
+  return is_transpose(f, cv->in[0], r, pl, x) && is_transpose(f, cv->in[1], r, pr, g);
+}
 
 static form eligible(const kdc_func *f, kdc_value_id v) {
   const kdc_node *nd = kdc_ir_node(f, v);
@@ -102,6 +135,8 @@ static form eligible(const kdc_func *f, kdc_value_id v) {
   }
   if (kdc_type_numel(&nd->type) <= 0 || kdc_type_numel(xt) <= 0 || kdc_type_numel(wt) <= 0)
     return FORM_NONE;
+  kdc_value_id x, g;
+  if (outs <= KDC_C2G_MAX_TAPS && natural_operands(f, nd, &x, &g)) return FORM_OUTPUTS_NATURAL;
   if (taps >= 1 && taps <= KDC_C2G_MAX_TAPS) return FORM_TAPS;
   return outs <= KDC_C2G_MAX_TAPS ? FORM_OUTPUTS : FORM_NONE;
 }
@@ -118,12 +153,13 @@ static kdc_value_id add(kdc_func *f, kdc_op op, const kdc_type *t, int n_in,
   return v;
 }
 
-/* x padded like convolution |cv| pads it (x itself without padding); its
- * type in *pt. */
-static kdc_value_id pad_input(kdc_func *f, const kdc_node *cv, const kdc_sharding *xs,
-                              kdc_type *pt) {
+/* x (convolution |cv|'s lhs, or a value with the same spatial dims 1..n)
+ * padded like |cv| pads its lhs (x itself without padding); its type in
+ * *pt. */
+static kdc_value_id pad_input(kdc_func *f, const kdc_node *cv, kdc_value_id x,
+                              const kdc_sharding *xs, kdc_type *pt) {
   const kdc_attr_conv *a = &cv->attr.conv;
-  kdc_value_id x = cv->in[0], xp = x;
+  kdc_value_id xp = x;
   const char *org = cv->origin;
   int r = pt->rank, n = r - 2;
   bool padded = false;
@@ -151,57 +187,93 @@ static kdc_value_id pad_input(kdc_func *f, const kdc_node *cv, const kdc_shardin
   return xp;
 }
 
-/* Appends the im2col + GEMM form of convolution |v|; returns the dot. */
-static kdc_value_id rewrite(kdc_func *f, kdc_value_id v) {
-  kdc_node cv = *kdc_ir_node(f, v); /* copy: appends may move the node array */
-  const kdc_attr_conv *a = &cv.attr.conv;
-  kdc_value_id x = cv.in[0], w = cv.in[1];
-  kdc_type xt = *kdc_ir_type(f, x), wt = *kdc_ir_type(f, w), yt = cv.type;
-  kdc_sharding xs = kdc_ir_node(f, x)->sharding;
-  const char *org = cv.origin;
-  int n = xt.rank - 2, r = xt.rank;
-  int64_t ci = xt.dims[r - 1], co = wt.dims[n + 1], taps = 1;
-  for (int d = 0; d < n; d++) taps *= wt.dims[d];
-  kdc_type pt = xt;
-  kdc_value_id xp = pad_input(f, &cv, &xs, &pt);
-
-  /* One strided slice per kernel tap, taps in row-major order of w. */
-  kdc_value_id *pieces = kdc_xmalloc((size_t)taps * sizeof *pieces);
-  kdc_type st = yt;
-  st.dims[r - 1] = ci;
-  for (int64_t t = 0; t < taps; t++) {
+/* The patch matrix: for every position k of |grid| (the n spatial dims,
+ * row-major) the strided slice of the padded input |xp| (type |pt|) that
+ * starts at k*step and takes len elements stride apart along each spatial
+ * dim (all of dims 0 and r-1), concatenated along |cdim|.  An identity
+ * slice is xp itself; one piece is not concatenated. */
+static kdc_value_id cut_patches(kdc_func *f, kdc_value_id xp, const kdc_type *pt,
+                                const int64_t *grid, const int64_t *step, const int64_t *len,
+                                const int64_t *stride, int cdim, const kdc_sharding *xs,
+                                const char *org) {
+  int r = pt->rank, n = r - 2;
+  int64_t count = 1;
+  for (int d = 0; d < n; d++) count *= grid[d];
+  kdc_value_id *pieces = kdc_xmalloc((size_t)count * sizeof *pieces);
+  kdc_type st = *pt;
+  for (int d = 0; d < n; d++) st.dims[d + 1] = len[d];
+  for (int64_t t = 0; t < count; t++) {
     int64_t k[KDC_MAX_RANK], rem = t;
     for (int d = n; d-- > 0;) {
-      k[d] = rem % wt.dims[d];
-      rem /= wt.dims[d];
+      k[d] = rem % grid[d];
+      rem /= grid[d];
     }
     kdc_attrs sa;
     memset(&sa, 0, sizeof sa);
     sa.slice.start.n = sa.slice.limit.n = sa.slice.stride.n = r;
-    sa.slice.limit.v[0] = pt.dims[0];
-    sa.slice.stride.v[0] = 1;
-    sa.slice.limit.v[r - 1] = ci;
-    sa.slice.stride.v[r - 1] = 1;
+    sa.slice.limit.v[0] = pt->dims[0], sa.slice.stride.v[0] = 1;
+    sa.slice.limit.v[r - 1] = pt->dims[r - 1], sa.slice.stride.v[r - 1] = 1;
     bool identity = true;
     for (int d = 0; d < n; d++) {
-      int64_t b = k[d] * a->rhs_dilation.v[d], s = a->stride.v[d];
+      int64_t b = k[d] * step[d];
       sa.slice.start.v[d + 1] = b;
-      sa.slice.limit.v[d + 1] = b + (yt.dims[d + 1] - 1) * s + 1;
-      sa.slice.stride.v[d + 1] = s;
-      identity &= b == 0 && s == 1 && yt.dims[d + 1] == pt.dims[d + 1];
+      sa.slice.limit.v[d + 1] = b + (len[d] - 1) * stride[d] + 1;
+      sa.slice.stride.v[d + 1] = stride[d];
+      identity &= b == 0 && stride[d] == 1 && len[d] == pt->dims[d + 1];
     }
-    pieces[t] = identity ? xp : add(f, KDC_OP_SLICE, &st, 1, &xp, &sa, &xs, org);
+    pieces[t] = identity ? xp : add(f, KDC_OP_SLICE, &st, 1, &xp, &sa, xs, org);
   }
   kdc_value_id patches = pieces[0];
-  if (taps > 1) {
+  if (count > 1) {
     kdc_type ct = st;
-    ct.dims[r - 1] = taps * ci;
+    ct.dims[cdim] *= count;
     kdc_attrs ca;
     memset(&ca, 0, sizeof ca);
-    ca.dim = r - 1;
-    patches = add(f, KDC_OP_CONCAT, &ct, (int)taps, pieces, &ca, &xs, org);
+    ca.dim = cdim;
+    patches = add(f, KDC_OP_CONCAT, &ct, (int)count, pieces, &ca, xs, org);
   }
   free(pieces);
+  return patches;
+}
+
+/* A 2-D dot y' [O*B, Co] (output positions o-major) as convolution |cv|'s
+ * [B, O.., Co]: reshape to [O.., B, Co], transpose. */
+static kdc_value_id to_conv_layout(kdc_func *f, kdc_value_id y, const kdc_node *cv) {
+  const kdc_type *yt = &cv->type;
+  int r = yt->rank, n = r - 2;
+  kdc_type ot = *yt;
+  for (int d = 0; d < n; d++) ot.dims[d] = yt->dims[d + 1];
+  ot.dims[n] = yt->dims[0], ot.dims[n + 1] = yt->dims[r - 1];
+  kdc_attrs za;
+  memset(&za, 0, sizeof za);
+  y = add(f, KDC_OP_RESHAPE, &ot, 1, &y, &za, NULL, cv->origin);
+  kdc_attrs ta;
+  memset(&ta, 0, sizeof ta);
+  ta.dims.n = r;
+  ta.dims.v[0] = n;
+  for (int d = 0; d < n; d++) ta.dims.v[d + 1] = d;
+  ta.dims.v[r - 1] = n + 1;
+  return add(f, KDC_OP_TRANSPOSE, yt, 1, &y, &ta, &cv->sharding, cv->origin);
+}
+
+/* Appends the im2col + GEMM form of convolution |v|; returns the dot. */
+static kdc_value_id rewrite(kdc_func *f, kdc_value_id v) {
+  kdc_node cv = *kdc_ir_node(f, v); /* copy: appends may move the node array */
+  const kdc_attr_conv *a = &cv.attr.conv;
+  kdc_value_id w = cv.in[1];
+  kdc_type xt = *kdc_ir_type(f, cv.in[0]), wt = *kdc_ir_type(f, w), yt = cv.type;
+  kdc_sharding xs = kdc_ir_node(f, cv.in[0])->sharding;
+  const char *org = cv.origin;
+  int n = xt.rank - 2, r = xt.rank;
+  int64_t ci = xt.dims[r - 1], co = wt.dims[n + 1], taps = 1;
+  int64_t step[KDC_MAX_RANK], len[KDC_MAX_RANK];
+  for (int d = 0; d < n; d++)
+    taps *= wt.dims[d], step[d] = a->rhs_dilation.v[d], len[d] = yt.dims[d + 1];
+  kdc_type pt = xt;
+  kdc_value_id xp = pad_input(f, &cv, cv.in[0], &xs, &pt);
+  /* one strided slice per kernel tap, taps in row-major order of w */
+  kdc_value_id patches =
+      cut_patches(f, xp, &pt, wt.dims, step, len, a->stride.v, r - 1, &xs, org);
 
   /* The kernel as a [taps*Ci, Co] matrix: a free reshape. */
   int64_t wd[2] = {taps * ci, co};
@@ -233,43 +305,11 @@ static kdc_value_id rewrite_outputs(kdc_func *f, kdc_value_id v) {
   int64_t b = xt.dims[0], fi = xt.dims[r - 1], co = wt.dims[n + 1], taps = 1, outs = 1;
   for (int d = 0; d < n; d++) taps *= wt.dims[d], outs *= yt.dims[d + 1];
   kdc_type pt = xt;
-  kdc_value_id xp = pad_input(f, &cv, &xs, &pt);
+  kdc_value_id xp = pad_input(f, &cv, cv.in[0], &xs, &pt);
   /* output position o reads xp[:, o*s + k*rd, :] for every tap k: one
    * strided slice [B, K.., F] per o, stacked o-major on dim 0 */
-  kdc_value_id *pieces = kdc_xmalloc((size_t)outs * sizeof *pieces);
-  kdc_type st = wt;
-  st.dims[0] = b;
-  for (int d = 0; d < n; d++) st.dims[d + 1] = wt.dims[d];
-  st.dims[r - 1] = fi;
-  for (int64_t t = 0; t < outs; t++) {
-    int64_t o[KDC_MAX_RANK], rem = t;
-    for (int d = n; d-- > 0;) {
-      o[d] = rem % yt.dims[d + 1];
-      rem /= yt.dims[d + 1];
-    }
-    kdc_attrs sa;
-    memset(&sa, 0, sizeof sa);
-    sa.slice.start.n = sa.slice.limit.n = sa.slice.stride.n = r;
-    sa.slice.limit.v[0] = b, sa.slice.stride.v[0] = 1;
-    sa.slice.limit.v[r - 1] = fi, sa.slice.stride.v[r - 1] = 1;
-    for (int d = 0; d < n; d++) {
-      int64_t s0 = o[d] * a->stride.v[d], rd = a->rhs_dilation.v[d];
-      sa.slice.start.v[d + 1] = s0;
-      sa.slice.limit.v[d + 1] = s0 + (wt.dims[d] - 1) * rd + 1;
-      sa.slice.stride.v[d + 1] = rd;
-    }
-    pieces[t] = add(f, KDC_OP_SLICE, &st, 1, &xp, &sa, &xs, org);
-  }
-  kdc_value_id patches = pieces[0];
-  kdc_type ct = st;
-  ct.dims[0] = outs * b;
-  if (outs > 1) {
-    kdc_attrs ca;
-    memset(&ca, 0, sizeof ca);
-    ca.dim = 0;
-    patches = add(f, KDC_OP_CONCAT, &ct, (int)outs, pieces, &ca, &xs, org);
-  }
-  free(pieces);
+  kdc_value_id patches = cut_patches(f, xp, &pt, yt.dims + 1, a->stride.v, wt.dims,
+                                     a->rhs_dilation.v, 0, &xs, org);
   kdc_attrs za;
   memset(&za, 0, sizeof za);
   int64_t pd[2] = {outs * b, taps * fi}, wd[2] = {taps * fi, co}, dd[2] = {outs * b, co};
@@ -283,19 +323,43 @@ static kdc_value_id rewrite_outputs(kdc_func *f, kdc_value_id v) {
   da.dot.lhs_contract.v[0] = 1;
   da.dot.rhs_contract.v[0] = 0;
   kdc_value_id ops[2] = {pm, wm};
-  kdc_value_id y = add(f, KDC_OP_DOT, &d2, 2, ops, &da, NULL, org);
-  /* [O.., B, Co] -> [B, O.., Co] */
-  kdc_type ot = yt;
-  for (int d = 0; d < n; d++) ot.dims[d] = yt.dims[d + 1];
-  ot.dims[n] = b, ot.dims[n + 1] = co;
-  y = add(f, KDC_OP_RESHAPE, &ot, 1, &y, &za, NULL, org);
-  kdc_attrs ta;
-  memset(&ta, 0, sizeof ta);
-  ta.dims.n = r;
-  ta.dims.v[0] = n;
-  for (int d = 0; d < n; d++) ta.dims.v[d + 1] = d;
-  ta.dims.v[r - 1] = n + 1;
-  return add(f, KDC_OP_TRANSPOSE, &yt, 1, &y, &ta, &cv.sharding, org);
+  return to_conv_layout(f, add(f, KDC_OP_DOT, &d2, 2, ops, &da, NULL, org), &cv);
+}
+
+/* FORM_OUTPUTS_NATURAL: the weight gradient dW[Ci, O.., Co] = sum over
+ * (n, k..) of x[n, o*s + k*rd.., ci] g[n, k.., co] computed on x and g
+ * themselves, in their own row-major layouts (no transposed copies):
+ *
+ *   s_o = slice xp start=[0, o*s.., 0] stride=[1, rd.., 1]      [N, K.., Ci]
+ *   p   = concatenate s_0 .. s_{O-1} dim=r-1                    [N, K.., O*Ci]
+ *   y'  = dot_general p, g contracting (n, k..) on both          [O*Ci, Co]
+ *   y   = transpose(reshape(y') [O.., Ci, Co]) to [Ci, O.., Co]
+ *
+ * p is exactly the forward convolution's patch matrix (im2col, taps = O),
+ * read by the GEMM as a transposed operand; g is read in place. */
+static kdc_value_id rewrite_outputs_natural(kdc_func *f, kdc_value_id v) {
+  kdc_node cv = *kdc_ir_node(f, v);
+  const kdc_attr_conv *a = &cv.attr.conv;
+  kdc_value_id x = KDC_NO_VALUE, g = KDC_NO_VALUE;
+  natural_operands(f, &cv, &x, &g);
+  kdc_type xt = *kdc_ir_type(f, x), gt = *kdc_ir_type(f, g), yt = cv.type;
+  kdc_sharding xs = kdc_ir_node(f, x)->sharding;
+  const char *org = cv.origin;
+  int n = xt.rank - 2, r = xt.rank;
+  int64_t ci = xt.dims[r - 1], co = gt.dims[r - 1], outs = 1;
+  for (int d = 0; d < n; d++) outs *= yt.dims[d + 1];
+  kdc_type pt = xt;
+  kdc_value_id xp = pad_input(f, &cv, x, &xs, &pt);
+  kdc_value_id patches = cut_patches(f, xp, &pt, yt.dims + 1, a->stride.v, gt.dims + 1,
+                                     a->rhs_dilation.v, r - 1, &xs, org);
+  kdc_attrs da;
+  memset(&da, 0, sizeof da);
+  da.dot.lhs_contract.n = da.dot.rhs_contract.n = n + 1;
+  for (int d = 0; d <= n; d++) da.dot.lhs_contract.v[d] = da.dot.rhs_contract.v[d] = d;
+  int64_t dd[2] = {outs * ci, co};
+  kdc_type d2 = kdc_type_make(KDC_DTYPE_F32, 2, dd);
+  kdc_value_id ops[2] = {patches, g};
+  return to_conv_layout(f, add(f, KDC_OP_DOT, &d2, 2, ops, &da, NULL, org), &cv);
 }
 
 static void run_func(kdc_func *f) {
@@ -309,9 +373,10 @@ static void run_func(kdc_func *f) {
   for (size_t i = 0; i < n_old; i++) {
     first[i] = f->n_nodes;
     form fm = eligible(f, (kdc_value_id)i);
-    dot[i] = fm == FORM_TAPS      ? rewrite(f, (kdc_value_id)i)
-             : fm == FORM_OUTPUTS ? rewrite_outputs(f, (kdc_value_id)i)
-                                  : KDC_NO_VALUE;
+    dot[i] = fm == FORM_TAPS              ? rewrite(f, (kdc_value_id)i)
+             : fm == FORM_OUTPUTS         ? rewrite_outputs(f, (kdc_value_id)i)
+             : fm == FORM_OUTPUTS_NATURAL ? rewrite_outputs_natural(f, (kdc_value_id)i)
+                                          : KDC_NO_VALUE;
   }
   first[n_old] = f->n_nodes;
   size_t n = f->n_nodes, k = 0;
@@ -327,6 +392,7 @@ static void run_func(kdc_func *f) {
     for (size_t j = first[i]; j < first[i + 1]; j++) order[k++] = (kdc_value_id)j;
   }
   kdc_pass_func_rebuild(f, repl, order, k);
+  kdc_pass_dce_func(f, NULL); /* transposed operands the natural form no longer reads */
   free(first);
   free(dot);
   free(repl);

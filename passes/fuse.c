@@ -37,8 +37,9 @@
  * Values used by several kernels.  Such a value is materialized (a root),
  * unless it is cheap: its recompute tree -- itself plus the fusible
  * producers it would pull in, down to materialized values and free leaves
- * (iota) -- has at most fuse_max_recompute ops (default 4), it is not
- * a function result, and every user is in some kernel.  A cheap value is
+ * (iota; a broadcast that grows the element count counts one op, it never
+ * pulls its operand in) -- has at most fuse_max_recompute ops (default 4),
+ * it is not a function result, and every user is in some kernel.  A cheap value is
  * then duplicated, one copy per consumer kernel (softmax's exp(x - max) is
  * the textbook case: one copy feeds the sum, one the division).
  *
@@ -151,8 +152,11 @@ static void costs(const kdc_func *f, int cap, int *cost) {
       cost[i] = 0;
       continue;
     }
+    /* a growing broadcast never pulls its operand in (edge_ok): one op */
+    bool grows = nd->op == KDC_OP_BROADCAST &&
+                 kdc_type_numel(&nd->type) > kdc_type_numel(kdc_ir_type(f, nd->in[0]));
     int c = 1;
-    for (int j = 0; j < nd->n_in; j++)
+    for (int j = 0; j < nd->n_in && !grows; j++)
       if (classify(f, nd->in[j]) == K_FUSIBLE) c += cost[nd->in[j]];
     cost[i] = c > cap ? cap + 1 : c;
   }

@@ -1,6 +1,7 @@
 /*
  * Fused kernels end to end: a dense layer's bias-add + GELU + softmax
- * pieces, layer-norm-like reductions, big kernels split over threads, and
+ * pieces, layer-norm-like reductions, big kernels split over threads, the
+ * CPU loop forms (column reductions, per-piece concatenate loops), and
  * random graphs from tests/passes/randgraph.c, all against the reference
  * interpreter (cg_test.h tolerances: exact without GEMMs, CGT_GEMM with).
  */
@@ -86,6 +87,95 @@ static void test_threads(void **state) {
   }
 }
 
+/* Extents of the plan's kernel steps, for the loop-form tests. */
+typedef struct extents { int n; int64_t e[64]; } extents;
+
+static void get_extents(const kdc_rt_plan *plan, void *ctx) {
+  extents *x = ctx;
+  const kdc_prog_func *f = &plan->prog.funcs[0];
+  x->n = 0;
+  for (uint32_t i = 0; i < f->n_steps && x->n < 64; i++)
+    if (f->steps[i].kind == KDC_STEP_KERNEL) x->e[x->n++] = f->steps[i].kernel.extent;
+}
+
+static bool has_extent(const extents *x, int64_t e) {
+  for (int i = 0; i < x->n; i++)
+    if (x->e[i] == e) return true;
+  return false;
+}
+
+/* Column reductions (codegen.h: a root reduce over the leading dims runs
+ * with the kept elements innermost, rows of 16 output elements): batch-
+ * norm-like statistics over [4,16,16,37] (sum of an affine map, sum of its
+ * squares, a max of a log with NaNs from negative inputs), a product over
+ * dim 0 of [6,5,33] (two kept dims), an i32 sum; 1 and 3 threads; bit
+ * for bit against the interpreter (same summation order).  The reduce
+ * kernels have ceil(kept / 16) rows (3 for 37, 11 for 5*33), never one row
+ * per output element. */
+static void test_column_reduction(void **state) {
+  (void)state;
+  int64_t d[4] = {4, 16, 16, 37}, c[1] = {37}, lead[3] = {0, 1, 2}, map[1] = {3};
+  int64_t d2[3] = {6, 5, 33}, zero[1] = {0};
+  for (int th = 1; th <= 3; th += 2) {
+    kdc_module *m = kdc_ir_module_create("bn");
+    kdc_func *f = kdc_ir_func_create(m, "predict");
+    kdc_value_id x = param(f, "x", 4, d), s = param(f, "s", 1, c), b = param(f, "b", 1, c);
+    kdc_value_id y = kdc_ir_binary(f, KDC_OP_ADD,
+                                   kdc_ir_binary(f, KDC_OP_MUL, x, kdc_ir_broadcast(f, s, 4, d, map)),
+                                   kdc_ir_broadcast(f, b, 4, d, map));
+    kdc_ir_add_result(f, kdc_ir_reduce(f, KDC_RED_SUM, y, 3, lead), "sum");
+    kdc_ir_add_result(f, kdc_ir_reduce(f, KDC_RED_SUM, kdc_ir_binary(f, KDC_OP_MUL, y, y), 3, lead),
+                      "sumsq");
+    kdc_ir_add_result(f, kdc_ir_reduce(f, KDC_RED_MAX, kdc_ir_unary(f, KDC_OP_LOG, y), 3, lead),
+                      "max_log");
+    kdc_value_id z = param(f, "z", 3, d2);
+    kdc_ir_add_result(f, kdc_ir_reduce(f, KDC_RED_PROD, kdc_ir_unary(f, KDC_OP_TANH, z), 1, zero),
+                      "prod");
+    kdc_type it = kdc_type_make(KDC_DTYPE_I32, 3, d2);
+    kdc_value_id iz = kdc_ir_parameter(f, KDC_PARAM_INPUT, "iz", &it);
+    kdc_ir_add_result(f, kdc_ir_reduce(f, KDC_RED_SUM, kdc_ir_unary(f, KDC_OP_NEG, iz), 1, zero),
+                      "isum");
+    extents e = {0};
+    cgt_opts o = {.threads = th, .inspect = get_extents, .ctx = &e};
+    cgt_check(m, f, &o);
+    assert_true(has_extent(&e, 3));
+    assert_true(has_extent(&e, 11));
+    assert_false(has_extent(&e, 37));
+    assert_false(has_extent(&e, 5));
+    kdc_ir_module_destroy(m);
+  }
+}
+
+/* A root concatenate along the last dim runs one loop per piece
+ * (codegen.h): an im2col-like patch matrix (pad, 3x3 stride-2 slices, a
+ * fused exp on one piece, concatenated on channels) and uneven pieces of
+ * a plain concatenate; 1 and 3 threads; bit for bit. */
+static void test_concat_pieces(void **state) {
+  (void)state;
+  int64_t d[4] = {3, 17, 15, 5}, lo[4] = {0, 1, 1, 0}, hi[4] = {0, 1, 1, 0}, in[4] = {0};
+  for (int th = 1; th <= 3; th += 2) {
+    kdc_module *m = kdc_ir_module_create("im2col");
+    kdc_func *f = kdc_ir_func_create(m, "predict");
+    kdc_value_id x = param(f, "x", 4, d);
+    kdc_value_id xp = kdc_ir_pad(f, x, kdc_ir_scalar(f, KDC_DTYPE_F32, 0.0), lo, hi, in);
+    kdc_value_id pieces[9];
+    for (int t = 0; t < 9; t++) {
+      int64_t st[4] = {0, t / 3, t % 3, 0}, lim[4] = {3, t / 3 + 17, t % 3 + 15, 5};
+      int64_t sd[4] = {1, 2, 2, 1};
+      pieces[t] = kdc_ir_slice(f, xp, st, lim, sd);
+      if (t == 4) pieces[t] = kdc_ir_unary(f, KDC_OP_EXP, pieces[t]);
+    }
+    kdc_ir_add_result(f, kdc_ir_concat(f, 9, pieces, 3), "patches");
+    int64_t a[2] = {40, 3}, b[2] = {40, 29}, c[2] = {40, 1};
+    kdc_value_id u[3] = {param(f, "a", 2, a), param(f, "b", 2, b), param(f, "c", 2, c)};
+    u[1] = kdc_ir_unary(f, KDC_OP_TANH, u[1]);
+    kdc_ir_add_result(f, kdc_ir_concat(f, 3, u, 1), "cat");
+    cgt_opts o = {.threads = th};
+    cgt_check(m, f, &o);
+    kdc_ir_module_destroy(m);
+  }
+}
+
 /* Several results: the same value twice, a parameter, an alias, a constant. */
 static void test_results(void **state) {
   (void)state;
@@ -120,7 +210,8 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_bias_gelu_softmax), cmocka_unit_test(test_layer_norm),
       cmocka_unit_test(test_threads),           cmocka_unit_test(test_results),
-      cmocka_unit_test(test_random_graphs),
+      cmocka_unit_test(test_random_graphs),     cmocka_unit_test(test_column_reduction),
+      cmocka_unit_test(test_concat_pieces),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

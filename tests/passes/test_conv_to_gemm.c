@@ -4,7 +4,9 @@
  * after the pass agree within the stated tolerance: |got - want| <=
  * 1e-5 * K * max(1, |want|), K the contraction length (taps * Ci); rewritten
  * ones contain no convolution and one dot; weight-gradient shaped ones
- * (many taps, few output positions) take the per-output-position form;
+ * (many taps, few output positions) take the per-output-position form,
+ * cut from x and reading g in place when the operands are conv_dw's
+ * transposes;
  * grouped and lhs-dilated ones are left alone; the result fuses into one patch kernel; and one SPMD case
  * (batch and output-channel splits) runs seed, propagate, partition and the
  * pass, then kdc_ir_interpret_spmd against the global reference.
@@ -182,6 +184,67 @@ static void test_weight_gradient_form(void **state) {
   kdc_ir_module_destroy(m);
 }
 
+/* The weight gradient as passes/grad_window.c conv_dw spells it: lhs = x
+ * [N, S.., Ci] transposed to [Ci, S.., N], rhs = g [N, O.., Co] transposed
+ * to [O.., N, Co].  The pass cuts the patches from x and reads g in place
+ * (no transpose left but the result's, the dot's operands are the patches
+ * and g itself); random 1-D and 2-D strides, dilations and paddings, with
+ * few and with many (> 64) taps, agree with the direct convolution. */
+static void test_weight_gradient_natural(void **state) {
+  (void)state;
+  int natural = 0;
+  for (uint64_t seed = 1; seed <= 60; seed++) {
+    rng_state = seed * 131;
+    int n = (int)rnd_in(1, 2), r = n + 2;
+    kdc_attr_conv a;
+    kdc_attr_conv_init(&a, n);
+    int64_t xd[KDC_MAX_RANK], gd[KDC_MAX_RANK], K = 1;
+    int64_t nb = rnd_in(1, 3), ci = rnd_in(1, 4), co = rnd_in(1, 5);
+    xd[0] = gd[0] = nb, xd[r - 1] = ci, gd[r - 1] = co;
+    for (int d = 0; d < n; d++) {
+      gd[d + 1] = seed % 3 == 0 ? rnd_in(65, 80) / n : rnd_in(2, 6); /* the "kernel" */
+      a.stride.v[d] = rnd_in(1, 2);
+      a.rhs_dilation.v[d] = rnd_in(1, 2);
+      a.pad_low.v[d] = rnd_in(-1, 2);
+      a.pad_high.v[d] = rnd_in(-1, 2);
+      int64_t kd = (gd[d + 1] - 1) * a.rhs_dilation.v[d] + 1;
+      xd[d + 1] = kd - a.pad_low.v[d] - a.pad_high.v[d] + rnd_in(0, 3) * a.stride.v[d];
+      if (xd[d + 1] < 1) xd[d + 1] = 1, a.pad_high.v[d] = kd - 1 - a.pad_low.v[d];
+      K *= gd[d + 1];
+    }
+    kdc_module *m = kdc_ir_module_create("c");
+    kdc_func *f = kdc_ir_func_create(m, "train_step");
+    kdc_type xt = kdc_type_make(KDC_DTYPE_F32, r, xd), gt = kdc_type_make(KDC_DTYPE_F32, r, gd);
+    kdc_value_id x = kdc_ir_parameter(f, KDC_PARAM_INPUT, "x", &xt);
+    kdc_value_id g = kdc_ir_parameter(f, KDC_PARAM_INPUT, "g", &gt);
+    int64_t pl[KDC_MAX_RANK], pr[KDC_MAX_RANK];
+    pl[0] = r - 1, pl[r - 1] = 0;
+    for (int d = 0; d < n; d++) pl[d + 1] = d + 1, pr[d] = d + 1;
+    pr[n] = 0, pr[n + 1] = n + 1;
+    kdc_value_id y = kdc_ir_convolution(f, kdc_ir_transpose(f, x, pl), kdc_ir_transpose(f, g, pr), &a);
+    kdc_ir_add_result(f, y, "dw");
+    kdc_status st = kdc_ir_take_error(f);
+    if (st) fail_msg("%s", kdc_status_message(st));
+    int64_t outs = kdc_type_numel(kdc_ir_type(f, y)) / (ci * co);
+    if (outs > 64) {
+      kdc_ir_module_destroy(m);
+      continue;
+    }
+    assert_true(before_after(m, K * nb));
+    assert_int_equal(count(f, KDC_OP_TRANSPOSE), 1);
+    for (size_t i = 0; i < f->n_nodes; i++)
+      if (f->nodes[i].op == KDC_OP_DOT) {
+        assert_int_equal(f->nodes[i].in[1], g);
+        kdc_op lop = f->nodes[f->nodes[i].in[0]].op;
+        assert_true(lop == KDC_OP_CONCAT || (outs == 1 && (lop == KDC_OP_SLICE || lop == KDC_OP_PAD ||
+                                                           f->nodes[i].in[0] == x)));
+      }
+    natural++;
+    kdc_ir_module_destroy(m);
+  }
+  assert_true(natural >= 40);
+}
+
 /* groups > 1 and lhs_dilation != 1 stay direct convolutions. */
 static void test_left_alone(void **state) {
   (void)state;
@@ -293,6 +356,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_random_convs),
       cmocka_unit_test(test_weight_gradient_form),
+      cmocka_unit_test(test_weight_gradient_natural),
       cmocka_unit_test(test_left_alone),
       cmocka_unit_test(test_one_patch_kernel),
       cmocka_unit_test(test_spmd),
