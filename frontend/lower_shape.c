@@ -175,12 +175,12 @@ kdc_status kdc_fe_lower_thresholded_relu(struct kdc_lower_ctx *c, const kdc_kera
                                          const kdc_keras_node *n, const kdc_value_id *in,
                                          const kdc_value_id *kw, kdc_value_id *out) {
   kdc_func *f = c->f;
-  const kdc_type *t = kdc_ir_type(f, in[0]);
+  const kdc_type t = *kdc_ir_type(f, in[0]);
   double theta;
   KDC_RETURN_IF_ERROR(kdc_fe_cfg_double(l, "theta", 1.0, &theta));
   kdc_value_id p = kdc_ir_compare(f, KDC_CMP_GT, in[0],
-                                  kdc_ir_splat(f, t->dtype, t->rank, t->dims, theta));
-  out[0] = kdc_ir_binary(f, KDC_OP_MUL, in[0], kdc_ir_convert(f, p, t->dtype));
+                                  kdc_ir_splat(f, t.dtype, t.rank, t.dims, theta));
+  out[0] = kdc_ir_binary(f, KDC_OP_MUL, in[0], kdc_ir_convert(f, p, t.dtype));
   return NULL;
 }
 

@@ -61,8 +61,27 @@ kdc_weight *kdc_ir_module_find_weight(const kdc_module *m, const char *name) {
   return NULL;
 }
 
+#ifdef KDC_CHECK_NODE_MOVES
+/* Sanitizer builds: the node array moves on appends far more often than
+ * doubling would move it (every append up to 1024 nodes, then every 64th),
+ * so code that keeps a kdc_ir_node/kdc_ir_type pointer across an append
+ * reads freed memory, which AddressSanitizer reports, instead of working
+ * by luck until a growth lands inside that window. */
+static void move_nodes(kdc_func *f) {
+  if (f->n_nodes >= 1024 && f->n_nodes % 64) return;
+  if (!f->cap_nodes) return;
+  kdc_node *moved = kdc_xmalloc(f->cap_nodes * sizeof *moved);
+  memcpy(moved, f->nodes, f->n_nodes * sizeof *moved);
+  free(f->nodes);
+  f->nodes = moved;
+}
+#endif
+
 kdc_value_id kdc_ir_append(kdc_func *f, kdc_op op, const kdc_type *t, int n_in,
                            const kdc_value_id *in, const kdc_attrs *attr) {
+#ifdef KDC_CHECK_NODE_MOVES
+  move_nodes(f);
+#endif
   KDC_GROW(f->nodes, f->cap_nodes, f->n_nodes + 1);
   kdc_node *n = &f->nodes[f->n_nodes];
   memset(n, 0, sizeof *n);

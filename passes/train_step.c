@@ -158,16 +158,16 @@ static kdc_status add_loss(kdc_func *f, const kdc_func *fwd, size_t n_out,
   KDC_RETURN_IF_ERROR(plan_losses(fwd, n_out, o, &p));
   kdc_value_id labels[KDC_TRAIN_MAX_OUTPUTS];
   kdc_value_id mask = find_param(f, KDC_PARAM_LABEL, "sample_mask");
-  const kdc_type *pt = NULL;
+  kdc_type pt = {0}; /* a copy: appending parameters moves the nodes */
   for (size_t r = 0; r < p.n; r++) {
     if (!p.trained[r]) continue;
     kdc_value_id y_pred = fwd->results[r];
     kdc_type lt = kdc_loss_label_type(p.kind[r], kdc_ir_type(f, y_pred));
+    if (pt.rank < 2) pt = *kdc_ir_type(f, y_pred);
     labels[r] = kdc_ir_parameter(f, KDC_PARAM_LABEL, result_name(fwd, r), &lt);
-    if (!pt || pt->rank < 2) pt = kdc_ir_type(f, y_pred);
   }
-  if (mask == KDC_NO_VALUE && o->sample_mask && pt && pt->rank >= 2) {
-    kdc_type mt = kdc_type_make(KDC_DTYPE_F32, 1, &pt->dims[0]);
+  if (mask == KDC_NO_VALUE && o->sample_mask && pt.rank >= 2) {
+    kdc_type mt = kdc_type_make(KDC_DTYPE_F32, 1, &pt.dims[0]);
     mask = kdc_ir_parameter(f, KDC_PARAM_LABEL, "sample_mask", &mt);
   }
   KDC_RETURN_IF_ERROR(kdc_ir_take_error(f));

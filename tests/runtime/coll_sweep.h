@@ -18,7 +18,8 @@
  *       differs from device order), f32 with each thread count of
  *       |schedules| (COLL_DEVICE_PARALLEL: 1 thread; COLL_STEPWISE: more
  *       threads than devices), plus i32, i64 and bool on the first
- *       |int_choices| choices;
+ *       |int_choices| choices; with coll_sample = k > 1, only every k-th
+ *       choice (the first always);
  *   coll_large(threads)  pieces of 512 KiB and of 272 KiB (element count
  *       not divisible by the group: uneven chunks) per device on the mesh
  *       2x4: the pool's chunk-parallel paths in one process; across
@@ -92,12 +93,17 @@ static CGT_UNUSED void coll_each_axes(int naxes, uint8_t *axes, int n,
 typedef struct coll_sweep_ctx {
   const char *mesh;
   int64_t nd;
-  int schedules, int_choices, count;
+  int schedules, int_choices, count, seen;
 } coll_sweep_ctx;
+
+/* 1: every choice of axes; k: every k-th (set by a suite that runs the
+ * whole sweep in another configuration). */
+static int coll_sample = 1;
 
 static CGT_UNUSED void coll_sweep_one(const uint8_t *axes, int n, void *ctx) {
   coll_sweep_ctx *s = ctx;
   static const int64_t shape[3] = {8, 16, 8};
+  if (s->seen++ % coll_sample) return;
   if (s->schedules & COLL_DEVICE_PARALLEL) coll_case(s->mesh, axes, n, shape, KDC_DTYPE_F32, 1);
   if (s->schedules & COLL_STEPWISE)
     coll_case(s->mesh, axes, n, shape, KDC_DTYPE_F32, (int)s->nd + 1);
@@ -110,7 +116,7 @@ static CGT_UNUSED void coll_sweep_one(const uint8_t *axes, int n, void *ctx) {
 
 static CGT_UNUSED void coll_sweep(const char *mesh, int schedules, int int_choices) {
   kdc_mesh m = rtt_mesh(mesh);
-  coll_sweep_ctx s = {mesh, kdc_mesh_devices(&m), schedules, int_choices, 0};
+  coll_sweep_ctx s = {mesh, kdc_mesh_devices(&m), schedules, int_choices, 0, 0};
   uint8_t axes[KDC_MAX_MESH_AXES];
   coll_each_axes(m.naxes, axes, 0, coll_sweep_one, &s);
 }
