@@ -16,6 +16,13 @@
  *   hard_sigmoid relu6(x + 3) / 6         hard_silu   x * hard_sigmoid(x)
  *   mish        x * tanh(softplus(x))     log_sigmoid -softplus(-x)
  *   celu        max(x, 0) + min(0, expm1(x))  (alpha 1)
+ *   hard_tanh   clip(x, -1, 1)            tanh_shrink x - tanh(x)
+ *   soft_shrink x > .5 ? x - .5 : x < -.5 ? x + .5 : 0   (threshold 0.5)
+ *   hard_shrink |x| > .5 ? x : 0          sparse_sigmoid clip(x + 1, 0, 2) / 2
+ *   sparse_plus x <= -1 ? 0 : x >= 1 ? x : (x + 1)^2 / 4
+ *   squareplus  (x + sqrt(x^2 + 4)) / 2   (b 4)
+ *   sparsemax   max(z - tau, 0) over the last axis (see sparsemax() below)
+ * glu (halves the last dim) and threshold (needs arguments) are refused.
  * hard_sigmoid is the one name whose meaning depends on the file: in a
  * tf.keras 2 or TF.js topology (keras_version 1.x/2.x/tfjs-layers) it is
  * clip(0.2 x + 0.5, 0, 1), the function those writers meant; in a Keras 3
@@ -47,6 +54,38 @@ static kdc_value_id where0(kdc_func *f, kdc_cmp cmp, kdc_value_id x, kdc_value_i
                            kdc_value_id b) {
   kdc_value_id p = kdc_ir_compare(f, cmp, x, splat_like(f, x, 0));
   return kdc_ir_select(f, p, a, b);
+}
+
+/* where(x <cmp> c, a, b) */
+static kdc_value_id where_c(kdc_func *f, kdc_cmp cmp, kdc_value_id x, double c, kdc_value_id a,
+                            kdc_value_id b) {
+  return kdc_ir_select(f, kdc_ir_compare(f, cmp, x, splat_like(f, x, c)), a, b);
+}
+
+/* sparsemax over the last axis without a sort: z_i is in the support when
+ * 1 + k_i z_i > s_i, k_i = #{j: z_j >= z_i}, s_i = sum of those z_j (the
+ * sorted test of jax's sparsemax at the last position of z_i's ties);
+ * tau = (sum of the support - 1) / |support|, y = max(z - tau, 0). */
+static kdc_value_id sparsemax(kdc_func *f, kdc_value_id z) {
+  if (z == KDC_NO_VALUE) return z;
+  const kdc_type t = *kdc_ir_type(f, z);
+  int r = t.rank;
+  int64_t dims[KDC_MAX_RANK], mi[KDC_MAX_RANK], mj[KDC_MAX_RANK], last = r - 1, pair = r;
+  for (int d = 0; d < r; d++) dims[d] = t.dims[d], mi[d] = d, mj[d] = d;
+  dims[r] = t.dims[r - 1]; /* [.., i, j] */
+  mj[r - 1] = r;
+  kdc_value_id zi = kdc_ir_broadcast(f, z, r + 1, dims, mi);
+  kdc_value_id zj = kdc_ir_broadcast(f, z, r + 1, dims, mj);
+  kdc_value_id ge = kdc_ir_convert(f, kdc_ir_compare(f, KDC_CMP_GE, zj, zi), t.dtype);
+  kdc_value_id k = kdc_ir_reduce(f, KDC_RED_SUM, ge, 1, &pair);
+  kdc_value_id s = kdc_ir_reduce(f, KDC_RED_SUM, bin(f, KDC_OP_MUL, ge, zj), 1, &pair);
+  kdc_value_id in = kdc_ir_compare(f, KDC_CMP_GT, sc(f, KDC_OP_ADD, bin(f, KDC_OP_MUL, k, z), 1), s);
+  kdc_value_id sup = kdc_ir_convert(f, in, t.dtype);
+  kdc_value_id tot = kdc_ir_reduce(f, KDC_RED_SUM, bin(f, KDC_OP_MUL, sup, z), 1, &last);
+  kdc_value_id cnt = kdc_ir_reduce(f, KDC_RED_SUM, sup, 1, &last);
+  kdc_value_id tau = bin(f, KDC_OP_DIV, sc(f, KDC_OP_SUB, tot, 1), cnt);
+  tau = kdc_ir_broadcast(f, tau, r, t.dims, mi);
+  return sc(f, KDC_OP_MAX, bin(f, KDC_OP_SUB, z, tau), 0);
 }
 
 static kdc_value_id relu6(kdc_func *f, kdc_value_id x) { return sc(f, KDC_OP_MIN, sc(f, KDC_OP_MAX, x, 0), 6); }
@@ -123,7 +162,8 @@ kdc_value_id kdc_fe_relu(kdc_func *f, kdc_value_id x, double negative_slope, dou
 static const char *const known[] = {
     "linear", "relu", "sigmoid", "tanh", "softmax", "gelu", "silu", "swish", "elu", "selu",
     "softplus", "softsign", "relu6", "leaky_relu", "exponential", "hard_sigmoid", "hard_silu",
-    "hard_swish", "mish", "log_softmax", "log_sigmoid", "celu", NULL};
+    "hard_swish", "mish", "log_softmax", "log_sigmoid", "celu", "hard_tanh", "soft_shrink",
+    "hard_shrink", "tanh_shrink", "sparse_plus", "sparse_sigmoid", "squareplus", "sparsemax", NULL};
 
 bool kdc_fe_activation_known(const char *name) {
   for (int i = 0; known[i]; i++)
@@ -173,6 +213,29 @@ kdc_status kdc_fe_activation(struct kdc_lower_ctx *c, const kdc_keras_layer *l, 
   else if (!strcmp(name, "log_sigmoid")) y = un(f, KDC_OP_NEG, softplus(f, un(f, KDC_OP_NEG, x)));
   else if (!strcmp(name, "celu"))
     y = bin(f, KDC_OP_ADD, sc(f, KDC_OP_MAX, x, 0), sc(f, KDC_OP_MIN, un(f, KDC_OP_EXPM1, x), 0));
+  else if (!strcmp(name, "hard_tanh")) y = sc(f, KDC_OP_MIN, sc(f, KDC_OP_MAX, x, -1), 1);
+  else if (!strcmp(name, "soft_shrink"))
+    y = where_c(f, KDC_CMP_GT, x, 0.5, sc(f, KDC_OP_SUB, x, 0.5),
+                where_c(f, KDC_CMP_LT, x, -0.5, sc(f, KDC_OP_ADD, x, 0.5), splat_like(f, x, 0)));
+  else if (!strcmp(name, "hard_shrink"))
+    y = where_c(f, KDC_CMP_GT, un(f, KDC_OP_ABS, x), 0.5, x, splat_like(f, x, 0));
+  else if (!strcmp(name, "tanh_shrink")) y = bin(f, KDC_OP_SUB, x, un(f, KDC_OP_TANH, x));
+  else if (!strcmp(name, "sparse_plus")) {
+    kdc_value_id q = sc(f, KDC_OP_DIV, sc(f, KDC_OP_ADD, x, 1), 2);
+    y = where_c(f, KDC_CMP_LE, x, -1, splat_like(f, x, 0),
+                where_c(f, KDC_CMP_GE, x, 1, x, bin(f, KDC_OP_MUL, q, q)));
+  } else if (!strcmp(name, "sparse_sigmoid"))
+    y = sc(f, KDC_OP_MUL, sc(f, KDC_OP_MIN, sc(f, KDC_OP_MAX, sc(f, KDC_OP_ADD, x, 1), 0), 2), 0.5);
+  else if (!strcmp(name, "squareplus"))
+    y = sc(f, KDC_OP_DIV, bin(f, KDC_OP_ADD, x, un(f, KDC_OP_SQRT, sc(f, KDC_OP_ADD,
+                                                   bin(f, KDC_OP_MUL, x, x), 4))), 2);
+  else if (!strcmp(name, "sparsemax")) y = sparsemax(f, x);
+  else if (!strcmp(name, "glu") || !strcmp(name, "threshold"))
+    return kdc_fe_err(l->model, KDC_UNSUPPORTED,
+                      kdc_arena_printf(l->model->arena, "%s.config.%s", l->loc, key),
+                      "activation \"%s\" is not supported by kdc (%s; %s \"%s\")", orig,
+                      name[0] == 'g' ? "it halves the last dimension" : "it needs arguments",
+                      l->class_name, l->name);
   else
     return kdc_fe_err(l->model, KDC_UNSUPPORTED,
                       kdc_arena_printf(l->model->arena, "%s.config.%s", l->loc, key),

@@ -297,9 +297,17 @@ typedef struct kdc_layer_class {
   const char *name;      /* Keras class_name */
   kdc_infer_fn infer;    /* output shapes + variables; NULL: known, unsupported */
   kdc_lower_fn lower;    /* NULL: no lowering yet */
+  const char *why;       /* a refused class (infer NULL): the reason, for its error */
 } kdc_layer_class;
 
 const kdc_layer_class *kdc_fe_find_class(const char *class_name);
+/* A layer held by wrapper |wrapper| (Bidirectional, TimeDistributed): class
+ * |class_name|, config |cfg| found at JSON path |loc|, named |name| inside
+ * the wrapper's scope ("<wrapper path>/<name>"); trainable when the wrapper
+ * is and |cfg| does not say otherwise. */
+kdc_keras_layer *kdc_fe_inner_layer(const kdc_keras_layer *wrapper, const char *loc,
+                                    const char *class_name, const char *name,
+                                    struct json_object *cfg);
 /* Sets the node's outputs to |n| shapes. */
 void kdc_fe_set_outputs(kdc_infer_args *a, int n, const kdc_kshape *shapes);
 /* Declares (first call) or checks (later calls of a shared layer) variable
@@ -500,6 +508,26 @@ KDC_FE_LOWER_FN(kdc_fe_lower_bidirectional);
 /* lower_attention.c: EinsumDense and MultiHeadAttention. */
 KDC_FE_LOWER_FN(kdc_fe_lower_einsum_dense);
 KDC_FE_LOWER_FN(kdc_fe_lower_mha);
+/* lower_time_distributed.c: the TimeDistributed wrapper (time folded into the batch). */
+kdc_status kdc_fe_infer_time_distributed(kdc_infer_args *a);
+KDC_FE_LOWER_FN(kdc_fe_lower_time_distributed);
+/* lower_dot_attention.c: Attention (Luong) and AdditiveAttention (Bahdanau). */
+kdc_status kdc_fe_infer_dot_attention(kdc_infer_args *a);
+KDC_FE_LOWER_FN(kdc_fe_lower_dot_attention);
+/* lower_image.c: Resizing, CenterCrop and the random image augmentation layers
+ * (identities at inference; RandomFlip also in train_forward). */
+kdc_status kdc_fe_infer_resizing(kdc_infer_args *a);
+KDC_FE_LOWER_FN(kdc_fe_lower_resizing);
+kdc_status kdc_fe_infer_augment(kdc_infer_args *a);
+KDC_FE_LOWER_FN(kdc_fe_lower_augment);
+/* jax.image.resize of axis |d| of |x| to |out| elements (|x| unchanged when
+ * the size is): one dot_general with a constant (out x in) weight matrix
+ * (UpSampling2D bilinear uses it too). */
+typedef enum kdc_fe_interp {
+  KDC_FE_NEAREST, KDC_FE_BILINEAR, KDC_FE_BICUBIC, KDC_FE_LANCZOS3, KDC_FE_LANCZOS5
+} kdc_fe_interp;
+kdc_value_id kdc_fe_resize_axis(kdc_func *f, kdc_value_id x, int d, int64_t out,
+                                kdc_fe_interp method, bool antialias);
 
 /* activations.c: Keras 3 activation formulas over IR values. */
 /* Applies activation |name| (Keras 3 defaults) to |x|; unknown names give an

@@ -75,7 +75,8 @@ static kdc_status class_err(kdc_keras_model *m, json_object *entry, const char *
   const kdc_layer_class *c = kdc_fe_find_class(cls);
   if (c && !c->infer)
     return kdc_fe_err(m, KDC_UNSUPPORTED, at,
-                      "layer class \"%s\" is not supported by kdc yet (layer \"%s\")", cls, name);
+                      "layer class \"%s\" is not supported by kdc%s%s (layer \"%s\")", cls,
+                      c->why ? ": " : "", c->why ? c->why : "", name);
   return kdc_fe_err(m, KDC_INVALID_INPUT, at, "unknown layer class \"%s\" (layer \"%s\")", cls,
                     name);
 }

@@ -4,10 +4,12 @@
  * One row per class_name: its shape/variable inference (layers_core.c,
  * layers_conv.c, layers_shape.c, einsum.c) and its lowering (lower_layers.c,
  * lower_norm.c, lower_shape.c, lower_attention.c, lower_rnn.c,
- * lower_bidirectional.c; NULL = not lowered yet,
- * which kdc_frontend_lower reports as a located UNSUPPORTED error).  Rows
- * with a NULL infer are classes kdc recognises but cannot handle at all yet:
- * loading them fails with "not supported", not "unknown".
+ * lower_bidirectional.c, lower_time_distributed.c, lower_dot_attention.c,
+ * lower_image.c; NULL = not lowered, which kdc_frontend_lower reports as a
+ * located UNSUPPORTED error).  NO rows are Keras classes kdc recognises and
+ * refuses: loading them fails with "not supported" and the row's reason,
+ * not "unknown".  docs/frontend.md lists every keras.layers class of Keras
+ * 3.16 against this table.
  * Also the helpers every inference rule uses: outputs, variables, errors.
  */
 #include <json-c/json.h>
@@ -15,7 +17,8 @@
 
 #include "frontend/frontend.h"
 
-#define IN(n, i, l) {n, i, l}
+#define IN(n, i, l) {n, i, l, NULL}
+#define NO(n, why) {n, NULL, NULL, why}
 static const kdc_layer_class classes[] = {
     /* the slice lowered now */
     IN("InputLayer", kdc_fe_infer_input, kdc_fe_lower_identity),
@@ -104,31 +107,127 @@ static const kdc_layer_class classes[] = {
     IN("GRU", kdc_fe_infer_rnn, kdc_fe_lower_rnn),
     IN("SimpleRNN", kdc_fe_infer_rnn, kdc_fe_lower_rnn),
     IN("Bidirectional", kdc_fe_infer_bidirectional, kdc_fe_lower_bidirectional),
-    /* known Keras classes kdc cannot read yet */
-    IN("TimeDistributed", NULL, NULL),
     IN("Conv2DTranspose", kdc_fe_infer_conv_transpose, kdc_fe_lower_conv_transpose),
     IN("Conv1DTranspose", kdc_fe_infer_conv_transpose, kdc_fe_lower_conv_transpose),
     IN("Conv3DTranspose", kdc_fe_infer_conv_transpose, kdc_fe_lower_conv_transpose),
-    IN("ConvLSTM2D", NULL, NULL),
-    IN("Attention", NULL, NULL),
-    IN("AdditiveAttention", NULL, NULL),
-    IN("Masking", NULL, NULL),
-    IN("TextVectorization", NULL, NULL),
-    IN("StringLookup", NULL, NULL),
-    IN("IntegerLookup", NULL, NULL),
-    IN("RandomFlip", NULL, NULL),
-    IN("RandomRotation", NULL, NULL),
-    IN("RandomZoom", NULL, NULL),
-    IN("Resizing", NULL, NULL),
-    IN("CenterCrop", NULL, NULL),
-    IN("RNN", NULL, NULL),
+    /* Keras' aliases (keras.layers exports them; configs normally carry the
+     * canonical name, older writers the alias) */
+    IN("Convolution1D", kdc_fe_infer_conv, kdc_fe_lower_conv),
+    IN("Convolution2D", kdc_fe_infer_conv, kdc_fe_lower_conv),
+    IN("Convolution3D", kdc_fe_infer_conv, kdc_fe_lower_conv),
+    IN("SeparableConvolution1D", kdc_fe_infer_conv, kdc_fe_lower_conv),
+    IN("SeparableConvolution2D", kdc_fe_infer_conv, kdc_fe_lower_conv),
+    IN("Convolution1DTranspose", kdc_fe_infer_conv_transpose, kdc_fe_lower_conv_transpose),
+    IN("Convolution2DTranspose", kdc_fe_infer_conv_transpose, kdc_fe_lower_conv_transpose),
+    IN("Convolution3DTranspose", kdc_fe_infer_conv_transpose, kdc_fe_lower_conv_transpose),
+    IN("AvgPool1D", kdc_fe_infer_pool, kdc_fe_lower_pool),
+    IN("AvgPool3D", kdc_fe_infer_pool, kdc_fe_lower_pool),
+    IN("MaxPool3D", kdc_fe_infer_pool, kdc_fe_lower_pool),
+    IN("GlobalAvgPool3D", kdc_fe_infer_global_pool, kdc_fe_lower_global_pool),
+    IN("GlobalMaxPool3D", kdc_fe_infer_global_pool, kdc_fe_lower_global_pool),
+    /* wrappers and attention (lower_time_distributed.c, lower_dot_attention.c) */
+    IN("TimeDistributed", kdc_fe_infer_time_distributed, kdc_fe_lower_time_distributed),
+    IN("Attention", kdc_fe_infer_dot_attention, kdc_fe_lower_dot_attention),
+    IN("AdditiveAttention", kdc_fe_infer_dot_attention, kdc_fe_lower_dot_attention),
+    /* image preprocessing (lower_image.c): resizing, and the random
+     * augmentation layers, identities at inference (Keras' transform_images
+     * with training=False) */
+    IN("Resizing", kdc_fe_infer_resizing, kdc_fe_lower_resizing),
+    IN("CenterCrop", kdc_fe_infer_resizing, kdc_fe_lower_resizing),
+    IN("RandomFlip", kdc_fe_infer_augment, kdc_fe_lower_augment),
+    IN("RandomRotation", kdc_fe_infer_augment, kdc_fe_lower_augment),
+    IN("RandomZoom", kdc_fe_infer_augment, kdc_fe_lower_augment),
+    IN("RandomTranslation", kdc_fe_infer_augment, kdc_fe_lower_augment),
+    IN("RandomShear", kdc_fe_infer_augment, kdc_fe_lower_augment),
+    IN("RandomPerspective", kdc_fe_infer_augment, kdc_fe_lower_augment),
+    IN("RandomContrast", kdc_fe_infer_augment, kdc_fe_lower_augment),
+    IN("RandomBrightness", kdc_fe_infer_augment, kdc_fe_lower_augment),
+    IN("RandomHue", kdc_fe_infer_augment, kdc_fe_lower_augment),
+    IN("RandomSaturation", kdc_fe_infer_augment, kdc_fe_lower_augment),
+    IN("RandomGrayscale", kdc_fe_infer_augment, kdc_fe_lower_augment),
+    IN("RandomSharpness", kdc_fe_infer_augment, kdc_fe_lower_augment),
+    IN("RandomColorJitter", kdc_fe_infer_augment, kdc_fe_lower_augment),
+    IN("RandomColorDegeneration", kdc_fe_infer_augment, kdc_fe_lower_augment),
+    IN("RandomInvert", kdc_fe_infer_augment, kdc_fe_lower_augment),
+    IN("RandomPosterization", kdc_fe_infer_augment, kdc_fe_lower_augment),
+    IN("RandomErasing", kdc_fe_infer_augment, kdc_fe_lower_augment),
+    IN("RandomGaussianBlur", kdc_fe_infer_augment, kdc_fe_lower_augment),
+    IN("Solarization", kdc_fe_infer_augment, kdc_fe_lower_augment),
+    IN("Equalization", kdc_fe_infer_augment, kdc_fe_lower_augment),
+    IN("AugMix", kdc_fe_infer_augment, kdc_fe_lower_augment),
+    IN("RandAugment", kdc_fe_infer_augment, kdc_fe_lower_augment),
+    IN("CutMix", kdc_fe_infer_augment, kdc_fe_lower_augment),
+    IN("MixUp", kdc_fe_infer_augment, kdc_fe_lower_augment),
+    IN("MaxNumBoundingBoxes", kdc_fe_infer_augment, kdc_fe_lower_augment),
+    /* Keras classes kdc recognises and refuses, with the reason */
+    NO("ConvLSTM1D", "convolutional recurrent layers are not lowered"),
+    NO("ConvLSTM2D", "convolutional recurrent layers are not lowered"),
+    NO("ConvLSTM3D", "convolutional recurrent layers are not lowered"),
+    NO("Masking", "masks are not propagated by kdc"),
+    NO("RNN", "a generic RNN runs a Python cell object; LSTM, GRU and SimpleRNN are supported"),
+    NO("LSTMCell", "cells run inside a generic RNN; use LSTM"),
+    NO("GRUCell", "cells run inside a generic RNN; use GRU"),
+    NO("SimpleRNNCell", "cells run inside a generic RNN; use SimpleRNN"),
+    NO("StackedRNNCells", "cells run inside a generic RNN"),
+    NO("TextVectorization", "string inputs are not supported"),
+    NO("StringLookup", "string inputs are not supported"),
+    NO("IntegerLookup", "vocabulary lookup tables are not supported"),
+    NO("Hashing", "hashing of inputs is not supported"),
+    NO("HashedCrossing", "hashing of inputs is not supported"),
+    NO("CategoryEncoding", "category encoding is not supported"),
+    NO("Discretization", "bucketizing is not supported"),
+    NO("RandomCrop", "Keras 3 returns the uncropped image at inference while declaring the "
+                     "cropped shape"),
+    NO("RandomElasticTransform", "its inference path rescales values; not supported"),
+    NO("AutoContrast", "per-image contrast stretching is not supported"),
+    NO("ContrastLimitedAdaptiveHistogramEqualization", "histogram equalization is not supported"),
+    NO("MelSpectrogram", "audio preprocessing (FFT) is not supported"),
+    NO("STFTSpectrogram", "audio preprocessing (FFT) is not supported"),
+    NO("AdaptiveAveragePooling1D", "adaptive pooling is not supported"),
+    NO("AdaptiveAveragePooling2D", "adaptive pooling is not supported"),
+    NO("AdaptiveAveragePooling3D", "adaptive pooling is not supported"),
+    NO("AdaptiveMaxPooling1D", "adaptive pooling is not supported"),
+    NO("AdaptiveMaxPooling2D", "adaptive pooling is not supported"),
+    NO("AdaptiveMaxPooling3D", "adaptive pooling is not supported"),
+    NO("GroupQueryAttention", "grouped-query attention is not supported; MultiHeadAttention is"),
+    NO("SpectralNormalization", "the spectral-norm wrapper is not supported"),
+    NO("RMSNormalization", "RMS normalization is not supported"),
+    NO("ReversibleEmbedding", "ReversibleEmbedding is not supported; Embedding is"),
+    NO("TernaryDense", "ternary-quantized Dense is not supported"),
+    NO("Pipeline", "a Pipeline of preprocessing layers is not supported"),
+    NO("Wrapper", "the abstract Wrapper base class has no computation"),
+    NO("JaxLayer", "it holds a JAX function, which kdc cannot compile"),
+    NO("FlaxLayer", "it holds a Flax module, which kdc cannot compile"),
+    NO("TorchModuleWrapper", "it holds a PyTorch module, which kdc cannot compile"),
+    NO("TFSMLayer", "it holds a TensorFlow SavedModel, which kdc cannot compile"),
 };
 #undef IN
+#undef NO
 
 const kdc_layer_class *kdc_fe_find_class(const char *class_name) {
   for (size_t i = 0; i < sizeof classes / sizeof classes[0]; i++)
     if (!strcmp(classes[i].name, class_name)) return &classes[i];
   return NULL;
+}
+
+kdc_keras_layer *kdc_fe_inner_layer(const kdc_keras_layer *wrapper, const char *loc,
+                                    const char *class_name, const char *name,
+                                    struct json_object *cfg) {
+  kdc_arena *ar = wrapper->model->arena;
+  kdc_keras_layer *in = kdc_arena_alloc(ar, sizeof *in);
+  memset(in, 0, sizeof *in);
+  in->class_name = kdc_arena_strdup(ar, class_name);
+  in->name = kdc_arena_strdup(ar, name);
+  in->loc = loc;
+  in->path = kdc_arena_printf(ar, "%s/%s", wrapper->path, name);
+  in->config = cfg;
+  in->cls = kdc_fe_find_class(class_name);
+  json_object *tr = kdc_fe_get(cfg, "trainable");
+  in->trainable = wrapper->trainable && !(tr && json_object_is_type(tr, json_type_boolean) &&
+                                          !json_object_get_boolean(tr));
+  in->model = wrapper->model;
+  in->wrapper = wrapper;
+  return in;
 }
 
 kdc_kshape kdc_kshape_make(int rank, const int64_t *dims) {

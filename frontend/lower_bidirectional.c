@@ -101,20 +101,7 @@ static kdc_status make_inner(kdc_infer_args *a, const char *key, bool derive, bo
     const char *pre = strcmp(key, "layer") ? "backward_" : "forward_";
     name = kdc_arena_printf(ar, "%s%s", pre, strip(name, pre));
   }
-  kdc_keras_layer *in = kdc_arena_alloc(ar, sizeof *in);
-  memset(in, 0, sizeof *in);
-  in->class_name = kdc_arena_strdup(ar, cname);
-  in->name = kdc_arena_strdup(ar, name);
-  in->loc = loc;
-  in->path = kdc_arena_printf(ar, "%s/%s", l->path, name);
-  in->config = cfg;
-  in->cls = kdc_fe_find_class(cname);
-  json_object *tr = kdc_fe_get(cfg, "trainable");
-  in->trainable = l->trainable && !(tr && json_object_is_type(tr, json_type_boolean) &&
-                                    !json_object_get_boolean(tr));
-  in->model = l->model;
-  in->wrapper = l;
-  *out = in;
+  *out = kdc_fe_inner_layer(l, loc, cname, name, cfg);
   return NULL;
 }
 

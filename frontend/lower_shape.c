@@ -9,6 +9,7 @@
  *                        tf.image.resize with half-pixel centres, which for
  *                        an integer factor s reads x at (i + 0.5) / s - 0.5,
  *                        edge-clamped: a constant (out x in) matrix per axis
+ *                        (kdc_fe_resize_axis, lower_image.c)
  *   RepeatVector         (B, D) broadcast to (B, n, D)
  *   GlobalAverage/MaxPooling1D/2D/3D  ops.mean / ops.max over the spatial
  *                        axes, keepdims
@@ -21,7 +22,6 @@
  * activations/prelu.py, merging/dot.py.
  */
 #include <json-c/json.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "frontend/frontend.h"
@@ -79,35 +79,6 @@ static kdc_value_id repeat(kdc_func *f, kdc_value_id x, int d, int64_t r) {
   return kdc_ir_reshape(f, y, o.rank, o.dims);
 }
 
-/* Bilinear resize of dim |d| by the integer factor |s| (half-pixel
- * centres, edge clamp, weights normalised as jax.image.resize does). */
-static kdc_value_id bilinear(kdc_func *f, kdc_value_id x, int d, int64_t s) {
-  if (x == KDC_NO_VALUE) return x;
-  const kdc_type t = *kdc_ir_type(f, x);
-  int64_t in = t.dims[d], on = in * s;
-  float *m = calloc((size_t)(on * in), sizeof *m);
-  for (int64_t i = 0; i < on; i++) {
-    double p = (i + 0.5) / (double)s - 0.5, tot = 0;
-    for (int64_t j = 0; j < in; j++) {
-      double w = 1 - (p > j ? p - j : j - p);
-      if (w > 0) m[i * in + j] = (float)w, tot += w;
-    }
-    for (int64_t j = 0; j < in; j++) m[i * in + j] = (float)(m[i * in + j] / tot);
-  }
-  kdc_type mt = kdc_type_make(t.dtype, 2, (int64_t[]){on, in});
-  kdc_value_id w = kdc_ir_constant(f, &mt, m);
-  free(m);
-  kdc_attr_dot dd;
-  memset(&dd, 0, sizeof dd);
-  dd.lhs_contract.n = dd.rhs_contract.n = 1;
-  dd.lhs_contract.v[0] = 1;
-  dd.rhs_contract.v[0] = d;
-  kdc_value_id y = kdc_ir_dot(f, w, x, &dd); /* (on, dims without d) */
-  int64_t perm[KDC_MAX_RANK];
-  for (int i = 0, k = 1; i < t.rank; i++) perm[i] = i == d ? 0 : k++;
-  return kdc_ir_transpose(f, y, perm);
-}
-
 kdc_status kdc_fe_lower_upsampling(struct kdc_lower_ctx *c, const kdc_keras_layer *l,
                                    const kdc_keras_node *n, const kdc_value_id *in,
                                    const kdc_value_id *kw, kdc_value_id *out) {
@@ -117,7 +88,9 @@ kdc_status kdc_fe_lower_upsampling(struct kdc_lower_ctx *c, const kdc_keras_laye
   KDC_RETURN_IF_ERROR(kdc_fe_upsampling_config(l, &k, size, &last, &bil));
   kdc_value_id x = in[0];
   for (int i = 0; i < k; i++)
-    x = bil ? bilinear(c->f, x, (last ? 1 : 2) + i, size[i])
+    x = bil ? kdc_fe_resize_axis(c->f, x, (last ? 1 : 2) + i,
+                                 kdc_ir_type(c->f, x)->dims[(last ? 1 : 2) + i] * size[i],
+                                 KDC_FE_BILINEAR, false)
             : repeat(c->f, x, (last ? 1 : 2) + i, size[i]);
   out[0] = x;
   return NULL;
@@ -140,7 +113,7 @@ kdc_status kdc_fe_lower_global_pool(struct kdc_lower_ctx *c, const kdc_keras_lay
   kdc_func *f = c->f;
   const kdc_type t = *kdc_ir_type(f, in[0]);
   int k = class_rank(l->class_name), sp0;
-  bool keep, avg = strstr(l->class_name, "Average") != NULL;
+  bool keep, avg = strstr(l->class_name, "Av") != NULL; /* GlobalAverage.., GlobalAvgPool.. */
   KDC_RETURN_IF_ERROR(first_spatial(l, &sp0));
   KDC_RETURN_IF_ERROR(kdc_fe_cfg_bool(l, "keepdims", false, &keep));
   int64_t ax[3], cnt = 1;

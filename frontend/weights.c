@@ -210,6 +210,10 @@ static const char *candidate(const kdc_keras_model *m, const kdc_keras_var *v, i
     if (!l->wrapper) return NULL;
     snprintf(buf, n, "%s/%s/%s", l->wrapper->name, l->name, v->name);
     return buf;
+  case 6: /* tf.keras 2 TimeDistributed: "time_distributed/kernel" */
+    if (!l->wrapper || strcmp(l->wrapper->class_name, "TimeDistributed")) return NULL;
+    snprintf(buf, n, "%s/%s", l->wrapper->name, rel);
+    return buf;
   default: return NULL;
   }
 }
@@ -218,7 +222,7 @@ static kdc_status bind_from(const kdc_keras_model *m, kdc_module *mod, source *s
   int nv = m->n_vars;
   int *match = kdc_xmalloc(sizeof(int) * (size_t)(nv + 1));
   for (int i = 0; i < nv; i++) match[i] = -1;
-  for (int r = 0; r < 6; r++)
+  for (int r = 0; r < 7; r++)
     for (int i = 0; i < nv; i++) {
       if (match[i] >= 0) continue;
       char buf[512];

@@ -16,53 +16,8 @@
 
 #include "fe_test.h"
 
-/* |src| with every "KT" replaced by |kt|, into |dst|. */
-static void subst(char *dst, size_t n, const char *src, const char *kt) {
-  size_t k = 0;
-  for (const char *p = src; *p && k + 1 < n; p++) {
-    if (p[0] == 'K' && p[1] == 'T') {
-      k += (size_t)snprintf(dst + k, n - k, "%s", kt);
-      p++;
-    } else {
-      dst[k++] = *p;
-    }
-  }
-  dst[k < n ? k : n - 1] = 0;
-}
-
-/* A Keras 3 Functional model: Input(|shape|) -> layer |cls| named "L" with
- * |cfg| (the JSON members after "name"), called with |args| (NULL: the
- * input tensor) and |kwargs| ("{}" if NULL), where KT stands for the input
- * tensor. */
-static const char *model_file(const char *tag, const char *shape, const char *cls,
-                              const char *cfg, const char *args, const char *kwargs) {
-  static char buf[8192];
-  char kt[512];
-  snprintf(kt, sizeof kt, "{\"class_name\": \"__keras_tensor__\", \"config\": {\"shape\": [null, "
-           "%s], \"dtype\": \"float32\", \"keras_history\": [\"in\", 0, 0]}}", shape);
-  char a[1200], k[1200];
-  subst(a, sizeof a, args ? args : "[KT]", kt);
-  subst(k, sizeof k, kwargs ? kwargs : "{}", kt);
-  int n = snprintf(
-      buf, sizeof buf,
-      "{\"module\": \"keras.src.models.functional\", \"class_name\": \"Functional\", \"config\": "
-      "{\"name\": \"m\", \"trainable\": true, \"layers\": ["
-      "{\"module\": \"keras.layers\", \"class_name\": \"InputLayer\", \"config\": "
-      "{\"batch_shape\": "
-      "[null, %s], \"dtype\": \"float32\", \"name\": \"in\"}, \"name\": \"in\", \"inbound_nodes\": "
-      "[]},"
-      "{\"module\": \"keras.layers\", \"class_name\": \"%s\", \"config\": {\"name\": \"L\", "
-      "\"trainable\": true%s%s}, \"name\": \"L\", \"inbound_nodes\": [{\"args\": %s, \"kwargs\": "
-      "%s}]}"
-      "], \"input_layers\": [\"in\", 0, 0], \"output_layers\": [\"L\", 0, 0]}}",
-      shape, cls, *cfg ? ", " : "", cfg, a, k);
-  const char *p = fe_tmp(tag);
-  fe_write(p, buf, (size_t)n);
-  return p;
-}
-
 static kdc_keras_model *load(const char *tag, const char *shape, const char *cls, const char *cfg) {
-  return fe_load_ok(model_file(tag, shape, cls, cfg, NULL, NULL));
+  return fe_load_ok(fe_model_file(tag, shape, cls, cfg, NULL, NULL));
 }
 
 /* Variable |i| has path "L/|name|" and shape |dims| (|rank| entries). */
@@ -83,7 +38,7 @@ static void expect_var(const kdc_keras_model *m, size_t i, const char *name, int
   expect_var(m, i, name, sizeof(DIMS(__VA_ARGS__)) / sizeof(int64_t), DIMS(__VA_ARGS__))
 
 static void test_mha_variables(void **s FE_UNUSED) {
-  kdc_keras_model *m = fe_load_ok(model_file("mha.json", "16, 32", "MultiHeadAttention",
+  kdc_keras_model *m = fe_load_ok(fe_model_file("mha.json", "16, 32", "MultiHeadAttention",
                                              "\"num_heads\": 4, \"key_dim\": 8", "[KT, KT]", NULL));
   assert_int_equal(kdc_frontend_variable_count(m), 8);
   VAR(m, 0, "query/kernel", 32, 4, 8);
@@ -97,7 +52,7 @@ static void test_mha_variables(void **s FE_UNUSED) {
   assert_int_equal(kdc_frontend_param_count(m), 4 * (32 * 32 + 32));
   kdc_frontend_free(m);
   /* value_dim, output_shape, no bias */
-  m = fe_load_ok(model_file("mha2.json", "5, 6", "MultiHeadAttention", "\"num_heads\": 2, "
+  m = fe_load_ok(fe_model_file("mha2.json", "5, 6", "MultiHeadAttention", "\"num_heads\": 2, "
                             "\"key_dim\": 3, \"value_dim\": 4, \"use_bias\": false, "
                             "\"output_shape\": 7", "[KT, KT]", NULL));
   assert_int_equal(kdc_frontend_variable_count(m), 4);
@@ -172,7 +127,7 @@ static void test_einsum_dense_variables(void **s FE_UNUSED) {
 
 static void expect_out(const char *tag, const char *shape, const char *cls, const char *cfg,
                        const char *args, int rank, const int64_t *dims) {
-  kdc_keras_model *m = fe_load_ok(model_file(tag, shape, cls, cfg, args, NULL));
+  kdc_keras_model *m = fe_load_ok(fe_model_file(tag, shape, cls, cfg, args, NULL));
   const kdc_kshape *o = &m->layers[1].nodes[0].out[0];
   assert_int_equal(o->rank, rank);
   for (int d = 1; d < rank; d++) assert_int_equal(o->dims[d], dims[d]);
@@ -197,36 +152,6 @@ static void test_output_shapes(void **s FE_UNUSED) {
   OUT("gap.json", "4, 5, 3", "GlobalAveragePooling2D", "\"keepdims\": true", NULL, -1, 1, 1, 3);
 }
 
-/* Lowers the model at |path| for batch |b|, binds Keras' default weights
- * (or |w| values for variable 0), runs |x| through the interpreter and
- * checks every output element against |want| (|n| values). */
-static void run(const char *path, int64_t b, const float *x, const float *w0, const float *want,
-                int64_t n) {
-  kdc_keras_model *m = fe_load_ok(path);
-  kdc_lower_options opt = {.batch = b};
-  kdc_module *mod = NULL;
-  kdc_status st = kdc_frontend_lower(m, &opt, &mod);
-  if (st) fail_msg("lowering: %s", kdc_status_message(st));
-  assert_null(kdc_ir_verify_module(mod));
-  assert_null(kdc_frontend_bind_weights(m, mod, NULL, 3));
-  if (w0) memcpy(mod->weights[0].data, w0, kdc_type_bytes(&mod->weights[0].type));
-  kdc_func *f = kdc_ir_module_find_func(mod, "predict");
-  kdc_tensor *args = calloc(f->n_params, sizeof *args), out;
-  args[0].type = kdc_ir_type(f, f->params[0])[0];
-  args[0].data = (void *)x;
-  st = kdc_ir_interpret(f, args, f->n_params, &out);
-  if (st) fail_msg("interpret: %s", kdc_status_message(st));
-  assert_int_equal(kdc_type_numel(&out.type), n);
-  const float *got = out.data;
-  for (int64_t i = 0; i < n; i++)
-    if (!(fabsf(got[i] - want[i]) <= 1e-5f + 1e-5f * fabsf(want[i])))
-      fail_msg("%s: element %lld: got %.8g, want %.8g", path, (long long)i, got[i], want[i]);
-  free(out.data);
-  free(args);
-  kdc_ir_module_destroy(mod);
-  kdc_frontend_free(m);
-}
-
 static void test_numbers(void **s FE_UNUSED) {
   /* bilinear x2 of [[0, 1], [2, 3]]: rows/cols 0, .25, .75, 1 (half-pixel,
    * edge clamp, jax.image.resize / tf.image.resize) */
@@ -235,41 +160,41 @@ static void test_numbers(void **s FE_UNUSED) {
   const float r[4] = {0, 0.25f, 0.75f, 1};
   for (int i = 0; i < 4; i++)
     for (int j = 0; j < 4; j++) up[i * 4 + j] = 2 * r[i] + r[j];
-  run(model_file("bil.json", "2, 2, 1", "UpSampling2D", "\"size\": [2, 2], \"interpolation\": "
+  fe_run_check(fe_model_file("bil.json", "2, 2, 1", "UpSampling2D", "\"size\": [2, 2], \"interpolation\": "
                  "\"bilinear\"", NULL, NULL), 1, img, NULL, up, 16);
   /* Rescaling with per-channel scale (the Hirenraj07 form) */
   const float x6[6] = {1, 2, 3, 4, 5, 6}, sc[6] = {0.5f, 4, 9, 2, 10, 18};
-  run(model_file("resc.json", "2, 3", "Rescaling", "\"scale\": [0.5, 2.0, 3.0], \"offset\": 0.0",
+  fe_run_check(fe_model_file("resc.json", "2, 3", "Rescaling", "\"scale\": [0.5, 2.0, 3.0], \"offset\": 0.0",
                  NULL, NULL), 1, x6, NULL, sc, 6);
   /* Normalization with config mean/variance; invert */
   const float nz[6] = {0, 0, 0, 3, 1.5f, 1};
-  run(model_file("nrm.json", "2, 3", "Normalization", "\"axis\": -1, \"mean\": [1, 2, 3], "
+  fe_run_check(fe_model_file("nrm.json", "2, 3", "Normalization", "\"axis\": -1, \"mean\": [1, 2, 3], "
                  "\"variance\": [1, 4, 9]", NULL, NULL), 1, x6, NULL, nz, 6);
   const float inv[6] = {1.5f, 2, 2.5f, 3, 3.5f, 4};
-  run(model_file("nrmi.json", "2, 3", "Normalization", "\"axis\": null, \"mean\": 1.0, "
+  fe_run_check(fe_model_file("nrmi.json", "2, 3", "Normalization", "\"axis\": null, \"mean\": 1.0, "
                  "\"variance\": 0.25, \"invert\": true", NULL, NULL), 1, x6, NULL, inv, 6);
   /* LayerNormalization rms_scaling: x * rsqrt(var + eps) * gamma (gamma 1) */
   const float x2[2] = {1, 3};
   const float rms[2] = {(float)(1 / sqrt(1.001)), (float)(3 / sqrt(1.001))};
-  run(model_file("rms.json", "2", "LayerNormalization", "\"rms_scaling\": true", NULL, NULL), 1, x2,
+  fe_run_check(fe_model_file("rms.json", "2", "LayerNormalization", "\"rms_scaling\": true", NULL, NULL), 1, x2,
       NULL, rms, 2);
   /* GlobalMaxPooling1D channels_first keepdims: max over the steps axis 2 */
   const float mx[2] = {3, 6};
-  run(model_file("gmp.json", "2, 3", "GlobalMaxPooling1D", "\"data_format\": \"channels_first\", "
+  fe_run_check(fe_model_file("gmp.json", "2, 3", "GlobalMaxPooling1D", "\"data_format\": \"channels_first\", "
                  "\"keepdims\": true", NULL, NULL), 1, x6, NULL, mx, 2);
   /* Softmax over two axes */
   float sm[6], z = 0;
   for (int i = 0; i < 6; i++) z += expf(x6[i]);
   for (int i = 0; i < 6; i++) sm[i] = expf(x6[i]) / z;
-  run(model_file("smx.json", "2, 3", "Softmax", "\"axis\": [1, 2]", NULL, NULL), 1, x6, NULL, sm,
+  fe_run_check(fe_model_file("smx.json", "2, 3", "Softmax", "\"axis\": [1, 2]", NULL, NULL), 1, x6, NULL, sm,
       6);
   /* PReLU with alpha 0.5 everywhere */
   const float xn[6] = {-2, 1, -4, 3, 0, -1}, a5[6] = {0.5f, 0.5f, 0.5f, 0.5f, 0.5f, 0.5f};
   const float pr[6] = {-1, 1, -2, 3, 0, -0.5f};
-  run(model_file("prl.json", "2, 3", "PReLU", "", NULL, NULL), 1, xn, a5, pr, 6);
+  fe_run_check(fe_model_file("prl.json", "2, 3", "PReLU", "", NULL, NULL), 1, xn, a5, pr, 6);
   /* ThresholdedReLU (tf.keras 2): x * (x > theta) */
   const float th[6] = {0, 0, 0, 3, 0, 0};
-  run(model_file("thr.json", "2, 3", "ThresholdedReLU", "\"theta\": 1.0", NULL, NULL), 1, xn, NULL,
+  fe_run_check(fe_model_file("thr.json", "2, 3", "ThresholdedReLU", "\"theta\": 1.0", NULL, NULL), 1, xn, NULL,
       th, 6);
 }
 
@@ -299,13 +224,13 @@ static void run_mha(const char *path, float *out) {
 static void test_mha_kwargs_value(void **s FE_UNUSED) {
   const char *cfg = "\"num_heads\": 2, \"key_dim\": 3, \"attention_axes\": [1]";
   float a[24], b[24];
-  run_mha(model_file("mha_pos.json", "3, 4", "MultiHeadAttention", cfg, "[KT, KT]", NULL), a);
-  run_mha(model_file("mha_kw.json", "3, 4", "MultiHeadAttention", cfg, "[KT]", "{\"value\": KT}"),
+  run_mha(fe_model_file("mha_pos.json", "3, 4", "MultiHeadAttention", cfg, "[KT, KT]", NULL), a);
+  run_mha(fe_model_file("mha_kw.json", "3, 4", "MultiHeadAttention", cfg, "[KT]", "{\"value\": KT}"),
           b);
   for (int i = 0; i < 24; i++) assert_true(a[i] == b[i]);
   /* use_causal_mask: the first query step sees only the first key step */
   float c[24];
-  run_mha(model_file("mha_causal.json", "3, 4", "MultiHeadAttention", cfg, "[KT, KT]",
+  run_mha(fe_model_file("mha_causal.json", "3, 4", "MultiHeadAttention", cfg, "[KT, KT]",
                      "{\"use_causal_mask\": true}"), c);
   bool differs = false;
   for (int i = 0; i < 24; i++) differs |= a[i] != c[i];
@@ -325,33 +250,33 @@ static kdc_status lower_err(const char *path) {
 }
 
 static void test_errors(void **s FE_UNUSED) {
-  fe_assert_err(lower_err(model_file("e1.json", "3, 4", "MultiHeadAttention", "\"num_heads\": 2, "
+  fe_assert_err(lower_err(fe_model_file("e1.json", "3, 4", "MultiHeadAttention", "\"num_heads\": 2, "
                 "\"key_dim\": 3", "[KT, KT]", "{\"attention_mask\": KT}")), KDC_UNSUPPORTED,
                 "e1.json: config.layers[1] (MultiHeadAttention \"L\")", "attention_mask", NULL);
-  fe_assert_err(lower_err(model_file("e2.json", "3, 4", "MultiHeadAttention", "\"num_heads\": 2, "
+  fe_assert_err(lower_err(fe_model_file("e2.json", "3, 4", "MultiHeadAttention", "\"num_heads\": 2, "
                 "\"key_dim\": 3, \"use_gate\": true", "[KT, KT]", NULL)), KDC_UNSUPPORTED,
                 "e2.json: config.layers[1]", "config.use_gate", NULL);
-  fe_assert_err(lower_err(model_file("e3.json", "2, 2, 1", "UpSampling2D", "\"interpolation\": "
+  fe_assert_err(lower_err(fe_model_file("e3.json", "2, 2, 1", "UpSampling2D", "\"interpolation\": "
                 "\"bicubic\"", NULL, NULL)), KDC_UNSUPPORTED, "e3.json: config.layers[1]",
                 "config.interpolation \"bicubic\"", NULL);
-  fe_assert_err(lower_err(model_file("e4.json", "3, 4", "EinsumDense", "\"equation\": \"ab,bc\", "
+  fe_assert_err(lower_err(fe_model_file("e4.json", "3, 4", "EinsumDense", "\"equation\": \"ab,bc\", "
                 "\"output_shape\": 5", NULL, NULL)), KDC_INVALID_INPUT, "e4.json: config.layers[1]",
                 "config.equation", NULL);
-  fe_assert_err(lower_err(model_file("e5.json", "3, 4", "EinsumDense",
+  fe_assert_err(lower_err(fe_model_file("e5.json", "3, 4", "EinsumDense",
                                      "\"equation\": \"abb,bc->ac\", "
                                      "\"output_shape\": 5",
                                      NULL, NULL)),
                 KDC_UNSUPPORTED, "e5.json", "config.equation", NULL);
-  fe_assert_err(lower_err(model_file("e6.json", "3, 4", "Cropping1D", "\"cropping\": [2, 1]", NULL,
+  fe_assert_err(lower_err(fe_model_file("e6.json", "3, 4", "Cropping1D", "\"cropping\": [2, 1]", NULL,
                 NULL)), KDC_INVALID_INPUT, "e6.json: config.layers[1] (Cropping1D \"L\")",
                 "config.cropping", NULL);
-  fe_assert_err(lower_err(model_file("e7.json", "3, 4", "GroupNormalization", "\"groups\": 3", NULL,
+  fe_assert_err(lower_err(fe_model_file("e7.json", "3, 4", "GroupNormalization", "\"groups\": 3", NULL,
                 NULL)), KDC_INVALID_INPUT, "e7.json", "config.groups 3", NULL);
-  fe_assert_err(lower_err(model_file("e8.json", "3, 4", "Softmax", "\"axis\": -1", NULL,
+  fe_assert_err(lower_err(fe_model_file("e8.json", "3, 4", "Softmax", "\"axis\": -1", NULL,
                 "{\"mask\": KT}")), KDC_UNSUPPORTED, "e8.json", "mask", NULL);
-  fe_assert_err(lower_err(model_file("e9.json", "3", "Rescaling", "\"scale\": [[1, 2], [3]]", NULL,
+  fe_assert_err(lower_err(fe_model_file("e9.json", "3", "Rescaling", "\"scale\": [[1, 2], [3]]", NULL,
                 NULL)), KDC_INVALID_INPUT, "e9.json: config.layers[1]", "config.scale", NULL);
-  fe_assert_err(lower_err(model_file("e10.json", "3", "Dot", "\"axes\": 0", "[[KT, KT]]", NULL)),
+  fe_assert_err(lower_err(fe_model_file("e10.json", "3", "Dot", "\"axes\": 0", "[[KT, KT]]", NULL)),
                 KDC_INVALID_INPUT, "e10.json", "config.axes", NULL);
 }
 

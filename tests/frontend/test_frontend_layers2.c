@@ -1,0 +1,532 @@
+/*
+ * test_frontend_layers2.c: TimeDistributed, Attention, AdditiveAttention,
+ * Resizing, CenterCrop and the random augmentation layers
+ * (lower_time_distributed.c, lower_dot_attention.c, lower_image.c):
+ * - examples/layer_zoo2 (tests/reference/gen_layer_zoo2.js: tfjs 4.22 and
+ *   plain-JS float64 Keras 3 formulas) through the reference interpreter:
+ *   every output element within 1e-5 + 1e-4 |ref|; the training model
+ *   fit_model.json likewise; Keras 3 variable paths and counts;
+ * - gradients of sum(predict * w) (w a fixed random cotangent) with respect
+ *   to weights and inputs against central differences (h = 1e-3 max(1,
+ *   |x|), tolerance 1e-2 |fd| + 1e-3 max(1, max |fd|), as tests/training);
+ * - Resizing methods the example cannot check against tfjs (bicubic,
+ *   lanczos3, antialiased bilinear, nearest downsampling) against the
+ *   formulas of jax.image.resize written out here per output pixel;
+ * - tf.keras 2 weight names of a wrapped layer ("td/kernel") bind; tf.keras
+ *   2's Attention config `causal` acts as Keras 3's use_causal_mask;
+ * - the activations Keras 3 added (hard_tanh, soft_shrink, hard_shrink,
+ *   tanh_shrink, sparse_plus, sparse_sigmoid, squareplus, sparsemax) against
+ *   jax.nn's definitions (sparsemax by sorting, as jax does), and their
+ *   gradients against central differences;
+ * - RandomFlip in a training step: every sample is itself or its mirror,
+ *   and both occur;
+ * - refusals are one-line located errors naming the key or the class.
+ */
+#include "fe_test.h"
+
+#include "common/io.h"
+#include "passes/passes.h"
+
+#define ZOO(f) FE_EXAMPLE("layer_zoo2", f)
+
+/* A lowered example: module, predict and its arguments (inputs from the
+ * .npy files' first |b| rows, weights copied from the bound module). */
+typedef struct lowered {
+  kdc_keras_model *km;
+  kdc_module *mod;
+  kdc_func *f;
+  kdc_tensor *args;
+} lowered;
+
+static void lower_example(const char *model, const char *weights, const char *const *inputs,
+                          int64_t b, lowered *L) {
+  L->km = fe_load_ok(model);
+  kdc_lower_options opt = {.batch = b};
+  kdc_status st = kdc_frontend_lower(L->km, &opt, &L->mod);
+  if (st) fail_msg("lowering %s: %s", model, kdc_status_message(st));
+  st = kdc_frontend_bind_weights(L->km, L->mod, weights, 0);
+  if (st) fail_msg("binding %s: %s", weights, kdc_status_message(st));
+  L->f = kdc_ir_module_find_func(L->mod, "predict");
+  L->args = calloc(L->f->n_params, sizeof *L->args);
+  int ni = 0;
+  for (size_t i = 0; i < L->f->n_params; i++) {
+    const kdc_node *nd = kdc_ir_node(L->f, L->f->params[i]);
+    kdc_tensor *a = &L->args[i];
+    a->type = nd->type;
+    size_t bytes = kdc_type_bytes(&a->type);
+    a->data = malloc(bytes + 1);
+    if (nd->attr.param.kind == KDC_PARAM_INPUT) {
+      kdc_npy_array x;
+      assert_null(kdc_npy_read(inputs[ni++], &x));
+      assert_true(x.nbytes >= bytes);
+      memcpy(a->data, x.data, bytes);
+      kdc_npy_free(&x);
+    } else {
+      const kdc_weight *w = kdc_ir_module_find_weight(L->mod, nd->attr.param.name);
+      assert_non_null(w);
+      memcpy(a->data, w->data, bytes);
+    }
+  }
+}
+
+static void lowered_free(lowered *L) {
+  for (size_t i = 0; i < L->f->n_params; i++) free(L->args[i].data);
+  free(L->args);
+  kdc_ir_module_destroy(L->mod);
+  kdc_frontend_free(L->km);
+}
+
+static void compare(const kdc_tensor *got, const char *want_path) {
+  kdc_npy_array want;
+  assert_null(kdc_npy_read(want_path, &want));
+  int64_t n = kdc_type_numel(&got->type);
+  assert_int_equal((int64_t)(want.nbytes / sizeof(float)), n);
+  const float *g = got->data, *w = want.data;
+  for (int64_t i = 0; i < n; i++)
+    if (!(fabsf(g[i] - w[i]) <= 1e-5f + 1e-4f * fabsf(w[i])))
+      fail_msg("%s: element %lld: got %.8g, want %.8g", want_path, (long long)i, g[i], w[i]);
+  kdc_npy_free(&want);
+}
+
+static void test_zoo_interpreter(void **s FE_UNUSED) {
+  const char *in[2] = {ZOO("input0.npy"), ZOO("input1.npy")};
+  lowered L;
+  lower_example(ZOO("model.json"), ZOO("weights.safetensors"), in, 37, &L);
+  /* Keras 3 paths: the wrapped layer inside the wrapper's scope */
+  assert_string_equal(kdc_frontend_variable(L.km, 0)->path, "td_conv/conv/kernel");
+  assert_string_equal(kdc_frontend_variable(L.km, 1)->path, "td_conv/conv/bias");
+  assert_string_equal(kdc_frontend_variable(L.km, 4)->path, "td_key/dense_1/kernel");
+  assert_string_equal(kdc_frontend_variable(L.km, 6)->path, "attn/scale");
+  assert_string_equal(kdc_frontend_variable(L.km, 7)->path, "attn_concat/scale");
+  assert_string_equal(kdc_frontend_variable(L.km, 8)->path, "attn_concat/concat_score_weight");
+  assert_string_equal(kdc_frontend_variable(L.km, 9)->path, "attn_add/scale");
+  assert_int_equal(kdc_frontend_variable_count(L.km), 10);
+  assert_int_equal(kdc_frontend_param_count(L.km), 108 + 4 + 20 + 5 + 25 + 5 + 1 + 1 + 1 + 5);
+  kdc_tensor out;
+  assert_null(kdc_ir_interpret(L.f, L.args, L.f->n_params, &out));
+  compare(&out, ZOO("expected.npy"));
+  free(out.data);
+  lowered_free(&L);
+  lower_example(ZOO("fit_model.json"), ZOO("fit_weights.safetensors"),
+                (const char *[]){ZOO("fit_input.npy")}, 37, &L);
+  assert_null(kdc_ir_interpret(L.f, L.args, L.f->n_params, &out));
+  compare(&out, ZOO("fit_expected.npy"));
+  free(out.data);
+  lowered_free(&L);
+}
+
+/* xorshift64* uniform in [lo, hi) */
+static double urand(uint64_t *s, double lo, double hi) {
+  *s ^= *s >> 12, *s ^= *s << 25, *s ^= *s >> 27;
+  return lo + (hi - lo) * ((double)((*s * 2685821657736338717ull) >> 11) / 9007199254740992.0);
+}
+
+static double weighted(const kdc_tensor *r, const float *w) {
+  double s = 0;
+  for (int64_t i = 0; i < kdc_type_numel(&r->type); i++) s += (double)((float *)r->data)[i] * w[i];
+  return s;
+}
+
+/* Central differences of sum(predict * w) for every parameter whose name
+ * does not start with |skip| (NULL: none), every |stride|-th element. */
+static void grad_check(lowered *L, const char *skip, int stride, int min_checked) {
+  kdc_func *f = L->f;
+  kdc_type rt = *kdc_ir_type(f, f->results[0]);
+  int64_t rn = kdc_type_numel(&rt);
+  float *w = malloc(sizeof(float) * (size_t)rn);
+  uint64_t seed = 0x5EEDull;
+  for (int64_t i = 0; i < rn; i++) w[i] = (float)urand(&seed, -1, 1);
+  kdc_value_id wc = kdc_ir_constant(f, &rt, w);
+  int64_t all[KDC_MAX_RANK];
+  for (int i = 0; i < rt.rank; i++) all[i] = i;
+  kdc_value_id y = kdc_ir_reduce(f, KDC_RED_SUM, kdc_ir_binary(f, KDC_OP_MUL, f->results[0], wc),
+                                 rt.rank, all);
+  assert_null(kdc_ir_take_error(f));
+  size_t np = f->n_params;
+  kdc_value_id *wrt = calloc(np, sizeof *wrt), *g = calloc(np, sizeof *g);
+  for (size_t i = 0; i < np; i++) wrt[i] = f->params[i];
+  assert_null(kdc_autodiff(f, y, wrt, np, g));
+  size_t n0 = f->n_results;
+  for (size_t i = 0; i < np; i++) {
+    if (g[i] == KDC_NO_VALUE) fail_msg("no gradient for %s", kdc_ir_node(f, f->params[i])->attr.param.name);
+    kdc_ir_add_result(f, g[i], "grad");
+  }
+  assert_null(kdc_ir_verify(f));
+  kdc_tensor *base = calloc(f->n_results, sizeof *base), *out = calloc(f->n_results, sizeof *out);
+  assert_null(kdc_ir_interpret(f, L->args, np, base));
+  int checked = 0;
+  for (size_t k = 0; k < np; k++) {
+    const char *name = kdc_ir_node(f, f->params[k])->attr.param.name;
+    if (skip && !strncmp(name, skip, strlen(skip))) continue;
+    float *x = L->args[k].data;
+    const float *gk = base[n0 + k].data;
+    int64_t n = kdc_type_numel(&L->args[k].type);
+    double scale = 1;
+    double *fd = calloc((size_t)n + 1, sizeof *fd);
+    for (int64_t i = 0; i < n; i += stride) {
+      float x0 = x[i];
+      double h = 1e-3 * fmax(1.0, fabs(x0));
+      x[i] = (float)(x0 + h);
+      double xp = x[i];
+      assert_null(kdc_ir_interpret(f, L->args, np, out));
+      double yp = weighted(&out[0], w);
+      for (size_t r = 0; r < f->n_results; r++) free(out[r].data);
+      x[i] = (float)(x0 - h);
+      double xm = x[i];
+      assert_null(kdc_ir_interpret(f, L->args, np, out));
+      double ym = weighted(&out[0], w);
+      for (size_t r = 0; r < f->n_results; r++) free(out[r].data);
+      x[i] = x0;
+      fd[i] = (yp - ym) / (xp - xm);
+      scale = fmax(scale, fabs(fd[i]));
+    }
+    for (int64_t i = 0; i < n; i += stride, checked++)
+      if (!(fabs(gk[i] - fd[i]) <= 1e-2 * fabs(fd[i]) + 1e-3 * scale))
+        fail_msg("d/d %s[%lld]: autodiff %.7g, central difference %.7g", name, (long long)i,
+                 gk[i], fd[i]);
+    free(fd);
+  }
+  assert_true(checked >= min_checked);
+  for (size_t r = 0; r < f->n_results; r++) free(base[r].data);
+  free(base), free(out), free(wrt), free(g), free(w);
+}
+
+/* TimeDistributed(Dense), causal Attention, AdditiveAttention, Resizing,
+ * CenterCrop, every weight and the image input. */
+static void test_fit_model_gradients(void **s FE_UNUSED) {
+  lowered L;
+  lower_example(ZOO("fit_model.json"), ZOO("fit_weights.safetensors"),
+                (const char *[]){ZOO("fit_input.npy")}, 2, &L);
+  grad_check(&L, NULL, 1, 100);
+  lowered_free(&L);
+}
+
+/* The zoo's concat-mode Attention with a separate key and its scores output,
+ * the TimeDistributed Dense layers and the resize paths; td_conv (relu
+ * kinks) and the frames input are left out. */
+static void test_zoo_gradients(void **s FE_UNUSED) {
+  const char *in[2] = {ZOO("input0.npy"), ZOO("input1.npy")};
+  lowered L;
+  lower_example(ZOO("model.json"), ZOO("weights.safetensors"), in, 1, &L);
+  grad_check(&L, "td_conv", 3, 100);
+  lowered_free(&L);
+}
+
+/* tf.keras 2 names the wrapped layer's weights "td/kernel": the fit model's
+ * weights renamed so bind to the same variables (same predictions). */
+static void test_tk2_weight_names(void **s FE_UNUSED) {
+  kdc_safetensors *st = NULL;
+  assert_null(kdc_safetensors_open(ZOO("fit_weights.safetensors"), &st));
+  size_t n = kdc_safetensors_count(st);
+  kdc_st_tensor t[16];
+  char names[16][64];
+  assert_true(n <= 16);
+  for (size_t i = 0; i < n; i++) {
+    t[i] = *kdc_safetensors_get(st, i);
+    const char *nm = t[i].name;
+    snprintf(names[i], sizeof names[i], "%s", strncmp(nm, "td/dense/", 9) ? nm : "");
+    if (!names[i][0]) snprintf(names[i], sizeof names[i], "td/%s", nm + 9);
+    t[i].name = names[i];
+  }
+  const char *renamed = fe_tmp("tk2_names.safetensors");
+  assert_null(kdc_safetensors_write(renamed, t, n, NULL));
+  kdc_safetensors_close(st);
+  const char *in[1] = {ZOO("fit_input.npy")};
+  lowered a, b;
+  lower_example(ZOO("fit_model.json"), ZOO("fit_weights.safetensors"), in, 3, &a);
+  lower_example(ZOO("fit_model.json"), renamed, in, 3, &b);
+  kdc_tensor oa, ob;
+  assert_null(kdc_ir_interpret(a.f, a.args, a.f->n_params, &oa));
+  assert_null(kdc_ir_interpret(b.f, b.args, b.f->n_params, &ob));
+  assert_memory_equal(oa.data, ob.data, kdc_type_bytes(&oa.type));
+  free(oa.data), free(ob.data);
+  lowered_free(&a), lowered_free(&b);
+}
+
+/* predict of the one-layer model at |path| on |x| (2 rows of |shape|). */
+static float *predict2(const char *path, const float *x, int rank, const int64_t *shape) {
+  const char *xf = fe_tmp("p2_x.npy");
+  assert_null(kdc_npy_write(xf, KDC_IO_DTYPE_F32, rank, shape, x));
+  lowered L;
+  lower_example(path, NULL, (const char *[]){xf}, 2, &L);
+  kdc_tensor out;
+  assert_null(kdc_ir_interpret(L.f, L.args, L.f->n_params, &out));
+  lowered_free(&L);
+  return out.data;
+}
+
+/* tf.keras 2's Attention config `causal` = Keras 3's use_causal_mask call
+ * argument: row i of the output mixes value rows 0..i only (row 0 = value
+ * row 0 exactly), unlike the unmasked layer. */
+static void test_attention_causal_forms(void **s FE_UNUSED) {
+  float x[2 * 4 * 3];
+  uint64_t seed = 21;
+  for (int i = 0; i < 24; i++) x[i] = (float)urand(&seed, -1, 1);
+  const int64_t shape[3] = {2, 4, 3};
+  float *k3 = predict2(fe_model_file("c3.json", "4, 3", "Attention", "", "[[KT, KT]]",
+                                     "{\"use_causal_mask\": true}"), x, 3, shape);
+  float *tk2 = predict2(fe_model_file("c2.json", "4, 3", "Attention", "\"causal\": true",
+                                      "[[KT, KT]]", NULL), x, 3, shape);
+  float *plain = predict2(fe_model_file("c0.json", "4, 3", "Attention", "", "[[KT, KT]]", NULL),
+                          x, 3, shape);
+  assert_memory_equal(k3, tk2, sizeof x);
+  for (int b = 0; b < 2; b++)
+    for (int c = 0; c < 3; c++) assert_true(k3[b * 12 + c] == x[b * 12 + c]);
+  assert_memory_not_equal(k3, plain, sizeof x);
+  free(k3), free(tk2), free(plain);
+}
+
+/* ---- Resizing by hand ------------------------------------------------------ */
+
+enum { H = 5, W = 7 };
+
+/* jax.image.resize's kernels, written out per case. */
+static double kern(const char *m, double x) {
+  if (!strcmp(m, "bilinear")) return fmax(0, 1 - x);
+  if (!strcmp(m, "bicubic")) { /* Keys, a = -0.5 */
+    const double a = -0.5;
+    if (x < 1) return (a + 2) * x * x * x - (a + 3) * x * x + 1;
+    if (x < 2) return a * x * x * x - 5 * a * x * x + 8 * a * x - 4 * a;
+    return 0;
+  }
+  /* lanczos3: sinc(x) sinc(x / 3) */
+  if (x >= 3) return 0;
+  if (x < 1e-3) return 1;
+  return sin(M_PI * x) / (M_PI * x) * sin(M_PI * x / 3) / (M_PI * x / 3);
+}
+
+/* out (i, j) of an H x W one-channel image resized to oh x ow. */
+static double by_hand(const float *img, int oh, int ow, const char *m, bool aa, int i, int j) {
+  double acc = 0, ts[2] = {0, 0};
+  double wr[16] = {0}, wc[16] = {0};
+  const int in[2] = {H, W}, on[2] = {oh, ow}, at[2] = {i, j};
+  double *wt[2] = {wr, wc};
+  for (int a = 0; a < 2; a++) {
+    double sc = (double)on[a] / in[a], ks = aa && sc < 1 ? 1 / sc : 1;
+    double p = (at[a] + 0.5) / sc - 0.5;
+    for (int k = 0; k < in[a]; k++) ts[a] += wt[a][k] = kern(m, fabs(p - k) / ks);
+  }
+  for (int r = 0; r < H; r++)
+    for (int c = 0; c < W; c++) acc += wr[r] / ts[0] * wc[c] / ts[1] * img[r * W + c];
+  return acc;
+}
+
+static void check_resize(const char *m, bool aa, int oh, int ow) {
+  char cfg[256], tag[64];
+  snprintf(cfg, sizeof cfg, "\"height\": %d, \"width\": %d, \"interpolation\": \"%s\", "
+           "\"antialias\": %s, \"data_format\": \"channels_last\"", oh, ow, m, aa ? "true" : "false");
+  snprintf(tag, sizeof tag, "rs_%s_%d_%d_%d.json", m, aa, oh, ow);
+  float img[2 * H * W], want[2 * 16 * 16];
+  uint64_t seed = 99;
+  for (int i = 0; i < 2 * H * W; i++) img[i] = (float)urand(&seed, -1, 1);
+  for (int b = 0; b < 2; b++)
+    for (int i = 0; i < oh; i++)
+      for (int j = 0; j < ow; j++) {
+        double v;
+        if (!strcmp(m, "nearest"))
+          v = img[b * H * W + (int)floor((i + 0.5) * H / oh) * W + (int)floor((j + 0.5) * W / ow)];
+        else v = by_hand(img + b * H * W, oh, ow, m, aa, i, j);
+        want[(b * oh + i) * ow + j] = (float)v;
+      }
+  fe_run_check(fe_model_file(tag, "5, 7, 1", "Resizing", cfg, NULL, NULL), 2, img, NULL, want,
+      2 * oh * ow);
+}
+
+static void test_resize_by_hand(void **s FE_UNUSED) {
+  check_resize("bicubic", false, 9, 4);
+  check_resize("lanczos3", false, 3, 11);
+  check_resize("bilinear", true, 2, 3);  /* antialias: the kernel widened by in/out */
+  check_resize("bilinear", false, 2, 3);
+  check_resize("nearest", false, 3, 4);
+  check_resize("nearest", false, 8, 13);
+}
+
+static kdc_status lower_err(const char *path, bool train);
+
+/* ---- activations added for Keras 3 (keras/src/backend/jax/nn.py, jax.nn) -- */
+
+static double act_ref(const char *a, double x) {
+  if (!strcmp(a, "hard_tanh")) return x > 1 ? 1 : x < -1 ? -1 : x;
+  if (!strcmp(a, "soft_shrink")) return x > 0.5 ? x - 0.5 : x < -0.5 ? x + 0.5 : 0;
+  if (!strcmp(a, "hard_shrink")) return fabs(x) > 0.5 ? x : 0;
+  if (!strcmp(a, "tanh_shrink")) return x - tanh(x);
+  if (!strcmp(a, "sparse_plus")) return x <= -1 ? 0 : x >= 1 ? x : (x + 1) * (x + 1) / 4;
+  if (!strcmp(a, "sparse_sigmoid")) return x <= -1 ? 0 : x >= 1 ? 1 : (x + 1) / 2;
+  return (x + sqrt(x * x + 4)) / 2; /* squareplus */
+}
+
+static int cmp_desc(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x < y) - (x > y);
+}
+
+/* jax's sparsemax: sort descending, support = z_(r) - (cumsum_r - 1) / r > 0. */
+static void sparsemax_ref(const float *z, int n, float *out) {
+  double s[16], cum = 0, tau = 0;
+  int k = 0;
+  for (int i = 0; i < n; i++) s[i] = z[i];
+  qsort(s, (size_t)n, sizeof *s, cmp_desc);
+  for (int r = 1; r <= n; r++) {
+    cum += s[r - 1];
+    if (s[r - 1] - (cum - 1) / r > 0) k = r, tau = cum;
+  }
+  tau = (tau - 1) / k;
+  for (int i = 0; i < n; i++) out[i] = (float)fmax(z[i] - tau, 0);
+}
+
+static void test_activations(void **s FE_UNUSED) {
+  static const char *const names[] = {"hard_tanh", "soft_shrink", "hard_shrink", "tanh_shrink",
+                                      "sparse_plus", "sparse_sigmoid", "squareplus", "sparsemax"};
+  enum { N = 2 * 9 };
+  float x[N], want[N];
+  uint64_t seed = 11;
+  for (int i = 0; i < N; i++) x[i] = (float)urand(&seed, -2.5, 2.5);
+  x[3] = x[5] = 0.9f; /* a tie for sparsemax */
+  for (size_t a = 0; a < sizeof names / sizeof *names; a++) {
+    char cfg[64], tag[64];
+    snprintf(cfg, sizeof cfg, "\"activation\": \"%s\"", names[a]);
+    snprintf(tag, sizeof tag, "act_%s.json", names[a]);
+    if (!strcmp(names[a], "sparsemax")) {
+      sparsemax_ref(x, 9, want);
+      sparsemax_ref(x + 9, 9, want + 9);
+    } else {
+      for (int i = 0; i < N; i++) want[i] = (float)act_ref(names[a], x[i]);
+    }
+    const char *p = fe_model_file(tag, "9", "Activation", cfg, NULL, NULL);
+    fe_run_check(p, 2, x, NULL, want, N);
+    /* the gradient with respect to the input (away from the kinks) */
+    float xs[N];
+    for (int i = 0; i < N; i++) xs[i] = x[i];
+    const char *xf = fe_tmp("act_x.npy");
+    assert_null(kdc_npy_write(xf, KDC_IO_DTYPE_F32, 2, (int64_t[]){2, 9}, xs));
+    lowered L;
+    lower_example(p, NULL, (const char *[]){xf}, 2, &L);
+    grad_check(&L, NULL, 1, 18);
+    lowered_free(&L);
+  }
+  /* glu halves the last dim, threshold needs arguments: refused, located */
+  fe_assert_err(lower_err(fe_model_file("glu.json", "4", "Activation", "\"activation\": \"glu\"",
+                                        NULL, NULL), false),
+                KDC_UNSUPPORTED, "config.layers[1].config.activation", "\"glu\"", NULL);
+}
+
+/* ---- RandomFlip in training ------------------------------------------------ */
+
+static void test_random_flip_training(void **s FE_UNUSED) {
+  enum { B = 64 };
+  kdc_keras_model *m = fe_load_ok(fe_model_file("flip.json", "3, 4, 2", "RandomFlip",
+                                             "\"mode\": \"horizontal\"", NULL, NULL));
+  kdc_lower_options opt = {.batch = B, .train_forward = true, .dropout_seed = 7};
+  kdc_module *mod = NULL;
+  assert_null(kdc_frontend_lower(m, &opt, &mod));
+  kdc_func *f = kdc_ir_module_find_func(mod, "train_forward");
+  assert_non_null(f);
+  float x[B * 24];
+  uint64_t seed = 5;
+  for (int i = 0; i < B * 24; i++) x[i] = (float)urand(&seed, -1, 1);
+  int32_t it = 3;
+  kdc_tensor args[2] = {{kdc_ir_node(f, f->params[0])->type, x},
+                        {kdc_ir_node(f, f->params[1])->type, &it}};
+  kdc_tensor out;
+  assert_null(kdc_ir_interpret(f, args, 2, &out));
+  const float *y = out.data;
+  int flipped = 0;
+  for (int b = 0; b < B; b++) {
+    bool same = true, mirror = true;
+    for (int r = 0; r < 3; r++)
+      for (int c = 0; c < 4; c++)
+        for (int ch = 0; ch < 2; ch++) {
+          float v = y[((b * 3 + r) * 4 + c) * 2 + ch];
+          same &= v == x[((b * 3 + r) * 4 + c) * 2 + ch];
+          mirror &= v == x[((b * 3 + r) * 4 + (3 - c)) * 2 + ch];
+        }
+    if (!same && !mirror) fail_msg("sample %d is neither itself nor its mirror", b);
+    flipped += !same;
+  }
+  if (flipped < 16 || flipped > 48) fail_msg("%d of %d samples flipped", flipped, B);
+  free(out.data);
+  /* predict: the identity */
+  f = kdc_ir_module_find_func(mod, "predict");
+  assert_null(kdc_ir_interpret(f, args, 1, &out));
+  assert_memory_equal(out.data, x, sizeof x);
+  free(out.data);
+  kdc_ir_module_destroy(mod);
+  kdc_frontend_free(m);
+}
+
+/* ---- refusals ----------------------------------------------------------------- */
+
+static kdc_status load_err(const char *path) {
+  kdc_keras_model *m = NULL;
+  kdc_status st = kdc_frontend_load(path, &m);
+  if (!st) kdc_frontend_free(m);
+  return st;
+}
+
+static kdc_status lower_err(const char *path, bool train) {
+  kdc_keras_model *m = fe_load_ok(path);
+  kdc_lower_options opt = {.batch = 2, .train_forward = train};
+  kdc_module *mod = NULL;
+  kdc_status st = kdc_frontend_lower(m, &opt, &mod);
+  if (!st) kdc_ir_module_destroy(mod);
+  kdc_frontend_free(m);
+  return st;
+}
+
+#define TD_DENSE "\"layer\": {\"class_name\": \"Dense\", \"config\": {\"name\": \"d\", \"units\": 3}}"
+
+static void test_errors(void **s FE_UNUSED) {
+  fe_assert_err(load_err(fe_model_file("td1.json", "5", "TimeDistributed", TD_DENSE, NULL, NULL)),
+                KDC_INVALID_INPUT, "config.layers[1]", "rank >= 3", NULL);
+  fe_assert_err(load_err(fe_model_file("td2.json", "4, 5", "TimeDistributed",
+                                    "\"layer\": {\"class_name\": \"ConvLSTM1D\", \"config\": {}}", NULL,
+                                    NULL)),
+                KDC_UNSUPPORTED, "config.layer.class_name \"ConvLSTM1D\"", "recurrent", NULL);
+  fe_assert_err(load_err(fe_model_file("td3.json", "4, 5", "TimeDistributed", "\"layer\": 3", NULL,
+                                    NULL)),
+                KDC_INVALID_INPUT, "config.layer", NULL);
+  fe_assert_err(lower_err(fe_model_file("td4.json", "4, 5", "TimeDistributed",
+                                     "\"layer\": {\"class_name\": \"BatchNormalization\", "
+                                     "\"config\": {\"name\": \"bn\"}}", NULL, NULL), true),
+                KDC_UNSUPPORTED, "TimeDistributed(BatchNormalization)", NULL);
+  fe_assert_err(load_err(fe_model_file("at1.json", "4, 5", "Attention", "", NULL, NULL)),
+                KDC_INVALID_INPUT, "config.layers[1]", "[query, value]", NULL);
+  fe_assert_err(load_err(fe_model_file("at2.json", "4, 5", "Attention", "\"score_mode\": \"bad\"",
+                                    "[[KT, KT]]", NULL)),
+                KDC_INVALID_INPUT, "config.score_mode \"bad\"", NULL);
+  fe_assert_err(lower_err(fe_model_file("at3.json", "4, 5", "Attention", "\"dropout\": 0.1",
+                                     "[[KT, KT]]", NULL), true),
+                KDC_UNSUPPORTED, "config.dropout", NULL);
+  fe_assert_err(load_err(fe_model_file("at4.json", "4, 5", "Attention", "",
+                                    "[[KT, KT]]", "{\"mask\": [KT, KT]}")),
+                KDC_UNSUPPORTED, "mask", NULL);
+  fe_assert_err(load_err(fe_model_file("rs1.json", "5, 7, 1", "Resizing", "\"height\": 3, "
+                                    "\"width\": 2, \"interpolation\": \"area\"", NULL, NULL)),
+                KDC_UNSUPPORTED, "config.interpolation \"area\"", NULL);
+  fe_assert_err(load_err(fe_model_file("rs2.json", "5, 7", "Resizing", "\"height\": 3, "
+                                    "\"width\": 2", NULL, NULL)),
+                KDC_INVALID_INPUT, "rank 4", NULL);
+  fe_assert_err(load_err(fe_model_file("rs3.json", "5, 7, 1", "CenterCrop", "\"height\": 0, "
+                                    "\"width\": 2", NULL, NULL)),
+                KDC_INVALID_INPUT, "config.height", NULL);
+  fe_assert_err(lower_err(fe_model_file("ra1.json", "5, 7, 1", "RandomRotation", "\"factor\": 0.1",
+                                     NULL, NULL), true),
+                KDC_UNSUPPORTED, "RandomRotation in a training step", NULL);
+  fe_assert_err(lower_err(fe_model_file("ra2.json", "5, 7, 1", "RandomZoom", "\"height_factor\": 0.1",
+                                     NULL, "{\"training\": true}"), false),
+                KDC_UNSUPPORTED, "training=true", NULL);
+  fe_assert_err(load_err(fe_model_file("rc.json", "5, 7, 1", "RandomCrop", "\"height\": 3, "
+                                    "\"width\": 2", NULL, NULL)),
+                KDC_UNSUPPORTED, "\"RandomCrop\" is not supported by kdc: Keras 3 returns", NULL);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_zoo_interpreter),     cmocka_unit_test(test_fit_model_gradients),
+      cmocka_unit_test(test_zoo_gradients),       cmocka_unit_test(test_resize_by_hand),
+      cmocka_unit_test(test_random_flip_training), cmocka_unit_test(test_errors),
+      cmocka_unit_test(test_tk2_weight_names),     cmocka_unit_test(test_activations),
+      cmocka_unit_test(test_attention_causal_forms),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
