@@ -36,7 +36,8 @@
  * the contraction length K).  Padding contributes exact zeros either way.
  *
  * Left to the direct kernel:
- *   - groups > 1 (depthwise, groups == Ci, in particular): each group would
+ *   - groups > 1 (depthwise, groups == Ci, in particular), except conv_dw's
+ *     depthwise weight gradient (FORM_DEPTHWISE_DW below): each group would
  *     be its own tiny GEMM (Ci/groups = 1 channel for depthwise, so K =
  *     K_spatial, e.g. 9): the patch matrix would be K_spatial times the
  *     input for a GEMM with nothing to block on, and a batched dot over
@@ -90,7 +91,13 @@ enum { KDC_C2G_MAX_TAPS = 64 };
 /* How convolution |v| is rewritten: none, one slice per kernel tap, or (a
  * weight gradient: many taps, few output positions) one slice per output
  * position (see the file comment). */
-typedef enum form { FORM_NONE, FORM_TAPS, FORM_OUTPUTS, FORM_OUTPUTS_NATURAL } form;
+typedef enum form {
+  FORM_NONE,
+  FORM_TAPS,
+  FORM_OUTPUTS,
+  FORM_OUTPUTS_NATURAL,
+  FORM_DEPTHWISE_DW
+} form;
 
 /* Whether node |v| is a transpose with permutation |perm| (rank |r|); its
  * operand in *src. */
@@ -117,14 +124,51 @@ static bool natural_operands(const kdc_func *f, const kdc_node *cv, kdc_value_id
   return is_transpose(f, cv->in[0], r, pl, x) && is_transpose(f, cv->in[1], r, pr, g);
 }
 
+/* The depthwise weight gradient as conv_dw spells it (groups G, one input
+ * channel per group): lhs = x [N, S.., G] reshaped to [N, S.., G, 1],
+ * transposed to [1, S.., G, N] and reshaped to [1, S.., G*N]; rhs = g
+ * [N, O.., G*M] transposed to [O.., N, G*M].  x and g in *x, *g. */
+static bool depthwise_operands(const kdc_func *f, const kdc_node *cv, kdc_value_id *x,
+                               kdc_value_id *g) {
+  int r = cv->type.rank, n = r - 2;
+  int64_t G = cv->attr.conv.groups, pt[KDC_MAX_RANK], pr[KDC_MAX_RANK];
+  const kdc_node *l = kdc_ir_node(f, cv->in[0]);
+  if (l->op != KDC_OP_RESHAPE || r + 1 > KDC_MAX_RANK) return false;
+  pt[0] = n + 2, pt[n + 1] = n + 1, pt[n + 2] = 0;
+  for (int d = 0; d < n; d++) pt[d + 1] = d + 1, pr[d] = d + 1;
+  pr[n] = 0, pr[n + 1] = n + 1;
+  kdc_value_id t, rs;
+  if (!is_transpose(f, l->in[0], r + 1, pt, &t)) return false;
+  const kdc_node *rn = kdc_ir_node(f, t);
+  if (rn->op != KDC_OP_RESHAPE || rn->type.dims[n + 2] != 1 || rn->type.dims[n + 1] != G)
+    return false;
+  rs = rn->in[0];
+  const kdc_type *xt = kdc_ir_type(f, rs);
+  if (xt->rank != r || xt->dims[r - 1] != G || !is_transpose(f, cv->in[1], r, pr, g))
+    return false;
+  *x = rs;
+  return kdc_ir_type(f, *g)->dims[r - 1] % G == 0;
+}
+
 static form eligible(const kdc_func *f, kdc_value_id v) {
   const kdc_node *nd = kdc_ir_node(f, v);
   if (nd->op != KDC_OP_CONVOLUTION || nd->n_in != 2) return false;
   const kdc_attr_conv *a = &nd->attr.conv;
   const kdc_type *xt = kdc_ir_type(f, nd->in[0]), *wt = kdc_ir_type(f, nd->in[1]);
-  if (a->groups != 1 || xt->dtype != KDC_DTYPE_F32 || wt->dtype != KDC_DTYPE_F32 ||
+  if (xt->dtype != KDC_DTYPE_F32 || wt->dtype != KDC_DTYPE_F32 ||
       nd->type.dtype != KDC_DTYPE_F32)
     return FORM_NONE;
+  if (a->groups != 1) {
+    int64_t outs = 1;
+    bool flat = true;
+    for (int d = 0; d + 2 < nd->type.rank; d++)
+      outs *= nd->type.dims[d + 1], flat &= a->lhs_dilation.v[d] == 1;
+    kdc_value_id x, g;
+    return flat && outs <= KDC_C2G_MAX_TAPS && kdc_type_numel(&nd->type) > 0 &&
+                   depthwise_operands(f, nd, &x, &g)
+               ? FORM_DEPTHWISE_DW
+               : FORM_NONE;
+  }
   int n = xt->rank - 2;
   if (n < 0 || wt->rank != n + 2 || nd->type.rank != n + 2) return FORM_NONE;
   int64_t taps = 1, outs = 1;
@@ -362,6 +406,89 @@ static kdc_value_id rewrite_outputs_natural(kdc_func *f, kdc_value_id v) {
   return to_conv_layout(f, add(f, KDC_OP_DOT, &d2, 2, ops, &da, NULL, org), &cv);
 }
 
+/* FORM_DEPTHWISE_DW: dW[0, o.., c] = sum over (n, k..) of
+ * x[n, o*s + k*rd.., c/M] g[n, k.., c] with no GEMM shape (one input
+ * channel per group): per output position o a column reduction
+ *
+ *   r_o = reduce sum (slice xp start=[0, o*s.., 0] stride=[1, rd.., 1]
+ *                     [N, K.., G], repeated M times per channel) * g
+ *         dims=[0..n]                                            [G*M]
+ *   y   = reshape(concatenate r_0 .. r_{O-1} as [1, G*M] rows)   [1, O.., G*M]
+ *
+ * each one pass over its slice of x and over g, vectorised over the
+ * channels (codegen's column reductions), where the grouped convolution
+ * walks g with the stride of a channel row per multiply. */
+static kdc_value_id rewrite_depthwise_dw(kdc_func *f, kdc_value_id v) {
+  kdc_node cv = *kdc_ir_node(f, v);
+  const kdc_attr_conv *a = &cv.attr.conv;
+  kdc_value_id x = KDC_NO_VALUE, g = KDC_NO_VALUE;
+  depthwise_operands(f, &cv, &x, &g);
+  kdc_type xt = *kdc_ir_type(f, x), gt = *kdc_ir_type(f, g), yt = cv.type;
+  kdc_sharding xs = kdc_ir_node(f, x)->sharding;
+  const char *org = cv.origin;
+  int n = xt.rank - 2, r = xt.rank;
+  int64_t G = a->groups, co = gt.dims[r - 1], M = co / G, outs = 1;
+  for (int d = 0; d < n; d++) outs *= yt.dims[d + 1];
+  kdc_type pt = xt;
+  kdc_value_id xp = pad_input(f, &cv, x, &xs, &pt);
+  kdc_value_id *rows = kdc_xmalloc((size_t)outs * sizeof *rows);
+  kdc_attrs za;
+  memset(&za, 0, sizeof za);
+  kdc_type st = gt, bt = gt, rt = kdc_type_make(KDC_DTYPE_F32, 1, &co);
+  st.dims[r - 1] = G;
+  for (int d = 0; d < r; d++) bt.dims[d] = st.dims[d];
+  bt.dims[r] = M, bt.rank = r + 1;
+  int64_t row[2] = {1, co};
+  kdc_type r2 = kdc_type_make(KDC_DTYPE_F32, 2, row);
+  for (int64_t t = 0; t < outs; t++) {
+    int64_t o[KDC_MAX_RANK], rem = t;
+    for (int d = n; d-- > 0;) {
+      o[d] = rem % yt.dims[d + 1];
+      rem /= yt.dims[d + 1];
+    }
+    kdc_attrs sa;
+    memset(&sa, 0, sizeof sa);
+    sa.slice.start.n = sa.slice.limit.n = sa.slice.stride.n = r;
+    sa.slice.limit.v[0] = pt.dims[0], sa.slice.stride.v[0] = 1;
+    sa.slice.limit.v[r - 1] = G, sa.slice.stride.v[r - 1] = 1;
+    for (int d = 0; d < n; d++) {
+      int64_t s0 = o[d] * a->stride.v[d], rd = a->rhs_dilation.v[d];
+      sa.slice.start.v[d + 1] = s0;
+      sa.slice.limit.v[d + 1] = s0 + (gt.dims[d + 1] - 1) * rd + 1;
+      sa.slice.stride.v[d + 1] = rd;
+    }
+    kdc_value_id p = add(f, KDC_OP_SLICE, &st, 1, &xp, &sa, &xs, org);
+    if (M > 1) { /* channel c of g reads input channel c / M */
+      kdc_attrs ba;
+      memset(&ba, 0, sizeof ba);
+      ba.dims.n = r;
+      for (int d = 0; d < r; d++) ba.dims.v[d] = d;
+      p = add(f, KDC_OP_BROADCAST, &bt, 1, &p, &ba, NULL, org);
+      p = add(f, KDC_OP_RESHAPE, &gt, 1, &p, &za, NULL, org);
+    }
+    kdc_value_id ops[2] = {p, g};
+    kdc_value_id prod = add(f, KDC_OP_MUL, &gt, 2, ops, &za, NULL, org);
+    kdc_attrs ra;
+    memset(&ra, 0, sizeof ra);
+    ra.reduce.kind = KDC_RED_SUM;
+    ra.reduce.dims.n = n + 1;
+    for (int d = 0; d <= n; d++) ra.reduce.dims.v[d] = d;
+    kdc_value_id red = add(f, KDC_OP_REDUCE, &rt, 1, &prod, &ra, NULL, org);
+    rows[t] = outs > 1 ? add(f, KDC_OP_RESHAPE, &r2, 1, &red, &za, NULL, org) : red;
+  }
+  kdc_value_id y = rows[0];
+  if (outs > 1) {
+    int64_t cd[2] = {outs, co};
+    kdc_type ct = kdc_type_make(KDC_DTYPE_F32, 2, cd);
+    kdc_attrs ca;
+    memset(&ca, 0, sizeof ca);
+    ca.dim = 0;
+    y = add(f, KDC_OP_CONCAT, &ct, (int)outs, rows, &ca, NULL, org);
+  }
+  free(rows);
+  return add(f, KDC_OP_RESHAPE, &yt, 1, &y, &za, &cv.sharding, org);
+}
+
 static void run_func(kdc_func *f) {
   size_t n_old = f->n_nodes;
   bool any = false;
@@ -376,6 +503,7 @@ static void run_func(kdc_func *f) {
     dot[i] = fm == FORM_TAPS              ? rewrite(f, (kdc_value_id)i)
              : fm == FORM_OUTPUTS         ? rewrite_outputs(f, (kdc_value_id)i)
              : fm == FORM_OUTPUTS_NATURAL ? rewrite_outputs_natural(f, (kdc_value_id)i)
+             : fm == FORM_DEPTHWISE_DW    ? rewrite_depthwise_dw(f, (kdc_value_id)i)
                                           : KDC_NO_VALUE;
   }
   first[n_old] = f->n_nodes;

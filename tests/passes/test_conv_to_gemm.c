@@ -6,7 +6,7 @@
  * ones contain no convolution and one dot; weight-gradient shaped ones
  * (many taps, few output positions) take the per-output-position form,
  * cut from x and reading g in place when the operands are conv_dw's
- * transposes;
+ * transposes; the depthwise weight gradient becomes column reductions;
  * grouped and lhs-dilated ones are left alone; the result fuses into one patch kernel; and one SPMD case
  * (batch and output-channel splits) runs seed, propagate, partition and the
  * pass, then kdc_ir_interpret_spmd against the global reference.
@@ -78,9 +78,14 @@ static void check_close(const kdc_tensor *got, const kdc_tensor *want, int64_t K
   }
 }
 
+static bool before_after_dots(kdc_module *m, int64_t K, int dots);
+
 /* Runs the pass on |m| and compares with the interpretation before; returns
- * whether it rewrote the convolution. */
-static bool before_after(kdc_module *m, int64_t K) {
+ * whether it rewrote the convolution (into one dot). */
+static bool before_after(kdc_module *m, int64_t K) { return before_after_dots(m, K, 1); }
+
+/* The same with |dots| dots expected after a rewrite. */
+static bool before_after_dots(kdc_module *m, int64_t K, int dots) {
   kdc_func *f = m->funcs[0];
   kdc_tensor args[2];
   for (int i = 0; i < 2; i++) {
@@ -93,7 +98,7 @@ static bool before_after(kdc_module *m, int64_t K) {
   kdc_tensor got = interp(f, args);
   check_close(&got, &want, K);
   bool rewritten = count(f, KDC_OP_CONVOLUTION) == 0;
-  if (rewritten) assert_int_equal(count(f, KDC_OP_DOT), 1);
+  if (rewritten) assert_int_equal(count(f, KDC_OP_DOT), dots);
   /* and it still fuses, with the same numbers */
   assert_null(kdc_pass_run_one(m, "fuse", NULL));
   kdc_tensor fused = interp(f, args);
@@ -184,6 +189,26 @@ static void test_weight_gradient_form(void **state) {
   kdc_ir_module_destroy(m);
 }
 
+/* Random strides, kernel dilations and padding (low >= |lo_min|) of a
+ * weight-gradient-shaped convolution whose "kernel" has the spatial dims
+ * gd[1..n], and input sizes xd[1..n] that fit a few output positions;
+ * returns the product of gd[1..n]. */
+static int64_t random_spatial(int n, int64_t lo_min, kdc_attr_conv *a, int64_t *xd,
+                              const int64_t *gd) {
+  int64_t K = 1;
+  for (int d = 0; d < n; d++) {
+    a->stride.v[d] = rnd_in(1, 2);
+    a->rhs_dilation.v[d] = rnd_in(1, 2);
+    a->pad_low.v[d] = rnd_in(lo_min, 2);
+    a->pad_high.v[d] = rnd_in(-1, 2);
+    int64_t kd = (gd[d + 1] - 1) * a->rhs_dilation.v[d] + 1;
+    xd[d + 1] = kd - a->pad_low.v[d] - a->pad_high.v[d] + rnd_in(0, 3) * a->stride.v[d];
+    if (xd[d + 1] < 1) xd[d + 1] = 1, a->pad_high.v[d] = kd - 1 - a->pad_low.v[d];
+    K *= gd[d + 1];
+  }
+  return K;
+}
+
 /* The weight gradient as passes/grad_window.c conv_dw spells it: lhs = x
  * [N, S.., Ci] transposed to [Ci, S.., N], rhs = g [N, O.., Co] transposed
  * to [O.., N, Co].  The pass cuts the patches from x and reads g in place
@@ -201,17 +226,9 @@ static void test_weight_gradient_natural(void **state) {
     int64_t xd[KDC_MAX_RANK], gd[KDC_MAX_RANK], K = 1;
     int64_t nb = rnd_in(1, 3), ci = rnd_in(1, 4), co = rnd_in(1, 5);
     xd[0] = gd[0] = nb, xd[r - 1] = ci, gd[r - 1] = co;
-    for (int d = 0; d < n; d++) {
-      gd[d + 1] = seed % 3 == 0 ? rnd_in(65, 80) / n : rnd_in(2, 6); /* the "kernel" */
-      a.stride.v[d] = rnd_in(1, 2);
-      a.rhs_dilation.v[d] = rnd_in(1, 2);
-      a.pad_low.v[d] = rnd_in(-1, 2);
-      a.pad_high.v[d] = rnd_in(-1, 2);
-      int64_t kd = (gd[d + 1] - 1) * a.rhs_dilation.v[d] + 1;
-      xd[d + 1] = kd - a.pad_low.v[d] - a.pad_high.v[d] + rnd_in(0, 3) * a.stride.v[d];
-      if (xd[d + 1] < 1) xd[d + 1] = 1, a.pad_high.v[d] = kd - 1 - a.pad_low.v[d];
-      K *= gd[d + 1];
-    }
+    for (int d = 0; d < n; d++) /* the "kernel" */
+      gd[d + 1] = seed % 3 == 0 ? rnd_in(65, 80) / n : rnd_in(2, 6);
+    K = random_spatial(n, -1, &a, xd, gd);
     kdc_module *m = kdc_ir_module_create("c");
     kdc_func *f = kdc_ir_func_create(m, "train_step");
     kdc_type xt = kdc_type_make(KDC_DTYPE_F32, r, xd), gt = kdc_type_make(KDC_DTYPE_F32, r, gd);
@@ -243,6 +260,58 @@ static void test_weight_gradient_natural(void **state) {
     kdc_ir_module_destroy(m);
   }
   assert_true(natural >= 40);
+}
+
+/* The depthwise weight gradient as conv_dw spells it (groups G, one input
+ * channel per group, channel multiplier M): lhs = x [N, S.., G] reshaped
+ * to [N, S.., G, 1], transposed to [1, S.., G, N], reshaped to
+ * [1, S.., G*N]; rhs = g [N, O.., G*M] transposed to [O.., N, G*M].  The
+ * pass turns it into one column reduction per output position (no dot, no
+ * convolution, O reduces); random 1-D and 2-D strides, dilations, padding
+ * and multipliers 1 and 2 agree with the grouped convolution. */
+static void test_depthwise_gradient(void **state) {
+  (void)state;
+  int done = 0;
+  for (uint64_t seed = 1; seed <= 40; seed++) {
+    rng_state = seed * 71;
+    int n = (int)rnd_in(1, 2), r = n + 2;
+    kdc_attr_conv a;
+    kdc_attr_conv_init(&a, n);
+    int64_t nb = rnd_in(1, 3), G = rnd_in(2, 5), M = seed % 3 == 0 ? 2 : 1, K = 1;
+    int64_t xd[KDC_MAX_RANK], gd[KDC_MAX_RANK];
+    xd[0] = gd[0] = nb, xd[r - 1] = G, gd[r - 1] = G * M;
+    a.groups = G;
+    for (int d = 0; d < n; d++) gd[d + 1] = rnd_in(2, 7);
+    K = random_spatial(n, 0, &a, xd, gd);
+    kdc_module *m = kdc_ir_module_create("c");
+    kdc_func *f = kdc_ir_func_create(m, "train_step");
+    kdc_type xt = kdc_type_make(KDC_DTYPE_F32, r, xd), gt = kdc_type_make(KDC_DTYPE_F32, r, gd);
+    kdc_value_id x = kdc_ir_parameter(f, KDC_PARAM_INPUT, "x", &xt);
+    kdc_value_id g = kdc_ir_parameter(f, KDC_PARAM_INPUT, "g", &gt);
+    int64_t d4[KDC_MAX_RANK], pt[KDC_MAX_RANK], pr[KDC_MAX_RANK], l3[KDC_MAX_RANK];
+    for (int d = 0; d < r; d++) d4[d] = xd[d];
+    d4[r] = 1;
+    pt[0] = n + 2, pt[n + 1] = n + 1, pt[n + 2] = 0;
+    for (int d = 0; d < n; d++) pt[d + 1] = d + 1, pr[d] = d + 1, l3[d + 1] = xd[d + 1];
+    pr[n] = 0, pr[n + 1] = n + 1;
+    l3[0] = 1, l3[r - 1] = G * nb;
+    kdc_value_id lhs = kdc_ir_reshape(f, kdc_ir_transpose(f, kdc_ir_reshape(f, x, r + 1, d4), pt),
+                                      r, l3);
+    kdc_value_id y = kdc_ir_convolution(f, lhs, kdc_ir_transpose(f, g, pr), &a);
+    kdc_ir_add_result(f, y, "dw");
+    kdc_status st = kdc_ir_take_error(f);
+    if (st) fail_msg("%s", kdc_status_message(st));
+    int64_t outs = kdc_type_numel(kdc_ir_type(f, y)) / (G * M);
+    if (outs > 64) {
+      kdc_ir_module_destroy(m);
+      continue;
+    }
+    assert_true(before_after_dots(m, K * nb, 0));
+    assert_int_equal(count(f, KDC_OP_REDUCE), outs);
+    done++;
+    kdc_ir_module_destroy(m);
+  }
+  assert_true(done >= 30);
 }
 
 /* groups > 1 and lhs_dilation != 1 stay direct convolutions. */
@@ -357,6 +426,7 @@ int main(void) {
       cmocka_unit_test(test_random_convs),
       cmocka_unit_test(test_weight_gradient_form),
       cmocka_unit_test(test_weight_gradient_natural),
+      cmocka_unit_test(test_depthwise_gradient),
       cmocka_unit_test(test_left_alone),
       cmocka_unit_test(test_one_patch_kernel),
       cmocka_unit_test(test_spmd),
