@@ -147,13 +147,27 @@ static kdc_status plan_losses(const kdc_func *fwd, size_t n_out, const kdc_train
   return KDC_ERR(KDC_INVALID_INPUT, "training: every output's loss is None");
 }
 
+/* The unweighted loss of each trained output, when more than one output is
+ * trained (Keras 3 CompileLoss adds a Mean metric "<output>_loss" per flat
+ * loss only then): results after "loss" (docs/training.md, the ABI). */
+typedef struct output_losses {
+  size_t n;
+  kdc_value_id value[KDC_TRAIN_MAX_OUTPUTS];
+  const char *name[KDC_TRAIN_MAX_OUTPUTS];   /* "<output>_loss" */
+} output_losses;
+
+static void add_output_loss_results(kdc_func *f, const output_losses *ol) {
+  for (size_t i = 0; i < ol->n; i++) kdc_ir_add_result(f, ol->value[i], ol->name[i]);
+}
+
 /* Appends one labels parameter per trained result of |fwd| (named after the
  * result, in result order), then "sample_mask" (unless the forward function
  * already has it: BatchNormalization's batch statistics use it too), and the
  * total loss sum_r weight_r * loss_r (Keras 3 CompileLoss) of |f| (whose
- * results are then cleared). */
+ * results are then cleared); |ol| gets the per-output losses. */
 static kdc_status add_loss(kdc_func *f, const kdc_func *fwd, size_t n_out,
-                           const kdc_train_options *o, kdc_value_id *out_loss) {
+                           const kdc_train_options *o, kdc_value_id *out_loss,
+                           output_losses *ol) {
   loss_plan p;
   KDC_RETURN_IF_ERROR(plan_losses(fwd, n_out, o, &p));
   kdc_value_id labels[KDC_TRAIN_MAX_OUTPUTS];
@@ -172,12 +186,21 @@ static kdc_status add_loss(kdc_func *f, const kdc_func *fwd, size_t n_out,
   }
   KDC_RETURN_IF_ERROR(kdc_ir_take_error(f));
   kdc_value_id total = KDC_NO_VALUE;
+  size_t n_trained = 0;
+  for (size_t r = 0; r < p.n; r++) n_trained += p.trained[r];
+  memset(ol, 0, sizeof *ol);
   for (size_t r = 0; r < p.n; r++) {
     if (!p.trained[r]) continue;
     kdc_value_id l = KDC_NO_VALUE;
     kdc_status st = kdc_loss_build_masked(f, p.kind[r], p.logits[r], labels[r], fwd->results[r],
                                           mask, &l);
     if (st) return kdc_status_annotate(st, "func %s: output \"%s\"", f->name, result_name(fwd, r));
+    if (n_trained > 1) {
+      ol->value[ol->n] = l;
+      ol->name[ol->n++] = fwd->result_names[r]
+                              ? kdc_arena_printf(f->module->arena, "%s_loss", fwd->result_names[r])
+                              : kdc_arena_printf(f->module->arena, "output_%zu_loss", r);
+    }
     if (p.weight[r] != 1.0) l = kdc_ir_binary_scalar(f, KDC_OP_MUL, l, p.weight[r]);
     total = total == KDC_NO_VALUE ? l : kdc_ir_binary(f, KDC_OP_ADD, total, l);
   }
@@ -189,9 +212,11 @@ static kdc_status build_evaluate(kdc_module *m, const kdc_func *predict,
                                  const kdc_train_options *o) {
   kdc_func *f = clone_func(m, predict, "evaluate");
   kdc_value_id loss;
-  KDC_RETURN_IF_ERROR(add_loss(f, predict, predict->n_results, o, &loss));
+  output_losses ol;
+  KDC_RETURN_IF_ERROR(add_loss(f, predict, predict->n_results, o, &loss, &ol));
   kdc_ir_add_result(f, loss, "loss");
-  return NULL;
+  add_output_loss_results(f, &ol);
+  return kdc_ir_take_error(f);
 }
 
 /* The step counter: train_forward's "iteration" parameter, renamed, or a new one. */
@@ -280,7 +305,8 @@ static kdc_status build_train_step(kdc_module *m, const kdc_func *fwd, size_t n_
   kdc_func *f = clone_func(m, fwd, "train_step");
   const char *opt = kdc_optimizer_name(o->optimizer.kind);
   kdc_value_id loss;
-  KDC_RETURN_IF_ERROR(add_loss(f, fwd, n_out, o, &loss));
+  output_losses ol;
+  KDC_RETURN_IF_ERROR(add_loss(f, fwd, n_out, o, &loss, &ol));
   kdc_value_id iteration = iteration_param(f, opt);
   train_build b = {f, &o->optimizer, 0, NULL, NULL, NULL, 0, {0}, NULL, NULL};
   b.n_slots = kdc_optimizer_slots(&o->optimizer, b.slot_names);
@@ -327,6 +353,7 @@ static kdc_status build_train_step(kdc_module *m, const kdc_func *fwd, size_t n_
     for (size_t k = 0; k < (size_t)b.n_slots * b.n_w; k++)
       kdc_ir_add_result(f, b.new_slot[k], f->nodes[b.slot[k]].attr.param.name);
     kdc_ir_add_result(f, loss, "loss");
+    add_output_loss_results(f, &ol);
     st = kdc_ir_take_error(f);
   }
   free(b.w);

@@ -22,6 +22,9 @@
  *  - Reported loss: Keras 3's loss tracker, a Mean metric updated with the
  *    batch loss weighted by the batch's row count (trainer.py:
  *    sample_weight = x.shape[0]); f32 total and count like Keras' variables.
+ *    Several trained outputs: the same Mean of each output's unweighted
+ *    batch loss ("<output>_loss", keras/src/trainers/compile_utils.py
+ *    CompileLoss.call: sample_weight = the batch's rows).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -129,6 +132,30 @@ static void fill(batcher *b, const int64_t *rows, int64_t first, int64_t n) {
   }
 }
 
+/* Keras' Mean metrics of one epoch (or one evaluation): the loss tracker
+ * [0] and the per-output losses [1..], f32 totals and a shared f32 count. */
+typedef struct tracker {
+  size_t n;                  /* 1 + metrics */
+  float total[1 + KDC_RT_MAX_METRICS], count;
+  float batch[1 + KDC_RT_MAX_METRICS]; /* the last batch's values */
+} tracker;
+
+static void tracker_init(tracker *k, const kdc_rt_train *t) {
+  memset(k, 0, sizeof *k);
+  k->n = 1 + kdc_rt_train_metric_count(t);
+}
+
+static void tracker_add(tracker *k, int64_t rows) {
+  for (size_t j = 0; j < k->n; j++) k->total[j] += k->batch[j] * (float)rows;
+  k->count += (float)rows;
+}
+
+/* The means into |loss| and |metrics| (k->n - 1 values, may be NULL). */
+static void tracker_result(const tracker *k, double *loss, double *metrics) {
+  *loss = (double)(k->total[0] / k->count);
+  for (size_t j = 1; metrics && j < k->n; j++) metrics[j - 1] = (double)(k->total[j] / k->count);
+}
+
 static kdc_status check_rows(const batcher *b, int64_t rows) {
   if (rows <= 0) return KDC_ERR(KDC_INVALID_INPUT, "fit: no rows to train on");
   if (b->mask < 0 && rows % b->step)
@@ -138,38 +165,45 @@ static kdc_status check_rows(const batcher *b, int64_t rows) {
   return NULL;
 }
 
-/* Keras' Mean loss tracker over batches from |first| (|n| rows). */
-static kdc_status eval_rows(batcher *b, int64_t first, int64_t rows, double *loss) {
+/* Keras' Mean trackers over batches from |first| (|n| rows): the loss and
+ * the per-output losses (|metrics|, may be NULL). */
+static kdc_status eval_rows(batcher *b, int64_t first, int64_t rows, double *loss,
+                            double *metrics) {
   KDC_RETURN_IF_ERROR(check_rows(b, rows));
-  float total = 0, count = 0;
+  tracker k;
+  tracker_init(&k, b->t);
   for (int64_t r0 = 0; r0 < rows; r0 += b->step) {
     int64_t n = rows - r0 < b->step ? rows - r0 : b->step;
-    float l;
     fill(b, NULL, first + r0, n);
-    KDC_RETURN_IF_ERROR(kdc_rt_train_evaluate(b->t, b->bind, &l));
-    total += l * (float)n;
-    count += (float)n;
+    KDC_RETURN_IF_ERROR(kdc_rt_train_evaluate_metrics(b->t, b->bind, &k.batch[0], &k.batch[1]));
+    tracker_add(&k, n);
   }
-  *loss = (double)(total / count);
+  tracker_result(&k, loss, metrics);
   return NULL;
 }
 
 kdc_status kdc_rt_fit_evaluate(kdc_rt_train *t, const void *const *arrays, int64_t rows,
                                double *loss) {
-  return kdc_rt_fit_evaluate_batch(t, arrays, rows, 0, loss);
+  return kdc_rt_fit_evaluate_metrics(t, arrays, rows, 0, loss, NULL);
 }
 
 kdc_status kdc_rt_fit_evaluate_batch(kdc_rt_train *t, const void *const *arrays, int64_t rows,
                                      int64_t batch_size, double *loss) {
+  return kdc_rt_fit_evaluate_metrics(t, arrays, rows, batch_size, loss, NULL);
+}
+
+kdc_status kdc_rt_fit_evaluate_metrics(kdc_rt_train *t, const void *const *arrays, int64_t rows,
+                                       int64_t batch_size, double *loss, double *metrics) {
   batcher b;
   kdc_status st = batcher_init(&b, t, arrays, batch_size);
-  if (!st) st = eval_rows(&b, 0, rows, loss);
+  if (!st) st = eval_rows(&b, 0, rows, loss, metrics);
   batcher_free(&b);
   return st;
 }
 
 void kdc_rt_history_free(kdc_rt_history *h) {
   free(h->loss), free(h->val_loss), free(h->batch_loss);
+  free(h->metrics), free(h->val_metrics);
   memset(h, 0, sizeof *h);
 }
 
@@ -178,31 +212,38 @@ static kdc_status run_epochs(batcher *b, int64_t train_rows, int64_t val_rows,
   int64_t steps = (train_rows + b->step - 1) / b->step;
   int64_t *perm = o->shuffle ? kdc_xcalloc((size_t)train_rows, sizeof *perm) : NULL;
   kdc_status st = NULL;
+  size_t nm = h->n_metrics;
+  double means[KDC_RT_MAX_METRICS + 1] = {0}, val_means[KDC_RT_MAX_METRICS + 1] = {0};
   for (int64_t e = 0; e < o->epochs && !st; e++) {
-    kdc_rt_fit_progress pr = {.epoch = e, .epochs = o->epochs, .steps = steps, .val_loss = NAN};
+    kdc_rt_fit_progress pr = {.epoch = e, .epochs = o->epochs, .steps = steps, .val_loss = NAN,
+                              .n_metrics = nm, .metrics = means};
     double t0 = now_s();
-    float total = 0, count = 0;
+    tracker k;
+    tracker_init(&k, b->t);
     if (perm) kdc_rt_fit_permutation(o->seed, e, train_rows, perm);
     for (int64_t s = 0; s < steps && !st; s++) {
       int64_t r0 = s * b->step, n = train_rows - r0 < b->step ? train_rows - r0 : b->step;
-      float l = 0;
       fill(b, perm ? perm + r0 : NULL, r0, n);
-      st = kdc_rt_train_step(b->t, b->bind, &l);
+      st = kdc_rt_train_step_metrics(b->t, b->bind, &k.batch[0], &k.batch[1]);
       if (st) break;
-      total += l * (float)n;
-      count += (float)n;
-      h->batch_loss[e * steps + s] = l;
+      tracker_add(&k, n);
+      h->batch_loss[e * steps + s] = k.batch[0];
       pr.step = s + 1;
-      pr.batch_loss = l;
-      pr.loss = (double)(total / count);
+      pr.batch_loss = k.batch[0];
+      tracker_result(&k, &pr.loss, means);
       pr.seconds = now_s() - t0;
       if (o->on_batch) o->on_batch(o->user, &pr);
     }
     if (st) break;
     h->loss[e] = pr.loss;
+    if (nm) memcpy(&h->metrics[e * (int64_t)nm], means, nm * sizeof *means);
     if (val_rows > 0) {
-      st = eval_rows(b, train_rows, val_rows, &pr.val_loss);
+      st = eval_rows(b, train_rows, val_rows, &pr.val_loss, val_means);
       h->val_loss[e] = pr.val_loss;
+      if (!st && nm) {
+        memcpy(&h->val_metrics[e * (int64_t)nm], val_means, nm * sizeof *val_means);
+        pr.val_metrics = val_means;
+      }
     }
     pr.seconds = now_s() - t0;
     h->epochs = e + 1;
@@ -238,6 +279,10 @@ kdc_status kdc_rt_fit(kdc_rt_train *t, const void *const *arrays, int64_t rows,
     h->loss = kdc_xcalloc((size_t)o->epochs + 1, sizeof *h->loss);
     h->val_loss = val_rows ? kdc_xcalloc((size_t)o->epochs + 1, sizeof *h->val_loss) : NULL;
     h->batch_loss = kdc_xcalloc((size_t)(o->epochs * steps) + 1, sizeof *h->batch_loss);
+    h->n_metrics = kdc_rt_train_metric_count(t);
+    h->metrics = kdc_xcalloc((size_t)o->epochs * h->n_metrics + 1, sizeof *h->metrics);
+    h->val_metrics =
+        val_rows ? kdc_xcalloc((size_t)o->epochs * h->n_metrics + 1, sizeof *h->val_metrics) : NULL;
     st = run_epochs(&b, train_rows, val_rows, o, h);
   }
   batcher_free(&b);

@@ -131,6 +131,19 @@ const kdc_rt_tensor_info *kdc_rt_train_data(const kdc_rt_train *t, size_t i);
 kdc_status kdc_rt_train_step(kdc_rt_train *t, const void *const *data, float *loss);
 /* evaluate on the same data inputs (matched by name) with the current weights. */
 kdc_status kdc_rt_train_evaluate(kdc_rt_train *t, const void *const *data, float *loss);
+/* Several trained outputs: train_step and evaluate also return each
+ * output's unweighted loss, "<output>_loss" (Keras 3 CompileLoss' metrics),
+ * as f32 scalar results after "loss"; 0 otherwise.  At most
+ * KDC_RT_MAX_METRICS. */
+#define KDC_RT_MAX_METRICS 32
+size_t kdc_rt_train_metric_count(const kdc_rt_train *t);
+const char *kdc_rt_train_metric_name(const kdc_rt_train *t, size_t j);
+/* kdc_rt_train_step / _evaluate that also write the per-output losses
+ * (kdc_rt_train_metric_count floats) to |metrics| (may be NULL). */
+kdc_status kdc_rt_train_step_metrics(kdc_rt_train *t, const void *const *data, float *loss,
+                                     float *metrics);
+kdc_status kdc_rt_train_evaluate_metrics(kdc_rt_train *t, const void *const *data, float *loss,
+                                         float *metrics);
 /* The state tensors (train_step's results but "loss"), GLOBAL shapes. */
 size_t kdc_rt_train_state_count(const kdc_rt_train *t);
 const kdc_rt_tensor_info *kdc_rt_train_state(const kdc_rt_train *t, size_t k);
@@ -156,6 +169,9 @@ typedef struct kdc_rt_fit_progress {
   double loss;               /* Keras' running mean (weighted by rows) this epoch */
   double val_loss;           /* NaN until evaluated (on_epoch with a validation split) */
   double seconds;            /* since the epoch started */
+  size_t n_metrics;          /* per-output losses (kdc_rt_train_metric_name) */
+  const double *metrics;     /* their running means this epoch, like loss */
+  const double *val_metrics; /* NULL until evaluated */
 } kdc_rt_fit_progress;
 
 typedef struct kdc_rt_fit_options {
@@ -176,6 +192,9 @@ typedef struct kdc_rt_history {
   double *loss;              /* per epoch (Keras History.history["loss"]) */
   double *val_loss;          /* per epoch, NULL without a validation split */
   float *batch_loss;         /* [epoch * steps + step] */
+  size_t n_metrics;          /* per-output losses "<output>_loss" (kdc_rt_train_metric_name) */
+  double *metrics;           /* [epoch * n_metrics + j] (History.history["<output>_loss"]) */
+  double *val_metrics;       /* the same on the validation rows, NULL without a split */
 } kdc_rt_history;
 
 /* Trains |t| for o->epochs over |rows| rows: |arrays| holds one GLOBAL
@@ -189,9 +208,12 @@ kdc_status kdc_rt_fit(kdc_rt_train *t, const void *const *arrays, int64_t rows,
 kdc_status kdc_rt_fit_evaluate(kdc_rt_train *t, const void *const *arrays, int64_t rows,
                                double *loss);
 /* The same in batches of |batch_size| rows (0: the plan's batch; larger
- * than the plan's batch is an error). */
+ * than the plan's batch is an error); |metrics| (may be NULL) gets the
+ * per-output losses' row-weighted means (kdc_rt_train_metric_count). */
 kdc_status kdc_rt_fit_evaluate_batch(kdc_rt_train *t, const void *const *arrays, int64_t rows,
                                      int64_t batch_size, double *loss);
+kdc_status kdc_rt_fit_evaluate_metrics(kdc_rt_train *t, const void *const *arrays, int64_t rows,
+                                       int64_t batch_size, double *loss, double *metrics);
 void kdc_rt_history_free(kdc_rt_history *h);
 /* The shuffle of epoch |epoch|: a permutation of [0, n) into |perm|. */
 void kdc_rt_fit_permutation(uint64_t seed, int64_t epoch, int64_t n, int64_t *perm);

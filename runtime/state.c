@@ -51,6 +51,9 @@ struct kdc_rt_train {
   size_t n_data;
   int loss_out;
   float *loss;               /* per device */
+  size_t n_metrics;          /* results after "loss": the per-output losses "<output>_loss" */
+  uint32_t *metric_out;      /* their train_step output indices */
+  float *metrics;            /* [device * n_metrics + j] */
   const void **saved_weights;/* p->dev_weights before training */
   kdc_status mem_error;      /* a failed GPU copy in state_get/set (void API), returned by
                                 the next train_step or evaluate */
@@ -141,10 +144,21 @@ static kdc_status find_state(kdc_rt_train *t, const kdc_prog_func *f) {
   kdc_rt_plan *p = t->p;
   t->loss_out = -1;
   t->s = kdc_xcalloc(f->n_outputs + 1, sizeof *t->s);
+  t->metric_out = kdc_xcalloc(f->n_outputs + 1, sizeof *t->metric_out);
   for (uint32_t o = 0; o < f->n_outputs; o++) {
     const kdc_prog_tensor *out = &f->outputs[o];
     if (!strcmp(out->name, "loss")) {
       t->loss_out = (int)o;
+      continue;
+    }
+    if (t->loss_out >= 0) {  /* after "loss": a per-output loss (docs/training.md, the ABI) */
+      if (out->bytes != sizeof(float) || out->dtype != KDC_IO_DTYPE_F32)
+        return KDC_ERR(KDC_INVALID_INPUT, "%s: train_step result \"%s\" after \"loss\" is not "
+                       "an f32 scalar", p->path, out->name);
+      if (t->n_metrics == KDC_RT_MAX_METRICS)
+        return KDC_ERR(KDC_UNSUPPORTED, "%s: train_step has more than %d per-output losses",
+                       p->path, KDC_RT_MAX_METRICS);
+      t->metric_out[t->n_metrics++] = o;
       continue;
     }
     st_tensor *s = &t->s[t->n_state++];
@@ -214,6 +228,7 @@ kdc_status kdc_rt_train_create(kdc_rt_plan *p, kdc_rt_train **out) {
     return st;
   }
   t->loss = kdc_xcalloc((size_t)p->nd, sizeof *t->loss);
+  t->metrics = kdc_xcalloc((size_t)p->nd * t->n_metrics + 1, sizeof *t->metrics);
   size_t nw = (size_t)p->nd * p->prog.n_weights;
   t->saved_weights = kdc_xcalloc(nw + 1, sizeof *t->saved_weights);
   memcpy(t->saved_weights, p->dev_weights, nw * sizeof *t->saved_weights);
@@ -237,6 +252,7 @@ void kdc_rt_train_destroy(kdc_rt_train *t) {
     }
   if (t->loss) kdc_rt_plan_release(t->p);
   free(t->s), free(t->data_in), free(t->loss), free(t->saved_weights);
+  free(t->metric_out), free(t->metrics);
   kdc_status_free(t->mem_error);
   free(t);
 }
@@ -254,6 +270,12 @@ const kdc_rt_tensor_info *kdc_rt_train_state(const kdc_rt_train *t, size_t k) {
 }
 
 bool kdc_rt_train_state_is_weight(const kdc_rt_train *t, size_t k) { return t->s[k].weight >= 0; }
+
+size_t kdc_rt_train_metric_count(const kdc_rt_train *t) { return t->n_metrics; }
+
+const char *kdc_rt_train_metric_name(const kdc_rt_train *t, size_t j) {
+  return t->p->prog.funcs[t->step_fn].outputs[t->metric_out[j]].name;
+}
 
 /* Keeps the first GPU copy failure of the void state API. */
 static void keep_error(kdc_rt_train *t, kdc_status st) {
@@ -310,8 +332,11 @@ static bool same_piece(const kdc_rt_train *t, size_t k, int par, int64_t d, int6
 
 static kdc_status check_replicas(const kdc_rt_train *t, int next) {
   const kdc_rt_plan *p = t->p;
+  size_t nm = t->n_metrics;
   for (int64_t d = p->d0 + 1; d < p->d1; d++)
-    if (memcmp(&t->loss[d], &t->loss[p->d0], sizeof(float)))
+    if (memcmp(&t->loss[d], &t->loss[p->d0], sizeof(float)) ||
+        (nm && memcmp(&t->metrics[d * (int64_t)nm], &t->metrics[p->d0 * (int64_t)nm],
+                      nm * sizeof(float))))
       return KDC_ERR(KDC_INTERNAL, "%s: train_step: the loss on device %lld differs from device "
                      "%lld's", p->path, (long long)d, (long long)p->d0);
   for (size_t k = 0; k < t->n_state; k++)
@@ -341,7 +366,20 @@ static void bind_gpu_state(kdc_rt_train *t, rt_func *rf, const kdc_prog_func *f,
     }
 }
 
+/* Binds the scalar results of |f| (train_step): "loss" and the per-output
+ * losses, per device. */
+static void bind_scalars(kdc_rt_train *t, const kdc_prog_func *f, rt_func *rf, int64_t d) {
+  rf->out_ptr[d * f->n_outputs + (uint32_t)t->loss_out] = &t->loss[d];
+  for (size_t j = 0; j < t->n_metrics; j++)
+    rf->out_ptr[d * f->n_outputs + t->metric_out[j]] = &t->metrics[d * (int64_t)t->n_metrics + j];
+}
+
 kdc_status kdc_rt_train_step(kdc_rt_train *t, const void *const *data, float *loss) {
+  return kdc_rt_train_step_metrics(t, data, loss, NULL);
+}
+
+kdc_status kdc_rt_train_step_metrics(kdc_rt_train *t, const void *const *data, float *loss,
+                                     float *metrics) {
   kdc_rt_plan *p = t->p;
   const kdc_prog_func *f = &p->prog.funcs[t->step_fn];
   rt_func *rf = &p->funcs[t->step_fn];
@@ -363,7 +401,7 @@ kdc_status kdc_rt_train_step(kdc_rt_train *t, const void *const *data, float *lo
       if (s->in >= 0) rf->in_ptr[d * f->n_inputs + (uint32_t)s->in] = s->buf[cur][d];
       rf->out_ptr[d * f->n_outputs + (size_t)(s->t - f->outputs)] = s->buf[next][d];
     }
-    rf->out_ptr[d * f->n_outputs + (uint32_t)t->loss_out] = &t->loss[d];
+    bind_scalars(t, f, rf, d);
   }
   bind_gpu_state(t, rf, f, cur, next);
   kdc_status st = rt_exec_steps(p, (size_t)t->step_fn);
@@ -373,25 +411,46 @@ kdc_status kdc_rt_train_step(kdc_rt_train *t, const void *const *data, float *lo
   t->parity = next;
   point_weights(t);
   *loss = t->loss[p->d0];  /* replicated: every process has it */
+  if (metrics && t->n_metrics)
+    memcpy(metrics, &t->metrics[p->d0 * (int64_t)t->n_metrics], t->n_metrics * sizeof *metrics);
   return NULL;
 }
 
 kdc_status kdc_rt_train_evaluate(kdc_rt_train *t, const void *const *data, float *loss) {
+  return kdc_rt_train_evaluate_metrics(t, data, loss, NULL);
+}
+
+kdc_status kdc_rt_train_evaluate_metrics(kdc_rt_train *t, const void *const *data, float *loss,
+                                         float *metrics) {
   kdc_rt_plan *p = t->p;
   if (t->eval_fn < 0) return KDC_ERR(KDC_INVALID_INPUT, "%s: the plan has no evaluate", p->path);
   const kdc_prog_func *f = &p->prog.funcs[t->eval_fn], *ts = &p->prog.funcs[t->step_fn];
   const void *in[64];
-  if (f->n_inputs > 64 || f->n_outputs != 1)
-    return KDC_ERR(KDC_UNSUPPORTED, "%s: evaluate: unexpected signature", p->path);
+  bool same = f->n_outputs == 1 + t->n_metrics && !strcmp(f->outputs[0].name, "loss");
+  for (size_t j = 0; same && j < t->n_metrics; j++)
+    same = !strcmp(f->outputs[1 + j].name, kdc_rt_train_metric_name(t, j)) &&
+           f->outputs[1 + j].bytes == sizeof(float);
+  if (f->n_inputs > 64 || !same)
+    return KDC_ERR(KDC_UNSUPPORTED, "%s: evaluate: unexpected signature (results \"loss\" and "
+                   "train_step's per-output losses expected)", p->path);
   for (uint32_t i = 0; i < f->n_inputs; i++) {
     in[i] = NULL;
     for (size_t k = 0; k < t->n_data; k++)
       if (!strcmp(ts->inputs[t->data_in[k]].name, f->inputs[i].name)) in[i] = data[k];
   }
-  void *out[1] = {loss};
+  float vals[1 + KDC_RT_MAX_METRICS];
+  void *out[1 + KDC_RT_MAX_METRICS];
+  if (t->n_metrics > KDC_RT_MAX_METRICS)
+    return KDC_ERR(KDC_UNSUPPORTED, "%s: evaluate: %zu per-output losses (at most %d)", p->path,
+                   t->n_metrics, KDC_RT_MAX_METRICS);
+  for (uint32_t o = 0; o < f->n_outputs; o++) out[o] = &vals[o];
   KDC_RETURN_IF_ERROR(kdc_rt_plan_run_func(p, (size_t)t->eval_fn, in, out));
-  if (p->proc_id != 0)  /* only process 0 gathers; the loss is replicated on our devices */
-    memcpy(loss, p->funcs[t->eval_fn].out_ptr[p->d0 * (int64_t)f->n_outputs], sizeof *loss);
+  if (p->proc_id != 0)  /* only process 0 gathers; the losses are replicated on our devices */
+    for (uint32_t o = 0; o < f->n_outputs; o++)
+      memcpy(&vals[o], p->funcs[t->eval_fn].out_ptr[p->d0 * (int64_t)f->n_outputs + o],
+             sizeof *vals);
+  *loss = vals[0];
+  if (metrics && t->n_metrics) memcpy(metrics, &vals[1], t->n_metrics * sizeof *metrics);
   return NULL;
 }
 
@@ -415,7 +474,7 @@ kdc_status kdc_rt_train_gather(kdc_rt_train *t) {
       }
       rf->out_ptr[d * f->n_outputs + (size_t)(s->t - f->outputs)] = s->buf[t->parity][d];
     }
-    rf->out_ptr[d * f->n_outputs + (uint32_t)t->loss_out] = &t->loss[d];
+    bind_scalars(t, f, rf, d);
   }
   return p->comm->vt->collect_outputs(p->comm, p, (size_t)t->step_fn);
 }

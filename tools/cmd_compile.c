@@ -239,6 +239,10 @@ static kdc_status from_compile_config(const compile_opts *o, const kdc_keras_mod
                      "rmsprop)", o->optimizer);
     kdc_optimizer_options_init(&t->optimizer, k);
   }
+  if (o->learning_rate > 0 && t->optimizer.schedule.kind == KDC_LR_PIECEWISE)
+    return KDC_ERR(KDC_INVALID_INPUT, "--learning-rate: %s: the compile_config's learning rate is "
+                   "a PiecewiseConstantDecay, which has no initial rate to replace (its values "
+                   "are the rates)", o->model);
   if (o->learning_rate > 0) t->optimizer.learning_rate = o->learning_rate;
   if (o->from_logits) t->from_logits = true;
   for (size_t i = 0; i < t->n_losses && o->from_logits; i++) t->losses[i].from_logits = true;

@@ -153,7 +153,51 @@ static kdc_status check_rows(const char *path, const kdc_rt_tensor_info *t, kdc_
 
 typedef struct fit_ui {
   bool tty;
+  const kdc_rt_train *train;  /* the per-output loss names */
 } fit_ui;
+
+/* One Keras log entry. */
+typedef struct log_item {
+  const char *name;
+  double value;
+} log_item;
+
+static int log_item_cmp(const void *a, const void *b) {
+  return strcmp(((const log_item *)a)->name, ((const log_item *)b)->name);
+}
+
+/* Keras' logs after the bar: " - name: value" with the names sorted (Keras
+ * 3 sorts the logs, keras/src/utils/python_utils.py pythonify_logs): the
+ * training values, then the validation values, which appear at the end of
+ * the epoch.  |loss|, |metrics| and the names: the trained values, |val| and
+ * |val_metrics| the validation ones (NaN / NULL: none). */
+static void format_logs(char *buf, size_t n, const fit_ui *ui, double loss, const double *metrics,
+                        size_t n_metrics, double val, const double *val_metrics) {
+  log_item items[1 + KDC_RT_MAX_METRICS];
+  char names[KDC_RT_MAX_METRICS][160];
+  size_t k = 0, used = 0;
+  buf[0] = 0;
+  for (int v = 0; v < 2; v++) {
+    const double *m = v ? val_metrics : metrics;
+    if (v && isnan(val)) break;
+    size_t first = k;
+    items[k++] = (log_item){v ? "val_loss" : "loss", v ? val : loss};
+    for (size_t j = 0; m && j < n_metrics; j++) {
+      const char *name = kdc_rt_train_metric_name(ui->train, j);
+      if (v) {
+        snprintf(names[j], sizeof names[j], "val_%s", name);
+        name = names[j];
+      }
+      items[k++] = (log_item){name, m[j]};
+    }
+    qsort(items + first, k - first, sizeof *items, log_item_cmp);
+  }
+  for (size_t i = 0; i < k && used < n; i++) {
+    int w = snprintf(buf + used, n - used, " - %s: %.4f", items[i].name, items[i].value);
+    if (w < 0) break;
+    used += (size_t)w;
+  }
+}
 
 /* Keras 3's progress bar: 20 cells, done "━", to do "─". */
 static void bar(char *buf, size_t n, int64_t step, int64_t steps) {
@@ -169,44 +213,61 @@ static void bar(char *buf, size_t n, int64_t step, int64_t steps) {
 static void on_batch(void *user, const kdc_rt_fit_progress *pr) {
   fit_ui *ui = user;
   if (!ui->tty) return;
-  char b[128];
+  char b[128], logs[4096];
   bar(b, sizeof b, pr->step, pr->steps);
   double ms = 1e3 * pr->seconds / (double)pr->step;
-  printf("\r%" PRId64 "/%" PRId64 " %s %.0fs %.0fms/step - loss: %.4f", pr->step, pr->steps, b,
-         pr->seconds, ms, pr->loss);
+  format_logs(logs, sizeof logs, ui, pr->loss, pr->metrics, pr->n_metrics, NAN, NULL);
+  printf("\r%" PRId64 "/%" PRId64 " %s %.0fs %.0fms/step%s", pr->step, pr->steps, b,
+         pr->seconds, ms, logs);
   fflush(stdout);
 }
 
 static void on_epoch(void *user, const kdc_rt_fit_progress *pr) {
   fit_ui *ui = user;
   double ms = 1e3 * pr->seconds / (double)(pr->steps ? pr->steps : 1);
-  char val[64] = "";
-  if (!isnan(pr->val_loss)) snprintf(val, sizeof val, " - val_loss: %.4f", pr->val_loss);
+  char logs[8192];
+  format_logs(logs, sizeof logs, ui, pr->loss, pr->metrics, pr->n_metrics, pr->val_loss,
+              pr->val_metrics);
   if (ui->tty) {
     char b[128];
     bar(b, sizeof b, pr->steps, pr->steps);
-    printf("\r%" PRId64 "/%" PRId64 " %s %.0fs %.0fms/step - loss: %.4f%s\n", pr->steps,
-           pr->steps, b, pr->seconds, ms, pr->loss, val);
+    printf("\r%" PRId64 "/%" PRId64 " %s %.0fs %.0fms/step%s\n", pr->steps, pr->steps, b,
+           pr->seconds, ms, logs);
     if (pr->epoch + 1 < pr->epochs) printf("Epoch %" PRId64 "/%" PRId64 "\n", pr->epoch + 2, pr->epochs);
   } else {
-    printf("Epoch %" PRId64 "/%" PRId64 " - %" PRId64 " steps - %.0fms/step - loss: %.4f%s\n",
-           pr->epoch + 1, pr->epochs, pr->steps, ms, pr->loss, val);
+    printf("Epoch %" PRId64 "/%" PRId64 " - %" PRId64 " steps - %.0fms/step%s\n", pr->epoch + 1,
+           pr->epochs, pr->steps, ms, logs);
   }
   fflush(stdout);
 }
 
-/* Keras' History.history as JSON ("%.17g": the doubles round-trip). */
-static kdc_status write_history(const char *path, const kdc_rt_history *h) {
+/* ", "KEY": [v(0), v(1), ...]" over the epochs: |v| with a stride. */
+static void history_entry(FILE *o, const char *prefix, const char *key, const kdc_rt_history *h,
+                          const double *v, size_t stride) {
+  fprintf(o, ", \"%s%s\": [", prefix, key);
+  for (int64_t e = 0; e < h->epochs; e++)
+    fprintf(o, "%s%.9g", e ? ", " : "", v[(size_t)e * stride]);
+  fprintf(o, "]");
+}
+
+/* Keras' History.history as JSON ("%.9g": the f32 values round-trip):
+ * "loss", each "<output>_loss", then the "val_" ones, then kdc's
+ * "batch_loss". */
+static kdc_status write_history(const char *path, const kdc_rt_history *h,
+                                const kdc_rt_train *t) {
   kdc_atomic_file *f = NULL;
   KDC_RETURN_IF_ERROR(kdc_atomic_file_open(path, &f));
   FILE *o = kdc_atomic_file_stream(f);
   fprintf(o, "{\"loss\": [");
   for (int64_t e = 0; e < h->epochs; e++) fprintf(o, "%s%.9g", e ? ", " : "", h->loss[e]);
   fprintf(o, "]");
+  for (size_t j = 0; j < h->n_metrics; j++)
+    history_entry(o, "", kdc_rt_train_metric_name(t, j), h, h->metrics + j, h->n_metrics);
   if (h->val_loss) {
-    fprintf(o, ", \"val_loss\": [");
-    for (int64_t e = 0; e < h->epochs; e++) fprintf(o, "%s%.9g", e ? ", " : "", h->val_loss[e]);
-    fprintf(o, "]");
+    history_entry(o, "", "val_loss", h, h->val_loss, 1);
+    for (size_t j = 0; j < h->n_metrics; j++)
+      history_entry(o, "val_", kdc_rt_train_metric_name(t, j), h, h->val_metrics + j,
+                    h->n_metrics);
   }
   fprintf(o, ", \"batch_loss\": [");
   for (int64_t i = 0; i < h->epochs * h->steps; i++)
@@ -299,13 +360,16 @@ static kdc_status fit(const fit_opts *o, fit_state *s) {
     arrays[k] = s->a[k].data;
   }
   if (o->initial) KDC_RETURN_IF_ERROR(kdc_rt_train_load(s->train, o->initial));
-  fit_ui ui = {isatty(STDOUT_FILENO) == 1};
+  fit_ui ui = {isatty(STDOUT_FILENO) == 1, s->train};
   bool quiet = o->quiet || !run_place_writes();  /* processes: process 0 reports */
   if (o->evaluate) {
-    double loss;
-    KDC_RETURN_IF_ERROR(kdc_rt_fit_evaluate_batch(s->train, arrays, s->a[0].dims[0],
-                                                  o->batch > 0 ? o->batch : 0, &loss));
-    if (run_place_writes()) printf("loss: %.4f\n", loss);
+    double loss, metrics[KDC_RT_MAX_METRICS] = {0};
+    KDC_RETURN_IF_ERROR(kdc_rt_fit_evaluate_metrics(s->train, arrays, s->a[0].dims[0],
+                                                    o->batch > 0 ? o->batch : 0, &loss, metrics));
+    char logs[4096];
+    format_logs(logs, sizeof logs, &ui, loss, metrics, kdc_rt_train_metric_count(s->train), NAN,
+                NULL);
+    if (run_place_writes()) printf("%s\n", logs + 3);  /* without the leading " - " */
     return NULL;
   }
   kdc_rt_fit_options fo = {.epochs = o->epochs, .shuffle = o->shuffle, .seed = o->seed,
@@ -315,7 +379,7 @@ static kdc_status fit(const fit_opts *o, fit_state *s) {
                            .on_epoch = quiet ? NULL : on_epoch, .user = &ui};
   if (ui.tty && !quiet && o->epochs > 0) printf("Epoch 1/%" PRId64 "\n", o->epochs);
   kdc_status st = kdc_rt_fit(s->train, arrays, s->a[0].dims[0], &fo, &s->h);
-  if (!st && o->history && run_place_writes()) st = write_history(o->history, &s->h);
+  if (!st && o->history && run_place_writes()) st = write_history(o->history, &s->h, s->train);
   /* every process takes part (its pieces go to process 0, which writes) */
   if (!st && o->save) st = kdc_rt_train_save(s->train, o->save);
   return st;

@@ -14,8 +14,8 @@
  * may be a LearningRateSchedule object (see schedule()).  `loss` may be a
  * list (output order) or dict (output name) for a multi-output model, with
  * `loss_weights` likewise; one loss applies to every output (Keras 3).
- * Label_smoothing, clipnorm/clipvalue, EMA and PiecewiseConstantDecay are
- * refused by name, never ignored.
+ * Label_smoothing, clipnorm/clipvalue and EMA are refused by name, never
+ * ignored; so is a schedule argument Keras 3 does not have.
  */
 #include <json-c/json.h>
 #include <math.h>
@@ -62,33 +62,128 @@ static kdc_status snum(const char *file, json_object *cfg, const char *key, doub
 }
 
 /* optimizer.config.learning_rate as a Keras 3 LearningRateSchedule object
- * ({"class_name": "CosineDecay", "config": {"initial_learning_rate": ...}}):
- * ExponentialDecay, InverseTimeDecay, CosineDecay (with warmup),
- * CosineDecayRestarts and PolynomialDecay, Keras' defaults for absent keys. */
-static kdc_status schedule(const char *file, json_object *o, kdc_optimizer_options *opt) {
+ * ({"class_name": "CosineDecay", "config": {"initial_learning_rate": ...}},
+ * keras/src/optimizers/schedules/learning_rate_schedule.py): every class,
+ * each with exactly the keys its get_config() writes, Keras' defaults for
+ * the optional ones; a required key missing, an unknown key or a value of
+ * the wrong type is a located error naming the key. */
+typedef struct sched_class {
+  const char *name;
+  kdc_lr_schedule_kind kind;
+  const char *required[4];  /* besides these and optional[], only "name" */
+  const char *optional[6];
+} sched_class;
+
+static const sched_class sched_classes[] = {
+    {"ExponentialDecay", KDC_LR_EXPONENTIAL, {"initial_learning_rate", "decay_steps", "decay_rate"},
+     {"staircase"}},
+    {"InverseTimeDecay", KDC_LR_INVERSE_TIME, {"initial_learning_rate", "decay_steps", "decay_rate"},
+     {"staircase"}},
+    {"PiecewiseConstantDecay", KDC_LR_PIECEWISE, {"boundaries", "values"}, {0}},
+    {"PolynomialDecay", KDC_LR_POLYNOMIAL, {"initial_learning_rate", "decay_steps"},
+     {"end_learning_rate", "power", "cycle"}},
+    {"CosineDecay", KDC_LR_COSINE, {"initial_learning_rate", "decay_steps"},
+     {"alpha", "warmup_target", "warmup_steps"}},
+    {"CosineDecayRestarts", KDC_LR_COSINE_RESTARTS, {"initial_learning_rate", "first_decay_steps"},
+     {"t_mul", "m_mul", "alpha"}},
+};
+
+#define SCHED_AT "compile_config.optimizer.config.learning_rate"
+
+static bool listed(const char *const *names, size_t n, const char *key) {
+  for (size_t i = 0; i < n && names[i]; i++)
+    if (!strcmp(names[i], key)) return true;
+  return false;
+}
+
+/* A bool of the schedule's config (|dflt| when absent or null). */
+static kdc_status sflag(const char *file, json_object *cfg, const char *key, bool dflt, bool *out) {
+  json_object *v = get(cfg, key);
+  *out = dflt;
+  if (is_null(v)) return NULL;
+  if (!json_object_is_type(v, json_type_boolean))
+    return KDC_ERR(KDC_INVALID_INPUT, "%s: " SCHED_AT ".config.%s: expected true or false", file,
+                   key);
+  *out = json_object_get_boolean(v);
+  return NULL;
+}
+
+/* PiecewiseConstantDecay's boundaries (steps; Keras casts them to the int
+ * step's dtype, i.e. truncates a float) and values, into |arena|. */
+static kdc_status piecewise(const char *file, json_object *cfg, kdc_arena *arena,
+                            kdc_lr_schedule *s) {
+  json_object *b = get(cfg, "boundaries"), *v = get(cfg, "values");
+  if (!json_object_is_type(b, json_type_array) || !json_object_is_type(v, json_type_array))
+    return KDC_ERR(KDC_INVALID_INPUT, "%s: " SCHED_AT ".config.%s: expected a list of numbers",
+                   file, json_object_is_type(b, json_type_array) ? "values" : "boundaries");
+  size_t nb = json_object_array_length(b), nv = json_object_array_length(v);
+  if (nb == 0 || nv != nb + 1)
+    return KDC_ERR(KDC_INVALID_INPUT, "%s: " SCHED_AT ".config: %zu boundaries and %zu values "
+                   "(Keras needs at least one boundary and one more value than boundaries)",
+                   file, nb, nv);
+  if (nb > 4096)
+    return KDC_ERR(KDC_UNSUPPORTED, "%s: " SCHED_AT ".config.boundaries: %zu entries (at most "
+                   "4096)", file, nb);
+  int64_t *bs = kdc_arena_alloc(arena, nb * sizeof *bs);
+  double *vs = kdc_arena_alloc(arena, nv * sizeof *vs);
+  for (size_t i = 0; i < nb + nv; i++) {
+    bool is_b = i < nb;
+    json_object *e = json_object_array_get_idx(is_b ? b : v, is_b ? i : i - nb);
+    size_t at = is_b ? i : i - nb;
+    if (!json_object_is_type(e, json_type_double) && !json_object_is_type(e, json_type_int))
+      return KDC_ERR(KDC_INVALID_INPUT, "%s: " SCHED_AT ".config.%s[%zu]: expected a number",
+                     file, is_b ? "boundaries" : "values", at);
+    double x = json_object_get_double(e);
+    if (!is_b) {
+      vs[at] = x;
+      continue;
+    }
+    if (!(x > -2147483649.0 && x < 2147483648.0))
+      return KDC_ERR(KDC_INVALID_INPUT, "%s: " SCHED_AT ".config.boundaries[%zu]: %g is not an "
+                     "int32 step", file, at, x);
+    bs[at] = (int64_t)x;  /* truncation: Keras' cast to the step's integer dtype */
+    if (at > 0 && bs[at] <= bs[at - 1])
+      return KDC_ERR(KDC_INVALID_INPUT, "%s: " SCHED_AT ".config.boundaries[%zu]: %lld is not "
+                     "greater than the previous boundary (Keras requires strictly increasing "
+                     "boundaries)", file, at, (long long)bs[at]);
+  }
+  s->n_boundaries = (int)nb;
+  s->boundaries = bs;
+  s->values = vs;
+  return NULL;
+}
+
+static kdc_status schedule(const char *file, json_object *o, kdc_arena *arena,
+                           kdc_optimizer_options *opt) {
   const char *cls = json_object_get_string(get(o, "class_name"));
   json_object *cfg = get(o, "config");
   kdc_lr_schedule *s = &opt->schedule;
-  static const struct { const char *name; kdc_lr_schedule_kind kind; } k[] = {
-      {"ExponentialDecay", KDC_LR_EXPONENTIAL}, {"InverseTimeDecay", KDC_LR_INVERSE_TIME},
-      {"CosineDecay", KDC_LR_COSINE}, {"CosineDecayRestarts", KDC_LR_COSINE_RESTARTS},
-      {"PolynomialDecay", KDC_LR_POLYNOMIAL}};
-  size_t i = 0;
-  while (i < sizeof k / sizeof *k && (!cls || strcmp(cls, k[i].name))) i++;
-  if (i == sizeof k / sizeof *k)
-    return KDC_ERR(KDC_UNSUPPORTED, "%s: compile_config.optimizer.config.learning_rate: schedule "
-                   "\"%s\" is not supported (kdc reads ExponentialDecay, InverseTimeDecay, "
-                   "CosineDecay, CosineDecayRestarts, PolynomialDecay)", file, cls ? cls : "?");
-  s->kind = k[i].kind;
-  KDC_RETURN_IF_ERROR(snum(file, cfg, "initial_learning_rate", opt->learning_rate,
-                           &opt->learning_rate));
+  size_t i = 0, n = sizeof sched_classes / sizeof *sched_classes;
+  while (i < n && (!cls || strcmp(cls, sched_classes[i].name))) i++;
+  if (i == n)
+    return KDC_ERR(KDC_UNSUPPORTED, "%s: " SCHED_AT ": schedule \"%s\" is not supported (kdc "
+                   "reads ExponentialDecay, InverseTimeDecay, PiecewiseConstantDecay, "
+                   "PolynomialDecay, CosineDecay, CosineDecayRestarts)", file, cls ? cls : "?");
+  const sched_class *c = &sched_classes[i];
+  if (!json_object_is_type(cfg, json_type_object))
+    return KDC_ERR(KDC_INVALID_INPUT, "%s: " SCHED_AT ".config: expected an object", file);
+  json_object_object_foreach(cfg, key, val) {
+    (void)val;
+    if (strcmp(key, "name") && !listed(c->required, 4, key) && !listed(c->optional, 6, key))
+      return KDC_ERR(KDC_UNSUPPORTED, "%s: " SCHED_AT ".config.%s: %s has no such argument in "
+                     "Keras 3", file, key, c->name);
+  }
+  for (size_t k = 0; k < 4 && c->required[k]; k++)
+    if (is_null(get(cfg, c->required[k])))
+      return KDC_ERR(KDC_INVALID_INPUT, "%s: " SCHED_AT ".config.%s is required for %s", file,
+                     c->required[k], c->name);
+  s->kind = c->kind;
+  if (s->kind == KDC_LR_PIECEWISE) return piecewise(file, cfg, arena, s);
+  KDC_RETURN_IF_ERROR(snum(file, cfg, "initial_learning_rate", 0, &opt->learning_rate));
   const char *steps = s->kind == KDC_LR_COSINE_RESTARTS ? "first_decay_steps" : "decay_steps";
-  if (is_null(get(cfg, steps)))
-    return KDC_ERR(KDC_INVALID_INPUT, "%s: compile_config.optimizer.config.learning_rate.config.%s "
-                   "is required", file, steps);
   KDC_RETURN_IF_ERROR(snum(file, cfg, steps, 0, &s->decay_steps));
   KDC_RETURN_IF_ERROR(snum(file, cfg, "decay_rate", 0, &s->decay_rate));
-  s->staircase = flag(cfg, "staircase", false);
+  KDC_RETURN_IF_ERROR(sflag(file, cfg, "staircase", false, &s->staircase));
   KDC_RETURN_IF_ERROR(snum(file, cfg, "alpha", 0, &s->alpha));
   s->warmup = s->kind == KDC_LR_COSINE && !is_null(get(cfg, "warmup_target"));
   KDC_RETURN_IF_ERROR(snum(file, cfg, "warmup_target", 0, &s->warmup_target));
@@ -97,11 +192,11 @@ static kdc_status schedule(const char *file, json_object *o, kdc_optimizer_optio
   KDC_RETURN_IF_ERROR(snum(file, cfg, "m_mul", 1.0, &s->m_mul));
   KDC_RETURN_IF_ERROR(snum(file, cfg, "end_learning_rate", 1e-4, &s->end_learning_rate));
   KDC_RETURN_IF_ERROR(snum(file, cfg, "power", 1.0, &s->power));
-  s->cycle = flag(cfg, "cycle", false);
-  return NULL;
+  return sflag(file, cfg, "cycle", false, &s->cycle);
 }
 
-static kdc_status optimizer(const char *file, json_object *o, kdc_optimizer_options *opt) {
+static kdc_status optimizer(const char *file, json_object *o, kdc_arena *arena,
+                            kdc_optimizer_options *opt) {
   const char *cls = json_object_is_type(o, json_type_string) ? json_object_get_string(o)
                     : json_object_get_string(get(o, "class_name"));
   kdc_optimizer_kind k;
@@ -113,7 +208,7 @@ static kdc_status optimizer(const char *file, json_object *o, kdc_optimizer_opti
   if (!cfg) return NULL;
   json_object *lr = get(cfg, "learning_rate");
   if (lr && json_object_is_type(lr, json_type_object))
-    KDC_RETURN_IF_ERROR(schedule(file, lr, opt));
+    KDC_RETURN_IF_ERROR(schedule(file, lr, arena, opt));
   else
     KDC_RETURN_IF_ERROR(num(file, cfg, "learning_rate", &opt->learning_rate));
   KDC_RETURN_IF_ERROR(num(file, cfg, "momentum", &opt->momentum));
@@ -231,7 +326,7 @@ kdc_status cli_compile_config(const kdc_keras_model *km, const char *file, kdc_t
   kdc_train_options_init(t, KDC_LOSS_MSE, KDC_OPT_SGD);
   json_object *o = get(cc, "optimizer");
   /* Keras' compile() default optimizer is "rmsprop" */
-  if (!is_null(o)) KDC_RETURN_IF_ERROR(optimizer(file, o, &t->optimizer));
+  if (!is_null(o)) KDC_RETURN_IF_ERROR(optimizer(file, o, km->arena, &t->optimizer));
   else kdc_optimizer_options_init(&t->optimizer, KDC_OPT_RMSPROP);
   KDC_RETURN_IF_ERROR(loss(file, cc, t));
   *found = true;

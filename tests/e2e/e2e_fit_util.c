@@ -83,6 +83,15 @@ void e2e_same_run(const e2e_run *got, const e2e_run *want, int epoch0, double to
     for (int64_t s = 0; s < steps; s++)
       worst = fmax(worst, e2e_rel(got->h.batch_loss[e * steps + s],
                                   want->h.batch_loss[(e + epoch0) * steps + s]));
+    size_t nm = want->h.n_metrics;  /* per-output losses */
+    assert_int_equal(got->h.n_metrics, nm);
+    for (size_t j = 0; j < nm; j++) {
+      worst = fmax(worst, e2e_rel(got->h.metrics[e * (int64_t)nm + j],
+                                  want->h.metrics[(e + epoch0) * (int64_t)nm + j]));
+      if (want->h.val_metrics)
+        worst = fmax(worst, e2e_rel(got->h.val_metrics[e * (int64_t)nm + j],
+                                    want->h.val_metrics[(e + epoch0) * (int64_t)nm + j]));
+    }
   }
   assert_int_equal(got->n_state, want->n_state);
   bool final = got->h.epochs + epoch0 == want->h.epochs; /* both ended at the same step */
@@ -157,8 +166,22 @@ void e2e_step_vs_interpreter(const char *plan, const void *x, const void *y, con
   kdc_rt_plan_release(p);
 }
 
-/* Numbers of the JSON array |key| in |text| (at most |cap|); the count. */
-static int json_numbers(const char *text, const char *key, double *out, int cap) {
+char *e2e_with_compile_config(const char *src, const char *name, const char *cc) {
+  void *raw = NULL;
+  size_t n = 0;
+  assert_null(kdc_file_read_all(src, &raw, &n));
+  assert_true(n > 1 && ((char *)raw)[0] == '{');
+  char *path = e2e_path(name);
+  FILE *f = fopen(path, "w");
+  assert_non_null(f);
+  fprintf(f, "{\"compile_config\": {%s}, ", cc);
+  fwrite((char *)raw + 1, 1, n - 1, f);
+  fclose(f);
+  free(raw);
+  return path;
+}
+
+int e2e_json_numbers(const char *text, const char *key, double *out, int cap) {
   char pat[64];
   snprintf(pat, sizeof pat, "\"%s\":", key);
   const char *p = strstr(text, pat);
@@ -186,7 +209,7 @@ void e2e_check_reference(const char *hist, const char *ref_hist, const char *fin
   double got[256], want[256], worst = 0;
   static const char *const keys[] = {"loss", "batch_loss"};
   for (int k = 0; k < 2; k++) {
-    int ng = json_numbers(a, keys[k], got, 256), nw = json_numbers(b, keys[k], want, 256);
+    int ng = e2e_json_numbers(a, keys[k], got, 256), nw = e2e_json_numbers(b, keys[k], want, 256);
     assert_int_equal(ng, nw);
     assert_int_equal(nw, k ? epochs * steps : epochs);
     for (int i = 0; i < nw; i++) worst = fmax(worst, fabs(got[i] - want[i]) / fabs(want[i]));

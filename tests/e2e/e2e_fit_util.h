@@ -43,11 +43,20 @@ char *e2e_compile_cce(const char *name, const char *model, const char *weights, 
                       const char *opt, const char *lr, const char *mesh, const char *axes,
                       const char *layout);
 
+/* TMP/|name|: the Keras model file |src| (a JSON object) with
+ * "compile_config": {|cc|} spliced in as its first member (|cc| is JSON
+ * object members).  Returns the path (malloc'd). */
+char *e2e_with_compile_config(const char *src, const char *name, const char *cc);
+
+/* Numbers of the JSON array |key| ("KEY": [...]) in |text| (at most
+ * |cap|); the count, -1 when |key| is absent. */
+int e2e_json_numbers(const char *text, const char *key, double *out, int cap);
+
 /* |a - b| / (1 + |b|) */
 double e2e_rel(double a, double b);
 
 /* |got| (which started at epoch |epoch0| of |want|) against |want|: batch,
- * epoch and validation losses, and the final state (names, values; the
+ * epoch and validation losses (and per-output losses), and the final state (names, values; the
  * iterations bitwise) when both ended at the same step; every relative
  * difference (e2e_rel) <= |tol|. */
 void e2e_same_run(const e2e_run *got, const e2e_run *want, int epoch0, double tol,

@@ -10,6 +10,12 @@
  *   - `kdc run --fit --y NAME=path` equals positional --y.
  *   - bad input: unknown output names in --loss, the compile_config and
  *     --y, a wrong number of --y: one-line errors, exit 2.
+ *   - per-output losses (Keras 3 "<output>_loss", History and progress):
+ *     `kdc run --fit --history` on meshes 1 and 2x4 against TensorFlow.js
+ *     (tests/reference/train.js two_heads: tfjs' loss, reg_loss, cls_loss;
+ *     the val_ values computed there after each epoch) within 1e-5
+ *     relative; the progress line and --evaluate print them sorted like
+ *     Keras.
  */
 #include <math.h>
 #include <setjmp.h>
@@ -78,17 +84,9 @@ static void fit(const char *plan, e2e_run *r) {
 
 /* |model| with "compile_config": {...|cc|...} spliced in front. */
 static char *with_config(const char *name, const char *cc) {
-  void *raw = NULL;
-  size_t n = 0;
-  assert_null(kdc_file_read_all(model, &raw, &n));
-  char *path = e2e_path(name);
-  FILE *f = fopen(path, "w");
-  assert_non_null(f);
-  fprintf(f, "{\"compile_config\": {\"optimizer\": \"adam\", %s}, ", cc);
-  fwrite((char *)raw + 1, 1, n - 1, f);
-  fclose(f);
-  free(raw);
-  return path;
+  char members[1024];
+  snprintf(members, sizeof members, "\"optimizer\": \"adam\", %s", cc);
+  return e2e_with_compile_config(model, name, members);
 }
 
 static void test_meshes(void **s) {
@@ -181,11 +179,82 @@ static void test_cli(void **s) {
   free(pb), free(p), free(h1), free(h2);
 }
 
+/* The TF.js reference run (tests/e2e/data/two_heads_train, see the header). */
+static void tfjs_case(const char *mesh) {
+  char *dir = e2e_src("tests/e2e/data/two_heads_train");
+  char w[512], x[512], yr_p[512], yc_p[512], ref[512];
+  snprintf(w, sizeof w, "%s/weights.safetensors", dir);
+  snprintf(x, sizeof x, "%s/x.npy", dir);
+  snprintf(yr_p, sizeof yr_p, "%s/yr.npy", dir);
+  snprintf(yc_p, sizeof yc_p, "%s/yc.npy", dir);
+  snprintf(ref, sizeof ref, "%s/history.json", dir);
+  char *m = e2e_src("tests/e2e/data/two_heads.json"), *plan = e2e_path("tfjs.plan"),
+       *hist = e2e_path("tfjs_history.json");
+  e2e_result r;
+  const char *argv[24] = {"compile", m, "--weights", w, "--batch", "8", "--loss",
+                          "mse,categorical_crossentropy", "--optimizer", "sgd",
+                          "--learning-rate", "0.1", "-o", plan};
+  int n = 14;
+  if (mesh) argv[n++] = "--mesh", argv[n++] = mesh;
+  argv[n] = NULL;
+  e2e_kdcv(&r, argv);
+  if (r.status) fprintf(stderr, "%s", r.err);
+  assert_int_equal(r.status, 0);
+  e2e_kdc(&r, "run", plan, "--fit", "--x", x, "--y", yr_p, "--y", yc_p, "--epochs", "3",
+          "--batch-size", "8", "--validation-split", "0.25", "--history", hist, NULL);
+  if (r.status) fprintf(stderr, "%s", r.err);
+  assert_int_equal(r.status, 0);
+  /* Keras' progress: the logs sorted by name, val_ after the training ones */
+  const char *line = strstr(r.out, "Epoch 3/3");
+  assert_non_null(line);
+  const char *c = strstr(line, " - cls_loss: "), *l = strstr(line, " - loss: "),
+             *g = strstr(line, " - reg_loss: "), *vc = strstr(line, " - val_cls_loss: "),
+             *vl = strstr(line, " - val_loss: "), *vg = strstr(line, " - val_reg_loss: ");
+  assert_true(c && l && g && vc && vl && vg);
+  assert_true(c < l && l < g && g < vc && vc < vl && vl < vg);
+  void *a = NULL, *b = NULL;
+  size_t na = 0, nb = 0;
+  assert_null(kdc_file_read_all(hist, &a, &na));
+  assert_null(kdc_file_read_all(ref, &b, &nb));
+  static const char *const keys[] = {"loss", "reg_loss", "cls_loss",
+                                     "val_loss", "val_reg_loss", "val_cls_loss"};
+  double got[8], want[8], worst = 0;
+  for (int k = 0; k < 6; k++) {
+    int ng = e2e_json_numbers(a, keys[k], got, 8), nw = e2e_json_numbers(b, keys[k], want, 8);
+    assert_int_equal(nw, 3);
+    assert_int_equal(ng, 3);
+    for (int e = 0; e < 3; e++) worst = fmax(worst, fabs(got[e] - want[e]) / fabs(want[e]));
+  }
+  fprintf(stderr, "two_heads %s: history vs TF.js: %.3g relative\n", mesh ? mesh : "1",
+          worst);
+  assert_true(worst <= 1e-5);
+  /* the total is the sum of the per-output losses (weights 1) */
+  double tot[3], reg_l[3], cls_l[3];
+  assert_int_equal(e2e_json_numbers(a, "loss", tot, 3), 3);
+  assert_int_equal(e2e_json_numbers(a, "reg_loss", reg_l, 3), 3);
+  assert_int_equal(e2e_json_numbers(a, "cls_loss", cls_l, 3), 3);
+  for (int e = 0; e < 3; e++) assert_true(fabs(tot[e] - (reg_l[e] + cls_l[e])) <= 1e-6 * tot[e]);
+  /* evaluate: the same names, sorted */
+  e2e_kdc(&r, "run", plan, "--evaluate", "--x", x, "--y", yr_p, "--y", yc_p, NULL);
+  assert_int_equal(r.status, 0);
+  assert_true(!strncmp(r.out, "cls_loss: ", 10));
+  assert_non_null(strstr(r.out, " - loss: "));
+  assert_non_null(strstr(r.out, " - reg_loss: "));
+  free(a), free(b), free(dir), free(m), free(plan), free(hist);
+}
+
+static void test_tfjs_reference(void **s) {
+  (void)s;
+  tfjs_case(NULL);
+  tfjs_case("2x4");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_meshes),
       cmocka_unit_test(test_compile_config),
       cmocka_unit_test(test_cli),
+      cmocka_unit_test(test_tfjs_reference),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -261,7 +261,82 @@ function write2(dir, file, bytes) {
   console.log('  wrote', path.relative(path.resolve(__dirname, '..', '..'), path.join(dir, file)));
 }
 
-module.exports = { emitTraining, emitCnnTraining };
+// ---- two_heads: per-output losses of a two-output model (tests/e2e/data/two_heads.json)
+// Keras 3 reports, besides the total "loss", each output's unweighted loss
+// as "<output>_loss" (CompileLoss) and their "val_" versions; tfjs does the
+// same ("reg_loss", "cls_loss" in model.fit's history).  The model (Dense
+// trunk 6 -> 8 relu; heads "reg" 8 -> 2 linear and "cls" 8 -> 3 softmax)
+// is built in tfjs with seeded weights, compiled with loss [mse,
+// categoricalCrossentropy] (tfjs has no loss_weights: both weights 1) and
+// SGD lr 0.1, and fit for 3 epochs, batch 8, no shuffle, validationSplit
+// 0.25 on 40 seeded rows: 30 training rows (steps of 8, 8, 8 and 6) and 10
+// validation rows.  Writes tests/e2e/data/two_heads_train/{weights.safetensors,
+// x.npy, yr.npy, yc.npy, history.json}: tfjs' History.history loss,
+// reg_loss, cls_loss, and val_loss, val_reg_loss, val_cls_loss computed here
+// after each epoch (mean over the 10 validation rows of each output's loss,
+// their sum for val_loss) because tfjs' own validation values are wrong for
+// several outputs: its testFunction (tfjs-layers 4.22 training.js) pushes
+// the running total after each output's loss, so its "val_loss" is the
+// first output's loss and the rest are shifted.
+const HEADS_DIR = path.resolve(__dirname, '..', 'e2e', 'data', 'two_heads_train');
+const HEADS_ROWS = 40, HEADS_SEED = 0x2_4EAD;
+
+async function emitTwoHeads() {
+  const rng = L.mulberry32(HEADS_SEED);
+  const shapes = { 'trunk/kernel': [6, 8], 'trunk/bias': [8], 'reg/kernel': [8, 2], 'reg/bias': [2],
+                   'cls/kernel': [8, 3], 'cls/bias': [3] };
+  const w = {};
+  for (const n of Object.keys(shapes)) {
+    const size = shapes[n].reduce((a, b) => a * b, 1);
+    w[n] = L.uniformArray(rng, size, -0.6, 0.6);
+  }
+  const x = L.uniformArray(rng, HEADS_ROWS * 6, -1, 1);
+  const yr = L.uniformArray(rng, HEADS_ROWS * 2, -1, 1);
+  const yc = new Float32Array(HEADS_ROWS * 3);
+  for (let r = 0; r < HEADS_ROWS; r++) yc[r * 3 + Math.floor(rng() * 3)] = 1;
+  const input = tf.input({ shape: [6], name: 'x' });
+  const trunk = tf.layers.dense({ units: 8, activation: 'relu', name: 'trunk' }).apply(input);
+  const reg = tf.layers.dense({ units: 2, name: 'reg' }).apply(trunk);
+  const cls = tf.layers.dense({ units: 3, activation: 'softmax', name: 'cls' }).apply(trunk);
+  const model = tf.model({ inputs: input, outputs: [reg, cls] });
+  model.setWeights(Object.keys(shapes).map(n => tf.tensor(w[n], shapes[n])));
+  model.compile({ optimizer: tf.train.sgd(0.1), loss: ['meanSquaredError', 'categoricalCrossentropy'] });
+  const split = Math.floor(HEADS_ROWS * 0.75);
+  const xv = tf.tensor(x.subarray(split * 6), [HEADS_ROWS - split, 6]);
+  const yrv = tf.tensor(yr.subarray(split * 2), [HEADS_ROWS - split, 2]);
+  const ycv = tf.tensor(yc.subarray(split * 3), [HEADS_ROWS - split, 3]);
+  const val = { val_loss: [], val_reg_loss: [], val_cls_loss: [] };
+  const onEpochEnd = () => {  // Keras 3's definitions, on the weights after the epoch
+    const [pr, pc] = model.predict(xv);
+    const r = tf.mean(tf.mean(tf.square(tf.sub(pr, yrv)), -1)).dataSync()[0];
+    const c = cce(ycv, pc).dataSync()[0];
+    val.val_reg_loss.push(r);
+    val.val_cls_loss.push(c);
+    val.val_loss.push(f(r + c));
+    tf.dispose([pr, pc]);
+  };
+  const h = await model.fit(tf.tensor(x, [HEADS_ROWS, 6]),
+    [tf.tensor(yr, [HEADS_ROWS, 2]), tf.tensor(yc, [HEADS_ROWS, 3])],
+    { epochs: 3, batchSize: 8, shuffle: false, validationSplit: 0.25, verbose: 0,
+      callbacks: { onEpochEnd } });
+  fs.mkdirSync(HEADS_DIR, { recursive: true });
+  write2(HEADS_DIR, 'weights.safetensors', L.safetensorsBytes(
+    Object.keys(shapes).map(n => ({ name: n, shape: shapes[n], data: w[n] }))));
+  write2(HEADS_DIR, 'x.npy', L.npyBytes([HEADS_ROWS, 6], x));
+  write2(HEADS_DIR, 'yr.npy', L.npyBytes([HEADS_ROWS, 2], yr));
+  write2(HEADS_DIR, 'yc.npy', L.npyBytes([HEADS_ROWS, 3], yc));
+  const hist = {};
+  for (const k of ['loss', 'reg_loss', 'cls_loss']) {
+    if (!h.history[k]) throw new Error(`tfjs history has no ${k}: ${Object.keys(h.history)}`);
+    hist[k] = h.history[k].map(v => Number(v));
+  }
+  Object.assign(hist, val);
+  write2(HEADS_DIR, 'history.json', JSON.stringify(hist) + '\n');
+  console.log(`  two_heads sgd: loss ${hist.loss.map(v => v.toFixed(6)).join(' ')}, ` +
+              `reg_loss ${hist.reg_loss.map(v => v.toFixed(6)).join(' ')}`);
+}
+
+module.exports = { emitTraining, emitCnnTraining, emitTwoHeads };
 
 if (require.main === module) {
   (async () => {
@@ -270,5 +345,6 @@ if (require.main === module) {
     const only = process.argv.slice(2);
     if (!only.length || only.includes('mnist_mlp')) await emitTraining();
     if (!only.length || only.includes('small_cnn')) await emitCnnTraining();
+    if (!only.length || only.includes('two_heads')) await emitTwoHeads();
   })().catch(e => { console.error(e); process.exit(1); });
 }

@@ -8,7 +8,10 @@
  * step) computed from two single-output train_steps.  Tolerance: relative
  * 1e-5 plus 2e-6 absolute (f32 weights differenced).  Also: dict losses and
  * loss_weights, a None loss, a single loss for every output, the label ABI
- * and errors.
+ * and errors.  Per-output losses (Keras 3's "<output>_loss" metrics, results
+ * after "loss" when more than one output is trained): each equals the
+ * loss of the single-output step of that output (unweighted), in train_step
+ * and in evaluate; none with one trained output.
  */
 #include "tr_test.h"
 
@@ -55,6 +58,9 @@ typedef struct step {
   float grad[NW][IN * H > H * C ? IN * H : H * C];
   size_t n_labels;
   char labels[4][16];   /* copies: the names live in the module */
+  size_t n_outs;        /* per-output losses, results after "loss" */
+  char out_names[4][16];
+  double out_loss[4];
 } step;
 
 /* Builds training with |o| (SGD, learning rate 1) and runs one train_step:
@@ -85,8 +91,15 @@ static void run_step(const data *d, kdc_train_options *o, step *s) {
     args[i].data = (void *)v;
   }
   tr_run(ts, args, ts->n_params, out);
+  bool after_loss = false;
   for (size_t r = 0; r < ts->n_results; r++) {
-    if (!strcmp(ts->result_names[r], "loss")) s->loss = ((float *)out[r].data)[0];
+    if (after_loss) {  /* the ABI: only per-output losses follow "loss" */
+      assert_true(s->n_outs < 4);
+      assert_int_equal(out[r].type.rank, 0);
+      snprintf(s->out_names[s->n_outs], sizeof s->out_names[0], "%s", ts->result_names[r]);
+      s->out_loss[s->n_outs++] = ((float *)out[r].data)[0];
+    }
+    if (!strcmp(ts->result_names[r], "loss")) s->loss = ((float *)out[r].data)[0], after_loss = true;
     for (int w = 0; w < NW; w++)
       if (!strcmp(ts->result_names[r], W_NAMES[w]))
         for (int64_t k = 0; k < W_SHAPE[w][0] * W_SHAPE[w][1]; k++)
@@ -94,10 +107,16 @@ static void run_step(const data *d, kdc_train_options *o, step *s) {
   }
   /* evaluate returns the same total loss */
   const kdc_func *ev = kdc_ir_module_find_func(m, "evaluate");
-  kdc_tensor eo[1];
+  kdc_tensor eo[5];
+  assert_int_equal(ev->n_results, 1 + s->n_outs);
   tr_run(ev, args, ev->n_params, eo);
   TR_CLOSE(((float *)eo[0].data)[0], s->loss, 1e-6, 0, "evaluate loss");
-  tr_free(eo, 1);
+  for (size_t j = 0; j < s->n_outs; j++) { /* and the same per-output losses, same names */
+    assert_string_equal(ev->result_names[1 + j], s->out_names[j]);
+    TR_CLOSE(((float *)eo[1 + j].data)[0], s->out_loss[j], 1e-6, 0, "evaluate %s",
+             s->out_names[j]);
+  }
+  tr_free(eo, ev->n_results);
   tr_free(out, ts->n_results);
   kdc_ir_module_destroy(m);
 }
@@ -108,6 +127,22 @@ static void single(const data *d, int output, kdc_loss_kind k, bool logits, step
   o.output = output;
   o.from_logits = logits;
   run_step(d, &o, s);
+}
+
+/* The per-output losses of |got|: none, or "reg_loss" = a's loss and
+ * "cls_loss" = b's (unweighted, Keras 3 CompileLoss records the value before
+ * multiplying by the loss weight). */
+static void check_outputs(const step *got, const step *a, const step *b, const char *what) {
+  if (!a || !b) {
+    assert_int_equal(got->n_outs, 0);
+    return;
+  }
+  assert_int_equal(got->n_outs, 2);
+  assert_string_equal(got->out_names[0], "reg_loss");
+  assert_string_equal(got->out_names[1], "cls_loss");
+  assert_int_equal(a->n_outs, 0); /* a single-output step has only "loss" */
+  TR_CLOSE(got->out_loss[0], a->loss, 1e-6, 0, "%s: reg_loss", what);
+  TR_CLOSE(got->out_loss[1], b->loss, 1e-6, 0, "%s: cls_loss", what);
 }
 
 static void check_combination(const step *got, const step *a, double wa, const step *b,
@@ -146,6 +181,7 @@ static void test_list_weighted(void **state) {
   assert_string_equal(both.labels[0], "reg");
   assert_string_equal(both.labels[1], "cls");
   check_combination(&both, &reg, 1.0, &cls, 0.5, "list");
+  check_outputs(&both, &reg, &cls, "list");
 }
 
 /* dict losses {"cls": cce, "reg": mse}, loss_weights {"reg": 0.25};
@@ -168,6 +204,7 @@ static void test_dict_and_none(void **state) {
   run_step(&d, &o, &got);
   assert_string_equal(got.labels[0], "reg"); /* output order, not dict order */
   check_combination(&got, &reg, 0.25, &cls, 1.0, "dict");
+  check_outputs(&got, &reg, &cls, "dict");
   /* [None, cce]: only cls is trained, with one label */
   kdc_train_options_init(&o, KDC_LOSS_MSE, KDC_OPT_SGD);
   o.n_losses = 2;
@@ -178,6 +215,7 @@ static void test_dict_and_none(void **state) {
   assert_int_equal(got.n_labels, 1);
   assert_string_equal(got.labels[0], "cls");
   check_combination(&got, &reg, 0.0, &cls, 1.0, "None");
+  check_outputs(&got, NULL, NULL, "None"); /* one flat loss: no per-output metrics */
   /* {"reg": mse}: cls untrained */
   kdc_train_options_init(&o, KDC_LOSS_MSE, KDC_OPT_SGD);
   o.n_losses = 1;
@@ -185,6 +223,7 @@ static void test_dict_and_none(void **state) {
   run_step(&d, &o, &got);
   assert_int_equal(got.n_labels, 1);
   check_combination(&got, &reg, 1.0, &cls, 0.0, "dict of one");
+  check_outputs(&got, NULL, NULL, "dict of one");
 }
 
 /* One loss for a multi-output model (Keras 3: every output's). */
@@ -205,6 +244,7 @@ static void test_every_output(void **state) {
   run_step(&d, &o, &got);
   assert_int_equal(got.n_labels, 2);
   check_combination(&got, &reg, 2.0, &cls, 3.0, "every output");
+  check_outputs(&got, &reg, &cls, "every output");
 }
 
 static void expect_error(kdc_train_options *o, const char *needle) {
