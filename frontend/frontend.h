@@ -511,6 +511,12 @@ KDC_FE_LOWER_FN(kdc_fe_lower_mha);
 /* lower_time_distributed.c: the TimeDistributed wrapper (time folded into the batch). */
 kdc_status kdc_fe_infer_time_distributed(kdc_infer_args *a);
 KDC_FE_LOWER_FN(kdc_fe_lower_time_distributed);
+/* ... and SpectralNormalization (the wrapped layer at inference, plus vector_u). */
+kdc_status kdc_fe_infer_spectral_norm(kdc_infer_args *a);
+KDC_FE_LOWER_FN(kdc_fe_lower_spectral_norm);
+/* lower_norm.c: RMSNormalization. */
+kdc_status kdc_fe_infer_rmsnorm(kdc_infer_args *a);
+KDC_FE_LOWER_FN(kdc_fe_lower_rmsnorm);
 /* lower_dot_attention.c: Attention (Luong) and AdditiveAttention (Bahdanau). */
 kdc_status kdc_fe_infer_dot_attention(kdc_infer_args *a);
 KDC_FE_LOWER_FN(kdc_fe_lower_dot_attention);

@@ -127,6 +127,8 @@ static const kdc_layer_class classes[] = {
     IN("GlobalMaxPool3D", kdc_fe_infer_global_pool, kdc_fe_lower_global_pool),
     /* wrappers and attention (lower_time_distributed.c, lower_dot_attention.c) */
     IN("TimeDistributed", kdc_fe_infer_time_distributed, kdc_fe_lower_time_distributed),
+    IN("SpectralNormalization", kdc_fe_infer_spectral_norm, kdc_fe_lower_spectral_norm),
+    IN("RMSNormalization", kdc_fe_infer_rmsnorm, kdc_fe_lower_rmsnorm), /* lower_norm.c */
     IN("Attention", kdc_fe_infer_dot_attention, kdc_fe_lower_dot_attention),
     IN("AdditiveAttention", kdc_fe_infer_dot_attention, kdc_fe_lower_dot_attention),
     /* image preprocessing (lower_image.c): resizing, and the random
@@ -190,8 +192,6 @@ static const kdc_layer_class classes[] = {
     NO("AdaptiveMaxPooling2D", "adaptive pooling is not supported"),
     NO("AdaptiveMaxPooling3D", "adaptive pooling is not supported"),
     NO("GroupQueryAttention", "grouped-query attention is not supported; MultiHeadAttention is"),
-    NO("SpectralNormalization", "the spectral-norm wrapper is not supported"),
-    NO("RMSNormalization", "RMS normalization is not supported"),
     NO("ReversibleEmbedding", "ReversibleEmbedding is not supported; Embedding is"),
     NO("TernaryDense", "ternary-quantized Dense is not supported"),
     NO("Pipeline", "a Pipeline of preprocessing layers is not supported"),

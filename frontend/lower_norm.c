@@ -16,6 +16,10 @@
  *                       channel axis, moments over every axis but the batch
  *                       and group axes, then x * inv + res
  *   UnitNormalization   x * rsqrt(max(sum(x^2), 1e-24))  (epsilon 1e-12)
+ *   RMSNormalization    x * rsqrt(mean(x^2 over axis) + epsilon) * scale
+ *                       (ops.rms_normalization; epsilon 1e-6; "scale" of the
+ *                       axes' sizes in Keras' sorted(axis) order, ones,
+ *                       multiplied with numpy broadcasting as Keras does)
  *   Rescaling           x * scale + offset (numpy broadcasting)
  *   Normalization       (x - mean) / max(sqrt(var), 1e-7);
  *                       invert: mean + x * max(sqrt(var), 1e-7)
@@ -258,6 +262,57 @@ kdc_status kdc_fe_lower_unitnorm(struct kdc_lower_ctx *c, const kdc_keras_layer 
       kdc_ir_reduce(f, KDC_RED_SUM, kdc_ir_binary(f, KDC_OP_MUL, in[0], in[0]), na, ax);
   kdc_value_id inv = kdc_ir_unary(f, KDC_OP_RSQRT, kdc_ir_binary_scalar(f, KDC_OP_MAX, s, 1e-24));
   out[0] = kdc_ir_binary(f, KDC_OP_MUL, in[0], kdc_ir_broadcast(f, inv, t.rank, t.dims, keep));
+  return NULL;
+}
+
+/* RMSNormalization's axes as Keras keeps them: an int, or a list sorted as
+ * given (negative entries included, as Python's sorted() does). */
+static kdc_status rms_axes(const kdc_keras_layer *l, int r, int *n, int64_t *raw) {
+  KDC_RETURN_IF_ERROR(kdc_fe_cfg_axes(l, "axis", -1, n, raw));
+  for (int i = 0; i < *n; i++) {
+    if (raw[i] < -r || raw[i] >= r)
+      return kdc_fe_layer_err(l, KDC_INVALID_INPUT, "config.axis: axis %lld is out of bounds for "
+                              "an input of rank %d", (long long)raw[i], r);
+    for (int j = i; j > 0 && raw[j - 1] > raw[j]; j--) {
+      int64_t t = raw[j];
+      raw[j] = raw[j - 1], raw[j - 1] = t;
+    }
+  }
+  return NULL;
+}
+
+kdc_status kdc_fe_infer_rmsnorm(kdc_infer_args *a) {
+  const kdc_kshape *x = &a->in[0];
+  int n;
+  int64_t raw[KDC_MAX_RANK];
+  KDC_RETURN_IF_ERROR(rms_axes(a->l, x->rank, &n, raw));
+  kdc_kshape s = {.rank = n};
+  for (int i = 0; i < n; i++) s.dims[i] = x->dims[raw[i] < 0 ? raw[i] + x->rank : raw[i]];
+  KDC_RETURN_IF_ERROR(kdc_fe_add_var(a, "scale", &s, true, NULL, "ones"));
+  kdc_fe_set_outputs(a, 1, x);
+  return NULL;
+}
+
+kdc_status kdc_fe_lower_rmsnorm(struct kdc_lower_ctx *c, const kdc_keras_layer *l,
+                                const kdc_keras_node *n, const kdc_value_id *in,
+                                const kdc_value_id *kw, kdc_value_id *out) {
+  kdc_func *f = c->f;
+  if (in[0] == KDC_NO_VALUE) return NULL;
+  const kdc_type t = *kdc_ir_type(f, in[0]);
+  int na;
+  int64_t ax[KDC_MAX_RANK], keep[KDC_MAX_RANK];
+  double eps;
+  KDC_RETURN_IF_ERROR(kdc_fe_cfg_double(l, "epsilon", 1e-6, &eps));
+  KDC_RETURN_IF_ERROR(sorted_axes(l, "axis", -1, t.rank, &na, ax));
+  rest(&t, na, ax, keep);
+  kdc_value_id ms = kdc_ir_reduce(f, KDC_RED_SUM, kdc_ir_binary(f, KDC_OP_MUL, in[0], in[0]), na, ax);
+  int64_t cnt = 1;
+  for (int i = 0; i < na; i++) cnt *= t.dims[ax[i]];
+  ms = kdc_ir_binary_scalar(f, KDC_OP_DIV, ms, (double)cnt);
+  kdc_value_id inv = kdc_ir_unary(f, KDC_OP_RSQRT, kdc_ir_binary_scalar(f, KDC_OP_ADD, ms, eps));
+  kdc_value_id y = kdc_ir_binary(f, KDC_OP_MUL, in[0], kdc_ir_broadcast(f, inv, t.rank, t.dims, keep));
+  /* ops.multiply(outputs, scale): numpy broadcasting of the scale's shape */
+  out[0] = kdc_ir_binary_bcast(f, KDC_OP_MUL, y, kdc_fe_weight(c, l, "scale"));
   return NULL;
 }
 

@@ -1,7 +1,8 @@
 /*
  * frontend/lower_time_distributed.c: the TimeDistributed wrapper (Keras 3
- * keras/src/layers/rnn/time_distributed.py): shape and variable inference,
- * and lowering.
+ * keras/src/layers/rnn/time_distributed.py) and the SpectralNormalization
+ * wrapper (normalization/spectral_normalization.py): shape and variable
+ * inference, and lowering.
  *
  * Keras applies the wrapped layer to every slice x[:, t] (a Python loop over
  * a static time dim, then ops.stack) with one set of weights.  For every
@@ -27,6 +28,12 @@
 #include <string.h>
 
 #include "frontend/frontend.h"
+
+/* SpectralNormalization: at inference (call with training false) the
+ * wrapped layer as it is; its weights are the wrapped layer's, then the
+ * wrapper's non-trainable "vector_u" (1, kernel.shape[-1]) of the power
+ * iteration, which only training uses (it rewrites the kernel, so training
+ * is refused).  The wrapped layer needs a "kernel" or "embeddings". */
 
 static bool is_model(const char *c) {
   return !strcmp(c, "Functional") || !strcmp(c, "Sequential") || !strcmp(c, "Model");
@@ -132,4 +139,40 @@ kdc_status kdc_fe_lower_time_distributed(struct kdc_lower_ctx *c, const kdc_kera
   for (int i = 1; i < yt.rank; i++) od[i + 1] = yt.dims[i];
   out[0] = kdc_ir_reshape(f, y, yt.rank + 1, od);
   return NULL;
+}
+
+kdc_status kdc_fe_infer_spectral_norm(kdc_infer_args *a) {
+  kdc_keras_layer *l = a->l;
+  if (!l->inner[0]) KDC_RETURN_IF_ERROR(make_inner(a, &l->inner[0]));
+  kdc_keras_layer *in = l->inner[0];
+  kdc_keras_node node = *a->node;
+  node.n_out = 0;
+  node.out = NULL;
+  kdc_infer_args ia = {a->m, in, &node, a->node_index, a->in, a->kw};
+  KDC_RETURN_IF_ERROR(in->cls->infer(&ia));
+  const kdc_keras_var *k = NULL;
+  for (int i = 0; i < in->n_vars && !k; i++)
+    if (!strcmp(in->vars[i]->name, "kernel") || !strcmp(in->vars[i]->name, "embeddings"))
+      k = in->vars[i];
+  if (!k)
+    return kdc_fe_layer_err(l, KDC_INVALID_INPUT, "config.layer: the wrapped %s has no kernel "
+                            "nor embeddings to normalise", in->class_name);
+  kdc_kshape u = {.rank = 2, .dims = {1, k->shape.dims[k->shape.rank - 1]}};
+  l->n_vars = in->n_vars;
+  l->vars = in->vars;
+  KDC_RETURN_IF_ERROR(kdc_fe_add_var(a, "vector_u", &u, false, NULL, "truncated_normal"));
+  kdc_fe_set_outputs(a, node.n_out, node.out);
+  return NULL;
+}
+
+kdc_status kdc_fe_lower_spectral_norm(struct kdc_lower_ctx *c, const kdc_keras_layer *l,
+                                      const kdc_keras_node *n, const kdc_value_id *in,
+                                      const kdc_value_id *kw, kdc_value_id *out) {
+  const kdc_keras_layer *inner = l->inner[0];
+  if (!inner) return kdc_fe_layer_err(l, KDC_INTERNAL, "SpectralNormalization lowered before "
+                                      "inference");
+  if (c->training)
+    return kdc_fe_layer_err(l, KDC_UNSUPPORTED, "training SpectralNormalization is not supported "
+                            "(its power iteration rewrites the kernel each step)");
+  return inner->cls->lower(c, inner, n, in, kw, out);
 }

@@ -18,6 +18,8 @@
  *   tanh_shrink, sparse_plus, sparse_sigmoid, squareplus, sparsemax) against
  *   jax.nn's definitions (sparsemax by sorting, as jax does), and their
  *   gradients against central differences;
+ * - RMSNormalization (one axis with a scale, two axes) and
+ *   SpectralNormalization(Dense) at inference by hand;
  * - RandomFlip in a training step: every sample is itself or its mirror,
  *   and both occur;
  * - refusals are one-line located errors naming the key or the class.
@@ -243,6 +245,9 @@ static void test_tk2_weight_names(void **s FE_UNUSED) {
   lowered_free(&a), lowered_free(&b);
 }
 
+static kdc_status lower_err(const char *path, bool train);
+static kdc_status load_err(const char *path);
+
 /* predict of the one-layer model at |path| on |x| (2 rows of |shape|). */
 static float *predict2(const char *path, const float *x, int rank, const int64_t *shape) {
   const char *xf = fe_tmp("p2_x.npy");
@@ -274,6 +279,72 @@ static void test_attention_causal_forms(void **s FE_UNUSED) {
     for (int c = 0; c < 3; c++) assert_true(k3[b * 12 + c] == x[b * 12 + c]);
   assert_memory_not_equal(k3, plain, sizeof x);
   free(k3), free(tk2), free(plain);
+}
+
+/* RMSNormalization: x * rsqrt(mean(x^2) + 1e-6) * scale, by hand. */
+static void test_rms_norm(void **s FE_UNUSED) {
+  float x[2 * 3 * 4], want[24];
+  uint64_t seed = 31;
+  for (int i = 0; i < 24; i++) x[i] = (float)urand(&seed, -2, 2);
+  const float scale[4] = {0.5f, 1.0f, 1.5f, 2.0f};
+  for (int r = 0; r < 6; r++) { /* axis -1 */
+    double ms = 0;
+    for (int k = 0; k < 4; k++) ms += (double)x[r * 4 + k] * x[r * 4 + k] / 4;
+    for (int k = 0; k < 4; k++) want[r * 4 + k] = (float)(x[r * 4 + k] / sqrt(ms + 1e-6) * scale[k]);
+  }
+  fe_run_check(fe_model_file("rms.json", "3, 4", "RMSNormalization", "\"axis\": -1, "
+                             "\"epsilon\": 1e-06", NULL, NULL), 2, x, scale, want, 24);
+  for (int b = 0; b < 2; b++) { /* axis [1, 2], scale (3, 4) of ones, epsilon 0.1 */
+    double ms = 0;
+    for (int k = 0; k < 12; k++) ms += (double)x[b * 12 + k] * x[b * 12 + k] / 12;
+    for (int k = 0; k < 12; k++) want[b * 12 + k] = (float)(x[b * 12 + k] / sqrt(ms + 0.1));
+  }
+  kdc_keras_model *m = fe_load_ok(fe_model_file("rms2.json", "3, 4", "RMSNormalization",
+                                                "\"axis\": [2, 1], \"epsilon\": 0.1", NULL, NULL));
+  assert_string_equal(kdc_frontend_variable(m, 0)->path, "L/scale");
+  assert_int_equal(kdc_frontend_param_count(m), 12);
+  kdc_frontend_free(m);
+  const char *p = fe_model_file("rms2.json", "3, 4", "RMSNormalization", "\"axis\": [2, 1], "
+                                "\"epsilon\": 0.1", NULL, NULL);
+  fe_run_check(p, 2, x, NULL, want, 24);
+  /* gradients with respect to the input and the scale */
+  const char *xf = fe_tmp("rms_x.npy");
+  assert_null(kdc_npy_write(xf, KDC_IO_DTYPE_F32, 3, (int64_t[]){2, 3, 4}, x));
+  lowered L;
+  lower_example(p, NULL, (const char *[]){xf}, 2, &L);
+  grad_check(&L, NULL, 1, 36);
+  lowered_free(&L);
+}
+
+/* SpectralNormalization(Dense) at inference is the Dense layer; variables
+ * L/dense/kernel then the non-trainable L/vector_u (1, units). */
+static void test_spectral_norm(void **s FE_UNUSED) {
+  const char *cfg = "\"layer\": {\"class_name\": \"Dense\", \"config\": {\"name\": \"dense\", "
+                    "\"units\": 3, \"use_bias\": false}}, \"power_iterations\": 1";
+  const char *p = fe_model_file("sn.json", "4", "SpectralNormalization", cfg, NULL, NULL);
+  kdc_keras_model *m = fe_load_ok(p);
+  assert_int_equal(kdc_frontend_variable_count(m), 2);
+  assert_string_equal(kdc_frontend_variable(m, 0)->path, "L/dense/kernel");
+  assert_string_equal(kdc_frontend_variable(m, 1)->path, "L/vector_u");
+  assert_false(kdc_frontend_variable(m, 1)->trainable);
+  assert_int_equal(kdc_frontend_variable(m, 1)->shape.dims[1], 3);
+  kdc_frontend_free(m);
+  float x[8], k[12], want[6];
+  uint64_t seed = 41;
+  for (int i = 0; i < 8; i++) x[i] = (float)urand(&seed, -1, 1);
+  for (int i = 0; i < 12; i++) k[i] = (float)urand(&seed, -1, 1);
+  for (int b = 0; b < 2; b++)
+    for (int j = 0; j < 3; j++) {
+      double acc = 0;
+      for (int i = 0; i < 4; i++) acc += (double)x[b * 4 + i] * k[i * 3 + j];
+      want[b * 3 + j] = (float)acc;
+    }
+  fe_run_check(p, 2, x, k, want, 6);
+  fe_assert_err(lower_err(p, true), KDC_UNSUPPORTED, "training SpectralNormalization", NULL);
+  fe_assert_err(load_err(fe_model_file("sn2.json", "4", "SpectralNormalization",
+                                       "\"layer\": {\"class_name\": \"Flatten\", \"config\": "
+                                       "{\"name\": \"f\"}}", NULL, NULL)),
+                KDC_INVALID_INPUT, "no kernel nor embeddings", NULL);
 }
 
 /* ---- Resizing by hand ------------------------------------------------------ */
@@ -341,7 +412,6 @@ static void test_resize_by_hand(void **s FE_UNUSED) {
   check_resize("nearest", false, 8, 13);
 }
 
-static kdc_status lower_err(const char *path, bool train);
 
 /* ---- activations added for Keras 3 (keras/src/backend/jax/nn.py, jax.nn) -- */
 
@@ -526,7 +596,8 @@ int main(void) {
       cmocka_unit_test(test_zoo_gradients),       cmocka_unit_test(test_resize_by_hand),
       cmocka_unit_test(test_random_flip_training), cmocka_unit_test(test_errors),
       cmocka_unit_test(test_tk2_weight_names),     cmocka_unit_test(test_activations),
-      cmocka_unit_test(test_attention_causal_forms),
+      cmocka_unit_test(test_attention_causal_forms), cmocka_unit_test(test_rms_norm),
+      cmocka_unit_test(test_spectral_norm),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
