@@ -33,7 +33,8 @@
  *   RandomFlip flips each sample with probability 1/2 (u <= 0.5, one u per
  *   sample for both axes, as Keras), u drawn from kdc's counter-based
  *   stream like Dropout (lower_dropout.c); the others refuse training with
- *   a located error.
+ *   a located error -- except RandomBrightness and RandomContrast, drawn
+ *   the same way per image (random_value below).
  */
 #include <json-c/json.h>
 #include <math.h>
@@ -268,6 +269,77 @@ static kdc_status random_flip(kdc_lower_ctx *c, const kdc_keras_layer *l, kdc_va
   return NULL;
 }
 
+/* The (lower, upper) factor pair of Keras' _set_factor with bounds (|b0|, 1):
+ * a number f gives (max(-|f|, b0), |f|), a pair is sorted. */
+static kdc_status read_factor(const kdc_keras_layer *l, double b0, double *lo, double *hi) {
+  json_object *f = kdc_fe_get(l->config, "factor");
+  if (json_object_is_type(f, json_type_double) || json_object_is_type(f, json_type_int)) {
+    double v = fabs(json_object_get_double(f));
+    *lo = -v > b0 ? -v : b0, *hi = v;
+  } else if (json_object_is_type(f, json_type_array) && json_object_array_length(f) == 2) {
+    *lo = json_object_get_double(json_object_array_get_idx(f, 0));
+    *hi = json_object_get_double(json_object_array_get_idx(f, 1));
+    if (*lo > *hi) {
+      double t = *lo;
+      *lo = *hi, *hi = t;
+    }
+  } else {
+    return kdc_fe_layer_err(l, KDC_INVALID_INPUT, "config.factor: expected a number or a list "
+                            "of two numbers");
+  }
+  if (*lo > 1 || *hi < b0)
+    return kdc_fe_layer_err(l, KDC_INVALID_INPUT, "config.factor: outside [%g, 1]", b0);
+  return NULL;
+}
+
+/* RandomBrightness (x + U[lo, hi) * (v1 - v0)) and RandomContrast ((x - m) *
+ * U[1 - lo, 1 + hi) + m, m the per-image, per-channel mean over height and
+ * width), one draw per image, then clipped to value_range (default [0,
+ * 255]; random_brightness.py, random_contrast.py). */
+static kdc_status random_value(kdc_lower_ctx *c, const kdc_keras_layer *l, kdc_value_id x,
+                               kdc_value_id *out) {
+  kdc_func *f = c->f;
+  bool bright = !strcmp(l->class_name, "RandomBrightness"), last = true;
+  double lo = 0, hi = 0, v0 = 0, v1 = 255;
+  KDC_RETURN_IF_ERROR(read_factor(l, bright ? -1 : 0, &lo, &hi));
+  KDC_RETURN_IF_ERROR(read_format(l, &last));
+  json_object *vr = kdc_fe_get(l->config, "value_range");
+  if (vr && !kdc_fe_is_null(vr)) {
+    if (!json_object_is_type(vr, json_type_array) || json_object_array_length(vr) != 2)
+      return kdc_fe_layer_err(l, KDC_INVALID_INPUT, "config.value_range: expected two numbers");
+    v0 = json_object_get_double(json_object_array_get_idx(vr, 0));
+    v1 = json_object_get_double(json_object_array_get_idx(vr, 1));
+    if (bright && v0 > v1) { /* RandomBrightness sorts it */
+      double t = v0;
+      v0 = v1, v1 = t;
+    }
+  }
+  const kdc_type t = *kdc_ir_type(f, x);
+  if (t.rank != 4)
+    return kdc_fe_layer_err(l, KDC_UNSUPPORTED, "%s in training needs a batch of images of rank "
+                            "4, got rank %d", l->class_name, t.rank);
+  uint64_t key = kdc_hash64(l->path, strlen(l->path), c->dropout_seed);
+  kdc_value_id u = kdc_ir_rng_uniform(f, c->iteration, (int64_t)key, 1, t.dims);
+  int64_t map0[1] = {0};
+  kdc_value_id y;
+  if (bright) {
+    kdc_value_id d = kdc_ir_binary_scalar(f, KDC_OP_ADD, kdc_ir_binary_scalar(f, KDC_OP_MUL, u, hi - lo), lo);
+    d = kdc_ir_binary_scalar(f, KDC_OP_MUL, d, v1 - v0);
+    y = kdc_ir_binary(f, KDC_OP_ADD, x, kdc_ir_broadcast(f, d, t.rank, t.dims, map0));
+  } else {
+    kdc_value_id k = kdc_ir_binary_scalar(f, KDC_OP_ADD, kdc_ir_binary_scalar(f, KDC_OP_MUL, u,
+                                                                           hi + lo), 1 - lo);
+    int64_t hw[2] = {last ? 1 : 2, last ? 2 : 3}, keep[2] = {0, last ? 3 : 1};
+    kdc_value_id m = kdc_ir_reduce(f, KDC_RED_SUM, x, 2, hw);
+    m = kdc_ir_binary_scalar(f, KDC_OP_DIV, m, (double)(t.dims[hw[0]] * t.dims[hw[1]]));
+    m = kdc_ir_broadcast(f, m, t.rank, t.dims, keep);
+    y = kdc_ir_binary(f, KDC_OP_ADD, kdc_ir_binary(f, KDC_OP_MUL, kdc_ir_binary(f, KDC_OP_SUB, x, m),
+                                                   kdc_ir_broadcast(f, k, t.rank, t.dims, map0)), m);
+  }
+  *out = kdc_ir_binary_scalar(f, KDC_OP_MIN, kdc_ir_binary_scalar(f, KDC_OP_MAX, y, v0), v1);
+  return NULL;
+}
+
 kdc_status kdc_fe_lower_augment(struct kdc_lower_ctx *c, const kdc_keras_layer *l,
                                 const kdc_keras_node *n, const kdc_value_id *in,
                                 const kdc_value_id *kw, kdc_value_id *out) {
@@ -279,6 +351,9 @@ kdc_status kdc_fe_lower_augment(struct kdc_lower_ctx *c, const kdc_keras_layer *
   out[0] = in[0];
   if (!c->training || in[0] == KDC_NO_VALUE) return NULL;
   if (!strcmp(l->class_name, "RandomFlip")) return random_flip(c, l, in[0], out);
+  if (!strcmp(l->class_name, "RandomBrightness") || !strcmp(l->class_name, "RandomContrast"))
+    return random_value(c, l, in[0], out);
   return kdc_fe_layer_err(l, KDC_UNSUPPORTED, "%s in a training step is not supported (it is the "
-                          "identity at inference only; RandomFlip trains)", l->class_name);
+                          "identity at inference only; RandomFlip, RandomBrightness and "
+                          "RandomContrast train)", l->class_name);
 }

@@ -21,7 +21,9 @@
  * - RMSNormalization (one axis with a scale, two axes) and
  *   SpectralNormalization(Dense) at inference by hand;
  * - RandomFlip in a training step: every sample is itself or its mirror,
- *   and both occur;
+ *   and both occur; RandomBrightness / RandomContrast: one factor per image
+ *   within Keras' range (a contrast factor 0.5 means [1, 1.5]: Keras'
+ *   _set_factor bounds the lower end at 0), the formula and the clip;
  * - refusals are one-line located errors naming the key or the class.
  */
 #include "fe_test.h"
@@ -524,6 +526,52 @@ static void test_random_flip_training(void **s FE_UNUSED) {
   kdc_frontend_free(m);
 }
 
+/* RandomBrightness / RandomContrast in a training step: per image one factor
+ * in Keras' range, the formula, the clip to value_range. */
+static void check_value_aug(const char *cls, const char *cfg, bool bright, double lo, double hi) {
+  enum { B = 32, N = 3 * 4 * 2 };
+  kdc_keras_model *m = fe_load_ok(fe_model_file("va.json", "3, 4, 2", cls, cfg, NULL, NULL));
+  kdc_lower_options opt = {.batch = B, .train_forward = true, .dropout_seed = 9};
+  kdc_module *mod = NULL;
+  assert_null(kdc_frontend_lower(m, &opt, &mod));
+  kdc_func *f = kdc_ir_module_find_func(mod, "train_forward");
+  float x[B * N];
+  uint64_t seed = 8;
+  for (int i = 0; i < B * N; i++) x[i] = (float)urand(&seed, 0.2, 0.8);
+  int32_t it = 1;
+  kdc_tensor args[2] = {{kdc_ir_node(f, f->params[0])->type, x},
+                        {kdc_ir_node(f, f->params[1])->type, &it}};
+  kdc_tensor out;
+  assert_null(kdc_ir_interpret(f, args, 2, &out));
+  const float *y = out.data;
+  double fmin = 1e9, fmax = -1e9;
+  for (int b = 0; b < B; b++) {
+    const float *xb = x + b * N, *yb = y + b * N;
+    double mean[2] = {0, 0};
+    for (int i = 0; i < N; i++) mean[i % 2] += xb[i] / 12.0;
+    /* the factor from element 0 (value range [0, 1]: nothing clips at 0.2..0.8
+     * for these factors but the contrast ends, checked through the clip) */
+    double fac = bright ? yb[0] - xb[0] : (yb[0] - mean[0]) / (xb[0] - mean[0]);
+    fmin = fmin < fac ? fmin : fac, fmax = fmax > fac ? fmax : fac;
+    for (int i = 0; i < N; i++) {
+      double w = bright ? xb[i] + fac : (xb[i] - mean[i % 2]) * fac + mean[i % 2];
+      w = w < 0 ? 0 : w > 1 ? 1 : w;
+      if (fabs(yb[i] - w) > 1e-5) fail_msg("%s image %d element %d: %g, want %g", cls, b, i, yb[i], w);
+    }
+  }
+  if (!(fmin >= lo - 1e-5 && fmax <= hi + 1e-5 && fmax - fmin > 0.3 * (hi - lo)))
+    fail_msg("%s factors in [%g, %g], want within [%g, %g] and spread", cls, fmin, fmax, lo, hi);
+  free(out.data);
+  kdc_ir_module_destroy(mod);
+  kdc_frontend_free(m);
+}
+
+static void test_value_augment_training(void **s FE_UNUSED) {
+  check_value_aug("RandomBrightness", "\"factor\": [-0.2, 0.1], \"value_range\": [0, 1]", true,
+                  -0.2, 0.1);
+  check_value_aug("RandomContrast", "\"factor\": 0.5, \"value_range\": [0, 1]", false, 1.0, 1.5);
+}
+
 /* ---- refusals ----------------------------------------------------------------- */
 
 static kdc_status load_err(const char *path) {
@@ -597,7 +645,7 @@ int main(void) {
       cmocka_unit_test(test_random_flip_training), cmocka_unit_test(test_errors),
       cmocka_unit_test(test_tk2_weight_names),     cmocka_unit_test(test_activations),
       cmocka_unit_test(test_attention_causal_forms), cmocka_unit_test(test_rms_norm),
-      cmocka_unit_test(test_spectral_norm),
+      cmocka_unit_test(test_spectral_norm),        cmocka_unit_test(test_value_augment_training),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
