@@ -134,6 +134,8 @@ static const kdc_layer_class classes[] = {
     /* image preprocessing (lower_image.c): resizing, and the random
      * augmentation layers, identities at inference (Keras' transform_images
      * with training=False) */
+    IN("CategoryEncoding", kdc_fe_infer_encoding, kdc_fe_lower_encoding), /* lower_encoding.c */
+    IN("Discretization", kdc_fe_infer_encoding, kdc_fe_lower_encoding),
     IN("Resizing", kdc_fe_infer_resizing, kdc_fe_lower_resizing),
     IN("CenterCrop", kdc_fe_infer_resizing, kdc_fe_lower_resizing),
     IN("RandomFlip", kdc_fe_infer_augment, kdc_fe_lower_augment),
@@ -176,8 +178,6 @@ static const kdc_layer_class classes[] = {
     NO("IntegerLookup", "vocabulary lookup tables are not supported"),
     NO("Hashing", "hashing of inputs is not supported"),
     NO("HashedCrossing", "hashing of inputs is not supported"),
-    NO("CategoryEncoding", "category encoding is not supported"),
-    NO("Discretization", "bucketizing is not supported"),
     NO("RandomCrop", "Keras 3 returns the uncropped image at inference while declaring the "
                      "cropped shape"),
     NO("RandomElasticTransform", "its inference path rescales values; not supported"),

@@ -18,6 +18,8 @@
  *   tanh_shrink, sparse_plus, sparse_sigmoid, squareplus, sparsemax) against
  *   jax.nn's definitions (sparsemax by sorting, as jax does), and their
  *   gradients against central differences;
+ * - CategoryEncoding (one_hot, multi_hot, count; out-of-range ids) and
+ *   Discretization (int32 buckets, one_hot) by hand;
  * - RMSNormalization (one axis with a scale, two axes) and
  *   SpectralNormalization(Dense) at inference by hand;
  * - RandomFlip in a training step: every sample is itself or its mirror,
@@ -349,6 +351,54 @@ static void test_spectral_norm(void **s FE_UNUSED) {
                 KDC_INVALID_INPUT, "no kernel nor embeddings", NULL);
 }
 
+/* CategoryEncoding and Discretization by hand. */
+static void test_encodings(void **s FE_UNUSED) {
+  /* ids (2, 3), num_tokens 4: 5 and -1 match nothing, 2.5 matches nothing */
+  const float ids[6] = {0, 3, 3, 5, -1, 2.5f};
+  float want[2 * 3 * 4] = {0};
+  /* multi_hot: row 0 {0, 3}, row 1 none */
+  want[0] = want[3] = 1;
+  fe_run_check(fe_model_file("ce1.json", "3", "CategoryEncoding", "\"num_tokens\": 4, "
+                             "\"output_mode\": \"multi_hot\"", NULL, NULL), 2, ids, NULL, want, 8);
+  want[3] = 2; /* count: 3 twice */
+  fe_run_check(fe_model_file("ce2.json", "3", "CategoryEncoding", "\"num_tokens\": 4, "
+                             "\"output_mode\": \"count\"", NULL, NULL), 2, ids, NULL, want, 8);
+  memset(want, 0, sizeof want); /* one_hot of (2, 3): (2, 3, 4) */
+  want[0 * 4 + 0] = want[1 * 4 + 3] = want[2 * 4 + 3] = 1;
+  fe_run_check(fe_model_file("ce3.json", "3", "CategoryEncoding", "\"num_tokens\": 4, "
+                             "\"output_mode\": \"one_hot\"", NULL, NULL), 2, ids, NULL, want, 24);
+  /* one_hot of (3, 1): the trailing 1 dropped -> (3, 4) */
+  memset(want, 0, sizeof want);
+  want[0] = want[4 + 3] = want[8 + 3] = 1;
+  fe_run_check(fe_model_file("ce4.json", "1", "CategoryEncoding", "\"num_tokens\": 4, "
+                             "\"output_mode\": \"one_hot\"", NULL, NULL), 3, ids, NULL, want, 12);
+  /* Discretization [0, 1, 2.5]: digitize -> #{b <= x}; int32 output */
+  const float x[6] = {-0.5f, 0, 0.99f, 1, 2.5f, 7};
+  const char *p = fe_model_file("di.json", "3", "Discretization", "\"bin_boundaries\": [0.0, 1.0, "
+                                "2.5], \"output_mode\": \"int\"", NULL, NULL);
+  kdc_keras_model *m = fe_load_ok(p);
+  kdc_lower_options opt = {.batch = 2};
+  kdc_module *mod = NULL;
+  assert_null(kdc_frontend_lower(m, &opt, &mod));
+  kdc_func *f = kdc_ir_module_find_func(mod, "predict");
+  kdc_tensor arg = {kdc_ir_node(f, f->params[0])->type, (void *)x}, out;
+  assert_null(kdc_ir_interpret(f, &arg, 1, &out));
+  assert_int_equal(out.type.dtype, KDC_DTYPE_I32);
+  const int32_t want_i[6] = {0, 1, 1, 2, 3, 3};
+  assert_memory_equal(out.data, want_i, sizeof want_i);
+  free(out.data);
+  kdc_ir_module_destroy(mod);
+  kdc_frontend_free(m);
+  /* one_hot of the buckets: depth 4 */
+  memset(want, 0, sizeof want);
+  for (int i = 0; i < 6; i++) want[i * 4 + want_i[i]] = 1;
+  fe_run_check(fe_model_file("di2.json", "3", "Discretization", "\"bin_boundaries\": [0.0, 1.0, "
+                             "2.5], \"output_mode\": \"one_hot\"", NULL, NULL), 2, x, NULL, want, 24);
+  fe_assert_err(load_err(fe_model_file("di3.json", "3", "Discretization", "\"bin_boundaries\": "
+                                       "null, \"num_bins\": 4", NULL, NULL)),
+                KDC_INVALID_INPUT, "config.bin_boundaries", "never adapted", NULL);
+}
+
 /* ---- Resizing by hand ------------------------------------------------------ */
 
 enum { H = 5, W = 7 };
@@ -646,6 +696,7 @@ int main(void) {
       cmocka_unit_test(test_tk2_weight_names),     cmocka_unit_test(test_activations),
       cmocka_unit_test(test_attention_causal_forms), cmocka_unit_test(test_rms_norm),
       cmocka_unit_test(test_spectral_norm),        cmocka_unit_test(test_value_augment_training),
+      cmocka_unit_test(test_encodings),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
