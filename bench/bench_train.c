@@ -34,6 +34,8 @@ static void compile_plan(const char *model, const char *weights, int64_t batch, 
   kdc_train_options t;
   kdc_train_options_init(&t, KDC_LOSS_CCE, KDC_OPT_ADAM);
   t.sample_mask = true;
+  /* KDC_BENCH_NO_SHARD_UPDATE=1: the replicated update (kdc compile --no-shard-update) */
+  t.no_shard_update = getenv("KDC_BENCH_NO_SHARD_UPDATE") != NULL;
   bench_compile_opts o = {model, weights, 1, batch, mesh, NULL, &t};
   bench_compile("bench_train", &o, out);
 }

@@ -101,6 +101,19 @@ static bool tensor_has(const kdc_factor_rule *r, int t, int f) {
   return false;
 }
 
+/* Keeps of |fs| what every tensor of |r| can express. */
+static void consistent(const kdc_mesh *mesh, const kdc_factor_rule *r, kdc_factor_shardings *fs) {
+  for (int round = 0; round < 2; round++)
+    for (int t = 0; t < r->ntensors; t++) {
+      kdc_sharding s = kdc_sharding_replicated(r->rank[t]);
+      kdc_factor_shardings back;
+      kdc_rule_project_out(mesh, r, t, fs, &s);
+      kdc_rule_project_in(mesh, r, t, &s, &back);
+      for (int f = 0; f < r->nfactors; f++)
+        if (tensor_has(r, t, f) && back.n[f] < fs->n[f]) fs->n[f] = back.n[f];
+    }
+}
+
 /* Step 1: the op's consistent factor shardings. */
 static void factors(part *p, kdc_value_id v, const kdc_factor_rule *r, kdc_factor_shardings *fs) {
   const kdc_node *n = &p->f->nodes[v];
@@ -126,15 +139,7 @@ static void factors(part *p, kdc_value_id v, const kdc_factor_rule *r, kdc_facto
       memcpy(fs->axes[f], o.axes[f], (size_t)k);
     }
   }
-  for (int round = 0; round < 2; round++) /* consistency: keep what every tensor can express */
-    for (int t = 0; t < r->ntensors; t++) {
-      kdc_sharding s = kdc_sharding_replicated(r->rank[t]);
-      kdc_factor_shardings back;
-      kdc_rule_project_out(mesh, r, t, fs, &s);
-      kdc_rule_project_in(mesh, r, t, &s, &back);
-      for (int f = 0; f < r->nfactors; f++)
-        if (tensor_has(r, t, f) && back.n[f] < fs->n[f]) fs->n[f] = back.n[f];
-    }
+  consistent(mesh, r, fs);
 }
 
 /* Which operands may stay partial (linear ops, step 2); returns the kept
@@ -173,6 +178,98 @@ static void linear(part *p, const kdc_node *n, unsigned fs_axes, uint16_t *keep)
   }
   for (int i = 0; i < n->n_in; i++)
     if (keep[i] & fs_axes) keep[i] = 0; /* the op splits on it: reduce(-scatter) instead */
+}
+
+/* Bytes per device (kdc_coll_bytes) of resharding a value of global type
+ * |g| from |src| to |dst|; a plan that cannot be made costs "infinitely". */
+static double reshard_bytes(const kdc_mesh *mesh, const kdc_type *g, const kdc_sharding *src,
+                            const kdc_sharding *dst) {
+  if (kdc_sharding_same_split(src, dst)) return 0;
+  kdc_reshard_plan plan;
+  kdc_type cur;
+  kdc_status st = kdc_reshard_plan_make(mesh, g, src, dst, &plan);
+  if (!st) st = kdc_sharding_local_type(mesh, src, g, &cur);
+  if (st) {
+    kdc_status_free(st);
+    return 1e300;
+  }
+  double b = 0;
+  for (int i = 0; i < plan.n; i++) {
+    b += kdc_coll_bytes(mesh, plan.steps[i].op, &plan.steps[i].attr, &cur, &plan.steps[i].local);
+    cur = plan.steps[i].local;
+  }
+  return b;
+}
+
+/* What running node |v| with factor shardings |fs| moves (bytes per device,
+ * SHARDING.md 4): its operands resharded to their projections, and its
+ * result, partial over the split reduction factors, resharded to the
+ * propagated sharding (as node() does it). */
+static double cost_of(part *p, kdc_value_id v, const kdc_factor_rule *r,
+                      const kdc_factor_shardings *fs) {
+  const kdc_mesh *mesh = &p->m->mesh;
+  const kdc_node *n = &p->f->nodes[v];
+  unsigned fs_axes = 0;
+  for (int f = 0; f < r->nfactors; f++)
+    for (int k = 0; k < fs->n[f]; k++) fs_axes |= 1u << fs->axes[f][k];
+  uint16_t keep[KDC_RULE_MAX_TENSORS], partial = 0;
+  linear(p, n, fs_axes, keep);
+  double b = 0;
+  for (int t = 0; t < n->n_in; t++) {
+    kdc_sharding want = kdc_sharding_replicated(r->rank[t]);
+    kdc_rule_project_out(mesh, r, t, fs, &want);
+    want.partial = keep[t];
+    partial |= keep[t];
+    b += reshard_bytes(mesh, &p->f->nodes[n->in[t]].type, &p->have[n->in[t]], &want);
+  }
+  for (int f = 0; f < r->nfactors; f++)
+    if (r->kind[f] == KDC_FACTOR_REDUCTION)
+      for (int k = 0; k < fs->n[f]; k++) partial |= (uint16_t)(1u << fs->axes[f][k]);
+  kdc_sharding rs = kdc_sharding_replicated(n->type.rank);
+  kdc_rule_project_out(mesh, r, r->ntensors - 1, fs, &rs);
+  rs.partial = partial;
+  kdc_sharding want = n->sharding.present ? n->sharding : kdc_sharding_replicated(n->type.rank);
+  want.partial = (uint16_t)(partial & ~kdc_sharding_used_mask(&want));
+  return b + reshard_bytes(mesh, &n->type, &rs, &want);
+}
+
+/* The other way to run an op whose result takes a mesh axis that an
+ * operand splits a reduction factor on (a weight gradient dot(x, g) wanted
+ * split on a weight dim while x and g are split on the batch):
+ * |fs| (result first) reshards the operands (all_to_all / all_gather of
+ * the activations) and computes only the result's piece; the alternative
+ * keeps the operands' split of the reduction factor and reduce_scatters
+ * the partial result.  Which is cheaper depends on the sizes (batch vs
+ * weight); *|alt| is the operand-first choice, false when there is none. */
+static bool operand_first(part *p, kdc_value_id v, const kdc_factor_rule *r,
+                          const kdc_factor_shardings *fs, kdc_factor_shardings *alt) {
+  const kdc_node *n = &p->f->nodes[v];
+  const kdc_mesh *mesh = &p->m->mesh;
+  if (n->op == KDC_OP_GATHER || n->op == KDC_OP_SCATTER_ADD) return false;
+  *alt = *fs;
+  bool changed = false;
+  for (int f = 0; f < r->nfactors; f++) {
+    if (r->kind[f] != KDC_FACTOR_REDUCTION || alt->n[f]) continue;
+    for (int t = 0; t < n->n_in; t++) {
+      kdc_factor_shardings o;
+      kdc_rule_project_in(mesh, r, t, &p->have[n->in[t]], &o);
+      if (!o.n[f]) continue;
+      unsigned want = 0;
+      for (int k = 0; k < o.n[f]; k++) want |= 1u << o.axes[f][k];
+      for (int g = 0; g < r->nfactors; g++)
+        for (int k = 0; k < alt->n[g]; k++)
+          if (want & (1u << alt->axes[g][k])) {
+            alt->n[g] = (uint8_t)k;
+            break;
+          }
+      memcpy(alt->axes[f], o.axes[f], o.n[f]);
+      alt->n[f] = o.n[f];
+      changed = true;
+      break;
+    }
+  }
+  if (changed) consistent(mesh, r, alt);
+  return changed;
 }
 
 static void warn_fallback(part *p, kdc_value_id v, kdc_value_id u, const kdc_sharding *target) {
@@ -260,6 +357,9 @@ static kdc_status node(part *p, kdc_value_id v) {
   kdc_status st = kdc_sharding_rule(p->f, v, &r);
   if (st) return located(p, v, st);
   factors(p, v, &r, &fs);
+  kdc_factor_shardings alt;
+  if (operand_first(p, v, &r, &fs, &alt) && cost_of(p, v, &r, &alt) < cost_of(p, v, &r, &fs))
+    fs = alt;
   bool halo = r.halo && kdc_partition_halo_check(p->f, mesh, v, &r, &fs);
   unsigned fs_axes = 0;
   for (int f = 0; f < r.nfactors; f++)

@@ -490,9 +490,26 @@ typedef struct kdc_train_options {
     bool from_logits;
     double weight;                 /* loss_weights entry (only in weights[]) */
   } losses[KDC_TRAIN_MAX_OUTPUTS], weights[KDC_TRAIN_MAX_OUTPUTS];
+  /* true: every weight's optimizer update keeps its weight's sharding (each
+   * replica updates its whole copy).  false (the default): the update of a
+   * weight replicated over a batch axis runs on 1/n pieces, slots sharded
+   * (passes/shard_update.c; kdc compile --no-shard-update). */
+  bool no_shard_update;
 } kdc_train_options;
 /* Keras defaults for |loss| and |optimizer|. */
 void kdc_train_options_init(kdc_train_options *o, kdc_loss_kind loss, kdc_optimizer_kind optimizer);
 kdc_status kdc_pass_build_training(kdc_module *m, const kdc_train_options *o);
+
+/* ---- sharded weight update (passes/shard_update.c) ------------------------
+ * The mesh axes splitting the batch (dim 0 of |f|'s INPUT parameters); 0
+ * without a mesh or on one device. */
+unsigned kdc_shard_update_axes(const kdc_module *m, const kdc_func *f);
+/* The sharding of the optimizer update of a weight of global type |t| and
+ * sharding |w|: |w| with every axis of |axes| it does not use appended to
+ * its first dim whose local size that axis divides.  Returns false (and
+ * *out = *w) when no axis fits or the weight's piece is too small to pay
+ * (under 16 KiB per device). */
+bool kdc_shard_update_sharding(const kdc_mesh *mesh, const kdc_type *t, const kdc_sharding *w,
+                               unsigned axes, kdc_sharding *out);
 
 #endif

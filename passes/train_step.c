@@ -239,10 +239,29 @@ typedef struct train_build {
   const kdc_optimizer_options *opt;
   size_t n_w;
   kdc_value_id *w, *grad, *new_w; /* per trainable weight */
+  kdc_sharding *upd;              /* per trainable weight: its update's sharding */
+  bool *sharded;                  /* upd differs from the weight's (shard_update.c) */
   int n_slots;
   const char *slot_names[4];
   kdc_value_id *slot, *new_slot;  /* [s * n_w + i]: slot s of weight i */
 } train_build;
+
+/* |v| through a sharding_constraint to |s| (closed), origin |w|'s: the
+ * weight (and its gradient) as a sharded update reads them (a local cut of
+ * the weight; the partial gradient's reduce_scatter), or an update's result
+ * pinned to its state's sharding.  No-op without a sharding. */
+static kdc_value_id constrain(kdc_func *f, kdc_value_id v, kdc_sharding s, kdc_value_id w) {
+  if (!s.present) return v;
+  kdc_type t = *kdc_ir_type(f, v);
+  f->cur_origin = f->nodes[w].origin;
+  kdc_value_id c = kdc_ir_append(f, KDC_OP_SHARDING_CONSTRAINT, &t, 1, &v, NULL);
+  f->cur_origin = NULL;
+  if (c == KDC_NO_VALUE) return v;
+  s.open_mask = 0;
+  s.origin = 0;
+  f->nodes[c].sharding = s;
+  return c;
+}
 
 static kdc_status build_updates(train_build *b, kdc_value_id iteration) {
   kdc_func *f = b->f;
@@ -256,9 +275,14 @@ static kdc_status build_updates(train_build *b, kdc_value_id iteration) {
     }
     b->new_w[i] = b->w[i];
     if (b->grad[i] != KDC_NO_VALUE) {
+      kdc_value_id w = b->w[i], g = b->grad[i];
+      if (b->sharded[i]) {
+        w = constrain(f, b->w[i], b->upd[i], b->w[i]);
+        g = constrain(f, b->grad[i], b->upd[i], b->w[i]);
+      }
       f->cur_origin = f->nodes[b->w[i]].origin;
-      KDC_RETURN_IF_ERROR(kdc_optimizer_update(f, b->opt, iteration, lr, b->w[i], b->grad[i],
-                                               in_slots, &b->new_w[i], out_slots));
+      KDC_RETURN_IF_ERROR(kdc_optimizer_update(f, b->opt, iteration, lr, w, g, in_slots,
+                                               &b->new_w[i], out_slots));
     }
     for (int s = 0; s < b->n_slots; s++) b->new_slot[(size_t)s * b->n_w + i] = out_slots[s];
   }
@@ -271,17 +295,8 @@ static kdc_status build_updates(train_build *b, kdc_value_id iteration) {
  * reshards state between steps (jax #25844).  No-op without a sharding or
  * when |v| is a parameter (a weight without a gradient keeps its value). */
 static kdc_value_id pin_sharding(kdc_func *f, kdc_value_id v, kdc_value_id w) {
-  kdc_sharding s = f->nodes[w].sharding;
-  if (!s.present || f->nodes[v].op == KDC_OP_PARAMETER) return v;
-  kdc_type t = *kdc_ir_type(f, v);
-  f->cur_origin = f->nodes[w].origin;
-  kdc_value_id c = kdc_ir_append(f, KDC_OP_SHARDING_CONSTRAINT, &t, 1, &v, NULL);
-  f->cur_origin = NULL;
-  if (c == KDC_NO_VALUE) return v;
-  s.open_mask = 0;
-  s.origin = 0;
-  f->nodes[c].sharding = s;
-  return c;
+  if (f->nodes[v].op == KDC_OP_PARAMETER) return v;
+  return constrain(f, v, f->nodes[w].sharding, w);
 }
 
 /* The forward function's results named like one of its non-trainable
@@ -308,13 +323,20 @@ static kdc_status build_train_step(kdc_module *m, const kdc_func *fwd, size_t n_
   output_losses ol;
   KDC_RETURN_IF_ERROR(add_loss(f, fwd, n_out, o, &loss, &ol));
   kdc_value_id iteration = iteration_param(f, opt);
-  train_build b = {f, &o->optimizer, 0, NULL, NULL, NULL, 0, {0}, NULL, NULL};
+  train_build b = {f, &o->optimizer, 0, NULL, NULL, NULL, NULL, NULL, 0, {0}, NULL, NULL};
   b.n_slots = kdc_optimizer_slots(&o->optimizer, b.slot_names);
   size_t np = fwd->n_params;
   b.w = kdc_xcalloc(np + 1, sizeof *b.w);
   for (size_t i = 0; i < np; i++)
     if (is_trainable(m, &f->nodes[f->params[i]])) b.w[b.n_w++] = f->params[i];
   b.grad = kdc_xcalloc(b.n_w + 1, sizeof *b.grad);
+  b.upd = kdc_xcalloc(b.n_w + 1, sizeof *b.upd);
+  b.sharded = kdc_xcalloc(b.n_w + 1, sizeof *b.sharded);
+  unsigned axes = o->no_shard_update ? 0 : kdc_shard_update_axes(m, f);
+  for (size_t i = 0; i < b.n_w; i++) {
+    const kdc_node *w = &f->nodes[b.w[i]];
+    b.sharded[i] = kdc_shard_update_sharding(&m->mesh, &w->type, &w->sharding, axes, &b.upd[i]);
+  }
   b.new_w = kdc_xcalloc(b.n_w + 1, sizeof *b.new_w);
   b.slot = kdc_xcalloc((size_t)b.n_slots * b.n_w + 1, sizeof *b.slot);
   b.new_slot = kdc_xcalloc((size_t)b.n_slots * b.n_w + 1, sizeof *b.new_slot);
@@ -325,8 +347,11 @@ static kdc_status build_train_step(kdc_module *m, const kdc_func *fwd, size_t n_
       const char *name = slot_name(m, opt, w->attr.param.name, b.slot_names[s]);
       f->cur_origin = w->origin;
       b.slot[(size_t)s * b.n_w + i] = kdc_ir_parameter(f, KDC_PARAM_STATE, name, &t);
-      /* SHARDING.md 8: a slot has its weight's sharding (w may move: re-read it) */
-      f->nodes[b.slot[(size_t)s * b.n_w + i]].sharding = f->nodes[b.w[i]].sharding;
+      /* SHARDING.md 8: a slot has its weight's update's sharding (w may move:
+       * re-read it) */
+      kdc_sharding ss = f->nodes[b.w[i]].sharding;
+      if (b.sharded[i]) ss = b.upd[i];
+      f->nodes[b.slot[(size_t)s * b.n_w + i]].sharding = ss;
     }
   f->cur_origin = NULL;
   kdc_status st = kdc_ir_take_error(f);
@@ -342,7 +367,8 @@ static kdc_status build_train_step(kdc_module *m, const kdc_func *fwd, size_t n_
       b.new_w[i] = pin_sharding(f, b.new_w[i], b.w[i]);
       for (int s = 0; s < b.n_slots; s++) {
         kdc_value_id *ns = &b.new_slot[(size_t)s * b.n_w + i];
-        *ns = pin_sharding(f, *ns, b.w[i]);
+        if (!b.sharded[i]) *ns = pin_sharding(f, *ns, b.w[i]);
+        else if (f->nodes[*ns].op != KDC_OP_PARAMETER) *ns = constrain(f, *ns, b.upd[i], b.w[i]);
       }
     }
     for (size_t i = 0; i < b.n_w; i++)
@@ -358,6 +384,8 @@ static kdc_status build_train_step(kdc_module *m, const kdc_func *fwd, size_t n_
   }
   free(b.w);
   free(b.grad);
+  free(b.upd);
+  free(b.sharded);
   free(b.new_w);
   free(b.slot);
   free(b.new_slot);

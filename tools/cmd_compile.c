@@ -21,6 +21,7 @@ typedef struct compile_opts {
   uint64_t seed;
   bool print_ir;
   bool random_init;            /* --random-init: Keras initialisers even if the model has weights */
+  bool no_shard_update;        /* --no-shard-update: replicated optimizer updates */
   const char *target;          /* --target cpu|cuda */
   int64_t sm;                  /* --sm 80|90 (cuda) */
   kdc_input_shape input_shapes[KDC_MAX_INPUT_SHAPES]; /* --input-shape, in order */
@@ -66,6 +67,8 @@ static kdc_status parse(int argc, char **argv, compile_opts *o) {
         st = KDC_ERR(KDC_INVALID_INPUT, "--learning-rate \"%s\": expected a positive number", v);
     } else if (cli_flag(&a, "--from-logits")) {
       o->from_logits = true;
+    } else if (cli_flag(&a, "--no-shard-update")) {
+      o->no_shard_update = true;
     } else if (cli_flag(&a, "--random-init")) {
       o->random_init = true;
     } else if (cli_flag(&a, "--print-ir-after-all")) {
@@ -227,7 +230,7 @@ static void capture_explain(const char *pass, const kdc_module *m, void *user) {
 static kdc_status from_compile_config(const compile_opts *o, const kdc_keras_model *km,
                                       kdc_train_options *t, bool *on) {
   KDC_RETURN_IF_ERROR(cli_compile_config(km, o->model, t, on));
-  bool flags = o->optimizer || o->learning_rate > 0 || o->from_logits;
+  bool flags = o->optimizer || o->learning_rate > 0 || o->from_logits || o->no_shard_update;
   if (!*on && flags)
     return KDC_ERR(KDC_INVALID_INPUT, "compile: training options need --loss (e.g. --loss mse) "
                    "or a model with a compile_config");
@@ -293,6 +296,7 @@ static kdc_status compile(const compile_opts *o) {
     st = kdc_frontend_lower(km, &lo, &mod);
   }
   if (!st && train_on) st = check_output_names(o, mod, &train);
+  if (train_on) train.no_shard_update = o->no_shard_update;
   if (!st && layout) kdc_layout_report_unmatched(layout, stderr);
   if (!st && o->random_init) st = kdc_frontend_init_weights(km, mod, o->seed);
   else if (!st) st = kdc_frontend_bind_weights(km, mod, o->weights, o->seed);

@@ -51,6 +51,12 @@ void e2e_fit(const char *plan, const void *const *arrays, int64_t rows, double v
 char *e2e_compile_cce(const char *name, const char *model, const char *weights, const char *batch,
                       const char *opt, const char *lr, const char *mesh, const char *axes,
                       const char *layout) {
+  return e2e_compile_cce_flag(name, model, weights, batch, opt, lr, mesh, axes, layout, NULL);
+}
+
+char *e2e_compile_cce_flag(const char *name, const char *model, const char *weights,
+                           const char *batch, const char *opt, const char *lr, const char *mesh,
+                           const char *axes, const char *layout, const char *flag) {
   char *plan = e2e_path(name);
   const char *argv[32];
   int n = 0;
@@ -61,6 +67,7 @@ char *e2e_compile_cce(const char *name, const char *model, const char *weights, 
   if (mesh) argv[n++] = "--mesh", argv[n++] = mesh;
   if (axes) argv[n++] = "--axes", argv[n++] = axes;
   if (layout) argv[n++] = "--layout", argv[n++] = layout;
+  if (flag) argv[n++] = flag;
   argv[n] = NULL;
   e2e_result r;
   e2e_kdcv(&r, argv);

@@ -42,6 +42,11 @@ void e2e_fit(const char *plan, const void *const *arrays, int64_t rows, double v
 char *e2e_compile_cce(const char *name, const char *model, const char *weights, const char *batch,
                       const char *opt, const char *lr, const char *mesh, const char *axes,
                       const char *layout);
+/* The same with one more kdc compile flag |flag| (e.g. "--no-shard-update")
+ * when not NULL. */
+char *e2e_compile_cce_flag(const char *name, const char *model, const char *weights,
+                           const char *batch, const char *opt, const char *lr, const char *mesh,
+                           const char *axes, const char *layout, const char *flag);
 
 /* TMP/|name|: the Keras model file |src| (a JSON object) with
  * "compile_config": {|cc|} spliced in as its first member (|cc| is JSON

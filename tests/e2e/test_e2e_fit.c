@@ -11,13 +11,21 @@
  *     and Megatron) give the same batch losses, val losses and final state
  *     as the 1-device run (|d| <= 1e-5 (1 + |ref|)) -- with dropout on, so
  *     the masks agree across meshes;
- *   - collective counts of train_step: data parallel = one all_reduce per
- *     gradient + the loss's two scalars; Megatron = one activation
- *     all_reduce over model, no collective over model for gradients;
+ *   - the sharded weight update (the default, passes/shard_update.c) and
+ *     --no-shard-update give the same runs on 8 devices and 2x4;
+ *   - collective counts of train_step: data parallel with the sharded
+ *     update = per sharded weight one all_gather of the new weight and
+ *     either one reduce_scatter of the gradient (large batch) or the
+ *     activations moved to compute only the device's piece (small batch),
+ *     whichever moves fewer bytes; an indivisible weight one all_reduce;
+ *     --no-shard-update = one all_reduce per gradient; plus the loss's two
+ *     scalars; Megatron = one activation all_reduce over model, no
+ *     collective over model for gradients;
  *   - a masked partial batch's loss = the loss of a plan compiled for that
  *     smaller batch (Keras' last batch), on 1 device and on 2x4;
- *   - save on 2x4 after 1 epoch, load on 1 device (and 8), 2 more epochs =
- *     3 uninterrupted epochs;
+ *   - save on 2x4 after 1 epoch (sharded update: slots split over data),
+ *     load on 1 device (and 8, and 8 with --no-shard-update), 2 more epochs
+ *     = 3 uninterrupted epochs;
  *   - a save killed midway (KDC_TEST_CRASH_IN_SAVE) leaves the old file;
  *   - `kdc run --fit` prints one line per epoch and writes the history;
  *   - `kdc run --fit` = the Keras 3 reference (tests/reference/train.js);
@@ -76,6 +84,21 @@ static char *compile(const char *opt, const char *mesh, const char *axes, const 
   return plan;
 }
 
+/* The same with kdc compile --no-shard-update (every replica updates its
+ * whole copy of a replicated weight). */
+static char *compile_unsharded(const char *opt, const char *mesh, const char *axes,
+                               const char *layout) {
+  char name[160];
+  snprintf(name, sizeof name, "mlp-%s-%s-%s-noshard.plan", opt, mesh,
+           layout ? (strstr(layout, "megatron") ? "mg" : "guide") : "dp");
+  char *model = e2e_src("examples/mnist_mlp/model.json");
+  char *w = e2e_src("examples/mnist_mlp/weights.safetensors");
+  char *plan = e2e_compile_cce_flag(name, model, w, "16", opt, NULL, mesh, axes, layout,
+                                    "--no-shard-update");
+  free(model), free(w);
+  return plan;
+}
+
 static char *megatron_layout(void) {
   char *p = e2e_path("megatron.json");
   FILE *f = fopen(p, "w");
@@ -116,6 +139,16 @@ static void test_meshes(const char *opt) {
   same_run(&r24, &r1, 0, "mesh 2x4 guide layout");
   train(pmg, EPOCHS, NULL, NULL, &rmg);
   same_run(&rmg, &r1, 0, "mesh 2x4 Megatron");
+  /* the replicated update (--no-shard-update) agrees too */
+  char *u8 = compile_unsharded(opt, "8", NULL, NULL);
+  char *u24 = compile_unsharded(opt, "2x4", "data,model", guide);
+  run ru8, ru24;
+  train(u8, EPOCHS, NULL, NULL, &ru8);
+  same_run(&ru8, &r1, 0, "mesh 8, --no-shard-update");
+  train(u24, EPOCHS, NULL, NULL, &ru24);
+  same_run(&ru24, &r1, 0, "mesh 2x4 guide layout, --no-shard-update");
+  e2e_run_free(&ru8), e2e_run_free(&ru24);
+  free(u8), free(u24);
   /* the loss went down */
   assert_true(r1.h.loss[EPOCHS - 1] < r1.h.loss[0]);
   e2e_run_free(&r1), e2e_run_free(&r8), e2e_run_free(&r24), e2e_run_free(&rmg);
@@ -135,20 +168,54 @@ static void test_sgd_meshes(void **s) {
 static void test_collective_counts(void **s) {
   (void)s;
   char *mg = megatron_layout();
+  char *u8 = compile_unsharded("adam", "8", NULL, NULL);
+  /* data parallel, replicated update: one all_reduce per gradient (3
+   * weights), the loss's numerator and row count (2 scalars), nothing else */
+  assert_int_equal(count_colls(u8, KDC_COLL_ALL_REDUCE, "data", false), 3);
+  assert_int_equal(count_colls(u8, KDC_COLL_ALL_REDUCE, "data", true), 2);
+  assert_int_equal(count_colls(u8, -1, NULL, false) + count_colls(u8, -1, NULL, true), 5);
+  /* the sharded update (default): d1/kernel [784,200] is updated in 1/8
+   * pieces (dim 0), then one all_gather; d2/kernel [200,10] (8 KB) and
+   * d2/bias [10] are below the 16 KiB per device where sharding pays: one
+   * all_reduce each, as before.  At batch 1024 d1/kernel's gradient
+   * arrives by one reduce_scatter; at batch 16 its dot moves the
+   * activations instead (an all_to_all of x [16,784] to columns, an
+   * all_gather of the output gradient [16,200]: 16 KB instead of a 549 KB
+   * reduce_scatter per device) and computes only the device's rows. */
+  char *p1024 = compile("adam", "8", NULL, NULL, "1024");
+  assert_int_equal(count_colls(p1024, KDC_COLL_REDUCE_SCATTER, "data", false), 1);
+  assert_int_equal(count_colls(p1024, KDC_COLL_ALL_GATHER, "data", false), 1);
+  assert_int_equal(count_colls(p1024, KDC_COLL_ALL_REDUCE, "data", false), 2);
+  assert_int_equal(count_colls(p1024, KDC_COLL_ALL_REDUCE, "data", true), 2);
+  assert_int_equal(count_colls(p1024, -1, NULL, false) + count_colls(p1024, -1, NULL, true), 6);
   char *p8 = compile("adam", "8", NULL, NULL, "16");
-  /* data parallel: one all_reduce per gradient (3 weights), the loss's
-   * numerator and row count (2 scalars), nothing else */
-  assert_int_equal(count_colls(p8, KDC_COLL_ALL_REDUCE, "data", false), 3);
+  assert_int_equal(count_colls(p8, KDC_COLL_REDUCE_SCATTER, "data", false), 0);
+  assert_int_equal(count_colls(p8, KDC_COLL_ALL_TO_ALL, "data", false), 1);
+  assert_int_equal(count_colls(p8, KDC_COLL_ALL_GATHER, "data", false), 2);
+  assert_int_equal(count_colls(p8, KDC_COLL_ALL_REDUCE, "data", false), 2);
   assert_int_equal(count_colls(p8, KDC_COLL_ALL_REDUCE, "data", true), 2);
-  assert_int_equal(count_colls(p8, -1, NULL, false) + count_colls(p8, -1, NULL, true), 5);
+  assert_int_equal(count_colls(p8, -1, NULL, false) + count_colls(p8, -1, NULL, true), 7);
+  free(u8), free(p1024);
   /* Megatron on 2x4: the second Dense's row-split partial sum is the one
-   * activation all_reduce over model; gradients only meet over data */
+   * activation all_reduce over model; gradients only meet over data.
+   * --no-shard-update: one all_reduce over data per gradient.  Sharded
+   * update: d1/kernel {-,model} (a [784,50] piece, 157 KB) is updated as
+   * {data,model}: its dot moves x (all_to_all) and the output gradient
+   * (all_gather) over data, and the new weight is one all_gather over data;
+   * d2/kernel's [50,10] piece and d2/bias stay all_reduced. */
+  char *umg = compile_unsharded("adam", "2x4", "data,model", mg);
+  assert_int_equal(count_colls(umg, -1, "model", false) + count_colls(umg, -1, "model", true), 1);
+  assert_int_equal(count_colls(umg, KDC_COLL_ALL_REDUCE, "model", false), 1);
+  assert_int_equal(count_colls(umg, KDC_COLL_ALL_REDUCE, "data", false), 3);
+  assert_int_equal(count_colls(umg, -1, NULL, false) + count_colls(umg, -1, NULL, true), 6);
   char *pmg = compile("adam", "2x4", "data,model", mg, "16");
   assert_int_equal(count_colls(pmg, -1, "model", false) + count_colls(pmg, -1, "model", true), 1);
   assert_int_equal(count_colls(pmg, KDC_COLL_ALL_REDUCE, "model", false), 1);
-  assert_int_equal(count_colls(pmg, KDC_COLL_ALL_REDUCE, "data", false), 3);
-  assert_int_equal(count_colls(pmg, -1, NULL, false) + count_colls(pmg, -1, NULL, true), 6);
-  free(p8), free(pmg), free(mg);
+  assert_int_equal(count_colls(pmg, KDC_COLL_ALL_REDUCE, "data", false), 2);
+  assert_int_equal(count_colls(pmg, KDC_COLL_ALL_TO_ALL, "data", false), 1);
+  assert_int_equal(count_colls(pmg, KDC_COLL_ALL_GATHER, "data", false), 2);
+  assert_int_equal(count_colls(pmg, -1, NULL, false) + count_colls(pmg, -1, NULL, true), 8);
+  free(p8), free(pmg), free(umg), free(mg);
 }
 
 /* evaluate, and one train_step, of rows [0, n) through |plan| (padded and
@@ -207,11 +274,26 @@ static void test_checkpoint_resume(void **s) {
   same_run(&rest1, &full, 1, "resumed on 1 device");
   train(p8, EPOCHS - 1, ck, NULL, &rest8);
   same_run(&rest8, &full, 1, "resumed on 8 devices");
+  /* into the replicated-update form, and its checkpoint back to 2x4 */
+  char *u8 = compile_unsharded("adam", "8", NULL, NULL), *ck2 = e2e_path("ck2.safetensors");
+  run restu8, first2, rest24;
+  train(u8, EPOCHS - 1, ck, NULL, &restu8);
+  same_run(&restu8, &full, 1, "resumed on 8 devices, --no-shard-update");
+  train(u8, 1, NULL, ck2, &first2);
+  same_run(&first2, &full, 0, "first epoch on 8 devices, --no-shard-update");
+  train(p24, EPOCHS - 1, ck2, NULL, &rest24);
+  same_run(&rest24, &full, 1, "resumed on 2x4 (sharded update)");
+  e2e_run_free(&restu8), e2e_run_free(&first2), e2e_run_free(&rest24);
+  free(u8), free(ck2);
   /* the checkpoint holds Keras' names */
   kdc_safetensors *sf = NULL;
   assert_null(kdc_safetensors_open(ck, &sf));
   assert_non_null(kdc_safetensors_find(sf, "d1/kernel"));
-  assert_non_null(kdc_safetensors_find(sf, "adam/d1_kernel_momentum"));
+  const kdc_st_tensor *m1 = kdc_safetensors_find(sf, "adam/d1_kernel_momentum");
+  assert_non_null(m1); /* gathered: the global [784, 200], not a 2x4 piece */
+  assert_int_equal(m1->rank, 2);
+  assert_int_equal(m1->dims[0], 784);
+  assert_int_equal(m1->dims[1], 200);
   assert_non_null(kdc_safetensors_find(sf, "adam/d2_bias_velocity"));
   const kdc_st_tensor *it = kdc_safetensors_find(sf, "adam/iteration");
   assert_non_null(it);
