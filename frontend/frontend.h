@@ -514,6 +514,9 @@ KDC_FE_LOWER_FN(kdc_fe_lower_time_distributed);
 /* ... and SpectralNormalization (the wrapped layer at inference, plus vector_u). */
 kdc_status kdc_fe_infer_spectral_norm(kdc_infer_args *a);
 KDC_FE_LOWER_FN(kdc_fe_lower_spectral_norm);
+/* lower_adaptive_pool.c: AdaptiveAverage/MaxPooling1D/2D/3D. */
+kdc_status kdc_fe_infer_adaptive_pool(kdc_infer_args *a);
+KDC_FE_LOWER_FN(kdc_fe_lower_adaptive_pool);
 /* lower_encoding.c: CategoryEncoding and Discretization. */
 kdc_status kdc_fe_infer_encoding(kdc_infer_args *a);
 KDC_FE_LOWER_FN(kdc_fe_lower_encoding);

@@ -134,6 +134,13 @@ static const kdc_layer_class classes[] = {
     /* image preprocessing (lower_image.c): resizing, and the random
      * augmentation layers, identities at inference (Keras' transform_images
      * with training=False) */
+    /* lower_adaptive_pool.c */
+    IN("AdaptiveAveragePooling1D", kdc_fe_infer_adaptive_pool, kdc_fe_lower_adaptive_pool),
+    IN("AdaptiveAveragePooling2D", kdc_fe_infer_adaptive_pool, kdc_fe_lower_adaptive_pool),
+    IN("AdaptiveAveragePooling3D", kdc_fe_infer_adaptive_pool, kdc_fe_lower_adaptive_pool),
+    IN("AdaptiveMaxPooling1D", kdc_fe_infer_adaptive_pool, kdc_fe_lower_adaptive_pool),
+    IN("AdaptiveMaxPooling2D", kdc_fe_infer_adaptive_pool, kdc_fe_lower_adaptive_pool),
+    IN("AdaptiveMaxPooling3D", kdc_fe_infer_adaptive_pool, kdc_fe_lower_adaptive_pool),
     IN("CategoryEncoding", kdc_fe_infer_encoding, kdc_fe_lower_encoding), /* lower_encoding.c */
     IN("Discretization", kdc_fe_infer_encoding, kdc_fe_lower_encoding),
     IN("Resizing", kdc_fe_infer_resizing, kdc_fe_lower_resizing),
@@ -185,12 +192,6 @@ static const kdc_layer_class classes[] = {
     NO("ContrastLimitedAdaptiveHistogramEqualization", "histogram equalization is not supported"),
     NO("MelSpectrogram", "audio preprocessing (FFT) is not supported"),
     NO("STFTSpectrogram", "audio preprocessing (FFT) is not supported"),
-    NO("AdaptiveAveragePooling1D", "adaptive pooling is not supported"),
-    NO("AdaptiveAveragePooling2D", "adaptive pooling is not supported"),
-    NO("AdaptiveAveragePooling3D", "adaptive pooling is not supported"),
-    NO("AdaptiveMaxPooling1D", "adaptive pooling is not supported"),
-    NO("AdaptiveMaxPooling2D", "adaptive pooling is not supported"),
-    NO("AdaptiveMaxPooling3D", "adaptive pooling is not supported"),
     NO("GroupQueryAttention", "grouped-query attention is not supported; MultiHeadAttention is"),
     NO("ReversibleEmbedding", "ReversibleEmbedding is not supported; Embedding is"),
     NO("TernaryDense", "ternary-quantized Dense is not supported"),

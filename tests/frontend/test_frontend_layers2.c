@@ -18,6 +18,7 @@
  *   tanh_shrink, sparse_plus, sparse_sigmoid, squareplus, sparsemax) against
  *   jax.nn's definitions (sparsemax by sorting, as jax does), and their
  *   gradients against central differences;
+ * - AdaptiveAverage/MaxPooling2D by hand;
  * - CategoryEncoding (one_hot, multi_hot, count; out-of-range ids) and
  *   Discretization (int32 buckets, one_hot) by hand;
  * - RMSNormalization (one axis with a scale, two axes) and
@@ -399,6 +400,34 @@ static void test_encodings(void **s FE_UNUSED) {
                 KDC_INVALID_INPUT, "config.bin_boundaries", "never adapted", NULL);
 }
 
+/* AdaptiveAverage/MaxPooling2D (5, 7) -> (2, 3): windows [floor(i L / O),
+ * ceil((i + 1) L / O)) per axis, by hand. */
+static void test_adaptive_pool(void **s FE_UNUSED) {
+  enum { H = 5, W = 7, C = 2 };
+  float x[2 * H * W * C], wa[2 * 2 * 3 * C], wm[2 * 2 * 3 * C];
+  uint64_t seed = 51;
+  for (int i = 0; i < 2 * H * W * C; i++) x[i] = (float)urand(&seed, -1, 1);
+  for (int b = 0; b < 2; b++)
+    for (int i = 0; i < 2; i++)
+      for (int j = 0; j < 3; j++)
+        for (int c = 0; c < C; c++) {
+          int r0 = i * H / 2, r1 = ((i + 1) * H + 1) / 2, c0 = j * W / 3, c1 = ((j + 1) * W + 2) / 3;
+          double sum = 0, mx = -1e30;
+          for (int r = r0; r < r1; r++)
+            for (int q = c0; q < c1; q++) {
+              double v = x[((b * H + r) * W + q) * C + c];
+              sum += v, mx = v > mx ? v : mx;
+            }
+          int o = ((b * 2 + i) * 3 + j) * C + c;
+          wa[o] = (float)(sum / ((r1 - r0) * (c1 - c0))), wm[o] = (float)mx;
+        }
+  fe_run_check(fe_model_file("aap.json", "5, 7, 2", "AdaptiveAveragePooling2D",
+                             "\"output_size\": [2, 3]", NULL, NULL), 2, x, NULL, wa, 24);
+  fe_run_check(fe_model_file("amp.json", "5, 7, 2", "AdaptiveMaxPooling2D",
+                             "\"output_size\": [2, 3], \"data_format\": \"channels_last\"", NULL,
+                             NULL), 2, x, NULL, wm, 24);
+}
+
 /* ---- Resizing by hand ------------------------------------------------------ */
 
 enum { H = 5, W = 7 };
@@ -696,7 +725,7 @@ int main(void) {
       cmocka_unit_test(test_tk2_weight_names),     cmocka_unit_test(test_activations),
       cmocka_unit_test(test_attention_causal_forms), cmocka_unit_test(test_rms_norm),
       cmocka_unit_test(test_spectral_norm),        cmocka_unit_test(test_value_augment_training),
-      cmocka_unit_test(test_encodings),
+      cmocka_unit_test(test_encodings),            cmocka_unit_test(test_adaptive_pool),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
