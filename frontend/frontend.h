@@ -540,6 +540,10 @@ typedef enum kdc_fe_interp {
 } kdc_fe_interp;
 kdc_value_id kdc_fe_resize_axis(kdc_func *f, kdc_value_id x, int d, int64_t out,
                                 kdc_fe_interp method, bool antialias);
+/* Axis |d| of |x| (size L) mapped through the row-major (|on| x L) matrix
+ * |w|: result[.., i, ..] = sum_j w[i, j] x[.., j, ..] (a dot_general with a
+ * constant; adaptive average pooling and resizing use it). */
+kdc_value_id kdc_fe_axis_matrix(kdc_func *f, kdc_value_id x, int d, int64_t on, const float *w);
 
 /* activations.c: Keras 3 activation formulas over IR values. */
 /* Applies activation |name| (Keras 3 defaults) to |x|; unknown names give an

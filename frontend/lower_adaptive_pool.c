@@ -65,18 +65,9 @@ static kdc_value_id pool_axis(kdc_func *f, kdc_value_id x, int d, int64_t on, bo
       int64_t s = i * in / on, e = ((i + 1) * in + on - 1) / on;
       for (int64_t j = s; j < e; j++) w[i * in + j] = (float)(1.0 / (double)(e - s));
     }
-    kdc_type mt = kdc_type_make(t.dtype, 2, (int64_t[]){on, in});
-    kdc_value_id wm = kdc_ir_constant(f, &mt, w);
+    kdc_value_id y = kdc_fe_axis_matrix(f, x, d, on, w);
     free(w);
-    kdc_attr_dot dd;
-    memset(&dd, 0, sizeof dd);
-    dd.lhs_contract.n = dd.rhs_contract.n = 1;
-    dd.lhs_contract.v[0] = 1;
-    dd.rhs_contract.v[0] = d;
-    kdc_value_id y = kdc_ir_dot(f, wm, x, &dd);
-    int64_t perm[KDC_MAX_RANK];
-    for (int i = 0, k = 1; i < t.rank; i++) perm[i] = i == d ? 0 : k++;
-    return kdc_ir_transpose(f, y, perm);
+    return y;
   }
   kdc_value_id *parts = kdc_xcalloc((size_t)on, sizeof *parts);
   int64_t start[KDC_MAX_RANK] = {0}, limit[KDC_MAX_RANK], stride[KDC_MAX_RANK];

@@ -157,9 +157,16 @@ kdc_value_id kdc_fe_resize_axis(kdc_func *f, kdc_value_id x, int d, int64_t on,
       w[i * in + j] = fabs(tot) > 1000.0 * 0x1p-23 ? (float)(row[j] / tot) : 0.0f;
     free(row);
   }
-  kdc_type mt = kdc_type_make(t.dtype, 2, (int64_t[]){on, in});
-  kdc_value_id wm = kdc_ir_constant(f, &mt, w);
+  kdc_value_id y = kdc_fe_axis_matrix(f, x, d, on, w);
   free(w);
+  return y;
+}
+
+kdc_value_id kdc_fe_axis_matrix(kdc_func *f, kdc_value_id x, int d, int64_t on, const float *w) {
+  if (x == KDC_NO_VALUE) return x;
+  const kdc_type t = *kdc_ir_type(f, x);
+  kdc_type mt = kdc_type_make(t.dtype, 2, (int64_t[]){on, t.dims[d]});
+  kdc_value_id wm = kdc_ir_constant(f, &mt, w);
   kdc_attr_dot dd;
   memset(&dd, 0, sizeof dd);
   dd.lhs_contract.n = dd.rhs_contract.n = 1;
