@@ -4,7 +4,10 @@
  * 128 and of a 784 -> 4096 -> 4096 -> 10 MLP at batch 256 (Adam,
  * categorical cross-entropy), on 1 device and on 8 data-parallel virtual
  * devices, against the OpenBLAS time of the step's GEMMs alone (forward,
- * dW and dX of every Dense, same thread count) measured in the same run.
+ * dW and dX of every Dense, same thread count) measured in the same run,
+ * sample by sample alternately with the step (both see the same load).
+ * KDC_BENCH_PROFILE=1: the step's per-step profile on stderr
+ * (kdc_rt_plan_profile_print); KDC_BENCH_QUICK=1: 1 device only.
  * PyTorch eager's time for the same steps comes from bench/torch_train.py
  * (bench/run.sh runs both).  Prints one JSON object.
  * usage: bench_train [BIG_MLP_JSON]   (bench/big_mlp.py writes it)
@@ -80,7 +83,7 @@ static void run_gemms(void *p) {
   }
 }
 
-static double gemm_time(const int *w, int n_layers, int m, int threads) {
+static gemm_ctx gemm_setup(const int *w, int n_layers, int m) {
   gemm_ctx c = {n_layers, m, w, {0}, {0}, {0}, {0}};
   for (int i = 0; i <= n_layers; i++) {
     c.a[i] = filled((size_t)m * (size_t)w[i], 1);
@@ -90,14 +93,52 @@ static double gemm_time(const int *w, int n_layers, int m, int threads) {
       c.dk[i] = filled((size_t)w[i] * (size_t)w[i + 1], 4);
     }
   }
-  openblas_set_num_threads(threads);
-  double t = bench_median(run_gemms, &c, 15, m >= 256 ? 2 : 20);
-  for (int i = 0; i <= n_layers; i++) free(c.a[i]), free(c.g[i]), free(c.k[i]), free(c.dk[i]);
-  return t;
+  return c;
 }
 
-static double step_time(const char *plan, int threads, int64_t batch, int in_w, int classes) {
-  kdc_rt_options ro = {.n_threads = threads};
+static void gemm_free(gemm_ctx *c) {
+  for (int i = 0; i <= c->n_layers; i++)
+    free(c->a[i]), free(c->g[i]), free(c->k[i]), free(c->dk[i]);
+}
+
+/* The GEMMs with OpenBLAS on |threads| threads (the runtime sets its own
+ * thread count at every run). */
+typedef struct blas_ctx {
+  gemm_ctx *g;
+  int threads;
+} blas_ctx;
+
+static void run_blas(void *p) {
+  blas_ctx *b = p;
+  openblas_set_num_threads(b->threads);
+  run_gemms(b->g);
+}
+
+/* Median seconds per call of |fa| and of |fb|, sampled alternately (|reps|
+ * samples of |inner| calls each), so that both see the same machine load. */
+static void bench_pair(void (*fa)(void *), void *a, void (*fb)(void *), void *b, int reps,
+                       int inner, double *out_a, double *out_b) {
+  double *ta = malloc(sizeof(double) * (size_t)reps), *tb = malloc(sizeof(double) * (size_t)reps);
+  fa(a), fb(b); /* warm up */
+  for (int r = 0; r < reps; r++) {
+    double t0 = bench_now();
+    for (int i = 0; i < inner; i++) fa(a);
+    double t1 = bench_now();
+    for (int i = 0; i < inner; i++) fb(b);
+    ta[r] = (t1 - t0) / inner, tb[r] = (bench_now() - t1) / inner;
+  }
+  qsort(ta, (size_t)reps, sizeof(double), bench_cmp);
+  qsort(tb, (size_t)reps, sizeof(double), bench_cmp);
+  *out_a = ta[reps / 2], *out_b = tb[reps / 2];
+  free(ta), free(tb);
+}
+
+/* One training step and the GEMMs alone, measured alternately.  With
+ * KDC_BENCH_PROFILE set, prints the step's per-step profile to stderr. */
+static void step_time(const char *plan, int threads, int64_t batch, int in_w, int classes,
+                      gemm_ctx *gc, double *out_step, double *out_gemms) {
+  const char *prof = getenv("KDC_BENCH_PROFILE");
+  kdc_rt_options ro = {.n_threads = threads, .profile = prof && *prof};
   kdc_rt_plan *p = NULL;
   kdc_rt_train *t = NULL;
   die(kdc_rt_plan_load_with(plan, &ro, &p));
@@ -111,15 +152,20 @@ static double step_time(const char *plan, int threads, int64_t batch, int in_w, 
     const char *n = kdc_rt_train_data(t, i)->name;
     c.data[i] = !strcmp(n, "sample_mask") ? (const void *)mask : i == 0 ? (const void *)x : y;
   }
-  double s = bench_median(run_step, &c, 15, batch >= 256 ? 2 : 20);
+  blas_ctx b = {gc, threads};
+  run_step(&c), run_step(&c); /* first touch of both state buffers */
+  size_t fn = (size_t)kdc_rt_plan_find_func(p, "train_step");
+  kdc_rt_plan_profile_print(p, fn, NULL);
+  bench_pair(run_blas, &b, run_step, &c, 15, batch >= 256 ? 2 : 20, out_gemms, out_step);
+  if (ro.profile) kdc_rt_plan_profile_print(p, fn, stderr);
   kdc_rt_train_destroy(t);
   kdc_rt_plan_release(p);
   free(x), free(y), free(mask);
-  return s;
 }
 
 int main(int argc, char **argv) {
   const char *big = argc > 1 ? argv[1] : NULL;
+  const char *quick = getenv("KDC_BENCH_QUICK"); /* set: 1 device only */
   int threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
   char plan[] = "/tmp/kdc_bench_train_XXXXXX";
   int fd = mkstemp(plan);
@@ -137,10 +183,11 @@ int main(int argc, char **argv) {
   int first = 1;
   for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
     if (!cases[k].model) continue;
-    double g = gemm_time(cases[k].w, cases[k].n_layers, (int)cases[k].batch, threads);
-    for (int dev = 0; dev < 2; dev++) {
+    gemm_ctx gc = gemm_setup(cases[k].w, cases[k].n_layers, (int)cases[k].batch);
+    for (int dev = 0; dev < (quick && *quick ? 1 : 2); dev++) {
       compile_plan(cases[k].model, cases[k].weights, cases[k].batch, dev ? "8" : NULL, plan);
-      double s = step_time(plan, threads, cases[k].batch, 784, 10);
+      double s = 0, g = 0;
+      step_time(plan, threads, cases[k].batch, 784, 10, &gc, &s, &g);
       printf("%s    {\"model\": \"%s\", \"batch\": %lld, \"devices\": %d, \"step_ms\": %.4f, "
              "\"gemms_ms\": %.4f, \"step_over_gemms\": %.3f}",
              first ? "" : ",\n", cases[k].name, (long long)cases[k].batch, dev ? 8 : 1, 1e3 * s,
@@ -148,6 +195,7 @@ int main(int argc, char **argv) {
       first = 0;
       fflush(stdout);
     }
+    gemm_free(&gc);
   }
   printf("\n  ]\n}\n");
   unlink(plan);

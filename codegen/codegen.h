@@ -88,6 +88,8 @@ typedef struct cg_kernel {
   int32_t *slot;              /* f->n_nodes entries: arg slot of an external
                                  stored value read by the kernel, else -1 */
   int64_t cost;               /* ~ops per output element (set by the body) */
+  bool aligned_out;           /* CPU wrapper: every output pointer is 64-byte aligned
+                                 (assumed; cg_cpu_wrap_stream checks it first) */
 } cg_kernel;
 
 /* A dense constant already emitted as an LLVM global. */
@@ -233,6 +235,21 @@ LLVMValueRef cg_emit_rng_uniform(cg_plan *P, int64_t seed, LLVMValueRef step, LL
  * unit_cost) for the step. */
 void cg_cpu_wrap(cg_plan *P, const cg_kernel *k, LLVMValueRef body, const char *name,
                  int64_t *out_extent, int64_t *out_unit_cost);
+/* Streaming stores (docs/codegen.md): |k| writes only function results, so
+ * nothing in the step reads them back, and CG_STREAM_MIN_BYTES or more of
+ * them; writing them past the cache saves reading every line before it is
+ * overwritten.  True when |k|'s rows are whole 64-byte lines (rank >= 2,
+ * innermost bytes a multiple of 64). */
+enum { CG_STREAM_MIN_BYTES = 16 << 20 };
+bool cg_kernel_streams(const cg_kernel *k);
+/* cg_cpu_wrap for such a kernel: "<name>" checks that every output pointer
+ * is 64-byte aligned and then calls "<name>_a", the wrapper compiled with
+ * that alignment assumed and marked "kdc-nontemporal" (the runtime's JIT
+ * makes its aligned vector stores non-temporal, runtime/jit.c) followed by
+ * a full fence (such stores are weakly ordered), else "<name>_u", the plain
+ * wrapper. */
+void cg_cpu_wrap_stream(cg_plan *P, const cg_kernel *k, LLVMValueRef body, const char *name,
+                        int64_t *out_extent, int64_t *out_unit_cost);
 
 /* ---- ptx_wrap.c: the CUDA wrapper and the PTX of every kernel ------------ */
 

@@ -90,6 +90,20 @@ static void column_loops(cg_plan *P, const cg_kernel *k, LLVMValueRef fn, LLVMVa
   *out_extent = (n + COLUMN_BLOCK - 1) / COLUMN_BLOCK;
 }
 
+/* llvm.assume((ptrtoint p[i] & 63) == 0) for i < |n|: LLVM then knows the
+ * alignment of every row (whole lines) and of the vector stores in them. */
+static void assume_aligned(cg_plan *P, LLVMValueRef *p, uint32_t n) {
+  unsigned id = LLVMLookupIntrinsicID("llvm.assume", 11);
+  LLVMValueRef fn = LLVMGetIntrinsicDeclaration(P->mod, id, NULL, 0);
+  LLVMTypeRef ft = LLVMIntrinsicGetType(P->ctx, id, NULL, 0);
+  for (uint32_t i = 0; i < n; i++) {
+    LLVMValueRef addr = LLVMBuildPtrToInt(P->b, p[i], P->i64, "");
+    LLVMValueRef low = LLVMBuildAnd(P->b, addr, LLVMConstInt(P->i64, 63, 0), "");
+    LLVMValueRef ok = LLVMBuildICmp(P->b, LLVMIntEQ, low, LLVMConstInt(P->i64, 0, 0), "");
+    LLVMBuildCall2(P->b, ft, fn, &ok, 1, "");
+  }
+}
+
 void cg_cpu_wrap(cg_plan *P, const cg_kernel *k, LLVMValueRef body, const char *name,
                  int64_t *out_extent, int64_t *out_unit_cost) {
   const kdc_type *t = &k->out_type;
@@ -129,6 +143,7 @@ void cg_cpu_wrap(cg_plan *P, const cg_kernel *k, LLVMValueRef body, const char *
     LLVMValueRef g = LLVMBuildInBoundsGEP2(P->b, P->ptr, args, &idx, 1, "");
     cargs[nc++] = LLVMBuildLoad2(P->b, P->ptr, g, "");
   }
+  if (k->aligned_out) assume_aligned(P, cargs, 1 + k->n_extra);
   cargs[nc++] = LLVMGetParam(fn, 1);  /* coords */
   if (p) {
     column_loops(P, k, fn, acc, cargs, nc, p, LLVMGetParam(fn, 2), LLVMGetParam(fn, 3),
@@ -180,4 +195,70 @@ void cg_cpu_wrap(cg_plan *P, const cg_kernel *k, LLVMValueRef body, const char *
   LLVMBuildRetVoid(P->b);
   *out_extent = extent;
   *out_unit_cost = inner * k->cost;
+}
+
+/* ---- streaming stores ---------------------------------------------------- */
+
+bool cg_kernel_streams(const cg_kernel *k) {
+  const kdc_type *t = &k->out_type;
+  /* a reduce root may accumulate into its output (column reductions) */
+  if (k->transpose || t->rank < 2 || k->f->nodes[k->root].op == KDC_OP_REDUCE) return false;
+  size_t es = kdc_dtype_size(t->dtype);
+  if (es == 0 || (t->dims[t->rank - 1] * (int64_t)es) % 64) return false;
+  uint64_t bytes = kdc_type_bytes(t);
+  for (uint32_t i = 0; i < k->n_extra; i++) {
+    const kdc_type *x = &k->f->nodes[k->extra[i]].type;
+    if (kdc_dtype_size(x->dtype) != es) return false; /* other rows: other line counts */
+    bytes += kdc_type_bytes(x);
+  }
+  return bytes >= CG_STREAM_MIN_BYTES;
+}
+
+void cg_cpu_wrap_stream(cg_plan *P, const cg_kernel *k, LLVMValueRef body, const char *name,
+                        int64_t *out_extent, int64_t *out_unit_cost) {
+  char na[64], nu[64];
+  snprintf(na, sizeof na, "%s_a", name);
+  snprintf(nu, sizeof nu, "%s_u", name);
+  cg_kernel ka = *k;
+  ka.aligned_out = true;
+  cg_cpu_wrap(P, &ka, body, na, out_extent, out_unit_cost);
+  cg_cpu_wrap(P, k, body, nu, out_extent, out_unit_cost);
+  LLVMValueRef fa = LLVMGetNamedFunction(P->mod, na), fu = LLVMGetNamedFunction(P->mod, nu);
+  /* kept out of line so that the runtime finds the marked function */
+  unsigned noinline = LLVMGetEnumAttributeKindForName("noinline", 8);
+  LLVMAddAttributeAtIndex(fa, LLVMAttributeFunctionIndex,
+                          LLVMCreateEnumAttribute(P->ctx, noinline, 0));
+  LLVMAddAttributeAtIndex(fa, LLVMAttributeFunctionIndex,
+                          LLVMCreateStringAttribute(P->ctx, "kdc-nontemporal", 15, "", 0));
+  LLVMTypeRef params[4] = {P->ptr, P->ptr, P->i64, P->i64};
+  LLVMTypeRef ft = LLVMFunctionType(P->void_t, params, 4, 0);
+  LLVMValueRef fn = LLVMAddFunction(P->mod, name, ft);
+  unsigned nounwind = LLVMGetEnumAttributeKindForName("nounwind", 8);
+  LLVMAddAttributeAtIndex(fn, LLVMAttributeFunctionIndex,
+                          LLVMCreateEnumAttribute(P->ctx, nounwind, 0));
+  LLVMBasicBlockRef entry = LLVMAppendBasicBlockInContext(P->ctx, fn, "entry");
+  LLVMBasicBlockRef aligned = LLVMAppendBasicBlockInContext(P->ctx, fn, "aligned");
+  LLVMBasicBlockRef plain = LLVMAppendBasicBlockInContext(P->ctx, fn, "plain");
+  LLVMPositionBuilderAtEnd(P->b, entry);
+  LLVMValueRef args = LLVMGetParam(fn, 0), low = LLVMConstInt(P->i64, 0, 0);
+  for (uint32_t i = 0; i <= k->n_extra; i++) {
+    LLVMValueRef idx = LLVMConstInt(P->i64, i, 0);
+    LLVMValueRef slot = LLVMBuildInBoundsGEP2(P->b, P->ptr, args, &idx, 1, "");
+    LLVMValueRef ptr = LLVMBuildLoad2(P->b, P->ptr, slot, "");
+    low = LLVMBuildOr(P->b, low, LLVMBuildPtrToInt(P->b, ptr, P->i64, ""), "");
+  }
+  low = LLVMBuildAnd(P->b, low, LLVMConstInt(P->i64, 63, 0), "");
+  LLVMValueRef ok = LLVMBuildICmp(P->b, LLVMIntEQ, low, LLVMConstInt(P->i64, 0, 0), "");
+  LLVMBuildCondBr(P->b, ok, aligned, plain);
+  LLVMValueRef a[4];
+  for (unsigned i = 0; i < 4; i++) a[i] = LLVMGetParam(fn, i);
+  LLVMPositionBuilderAtEnd(P->b, aligned);
+  LLVMBuildCall2(P->b, ft, fa, a, 4, "");
+  /* non-temporal stores are weakly ordered: drain them before the runtime
+   * tells other threads the rows are written */
+  LLVMBuildFence(P->b, LLVMAtomicOrderingSequentiallyConsistent, 0, "");
+  LLVMBuildRetVoid(P->b);
+  LLVMPositionBuilderAtEnd(P->b, plain);
+  LLVMBuildCall2(P->b, ft, fu, a, 4, "");
+  LLVMBuildRetVoid(P->b);
 }

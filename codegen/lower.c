@@ -218,7 +218,13 @@ static kdc_status emit_kernel(lowerer *L, cg_kernel *k, const kdc_prog_loc *args
   memset(&s, 0, sizeof s);
   s.kind = KDC_STEP_KERNEL;
   s.kernel.kernel = idx;
-  cg_cpu_wrap(P, k, body, name, &s.kernel.extent, &s.kernel.unit_cost);
+  /* streaming stores: results only, never a scan body's (carries are read
+   * back by the next iteration; docs/codegen.md) */
+  bool stream = cg_kernel_streams(k);
+  if (L->f->module && kdc_ir_func_is_body(L->f->module, L->f)) stream = false;
+  for (uint32_t i = 0; i <= k->n_extra && stream; i++) stream = args[i].buf == KDC_PROG_BUF_OUTPUT;
+  if (stream) cg_cpu_wrap_stream(P, k, body, name, &s.kernel.extent, &s.kernel.unit_cost);
+  else cg_cpu_wrap(P, k, body, name, &s.kernel.extent, &s.kernel.unit_cost);
   KDC_GROW(P->ktype, P->cap_ktype, (size_t)idx + 1);
   P->ktype[idx] = k->out_type;  /* for the CUDA wrapper (ptx_wrap.c) */
   s.kernel.n_args = k->n_args;

@@ -8,6 +8,7 @@
  * golden-tested.
  */
 #include <inttypes.h>
+#include <string.h>
 
 #include "runtime/runtime.h"
 
@@ -232,4 +233,40 @@ void kdc_rt_plan_describe(const kdc_rt_plan *plan, FILE *o) {
   }
   const char *ir = kdc_rt_plan_ir_text(plan);
   if (*ir) fprintf(o, "ir:\n%s", ir);
+}
+
+void kdc_rt_plan_profile_print(kdc_rt_plan *plan, size_t func, FILE *o) {
+  const kdc_program *p = &plan->prog;
+  if (func >= p->n_funcs) return;
+  const kdc_prog_func *f = &p->funcs[func];
+  rt_func *rf = &plan->funcs[func];
+  if (!o) { /* reset only */
+    memset(rf->prof_ns, 0, f->n_steps * sizeof *rf->prof_ns);
+    rf->prof_runs = 0;
+    return;
+  }
+  if (!plan->profile || !rf->prof_runs) {
+    fprintf(o, "profile %s: none (load the plan with profile on, then run it)\n", f->name);
+    return;
+  }
+  double runs = (double)rf->prof_runs, total = 0, by_kind[KDC_STEP_LOOP + 1] = {0};
+  for (uint32_t s = 0; s < f->n_steps; s++) total += (double)rf->prof_ns[s];
+  fprintf(o, "profile %s: %.3f ms per run over %.0f runs (ms per run, share, step)\n", f->name,
+          total / runs * 1e-6, runs);
+  for (uint32_t s = 0; s < f->n_steps; s++) {
+    double t = (double)rf->prof_ns[s];
+    by_kind[f->steps[s].kind <= KDC_STEP_LOOP ? f->steps[s].kind : 0] += t;
+    fprintf(o, "%9.3f %5.1f%%", t / runs * 1e-6, total > 0 ? 100 * t / total : 0);
+    put_step(o, p, f, s, &f->steps[s]);
+    rf->prof_ns[s] = 0;
+  }
+  static const struct { int kind; const char *name; } kinds[] = {
+      {KDC_STEP_GEMM, "gemm"}, {KDC_STEP_KERNEL, "kernel"}, {KDC_STEP_COPY, "copy"},
+      {KDC_STEP_COLLECTIVE, "collective"}, {KDC_STEP_LOOP, "loop"}};
+  fprintf(o, "profile %s by kind:", f->name);
+  for (size_t k = 0; k < sizeof kinds / sizeof *kinds; k++)
+    if (by_kind[kinds[k].kind] > 0)
+      fprintf(o, " %s %.3f ms", kinds[k].name, by_kind[kinds[k].kind] / runs * 1e-6);
+  fprintf(o, "\n");
+  rf->prof_runs = 0;
 }

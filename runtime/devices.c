@@ -67,6 +67,7 @@ static void make_func(kdc_rt_plan *p, const kdc_prog_func *f, rt_func *rf) {
   rf->argv = kdc_xcalloc(total * nd + 1, sizeof *rf->argv);
   rf->step_args = kdc_xcalloc(f->n_steps * nd + 1, sizeof *rf->step_args);
   rf->groups = kdc_xcalloc(f->n_steps + 1, sizeof *rf->groups);
+  rf->prof_ns = kdc_xcalloc(f->n_steps + 1, sizeof *rf->prof_ns);
   size_t at = 0;
   for (size_t d = 0; d < nd; d++)
     for (uint32_t s = 0; s < f->n_steps; s++)
@@ -144,7 +145,7 @@ void rt_devices_destroy(kdc_rt_plan *p) {
       for (uint32_t s = 0; s < f->n_steps; s++)
         if (f->steps[s].kind == KDC_STEP_COLLECTIVE) free_groups(&rf->groups[s]);
       free(rf->groups), free(rf->argv), free(rf->step_args), free(rf->in_ptr), free(rf->out_ptr);
-      free(rf->in_dev), free(rf->out_dev);
+      free(rf->in_dev), free(rf->out_dev), free(rf->prof_ns);
     }
   free(p->funcs);
   for (size_t i = 0; i < p->n_weight_pieces; i++) free(p->weight_pieces[i]);

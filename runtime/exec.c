@@ -15,16 +15,17 @@
  *     meet only at collectives.
  *   - otherwise (one device, or fewer devices than threads): step by step;
  *     a kernel's rows on every device are split into devices x chunks pool
- *     tasks, GEMMs run device after device with OpenBLAS on every thread.
- * Either way there are never more runnable threads than the pool's (at
- * most the cores): OpenBLAS's threads only run while the pool's workers
- * sleep, and in device-parallel mode OpenBLAS starts none.
+ *     tasks, a GEMM into blocks, each a single-threaded cblas_sgemm on a
+ *     pool task (run_gemm_split).
+ * Either way the pool's threads are the only ones (at most the cores):
+ * OpenBLAS runs in single-thread mode and starts none.  With
+ * kdc_rt_options.profile every step is timed (kdc_rt_plan_profile_print).
  * A COLLECTIVE step: every device arrives at the communicator with its
  * buffers, then the call completes (comm.h).  Nothing here allocates; every
  * buffer reference was checked at load.
  */
-#include <stdatomic.h>
 #include <string.h>
+#include <time.h>
 
 #include <cblas.h>
 
@@ -37,11 +38,10 @@
  * ops take. */
 enum { PARALLEL_MIN_OPS = 1 << 16, OPS_PER_CHUNK = 1 << 14 };
 
-/* OpenBLAS's thread count is process-wide: set it only when it changes. */
-static atomic_int blas_threads;
-
+/* OpenBLAS's thread count is process-wide: set it only when it changes
+ * (read back every run: the embedding program may have changed it). */
 static void set_blas_threads(int n) {
-  if (atomic_exchange(&blas_threads, n) != n) openblas_set_num_threads(n);
+  if (openblas_get_num_threads() != n) openblas_set_num_threads(n);
 }
 
 typedef struct runner {
@@ -149,6 +149,18 @@ static void run_local_step(const runner *r, int64_t dev, uint32_t s) {
   }
 }
 
+/* Profiling (kdc_rt_options.profile): a monotonic clock, read only then. */
+static uint64_t now_ns(const kdc_rt_plan *p) {
+  if (!p->profile) return 0;
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void charge(const runner *r, uint32_t s, uint64_t t0) {
+  if (r->p->profile) r->rf->prof_ns[s] += now_ns(r->p) - t0;
+}
+
 /* ~element-ops of a step on one device (the threading heuristic). */
 static int64_t step_ops(const kdc_prog_step *st) {
   switch (st->kind) {
@@ -175,7 +187,12 @@ static kdc_status run_collective(runner *r, uint32_t s) {
 
 static void segment_task(void *ctx, int64_t dev) {
   const runner *r = ctx;
-  for (uint32_t s = r->s0; s < r->s1; s++) run_local_step(r, r->p->d0 + dev, s);
+  bool timed = r->p->profile && dev == 0; /* device 0's share, by one thread */
+  for (uint32_t s = r->s0; s < r->s1; s++) {
+    uint64_t t0 = timed ? now_ns(r->p) : 0;
+    run_local_step(r, r->p->d0 + dev, s);
+    if (timed) charge(r, s, t0);
+  }
 }
 
 static kdc_status run_device_parallel(runner *r) {
@@ -183,7 +200,9 @@ static kdc_status run_device_parallel(runner *r) {
   set_blas_threads(1);
   for (uint32_t s = 0; s < f->n_steps;) {
     if (f->steps[s].kind == KDC_STEP_COLLECTIVE) {
+      uint64_t t0 = now_ns(r->p);
       KDC_RETURN_IF_ERROR(run_collective(r, s));
+      charge(r, s, t0);
       s++;
       continue;
     }
@@ -299,6 +318,7 @@ static kdc_status run_stepwise(runner *r) {
   const kdc_prog_func *f = r->f;
   set_blas_threads(1);
   for (uint32_t s = 0; s < f->n_steps; s++) {
+    uint64_t t0 = now_ns(r->p);
     switch (f->steps[s].kind) {
     case KDC_STEP_KERNEL: run_kernel_split(r, s); break;
     case KDC_STEP_GEMM: run_gemm_split(r, s); break;
@@ -308,6 +328,7 @@ static kdc_status run_stepwise(runner *r) {
       for (int64_t d = r->p->d0; d < r->p->d1; d++) run_local_step(r, d, s);
       break;
     }
+    charge(r, s, t0);
   }
   return NULL;
 }
@@ -316,6 +337,7 @@ kdc_status rt_exec_steps(kdc_rt_plan *p, size_t func) {
   if (p->cuda) return rt_cuda_exec(p, func); /* a CUDA plan on GPUs (docs/gpu.md) */
   runner r = {.p = p, .f = &p->prog.funcs[func], .rf = &p->funcs[func]};
   kdc_status st = p->device_parallel ? run_device_parallel(&r) : run_stepwise(&r);
+  r.rf->prof_runs += p->profile;
   if (st) st = kdc_status_annotate(st, "%s: %s", p->path, r.f->name);
   return st;
 }

@@ -34,6 +34,7 @@
 
 struct rt_jit {
   LLVMOrcLLJITRef jit;
+  size_t n_nontemporal;  /* stores mark_nontemporal marked */
 };
 
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
@@ -104,9 +105,38 @@ static kdc_status parse(LLVMContextRef ctx, const void *bc, size_t size, const c
   return NULL;
 }
 
+/* Streaming stores (codegen's cg_cpu_wrap_stream): in a function marked
+ * "kdc-nontemporal", every vector store LLVM proved aligned to its size
+ * (whole 64-byte rows, assumed by the wrapper) becomes non-temporal, which
+ * the backend emits as a streaming store (x86: vmovntps) that skips reading
+ * the line before overwriting it.  Done after O3: a loop whose scalar store
+ * is already non-temporal is not vectorised. */
+static size_t mark_nontemporal(LLVMModuleRef mod) {
+  size_t n = 0;
+  LLVMContextRef ctx = LLVMGetModuleContext(mod);
+  LLVMTargetDataRef dl = LLVMGetModuleDataLayout(mod);
+  unsigned kind = LLVMGetMDKindIDInContext(ctx, "nontemporal", 11);
+  LLVMMetadataRef one = LLVMValueAsMetadata(LLVMConstInt(LLVMInt32TypeInContext(ctx), 1, 0));
+  LLVMValueRef node = LLVMMetadataAsValue(ctx, LLVMMDNodeInContext2(ctx, &one, 1));
+  for (LLVMValueRef fn = LLVMGetFirstFunction(mod); fn; fn = LLVMGetNextFunction(fn)) {
+    if (!LLVMGetStringAttributeAtIndex(fn, LLVMAttributeFunctionIndex, "kdc-nontemporal", 15))
+      continue;
+    for (LLVMBasicBlockRef bb = LLVMGetFirstBasicBlock(fn); bb; bb = LLVMGetNextBasicBlock(bb))
+      for (LLVMValueRef in = LLVMGetFirstInstruction(bb); in; in = LLVMGetNextInstruction(in)) {
+        if (LLVMGetInstructionOpcode(in) != LLVMStore) continue;
+        LLVMTypeRef t = LLVMTypeOf(LLVMGetOperand(in, 0));
+        if (LLVMGetTypeKind(t) != LLVMVectorTypeKind) continue;
+        if (LLVMGetAlignment(in) < LLVMStoreSizeOfType(dl, t)) continue;
+        LLVMSetMetadata(in, kind, node);
+        n++;
+      }
+  }
+  return n;
+}
+
 /* Host triple, data layout and the O3 pipeline for this CPU. */
 static kdc_status optimise(LLVMModuleRef mod, LLVMTargetMachineRef tm, const char *file,
-                           uint64_t off) {
+                           uint64_t off, size_t *out_nontemporal) {
   char *triple = LLVMGetTargetMachineTriple(tm);
   LLVMSetTarget(mod, triple);
   LLVMDisposeMessage(triple);
@@ -119,7 +149,9 @@ static kdc_status optimise(LLVMModuleRef mod, LLVMTargetMachineRef tm, const cha
   LLVMPassBuilderOptionsSetLoopUnrolling(po, 1);
   LLVMErrorRef e = LLVMRunPasses(mod, "default<O3>", tm, po);
   LLVMDisposePassBuilderOptions(po);
-  return e ? llvm_err(e, file, off, "optimisation failed") : NULL;
+  if (e) return llvm_err(e, file, off, "optimisation failed");
+  *out_nontemporal = mark_nontemporal(mod);
+  return NULL;
 }
 
 kdc_status rt_jit_create(const void *bitcode, size_t size, const char *file, uint64_t off,
@@ -138,9 +170,10 @@ kdc_status rt_jit_create(const void *bitcode, size_t size, const char *file, uin
   }
   LLVMOrcThreadSafeContextRef tsc = LLVMOrcCreateNewThreadSafeContext();
   LLVMModuleRef mod = NULL;
+  size_t n_nontemporal = 0;
   kdc_status st = parse(LLVMOrcThreadSafeContextGetContext(tsc), bitcode, size, file, off, &mod);
   if (!st) {
-    st = optimise(mod, tm, file, off);
+    st = optimise(mod, tm, file, off, &n_nontemporal);
     if (st) LLVMDisposeModule(mod);
   }
   LLVMDisposeTargetMachine(tm);
@@ -174,6 +207,7 @@ kdc_status rt_jit_create(const void *bitcode, size_t size, const char *file, uin
   }
   rt_jit *j = kdc_xcalloc(1, sizeof *j);
   j->jit = jit;
+  j->n_nontemporal = n_nontemporal;
   *out = j;
   return NULL;
 }
@@ -190,6 +224,8 @@ kdc_rt_kernel_fn rt_jit_lookup(rt_jit *j, const char *name) {
   memcpy(&fn, &a, sizeof fn);  /* object -> function pointer, ISO-clean */
   return fn;
 }
+
+size_t rt_jit_nontemporal_stores(const rt_jit *j) { return j ? j->n_nontemporal : 0; }
 
 void rt_jit_destroy(rt_jit *j) {
   if (!j) return;

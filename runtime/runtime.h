@@ -49,6 +49,8 @@ typedef struct kdc_rt_options {
                                   (kdc_rt_procs_init: kdc_rt_procs.net) */
   int target;                  /* KDC_RT_TARGET_*: where a plan compiled with --target
                                   cuda runs (docs/gpu.md) */
+  int profile;                 /* 1: time every step of every run on the CPU
+                                  (kdc_rt_plan_profile_print) */
 } kdc_rt_options;
 
 enum {
@@ -245,6 +247,13 @@ void kdc_rt_plan_describe_collectives(const kdc_rt_plan *p, FILE *out);
  * of blocks for rank 2, a list of blocks otherwise, each with the device ids
  * holding it).  KDC_INVALID_INPUT when no tensor has that name. */
 kdc_status kdc_rt_plan_describe_sharding(const kdc_rt_plan *p, const char *name, FILE *out);
+/* A plan loaded with kdc_rt_options.profile: the wall time of every step
+ * of |func| per run (step by step: the step on every device; device-
+ * parallel: device 0's share of its segment), averaged over the runs since
+ * the last print, with each step as `kdc inspect` shows it; then resets the
+ * counts (|out| NULL: only resets them).  Prints a one-line note when the
+ * plan was loaded without it. */
+void kdc_rt_plan_profile_print(kdc_rt_plan *p, size_t func, FILE *out);
 
 /* ======================================================================
  * Internal: shared by the files of runtime/.
@@ -263,6 +272,8 @@ kdc_status rt_jit_create(const void *bitcode, size_t size, const char *file, uin
                          rt_jit **out);
 /* The address of kernel |name|, or NULL. */
 kdc_rt_kernel_fn rt_jit_lookup(rt_jit *j, const char *name);
+/* Vector stores the optimiser made non-temporal (streaming kernels). */
+size_t rt_jit_nontemporal_stores(const rt_jit *j);
 void rt_jit_destroy(rt_jit *j);
 
 /* ---- pool.c: a small persistent thread pool -------------------------------- */
@@ -359,6 +370,8 @@ typedef struct rt_func {
   void **out_ptr;           /* [device * n_outputs + o] */
   void **in_dev, **out_dev; /* CUDA plans: [device * n + i] a GPU buffer bound instead of
                                in_ptr / out_ptr (training state), or NULL (cuda/exec.c) */
+  uint64_t *prof_ns;        /* profiling: per step, nanoseconds summed over prof_runs runs */
+  uint64_t prof_runs;
 } rt_func;
 
 struct rt_comm;
@@ -378,6 +391,7 @@ struct kdc_rt_plan {
   int n_threads;
   bool device_parallel;     /* devices >= threads: one task per device, BLAS 1 thread */
   bool check_replicas;
+  bool profile;             /* kdc_rt_options.profile (exec.c times every step) */
   double timeout_s;
   /* devices (devices.c) */
   int64_t nd;
