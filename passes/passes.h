@@ -40,6 +40,9 @@ typedef struct kdc_pass_options {
    * before partition rewrites the function).  NULL = none. */
   void (*after_pass)(const char *pass, const kdc_module *m, void *user);
   void *after_pass_user;
+  /* combine_collectives: the largest combined all_reduce (local bytes);
+   * 0 = 64 KiB, < 0 = the pass does nothing. */
+  int64_t combine_max_bytes;
 } kdc_pass_options;
 
 /* One entry of the pipeline: a name (used in dumps and errors) and the
@@ -76,6 +79,14 @@ void kdc_pass_print_names(FILE *out);
 int64_t kdc_pass_opt_fold_max(const kdc_pass_options *opt);
 int kdc_pass_opt_fuse_recompute(const kdc_pass_options *opt);
 int kdc_pass_opt_simplify_rounds(const kdc_pass_options *opt);
+int64_t kdc_pass_opt_combine_max_bytes(const kdc_pass_options *opt);
+
+/* ---- combine_collectives (passes/combine_collectives.c) --------------------
+ * After partition: merges independent all_reduces with the same axes and
+ * dtype, each and together at most kdc_pass_opt_combine_max_bytes local
+ * bytes, into one all_reduce of their flattened concatenation, sliced back
+ * (bitwise the same results). */
+kdc_status kdc_pass_combine_collectives(kdc_module *m, const kdc_pass_options *opt);
 
 /* ---- rebuilding a function (passes/rewrite.c) ------------------------------
  * The one way passes delete, replace, reorder or insert nodes.  A pass marks

@@ -170,10 +170,14 @@ static void test_collective_counts(void **s) {
   char *mg = megatron_layout();
   char *u8 = compile_unsharded("adam", "8", NULL, NULL);
   /* data parallel, replicated update: one all_reduce per gradient (3
-   * weights), the loss's numerator and row count (2 scalars), nothing else */
+   * weights) and the loss's numerator and row count (2 scalars), of which
+   * combine_collectives merges the independent small ones: d2/kernel's
+   * (8000 B) with d2/bias' (40 B), and the two scalars (one f32[2]);
+   * d1/kernel's (627 KB) is above its 64 KiB threshold.  So 3 all_reduces,
+   * none scalar, nothing else. */
   assert_int_equal(count_colls(u8, KDC_COLL_ALL_REDUCE, "data", false), 3);
-  assert_int_equal(count_colls(u8, KDC_COLL_ALL_REDUCE, "data", true), 2);
-  assert_int_equal(count_colls(u8, -1, NULL, false) + count_colls(u8, -1, NULL, true), 5);
+  assert_int_equal(count_colls(u8, KDC_COLL_ALL_REDUCE, "data", true), 0);
+  assert_int_equal(count_colls(u8, -1, NULL, false) + count_colls(u8, -1, NULL, true), 3);
   /* the sharded update (default): d1/kernel [784,200] is updated in 1/8
    * pieces (dim 0), then one all_gather; d2/kernel [200,10] (8 KB) and
    * d2/bias [10] are below the 16 KiB per device where sharding pays: one
@@ -181,20 +185,22 @@ static void test_collective_counts(void **s) {
    * arrives by one reduce_scatter; at batch 16 its dot moves the
    * activations instead (an all_to_all of x [16,784] to columns, an
    * all_gather of the output gradient [16,200]: 16 KB instead of a 549 KB
-   * reduce_scatter per device) and computes only the device's rows. */
+   * reduce_scatter per device) and computes only the device's rows.  The
+   * two small gradient all_reduces combine into one, the loss's two
+   * scalars into one f32[2] (combine_collectives). */
   char *p1024 = compile("adam", "8", NULL, NULL, "1024");
   assert_int_equal(count_colls(p1024, KDC_COLL_REDUCE_SCATTER, "data", false), 1);
   assert_int_equal(count_colls(p1024, KDC_COLL_ALL_GATHER, "data", false), 1);
   assert_int_equal(count_colls(p1024, KDC_COLL_ALL_REDUCE, "data", false), 2);
-  assert_int_equal(count_colls(p1024, KDC_COLL_ALL_REDUCE, "data", true), 2);
-  assert_int_equal(count_colls(p1024, -1, NULL, false) + count_colls(p1024, -1, NULL, true), 6);
+  assert_int_equal(count_colls(p1024, KDC_COLL_ALL_REDUCE, "data", true), 0);
+  assert_int_equal(count_colls(p1024, -1, NULL, false) + count_colls(p1024, -1, NULL, true), 4);
   char *p8 = compile("adam", "8", NULL, NULL, "16");
   assert_int_equal(count_colls(p8, KDC_COLL_REDUCE_SCATTER, "data", false), 0);
   assert_int_equal(count_colls(p8, KDC_COLL_ALL_TO_ALL, "data", false), 1);
   assert_int_equal(count_colls(p8, KDC_COLL_ALL_GATHER, "data", false), 2);
   assert_int_equal(count_colls(p8, KDC_COLL_ALL_REDUCE, "data", false), 2);
-  assert_int_equal(count_colls(p8, KDC_COLL_ALL_REDUCE, "data", true), 2);
-  assert_int_equal(count_colls(p8, -1, NULL, false) + count_colls(p8, -1, NULL, true), 7);
+  assert_int_equal(count_colls(p8, KDC_COLL_ALL_REDUCE, "data", true), 0);
+  assert_int_equal(count_colls(p8, -1, NULL, false) + count_colls(p8, -1, NULL, true), 5);
   free(u8), free(p1024);
   /* Megatron on 2x4: the second Dense's row-split partial sum is the one
    * activation all_reduce over model; gradients only meet over data.
@@ -202,19 +208,23 @@ static void test_collective_counts(void **s) {
    * update: d1/kernel {-,model} (a [784,50] piece, 157 KB) is updated as
    * {data,model}: its dot moves x (all_to_all) and the output gradient
    * (all_gather) over data, and the new weight is one all_gather over data;
-   * d2/kernel's [50,10] piece and d2/bias stay all_reduced. */
+   * d2/kernel's [50,10] piece and d2/bias stay all_reduced, combined into
+   * one, and the loss's two scalars into one f32[2]; d1/kernel's [784,50]
+   * gradient (157 KB) stays alone. */
   char *umg = compile_unsharded("adam", "2x4", "data,model", mg);
   assert_int_equal(count_colls(umg, -1, "model", false) + count_colls(umg, -1, "model", true), 1);
   assert_int_equal(count_colls(umg, KDC_COLL_ALL_REDUCE, "model", false), 1);
   assert_int_equal(count_colls(umg, KDC_COLL_ALL_REDUCE, "data", false), 3);
-  assert_int_equal(count_colls(umg, -1, NULL, false) + count_colls(umg, -1, NULL, true), 6);
+  assert_int_equal(count_colls(umg, KDC_COLL_ALL_REDUCE, "data", true), 0);
+  assert_int_equal(count_colls(umg, -1, NULL, false) + count_colls(umg, -1, NULL, true), 4);
   char *pmg = compile("adam", "2x4", "data,model", mg, "16");
   assert_int_equal(count_colls(pmg, -1, "model", false) + count_colls(pmg, -1, "model", true), 1);
   assert_int_equal(count_colls(pmg, KDC_COLL_ALL_REDUCE, "model", false), 1);
   assert_int_equal(count_colls(pmg, KDC_COLL_ALL_REDUCE, "data", false), 2);
   assert_int_equal(count_colls(pmg, KDC_COLL_ALL_TO_ALL, "data", false), 1);
   assert_int_equal(count_colls(pmg, KDC_COLL_ALL_GATHER, "data", false), 2);
-  assert_int_equal(count_colls(pmg, -1, NULL, false) + count_colls(pmg, -1, NULL, true), 8);
+  assert_int_equal(count_colls(pmg, KDC_COLL_ALL_REDUCE, "data", true), 0);
+  assert_int_equal(count_colls(pmg, -1, NULL, false) + count_colls(pmg, -1, NULL, true), 6);
   free(p8), free(pmg), free(umg), free(mg);
 }
 
