@@ -6,30 +6,7 @@
  * (its gradient is zeros) and two sequences.
  */
 #include "tr_test.h"
-
-/* cell(h [B,U], c [B,U], x_t [B,4U], w [U,4U]) -> (h', c', y = h'). */
-static kdc_func *lstm_cell(kdc_module *m, int64_t B, int64_t U) {
-  kdc_func *b = kdc_ir_func_create(m, "cell");
-  kdc_type ht = tr_type(2, (int)B, (int)U), xt = tr_type(2, (int)B, (int)(4 * U));
-  kdc_type wt = tr_type(2, (int)U, (int)(4 * U));
-  kdc_value_id h = kdc_ir_parameter(b, KDC_PARAM_INPUT, "h", &ht);
-  kdc_value_id c = kdc_ir_parameter(b, KDC_PARAM_INPUT, "c", &ht);
-  kdc_value_id x = kdc_ir_parameter(b, KDC_PARAM_INPUT, "x_t", &xt);
-  kdc_value_id w = kdc_ir_parameter(b, KDC_PARAM_INPUT, "w", &wt);
-  kdc_value_id z = kdc_ir_binary(b, KDC_OP_ADD, x, kdc_ir_matmul(b, h, w));
-  kdc_value_id g[4];
-  for (int k = 0; k < 4; k++) {
-    int64_t s[2] = {0, k * U}, l[2] = {B, (k + 1) * U}, st[2] = {1, 1};
-    g[k] = kdc_ir_unary(b, k == 2 ? KDC_OP_TANH : KDC_OP_LOGISTIC, kdc_ir_slice(b, z, s, l, st));
-  }
-  kdc_value_id cn = kdc_ir_binary(b, KDC_OP_ADD, kdc_ir_binary(b, KDC_OP_MUL, g[1], c),
-                                  kdc_ir_binary(b, KDC_OP_MUL, g[0], g[2]));
-  kdc_value_id hn = kdc_ir_binary(b, KDC_OP_MUL, g[3], kdc_ir_unary(b, KDC_OP_TANH, cn));
-  kdc_ir_add_result(b, hn, "h");
-  kdc_ir_add_result(b, cn, "c");
-  kdc_ir_add_result(b, hn, "y");
-  return b;
-}
+#include "../ir/lstm_cell.h"
 
 /* y = scan(...) weighted into a scalar; grads of every input appended. */
 static void check(kdc_module *m, kdc_func *f, kdc_value_id *x, int n_in, kdc_value_id r,
@@ -72,7 +49,7 @@ static void test_lstm_scan_grad(void **state) {
   const int B = 2, U = 3, T = 4;
   kdc_module *m = kdc_ir_module_create("g");
   kdc_func *f = kdc_ir_func_create(m, "f");
-  kdc_func *b = lstm_cell(m, B, U);
+  kdc_func *b = kdc_test_lstm_cell(m, B, U);
   kdc_type ht = tr_type(2, B, U), xs = tr_type(3, T, B, 4 * U), wt = tr_type(2, U, 4 * U);
   kdc_value_id x[4] = {kdc_ir_parameter(f, KDC_PARAM_INPUT, "h0", &ht),
                        kdc_ir_parameter(f, KDC_PARAM_INPUT, "c0", &ht),
