@@ -79,6 +79,11 @@ static void move_nodes(kdc_func *f) {
 
 kdc_value_id kdc_ir_append(kdc_func *f, kdc_op op, const kdc_type *t, int n_in,
                            const kdc_value_id *in, const kdc_attrs *attr) {
+  /* |t| and |attr| may point into f->nodes (kdc_ir_type(f, x)): copied
+   * before the array can move */
+  const kdc_type type = *t;
+  kdc_attrs attrs;
+  if (attr) attrs = *attr;
 #ifdef KDC_CHECK_NODE_MOVES
   move_nodes(f);
 #endif
@@ -86,10 +91,10 @@ kdc_value_id kdc_ir_append(kdc_func *f, kdc_op op, const kdc_type *t, int n_in,
   kdc_node *n = &f->nodes[f->n_nodes];
   memset(n, 0, sizeof *n);
   n->op = op;
-  n->type = *t;
+  n->type = type;
   n->n_in = n_in;
   if (n_in > 0) n->in = kdc_arena_memdup(f->module->arena, in, sizeof(kdc_value_id) * (size_t)n_in);
-  if (attr) n->attr = *attr;
+  if (attr) n->attr = attrs;
   n->group = -1;
   n->mem_offset = -1;
   n->origin = f->cur_origin;

@@ -307,10 +307,11 @@ static void add_state_updates(kdc_func *f, const kdc_func *fwd) {
   for (size_t i = 0; i < fwd->n_params; i++) {
     const kdc_node *p = &f->nodes[f->params[i]];
     if (p->attr.param.kind != KDC_PARAM_WEIGHT || is_trainable(f->module, p)) continue;
+    const char *name = p->attr.param.name; /* p moves with the appends below */
     for (size_t r = 0; r < fwd->n_results; r++)
-      if (fwd->result_names[r] && !strcmp(fwd->result_names[r], p->attr.param.name)) {
+      if (fwd->result_names[r] && !strcmp(fwd->result_names[r], name)) {
         kdc_value_id v = pin_sharding(f, fwd->results[r], f->params[i]);
-        kdc_ir_add_result(f, v, p->attr.param.name);
+        kdc_ir_add_result(f, v, name);
       }
   }
 }
