@@ -66,7 +66,9 @@ static float *filled(size_t n) {
   return p;
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+  (void)argc;
+  kdc_rt_blas_select_core(argv);
   const char *env = getenv("KDC_BENCH_THREADS");
   int threads = env ? atoi(env) : 0;
   char plan[256];

@@ -107,6 +107,7 @@ static double torch_ms(const char *json, const char *name, const char *key) {
 }
 
 int main(int argc, char **argv) {
+  kdc_rt_blas_select_core(argv);
   if (argc < 2) {
     fprintf(stderr, "usage: bench_models DIR (bench/big_models.py's output)\n");
     return 2;

@@ -65,7 +65,9 @@ static float *filled(size_t n) {
   return p;
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+  (void)argc;
+  kdc_rt_blas_select_core(argv);
   const char *env = getenv("KDC_BENCH_THREADS");
   int threads = env ? atoi(env) : 1;
   openblas_set_num_threads(threads);

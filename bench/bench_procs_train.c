@@ -38,6 +38,7 @@ static void step(void *v) {
 }
 
 int main(int argc, char **argv) {
+  kdc_rt_blas_select_core(argv);
   if (argc != 2) {
     fprintf(stderr, "usage: bench_procs_train PLAN (under mpirun, or with KDC_* placement)\n");
     return 2;

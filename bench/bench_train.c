@@ -164,6 +164,7 @@ static void step_time(const char *plan, int threads, int64_t batch, int in_w, in
 }
 
 int main(int argc, char **argv) {
+  kdc_rt_blas_select_core(argv);
   const char *big = argc > 1 ? argv[1] : NULL;
   const char *quick = getenv("KDC_BENCH_QUICK"); /* set: 1 device only */
   int threads = (int)sysconf(_SC_NPROCESSORS_ONLN);

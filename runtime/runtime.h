@@ -443,4 +443,15 @@ kdc_status rt_io_gather(kdc_rt_plan *p, const kdc_prog_func *f, rt_func *rf,
 /* Runs the steps of |func| on every device with the bound in_ptr/out_ptr. */
 kdc_status rt_exec_steps(kdc_rt_plan *p, size_t func);
 
+/* ---- blas_core.c: OpenBLAS's kernels for this CPU ----------------------------- */
+
+/* Call first in main(): when a DYNAMIC_ARCH OpenBLAS fell back to its
+ * oldest kernels (Prescott) on a CPU it does not know but that runs
+ * AVX-512 or AVX2, sets OPENBLAS_CORETYPE and executes the program again
+ * with |argv|.  Does nothing when OPENBLAS_CORETYPE is set or
+ * KDC_BLAS_CORE=keep. */
+void kdc_rt_blas_select_core(char **argv);
+/* The OpenBLAS core in use (e.g. "SkylakeX"). */
+const char *kdc_rt_blas_core(void);
+
 #endif

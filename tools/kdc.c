@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "runtime/runtime.h"
 #include "tools/cli.h"
 
 #ifndef KDC_VERSION_STRING
@@ -75,6 +76,7 @@ static const char usage[] =
     "A plan is a program: run only plans you built or trust.\n";
 
 int main(int argc, char **argv) {
+  kdc_rt_blas_select_core(argv); /* runtime/blas_core.c: may execute kdc again */
   if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
       strcmp(argv[1], "help") == 0) {
     fputs(usage, argc < 2 ? stderr : stdout);
