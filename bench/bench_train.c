@@ -165,6 +165,10 @@ static void step_time(const char *plan, int threads, int64_t batch, int in_w, in
 
 int main(int argc, char **argv) {
   kdc_rt_blas_select_core(argv);
+  if (argc > 1 && !strcmp(argv[1], "--blas-core")) {
+    printf("%s\n", kdc_rt_blas_core()); /* bench/run.sh: PyTorch's kernels */
+    return 0;
+  }
   const char *big = argc > 1 ? argv[1] : NULL;
   const char *quick = getenv("KDC_BENCH_QUICK"); /* set: 1 device only */
   int threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
@@ -180,7 +184,9 @@ int main(int argc, char **argv) {
        KDC_SOURCE_DIR "/examples/mnist_mlp/weights.safetensors", mnist_w, 2, 128},
       {"mlp_4096", big, NULL, big_w, 3, 256},
   };
-  printf("{\n  \"bench\": \"train_step\", \"threads\": %d, \"optimizer\": \"adam\",\n  \"steps\": [\n", threads);
+  printf("{\n  \"bench\": \"train_step\", \"threads\": %d, \"optimizer\": \"adam\", "
+         "\"blas_core\": \"%s\",\n  \"steps\": [\n",
+         threads, kdc_rt_blas_core());
   int first = 1;
   for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
     if (!cases[k].model) continue;

@@ -16,7 +16,11 @@ python3 bench/big_mlp.py examples/mlp_sequential/model.json build-bench/big_mlp.
 if ! /usr/bin/python3 -c 'import torch' 2>/dev/null; then
   apt-get install -y python3-torch >/dev/null
 fi
-/usr/bin/python3 bench/torch_train.py "$(nproc)"
+# PyTorch's CPU GEMMs are Debian's OpenBLAS too: the same kernels as kdc's
+# (runtime/blas_core.c picks them by cpuid when OpenBLAS falls back to
+# Prescott), so the comparison is kernel for kernel
+core=$(./build-bench/bench/bench_train --blas-core)
+OPENBLAS_CORETYPE=$core /usr/bin/python3 bench/torch_train.py "$(nproc)"
 # Real models against PyTorch in one run (bench_models starts
 # bench/torch_models.py itself): the transformer block at d_model 512 and the
 # CNN on 64x64 images, forward and training step.
