@@ -137,7 +137,8 @@ static kdc_status bind(lowerer *L, kdc_prog_func *pf) {
     else L->kind[v] = SK_STORED;
   }
   free(groot);
-  /* parameters */
+  /* parameters (a scan body's are bound to its loop's buffers) */
+  bool body = f->module && kdc_ir_func_is_body(f->module, f);
   pf->inputs = kdc_arena_alloc(L->P->a, (f->n_params + 1) * sizeof *pf->inputs);
   for (size_t i = 0; i < f->n_params; i++) {
     kdc_value_id v = f->params[i];
@@ -149,8 +150,9 @@ static kdc_status bind(lowerer *L, kdc_prog_func *pf) {
     char def[32];
     snprintf(def, sizeof def, "input_%u", pf->n_inputs);
     kdc_prog_tensor t;
-    KDC_RETURN_IF_ERROR(cg_tensor_of(L->P, name ? name : def, &nd->type, &nd->sharding,
-                                     "parameter", &t));
+    kdc_sharding ps = nd->sharding;
+    if (body) ps.partial = 0; /* an accumulator carry, partial inside its loop */
+    KDC_RETURN_IF_ERROR(cg_tensor_of(L->P, name ? name : def, &nd->type, &ps, "parameter", &t));
     if (nd->attr.param.kind == KDC_PARAM_WEIGHT && w && w->data) {
       bool same = w->type.rank == t.rank && cg_io_dtype(w->type.dtype) == t.dtype;
       for (int d = 0; same && d < t.rank; d++) same = w->type.dims[d] == t.dims[d];
@@ -173,8 +175,10 @@ static kdc_status bind(lowerer *L, kdc_prog_func *pf) {
     char def[32];
     snprintf(def, sizeof def, "output_%zu", i);
     const char *name = f->result_names && f->result_names[i] ? f->result_names[i] : def;
-    KDC_RETURN_IF_ERROR(cg_tensor_of(L->P, name, &f->nodes[r].type, &f->nodes[r].sharding,
-                                     "result", &pf->outputs[i]));
+    kdc_sharding rs = f->nodes[r].sharding;
+    if (body) rs.partial = 0;
+    KDC_RETURN_IF_ERROR(cg_tensor_of(L->P, name, &f->nodes[r].type, &rs, "result",
+                                     &pf->outputs[i]));
     if (L->kind[r] == SK_NONE) return bad(L, r, "result is a fused interior");
     if (L->kind[r] == SK_STORED && f->nodes[r].mem_offset < 0 && !L->has_loc[r]) {
       L->loc[r] = (kdc_prog_loc){KDC_PROG_BUF_OUTPUT, (uint32_t)i, 0,

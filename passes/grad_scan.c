@@ -1,24 +1,34 @@
 /*
- * passes/grad_scan.c: the VJP of scan (ir/scan.c), a reverse scan.
+ * passes/grad_scan.c: the VJP of scan (ir/scan.c), two reverse scans.
  *
  * For y = scan(body; carries c0, sequences xs, constants w):
  *   1. residuals: a second forward scan over "<body>.res", the body with
- *      y_t replaced by the step's INPUT carries flattened side by side, so
+ *      y_t replaced by the step's INPUT carries packed side by side, so
  *      row t of its result holds c_t (the carry before step t);
- *   2. "<body>.vjp" (carries cbar_i, acc_j; sequences c_t.., x_t.., ybar_t;
- *      constants w) clones the body, forms the scalar
+ *   2. scan A over "<body>.vjp" (carries cbar_i; sequences c_t.., x_t..,
+ *      ybar_t; constants w) clones the body, forms the scalar
  *      L = sum(y_t * ybar_t) + sum_i sum(c'_i * cbar_i) and differentiates
- *      it with kdc_autodiff: cbar_i' = dL/dc_t_i, acc_j' = acc_j + dL/dw_j,
- *      and returns y = [dL/dx_t.., acc_j'.., cbar_i'..] flattened (kdc's
- *      scan has one result, so the final accumulators travel in the last
- *      row);
- *   3. the reverse scan runs that body over the time-reversed residuals,
- *      sequences and cotangent from zero accumulators (the final carries
- *      are not a result of scan: their cotangent is zero); x's gradient is
- *      its rows reversed back, w's and c0's are the last row's pieces.
- * Integer operands get no gradient.  The accumulators have no batch dim,
- * so under a batch split the backward loop runs replicated (the sharding
- * rule finds no batch factor; partition gathers its inputs with a warning).
+ *      it with kdc_autodiff wrt c_t and x_t: cbar_i' = dL/dc_t_i and
+ *      y = [dL/dx_t.., cbar_i'..] (kdc's scan has one result, so the final
+ *      cotangents travel in the last row);
+ *   3. scan B over "<body>.wgrad" (carries acc_j, zero-initialised;
+ *      sequences c_t.., x_t.., the cotangent cbar entering each reverse step
+ *      -- zero, then scan A's cbar' one row later -- and ybar_t; constants
+ *      w) builds the same L and differentiates it wrt w only:
+ *      acc_j' = acc_j + dL/dw_j, y = [acc_j'..] (the last row is dW).
+ * Both backward scans run over the time-reversed residuals, sequences and
+ * cotangent (the final carries are not a result of scan: their cotangent
+ * is zero); x's gradient is scan A's rows reversed back, c0's its last
+ * row's pieces, w's scan B's last row.
+ * The packed rows keep the batch as dim 0 ([B, K], lead_dim) when every
+ * carry and sequence row has it, so the residual scan and scan A split on
+ * the batch like the forward scan; scan B's carries only accumulate sums
+ * over the batch, so under a batch split they are partial over the batch
+ * axes inside the loop and reduced once after it (the scan sharding rule
+ * makes the batch a reduction factor of such an accumulator scan;
+ * docs/sharding.md "Recurrent layers").  Splitting the weight gradients off
+ * scan A costs a second evaluation of the body's forward part per step.
+ * Integer operands get no gradient.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,11 +54,6 @@ static void clone_body(kdc_func *dst, const kdc_func *src, const kdc_value_id *a
   }
 }
 
-static kdc_value_id flat(kdc_func *f, kdc_value_id x) {
-  int64_t n = kdc_type_numel(kdc_ir_type(f, x));
-  return kdc_ir_reshape(f, x, 1, &n);
-}
-
 static kdc_value_id sum_all(kdc_func *f, kdc_value_id x) {
   const kdc_type *t = kdc_ir_type(f, x);
   int64_t dims[KDC_MAX_RANK];
@@ -68,18 +73,61 @@ static const char *fname(kdc_module *m, const char *base, const char *suffix) {
   }
 }
 
-/* Columns [c0, c0 + n) of the [T, W] value |r| at rows [r0, r1), reshaped
- * to [r1 - r0, dims of |t|] (or |t| itself when |one_row|). */
+/* The common dim 0 of the carries and of the sequences' rows (the batch of
+ * a recurrent layer), or 1 when they differ: the packed rows below keep
+ * it as their dim 0, so a batch split of the loop stays expressible. */
+static int64_t lead_dim(const kdc_type *const *pt, int n) {
+  int64_t b = 0;
+  for (int i = 0; i < n; i++) {
+    if (pt[i]->rank < 1 || pt[i]->dims[0] < 1) return 1;
+    if (!b) b = pt[i]->dims[0];
+    else if (pt[i]->dims[0] != b) return 1;
+  }
+  return b ? b : 1;
+}
+
+/* |xs| (n values whose dim 0 is |lead|, or any values when |lead| is 1)
+ * side by side as one [lead, K] row. */
+static kdc_value_id pack(kdc_func *f, int n, const kdc_value_id *xs, int64_t lead) {
+  kdc_value_id r[96];
+  for (int i = 0; i < n; i++) {
+    int64_t dims[2] = {lead, kdc_type_numel(kdc_ir_type(f, xs[i])) / lead};
+    r[i] = kdc_ir_reshape(f, xs[i], 2, dims);
+  }
+  return n == 1 ? r[0] : kdc_ir_concat(f, n, r, 1);
+}
+
+/* The piece of type |t| at column |c0| of the packed [T, lead, K] value
+ * |r|, rows [r0, r1), reshaped to [r1 - r0, dims of |t|] (or |t| itself
+ * when |one_row|). */
 static kdc_value_id piece(kdc_func *f, kdc_value_id r, int64_t r0, int64_t r1, int64_t c0,
-                          const kdc_type *t, bool one_row) {
-  int64_t n = kdc_type_numel(t);
-  int64_t st[2] = {r0, c0}, lim[2] = {r1, c0 + n}, one[2] = {1, 1};
+                          const kdc_type *t, int64_t lead, bool one_row) {
+  int64_t n = kdc_type_numel(t) / lead;
+  int64_t st[3] = {r0, 0, c0}, lim[3] = {r1, lead, c0 + n}, one[3] = {1, 1, 1};
   kdc_value_id s = kdc_ir_slice(f, r, st, lim, one);
   int64_t dims[KDC_MAX_RANK + 1];
   int rank = 0;
   if (!one_row) dims[rank++] = r1 - r0;
   for (int d = 0; d < t->rank; d++) dims[rank++] = t->dims[d];
   return kdc_ir_reshape(f, s, rank, dims);
+}
+
+static void set_error(kdc_func *f, kdc_status st) {
+  if (!f->error) f->error = st;
+  else kdc_status_free(st);
+}
+
+/* Appends to |vb| the clone of |body| at (c_t.., x_t.., w..) and the scalar
+ * L = sum(y_t * ybar_t) + sum_i sum(c'_i * cbar_i); returns L. */
+static kdc_value_id vjp_loss(kdc_func *vb, const kdc_func *body, const kdc_value_id *args,
+                             const kdc_value_id *cbar, kdc_value_id ybar, int nc,
+                             kdc_value_id *map) {
+  clone_body(vb, body, args, map);
+  kdc_value_id L = sum_all(vb, kdc_ir_binary(vb, KDC_OP_MUL, map[body->results[nc]], ybar));
+  for (int i = 0; i < nc; i++)
+    L = kdc_ir_binary(vb, KDC_OP_ADD, L,
+                      sum_all(vb, kdc_ir_binary(vb, KDC_OP_MUL, map[body->results[i]], cbar[i])));
+  return L;
 }
 
 void kdc_vjp_scan(kdc_grad_ctx *c, const kdc_node *n, kdc_value_id v, kdc_value_id g) {
@@ -93,96 +141,129 @@ void kdc_vjp_scan(kdc_grad_ctx *c, const kdc_node *n, kdc_value_id v, kdc_value_
   int64_t T = n->attr.scan.length;
   const kdc_type *pt[64];
   if (ni > 30 || nc < 1) {
-    kdc_status st = KDC_ERR(KDC_UNSUPPORTED, "the gradient of a scan with %d operands and %d "
-                            "carries is not supported (at most 30, at least 1)", ni, nc);
-    if (!f->error) f->error = st;
-    else kdc_status_free(st);
+    set_error(f, KDC_ERR(KDC_UNSUPPORTED, "the gradient of a scan with %d operands and %d "
+                         "carries is not supported (at most 30, at least 1)", ni, nc));
     return;
   }
   for (int i = 0; i < ni; i++) pt[i] = &body->nodes[body->params[i]].type;
   const kdc_type *yt = &body->nodes[body->results[nc]].type;
+  int64_t lead = lead_dim(pt, nc + nx);
   kdc_value_id *map = kdc_xmalloc((body->n_nodes + 1) * sizeof *map);
-  kdc_value_id args[64];
+  kdc_value_id args[64], in[64];
+  for (int i = 0; i < ni; i++) in[i] = n->in[i]; /* |n| may point into f's nodes */
   /* 1. residuals: the input carries of every step */
   kdc_func *res = kdc_ir_func_create(m, fname(m, body->name, "res"));
   kdc_ir_set_origin(res, f->cur_origin);
   for (int i = 0; i < ni; i++) args[i] = param(res, body->nodes[body->params[i]].attr.param.name, pt[i]);
   clone_body(res, body, args, map);
-  kdc_value_id cat[64];
   for (int i = 0; i < nc; i++) kdc_ir_add_result(res, map[body->results[i]], "c");
-  for (int i = 0; i < nc; i++) cat[i] = flat(res, args[i]);
-  kdc_ir_add_result(res, nc == 1 ? cat[0] : kdc_ir_concat(res, nc, cat, 0), "c_t");
-  kdc_value_id rs = kdc_ir_scan(f, res, T, nc, nx, ni, n->in);
-  /* 2. the VJP body */
-  kdc_func *vb = kdc_ir_func_create(m, fname(m, body->name, "vjp"));
-  kdc_ir_set_origin(vb, f->cur_origin);
-  kdc_value_id cbar[32], acc[32], ct[32], xt[32], w[32], ybar;
-  for (int i = 0; i < nc; i++) cbar[i] = param(vb, "cbar", pt[i]);
-  for (int j = 0; j < nw; j++) acc[j] = param(vb, "acc", pt[nc + nx + j]);
-  for (int i = 0; i < nc; i++) ct[i] = param(vb, "c_t", pt[i]);
-  for (int k = 0; k < nx; k++) xt[k] = param(vb, "x_t", pt[nc + k]);
-  ybar = param(vb, "ybar_t", yt);
-  for (int j = 0; j < nw; j++) w[j] = param(vb, "w", pt[nc + nx + j]);
-  for (int i = 0; i < nc; i++) args[i] = ct[i];
-  for (int k = 0; k < nx; k++) args[nc + k] = xt[k];
-  for (int j = 0; j < nw; j++) args[nc + nx + j] = w[j];
-  clone_body(vb, body, args, map);
-  kdc_value_id L = sum_all(vb, kdc_ir_binary(vb, KDC_OP_MUL, map[body->results[nc]], ybar));
-  for (int i = 0; i < nc; i++)
-    L = kdc_ir_binary(vb, KDC_OP_ADD, L,
-                      sum_all(vb, kdc_ir_binary(vb, KDC_OP_MUL, map[body->results[i]], cbar[i])));
-  kdc_value_id grads[64];
-  kdc_status st = kdc_ir_take_error(vb);
-  if (!st) st = kdc_autodiff(vb, L, args, (size_t)ni, grads);
+  kdc_ir_add_result(res, pack(res, nc, args, lead), "c_t");
+  kdc_value_id rs = kdc_ir_scan(f, res, T, nc, nx, ni, in);
+  /* the reversed sequences both backward scans read */
+  kdc_value_id ct_rev[32], xs_rev[32], g_rev;
+  int64_t off = 0, zero = 0;
+  for (int i = 0; i < nc; i++) {
+    ct_rev[i] = kdc_ir_reverse(f, piece(f, rs, 0, T, off, pt[i], lead, false), 1, &zero);
+    off += kdc_type_numel(pt[i]) / lead;
+  }
+  for (int q = 0; q < nx; q++) xs_rev[q] = kdc_ir_reverse(f, in[nc + q], 1, &zero);
+  g_rev = kdc_ir_reverse(f, g, 1, &zero);
+  /* 2. scan A, the cotangents: carries cbar_i; y_t = [dx_t.., cbar'_i..] */
+  kdc_func *va = kdc_ir_func_create(m, fname(m, body->name, "vjp"));
+  kdc_ir_set_origin(va, f->cur_origin);
+  kdc_value_id cbar[32], ybar, grads[64];
+  for (int i = 0; i < nc; i++) cbar[i] = param(va, "cbar", pt[i]);
+  for (int i = 0; i < nc; i++) args[i] = param(va, "c_t", pt[i]);
+  for (int k = 0; k < nx; k++) args[nc + k] = param(va, "x_t", pt[nc + k]);
+  ybar = param(va, "ybar_t", yt);
+  for (int j = 0; j < nw; j++) args[nc + nx + j] = param(va, "w", pt[nc + nx + j]);
+  kdc_value_id L = vjp_loss(va, body, args, cbar, ybar, nc, map);
+  kdc_status st = kdc_ir_take_error(va);
+  if (!st) st = kdc_autodiff(va, L, args, (size_t)(nc + nx), grads);
   if (st) { /* reported through the caller's builder (sticky) */
-    if (!f->error) f->error = st;
-    else kdc_status_free(st);
+    set_error(f, st);
     free(map);
     return;
   }
-  for (int i = 0; i < ni; i++)
+  for (int i = 0; i < nc + nx; i++)
     if (grads[i] == KDC_NO_VALUE)
-      grads[i] = kdc_ir_splat(vb, KDC_DTYPE_F32, pt[i]->rank, pt[i]->dims, 0.0);
-  int k = 0;
+      grads[i] = kdc_ir_splat(va, KDC_DTYPE_F32, pt[i]->rank, pt[i]->dims, 0.0);
   kdc_value_id outs[64];
-  for (int i = 0; i < nc; i++) kdc_ir_add_result(vb, grads[i], "cbar");
-  for (int j = 0; j < nw; j++) {
-    kdc_value_id a = kdc_ir_binary(vb, KDC_OP_ADD, acc[j], grads[nc + nx + j]);
-    kdc_ir_add_result(vb, a, "acc");
-    outs[nx + j] = flat(vb, a);
-  }
-  for (int q = 0; q < nx; q++) outs[k++] = flat(vb, grads[nc + q]);
-  k = nx + nw;
-  for (int i = 0; i < nc; i++) outs[k++] = flat(vb, grads[i]);
-  kdc_ir_add_result(vb, k == 1 ? outs[0] : kdc_ir_concat(vb, k, outs, 0), "y");
-  /* 3. the reverse scan */
+  for (int i = 0; i < nc; i++) kdc_ir_add_result(va, grads[i], "cbar");
+  for (int q = 0; q < nx; q++) outs[q] = grads[nc + q];
+  for (int i = 0; i < nc; i++) outs[nx + i] = grads[i];
+  kdc_ir_add_result(va, pack(va, nx + nc, outs, lead), "y");
   kdc_value_id ops[96];
   int o = 0;
   for (int i = 0; i < nc; i++) ops[o++] = kdc_ir_splat(f, KDC_DTYPE_F32, pt[i]->rank, pt[i]->dims, 0.0);
-  for (int j = 0; j < nw; j++)
-    ops[o++] = kdc_ir_splat(f, KDC_DTYPE_F32, pt[nc + nx + j]->rank, pt[nc + nx + j]->dims, 0.0);
-  int64_t off = 0, zero = 0;
-  for (int i = 0; i < nc; i++) {
-    ops[o++] = kdc_ir_reverse(f, piece(f, rs, 0, T, off, pt[i], false), 1, &zero);
-    off += kdc_type_numel(pt[i]);
-  }
-  for (int q = 0; q < nx; q++) ops[o++] = kdc_ir_reverse(f, n->in[nc + q], 1, &zero);
-  ops[o++] = kdc_ir_reverse(f, g, 1, &zero);
-  for (int j = 0; j < nw; j++) ops[o++] = n->in[nc + nx + j];
-  kdc_value_id bs = kdc_ir_scan(f, vb, T, nc + nw, nc + nx + 1, o, ops);
+  for (int i = 0; i < nc; i++) ops[o++] = ct_rev[i];
+  for (int q = 0; q < nx; q++) ops[o++] = xs_rev[q];
+  ops[o++] = g_rev;
+  for (int j = 0; j < nw; j++) ops[o++] = in[nc + nx + j];
+  kdc_value_id as = kdc_ir_scan(f, va, T, nc, nc + nx + 1, o, ops);
   off = 0;
   for (int q = 0; q < nx; q++) {
-    kdc_grad_accum(c, n->in[nc + q],
-                   kdc_ir_reverse(f, piece(f, bs, 0, T, off, pt[nc + q], false), 1, &zero));
-    off += kdc_type_numel(pt[nc + q]);
+    kdc_grad_accum(c, in[nc + q],
+                   kdc_ir_reverse(f, piece(f, as, 0, T, off, pt[nc + q], lead, false), 1, &zero));
+    off += kdc_type_numel(pt[nc + q]) / lead;
   }
-  for (int j = 0; j < nw; j++) {
-    kdc_grad_accum(c, n->in[nc + nx + j], piece(f, bs, T - 1, T, off, pt[nc + nx + j], true));
-    off += kdc_type_numel(pt[nc + nx + j]);
-  }
+  int64_t cbar_off = off;
   for (int i = 0; i < nc; i++) {
-    kdc_grad_accum(c, n->in[i], piece(f, bs, T - 1, T, off, pt[i], true));
-    off += kdc_type_numel(pt[i]);
+    kdc_grad_accum(c, in[i], piece(f, as, T - 1, T, off, pt[i], lead, true));
+    off += kdc_type_numel(pt[i]) / lead;
+  }
+  /* 3. scan B, the weight gradients: carries acc_j (zero, sums only);
+   * sequences c_t, x_t, the cotangent entering each reverse step (zero,
+   * then scan A's cbar' one row later) and ybar_t; y_t = [acc'_j..] */
+  if (nw > 0) {
+    kdc_value_id cin[32];
+    off = cbar_off;
+    for (int i = 0; i < nc; i++) {
+      int64_t d1[KDC_MAX_RANK + 1];
+      d1[0] = 1;
+      for (int d = 0; d < pt[i]->rank; d++) d1[d + 1] = pt[i]->dims[d];
+      kdc_value_id z = kdc_ir_splat(f, KDC_DTYPE_F32, pt[i]->rank + 1, d1, 0.0);
+      cin[i] = T == 1 ? z
+                      : kdc_ir_concat(f, 2, (kdc_value_id[]){z, piece(f, as, 0, T - 1, off, pt[i],
+                                                                        lead, false)}, 0);
+      off += kdc_type_numel(pt[i]) / lead;
+    }
+    kdc_func *vw = kdc_ir_func_create(m, fname(m, body->name, "wgrad"));
+    kdc_ir_set_origin(vw, f->cur_origin);
+    kdc_value_id acc[32];
+    for (int j = 0; j < nw; j++) acc[j] = param(vw, "acc", pt[nc + nx + j]);
+    for (int i = 0; i < nc; i++) args[i] = param(vw, "c_t", pt[i]);
+    for (int k = 0; k < nx; k++) args[nc + k] = param(vw, "x_t", pt[nc + k]);
+    for (int i = 0; i < nc; i++) cbar[i] = param(vw, "cbar_t", pt[i]);
+    ybar = param(vw, "ybar_t", yt);
+    for (int j = 0; j < nw; j++) args[nc + nx + j] = param(vw, "w", pt[nc + nx + j]);
+    L = vjp_loss(vw, body, args, cbar, ybar, nc, map);
+    st = kdc_ir_take_error(vw);
+    if (!st) st = kdc_autodiff(vw, L, args + nc + nx, (size_t)nw, grads);
+    if (st) {
+      set_error(f, st);
+      free(map);
+      return;
+    }
+    for (int j = 0; j < nw; j++) {
+      outs[j] = grads[j] == KDC_NO_VALUE ? acc[j] : kdc_ir_binary(vw, KDC_OP_ADD, acc[j], grads[j]);
+      kdc_ir_add_result(vw, outs[j], "acc");
+    }
+    kdc_ir_add_result(vw, pack(vw, nw, outs, 1), "y");
+    o = 0;
+    for (int j = 0; j < nw; j++)
+      ops[o++] = kdc_ir_splat(f, KDC_DTYPE_F32, pt[nc + nx + j]->rank, pt[nc + nx + j]->dims, 0.0);
+    for (int i = 0; i < nc; i++) ops[o++] = ct_rev[i];
+    for (int q = 0; q < nx; q++) ops[o++] = xs_rev[q];
+    for (int i = 0; i < nc; i++) ops[o++] = cin[i];
+    ops[o++] = g_rev;
+    for (int j = 0; j < nw; j++) ops[o++] = in[nc + nx + j];
+    kdc_value_id bs = kdc_ir_scan(f, vw, T, nw, 2 * nc + nx + 1, o, ops);
+    off = 0;
+    for (int j = 0; j < nw; j++) {
+      kdc_grad_accum(c, in[nc + nx + j], piece(f, bs, T - 1, T, off, pt[nc + nx + j], 1, true));
+      off += kdc_type_numel(pt[nc + nx + j]);
+    }
   }
   free(map);
 }

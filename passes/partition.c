@@ -18,7 +18,7 @@
  *      equally-partial operands, mul by / div of a non-partial value, dot
  *      with a non-partial other operand) and materialised anywhere else by
  *      the planner: all_reduce, or reduce_scatter when the consumer wants the
- *      partial axis split;
+ *      partial axis split (pad by a constant 0 keeps a partial too);
  *   3. the op is emitted on local types; its result is partial over the axes
  *      of its split reduction factors (plus kept partials); if the
  *      consistent factors changed the result's sharding, it is resharded back
@@ -32,7 +32,9 @@
  * partials); iota split on its own dim and dense constants split anywhere
  * are built global and cut with shard_slice (fused, no copy), rng_uniform
  * is emitted split (codegen draws at the global index); function results are
- * materialised (no partial).
+ * materialised (no partial), except the carries and y of an accumulator
+ * scan's body, which stay partial over the batch axes inside the loop (the
+ * scan's result is partial and reduced after it).
  * An operand that must be gathered because the op cannot run split on that
  * factor (a need_replication factor, or a reshape the factors cannot
  * express) is a full-replication fallback: one warning line on
@@ -161,6 +163,13 @@ static void linear(part *p, const kdc_node *n, unsigned fs_axes, uint16_t *keep)
   case KDC_OP_REDUCE:
     if (n->attr.reduce.kind == KDC_RED_SUM) keep[0] = pa[0];
     break;
+  case KDC_OP_PAD: { /* padding with 0 (a gradient of slice) */
+    const kdc_node *pv = &p->f->nodes[n->in[1]];
+    if (!pa[1] && pv->op == KDC_OP_CONSTANT && pv->type.dtype == KDC_DTYPE_F32 &&
+        *(const float *)pv->attr.constant.data == 0.0f)
+      keep[0] = pa[0];
+    break;
+  }
   case KDC_OP_ADD: case KDC_OP_SUB: case KDC_OP_CONCAT: {
     bool same = true;
     for (int i = 1; i < n->n_in; i++) same = same && pa[i] == pa[0];
@@ -525,10 +534,21 @@ static kdc_status partition_func(kdc_module *m, kdc_func *f, const kdc_pass_opti
     return NULL;
   }
   for (size_t v = 0; v < p.n0 && !st; v++) st = node(&p, (kdc_value_id)v);
-  for (size_t i = 0; i < f->n_results && !st; i++) { /* results: no partials */
+  /* results: no partials, except those an accumulator scan's body was
+   * given (propagate_shardings.c): its carries stay partial in the loop */
+  bool body = kdc_ir_func_is_body(m, f);
+  for (size_t i = 0; i < f->n_results && !st; i++) {
     kdc_value_id r = f->results[i], x;
     kdc_sharding t = p.have[r];
-    t.partial = 0;
+    t.partial = body ? (uint16_t)(f->nodes[r].sharding.partial & t.partial) : 0;
+    if (body && t.partial != f->nodes[r].sharding.partial) {
+      char where[256];
+      st = KDC_ERR(KDC_UNSUPPORTED, "%s: result %zu of this recurrent (scan) body should be a "
+                   "partial sum over the batch axes (an accumulated weight gradient) but is "
+                   "not: this batch split of the loop is not supported",
+                   kdc_pass_where(f, r, where, sizeof where), i);
+      break;
+    }
     st = get(&p, r, &t, &x);
     if (!st) f->results[i] = x;
   }

@@ -198,6 +198,12 @@ typedef struct kdc_factor_shardings {
 } kdc_factor_shardings;
 /* The rule of node |v| (KDC_UNSUPPORTED beyond the caps above). */
 kdc_status kdc_sharding_rule(const kdc_func *f, kdc_value_id v, kdc_factor_rule *out);
+/* Whether scan |n| of |f| is an accumulator scan: every carry starts at a
+ * zero splat and its body result is the carry itself or add(carry, z), no
+ * carry is read elsewhere, and y_t is the carry results reshaped and
+ * concatenated (the weight gradients of passes/grad_scan.c).  Its batch is
+ * a reduction factor: under a batch split the carries are partial sums. */
+bool kdc_scan_accumulates(const kdc_func *f, const kdc_node *n);
 /* One line: `([i,k],[k,j])->([i,j]) {i=2,j=3,k=4} reduction={k}`. */
 void kdc_sharding_rule_print(FILE *out, const kdc_factor_rule *r);
 /* Tensor |t|'s dim shardings onto factors: each dim's axes fill its factors

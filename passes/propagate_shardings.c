@@ -228,8 +228,12 @@ static kdc_value_id find_scan(kdc_module *m, const kdc_func *body, kdc_func **ou
 
 /* A scan body runs on the pieces its scan hands it: its parameters and
  * results are fixed (closed) to the scan's factor shardings -- the batch
- * split of carries, x_t and y_t, everything else replicated -- and then the
- * body propagates like any function.  Its caller was propagated first. */
+ * split of carries, x_t and y_t, everything else replicated; in an
+ * accumulator scan the batch split of x_t only, with carries and y_t
+ * partial over its axes -- and then the body propagates like any function.
+ * The carries' shardings are fixed on both sides of the loop (parameter
+ * and result alike), so they are a fixed point of the body by
+ * construction.  Its caller was propagated first. */
 static kdc_status propagate_body(kdc_module *m, kdc_func *body) {
   kdc_func *g = NULL;
   kdc_value_id v = find_scan(m, body, &g);
@@ -239,9 +243,22 @@ static kdc_status propagate_body(kdc_module *m, kdc_func *body) {
   KDC_RETURN_IF_ERROR(kdc_sharding_rule(g, v, &r));
   kdc_factor_shardings fs;
   kdc_rule_project_in(&m->mesh, &r, r.ntensors - 1, &n->sharding, &fs);
-  for (int f = 0; f < r.nfactors; f++)
-    if (r.kind[f] == KDC_FACTOR_NEED_REPL) fs.n[f] = 0;
   int nc = (int)n->attr.scan.n_carry, nx = (int)n->attr.scan.n_xs;
+  /* an accumulator scan: the batch (a reduction factor) comes from the
+   * first sequence that splits it; carries and y are then partial */
+  uint16_t partial = 0;
+  bool acc = kdc_scan_accumulates(g, n) && r.nfactors && r.kind[0] == KDC_FACTOR_REDUCTION;
+  for (int t = nc; acc && t < nc + nx && !fs.n[0]; t++) {
+    kdc_factor_shardings o;
+    kdc_rule_project_in(&m->mesh, &r, t, &g->nodes[n->in[t]].sharding, &o);
+    fs.n[0] = o.n[0];
+    memcpy(fs.axes[0], o.axes[0], o.n[0]);
+  }
+  for (int f = 0; f < r.nfactors; f++) {
+    if (r.kind[f] == KDC_FACTOR_NEED_REPL) fs.n[f] = 0;
+    if (r.kind[f] == KDC_FACTOR_REDUCTION)
+      for (int k = 0; k < fs.n[f]; k++) partial |= (uint16_t)(1u << fs.axes[f][k]);
+  }
   char text[256];
   for (int t = 0; t < r.ntensors; t++) {
     bool res = t == r.ntensors - 1, seq = res || (t >= nc && t < nc + nx);
@@ -253,6 +270,7 @@ static kdc_status propagate_body(kdc_module *m, kdc_func *body) {
       bs.naxes[d] = s.naxes[d + seq];
       memcpy(bs.axes[d], s.axes[d + seq], s.naxes[d + seq]);
     }
+    if (res || t < nc) bs.partial = partial;
     /* y_t and carry i' are body results: fix them too (the carry's result
      * is the carry's parameter sharding) */
     kdc_value_id targets[2] = {KDC_NO_VALUE, KDC_NO_VALUE};

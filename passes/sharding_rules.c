@@ -45,6 +45,10 @@
  *   scan: one pass factor (the batch) on dim 0 of every carry, dim 1 of
  *     every sequence and of the result, when those sizes agree; every other
  *     dim (time, features, the loop-invariant operands) need_replication.
+ *     An accumulator scan (kdc_scan_accumulates: zero-initialised carries
+ *     that only add, y made of them -- the weight gradients of
+ *     passes/grad_scan.c) has the batch on dim 1 of its sequences only, as
+ *     a reduction factor: split, its carries and result are partial sums.
  *     The body is partitioned with its parameters fixed from the scan's
  *     operands (propagate_shardings.c), so the split is sound for any body;
  *     a body that would then need communication is refused by partition.
@@ -287,21 +291,70 @@ static void rule_indexed(kdc_factor_rule *r, const kdc_node *n, const kdc_type *
   }
 }
 
+static bool zero_splat(const kdc_node *n) {
+  return n->op == KDC_OP_CONSTANT && n->attr.constant.splat && n->type.dtype == KDC_DTYPE_F32 &&
+         *(const float *)n->attr.constant.data == 0.0f;
+}
+
+/* Whether body value |v| is built from the carry results |res| (n) by
+ * reshape and concatenate only. */
+static bool of_carries(const kdc_func *b, kdc_value_id v, const kdc_value_id *res, int n, int depth) {
+  for (int i = 0; i < n; i++)
+    if (res[i] == v) return true;
+  const kdc_node *x = &b->nodes[v];
+  if (depth > 8 || (x->op != KDC_OP_RESHAPE && x->op != KDC_OP_CONCAT)) return false;
+  for (int k = 0; k < x->n_in; k++)
+    if (!of_carries(b, x->in[k], res, n, depth + 1)) return false;
+  return true;
+}
+
+bool kdc_scan_accumulates(const kdc_func *fn, const kdc_node *n) {
+  const kdc_attr_scan *a = &n->attr.scan;
+  const kdc_func *b = fn->module ? kdc_ir_module_find_func(fn->module, a->body) : NULL;
+  int nc = (int)a->n_carry;
+  if (!b || nc < 1 || a->n_xs < 1 || b->n_params != (size_t)n->n_in ||
+      b->n_results != (size_t)nc + 1)
+    return false;
+  for (int i = 0; i < nc; i++) {
+    kdc_value_id p = b->params[i], r = b->results[i];
+    if (!zero_splat(&fn->nodes[n->in[i]])) return false;
+    if (r == p) continue;
+    const kdc_node *x = &b->nodes[r];
+    if (x->op != KDC_OP_ADD || (x->in[0] == p) == (x->in[1] == p)) return false;
+  }
+  for (size_t u = 0; u < b->n_nodes; u++) { /* a carry feeds only its own add or y */
+    const kdc_node *x = &b->nodes[u];
+    for (int k = 0; k < x->n_in; k++)
+      for (int i = 0; i < nc; i++) {
+        if (x->in[k] != b->params[i] || (kdc_value_id)u == b->results[i]) continue;
+        if (!of_carries(b, (kdc_value_id)u, b->results, nc, 0)) return false;
+      }
+  }
+  for (int i = 0; i < nc; i++) /* no carry result is another carry's */
+    for (int j = 0; j < nc; j++)
+      if (i != j && b->results[i] == b->results[j]) return false;
+  return of_carries(b, b->results[nc], b->results, nc, 0);
+}
+
 /* scan: the batch factor (first, factor 0, when it exists), the rest
- * need_replication. */
+ * need_replication.  In an accumulator scan (kdc_scan_accumulates) the
+ * batch lives in the sequences only and is a reduction factor: the
+ * carries and y are sums over the batch. */
 static void rule_scan(kdc_factor_rule *r, const kdc_node *n, const kdc_func *fn) {
   const kdc_attr_scan *a = &n->attr.scan;
   int res = r->ntensors - 1;
-  int64_t b = n->type.rank >= 2 ? n->type.dims[1] : -1;
+  bool acc = kdc_scan_accumulates(fn, n);
+  int64_t b = acc ? kdc_ir_type(fn, n->in[a->n_carry])->dims[1]
+                  : n->type.rank >= 2 ? n->type.dims[1] : -1;
   for (int i = 0; i < n->n_in && b >= 0; i++) {
     const kdc_type *t = kdc_ir_type(fn, n->in[i]);
-    if (i < a->n_carry && (t->rank < 1 || t->dims[0] != b)) b = -1;
+    if (!acc && i < a->n_carry && (t->rank < 1 || t->dims[0] != b)) b = -1;
     if (i >= a->n_carry && i < a->n_carry + a->n_xs && (t->rank < 2 || t->dims[1] != b)) b = -1;
   }
-  int fb = b > 1 ? new_factor(r, b, KDC_FACTOR_PASS) : -1;
+  int fb = b > 1 ? new_factor(r, b, acc ? KDC_FACTOR_REDUCTION : KDC_FACTOR_PASS) : -1;
   for (int t = 0; t <= res; t++) {
     const kdc_type *ty = t == res ? &n->type : kdc_ir_type(fn, n->in[t]);
-    int bd = t < a->n_carry ? 0 : t < a->n_carry + a->n_xs || t == res ? 1 : -1;
+    int bd = t < a->n_carry ? (acc ? -1 : 0) : t < a->n_carry + a->n_xs ? 1 : t == res && !acc ? 1 : -1;
     for (int d = 0; d < ty->rank; d++) {
       if (fb >= 0 && d == bd) add(r, t, d, fb);
       else if (ty->dims[d] > 1) add(r, t, d, new_factor(r, ty->dims[d], KDC_FACTOR_NEED_REPL));
