@@ -207,6 +207,12 @@ typedef struct kdc_lower_options {
    * AlphaDropout active; docs/training.md). */
   bool train_forward;
   uint64_t dropout_seed;
+  /* With train_forward: predict and train_forward also return the Keras
+   * mask of each output that carries one, as an f32 result named
+   * "<output>" KDC_MASK_RESULT_SUFFIX after the outputs (and before
+   * train_forward's state updates); kdc_pass_build_training weights the
+   * loss with it and removes these results (docs/training.md). */
+  bool output_masks;
 } kdc_lower_options;
 
 /* Builds a module with one function "predict": parameters are the model
@@ -411,6 +417,11 @@ typedef struct kdc_lower_ctx {
   uint64_t dropout_seed;
   kdc_value_id sample_mask;/* train_forward: "sample_mask" f32[batch], made on first use */
   kdc_value_id *assigned;  /* train_forward, per variable gid: its new value or KDC_NO_VALUE */
+  /* Keras masks (frontend/mask.c), valid while one node is lowered: */
+  const kdc_value_id *in_mask; /* per positional input: its mask or KDC_NO_VALUE; NULL: none */
+  kdc_value_id *out_mask;  /* per output: a mask the lowering computed itself (Keras' call
+                            * setting _keras_mask), else KDC_NO_VALUE */
+  bool mask_taken;         /* the lowering read an input mask (kdc_fe_input_mask) */
 } kdc_lower_ctx;
 
 /* distribute.c: user shardings from the mesh and layout (no-ops without a
@@ -441,6 +452,37 @@ kdc_status kdc_fe_assign(struct kdc_lower_ctx *c, const kdc_keras_layer *l, cons
  * outputs to |outputs| (m->n_outputs values). */
 kdc_status kdc_fe_lower_graph(struct kdc_lower_ctx *c, const kdc_keras_model *m,
                               const kdc_value_id *inputs, kdc_value_id *outputs);
+/* The same with Keras masks: |in_masks| (m->n_inputs, KDC_NO_VALUE = none;
+ * NULL: no input has one) are the inputs' masks; the outputs' masks go to
+ * |out_masks| (m->n_outputs values, may be NULL). */
+kdc_status kdc_fe_lower_graph_masked(struct kdc_lower_ctx *c, const kdc_keras_model *m,
+                                     const kdc_value_id *inputs, const kdc_value_id *in_masks,
+                                     kdc_value_id *outputs, kdc_value_id *out_masks);
+
+/* mask.c: Keras 3 mask propagation (layer.py _set_mask_metadata, each
+ * class's supports_masking / compute_mask).  A mask is a bool (or, when a
+ * call passed one explicitly, numeric) value of the input's shape without
+ * its last dim ([batch, steps] for sequences). */
+/* The output masks of node |n| of |l| (lowered to |out|) from the inputs'
+ * masks |in_mask| (NULL: none), into |out_mask| (n->n_out values; entries
+ * already set by the lowering are kept).  Errors when a layer whose Keras
+ * call uses its mask was given one and its lowering did not read it. */
+kdc_status kdc_fe_compute_masks(struct kdc_lower_ctx *c, const kdc_keras_layer *l,
+                                const kdc_keras_node *n, const kdc_value_id *in,
+                                const kdc_value_id *in_mask, const kdc_value_id *out,
+                                kdc_value_id *out_mask);
+/* The mask of positional input |i| of the node being lowered (KDC_NO_VALUE:
+ * none); marks the mask as used. */
+kdc_value_id kdc_fe_input_mask(struct kdc_lower_ctx *c, int i);
+/* The Masking layer: where(any(x != mask_value, -1), x, 0), with that mask. */
+kdc_status kdc_fe_lower_masking(struct kdc_lower_ctx *c, const kdc_keras_layer *l,
+                                const kdc_keras_node *n, const kdc_value_id *in,
+                                const kdc_value_id *kw, kdc_value_id *out);
+/* |m| as bool (Keras' cast(mask, "bool"): nonzero is true). */
+kdc_value_id kdc_fe_mask_bool(kdc_func *f, kdc_value_id m);
+/* Whether the model file was written by Keras >= |major|.|minor| (false
+ * for tf.keras 2, TF.js and files without keras_version). */
+bool kdc_fe_keras_at_least(const kdc_keras_model *m, int major, int minor);
 
 /* lower_layers.c: lowering rules of the supported classes. */
 /* lower_dropout.c: Dropout / SpatialDropout{1,2,3}D / Gaussian* / AlphaDropout:

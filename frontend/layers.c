@@ -107,6 +107,7 @@ static const kdc_layer_class classes[] = {
     IN("GRU", kdc_fe_infer_rnn, kdc_fe_lower_rnn),
     IN("SimpleRNN", kdc_fe_infer_rnn, kdc_fe_lower_rnn),
     IN("Bidirectional", kdc_fe_infer_bidirectional, kdc_fe_lower_bidirectional),
+    IN("Masking", kdc_fe_infer_identity, kdc_fe_lower_masking), /* mask.c */
     IN("Conv2DTranspose", kdc_fe_infer_conv_transpose, kdc_fe_lower_conv_transpose),
     IN("Conv1DTranspose", kdc_fe_infer_conv_transpose, kdc_fe_lower_conv_transpose),
     IN("Conv3DTranspose", kdc_fe_infer_conv_transpose, kdc_fe_lower_conv_transpose),
@@ -174,7 +175,6 @@ static const kdc_layer_class classes[] = {
     NO("ConvLSTM1D", "convolutional recurrent layers are not lowered"),
     NO("ConvLSTM2D", "convolutional recurrent layers are not lowered"),
     NO("ConvLSTM3D", "convolutional recurrent layers are not lowered"),
-    NO("Masking", "masks are not propagated by kdc"),
     NO("RNN", "a generic RNN runs a Python cell object; LSTM, GRU and SimpleRNN are supported"),
     NO("LSTMCell", "cells run inside a generic RNN; use LSTM"),
     NO("GRUCell", "cells run inside a generic RNN; use GRU"),

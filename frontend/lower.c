@@ -81,12 +81,26 @@ static const char *origin(const kdc_keras_layer *l) {
 
 kdc_status kdc_fe_lower_graph(struct kdc_lower_ctx *c, const kdc_keras_model *m,
                               const kdc_value_id *inputs, kdc_value_id *outputs) {
+  return kdc_fe_lower_graph_masked(c, m, inputs, NULL, outputs, NULL);
+}
+
+kdc_status kdc_fe_lower_graph_masked(struct kdc_lower_ctx *c, const kdc_keras_model *m,
+                                     const kdc_value_id *inputs, const kdc_value_id *in_masks,
+                                     kdc_value_id *outputs, kdc_value_id *out_masks) {
   kdc_value_id *vals = kdc_xmalloc(sizeof(kdc_value_id) * (size_t)(m->n_tensors + 1));
-  for (int i = 0; i < m->n_tensors; i++) vals[i] = KDC_NO_VALUE;
-  for (int i = 0; i < m->n_inputs; i++)
-    vals[m->layers[m->inputs[i].layer].nodes[0].tensor_base] = inputs[i];
+  kdc_value_id *masks = kdc_xmalloc(sizeof(kdc_value_id) * (size_t)(m->n_tensors + 1));
+  for (int i = 0; i < m->n_tensors; i++) vals[i] = masks[i] = KDC_NO_VALUE;
+  for (int i = 0; i < m->n_inputs; i++) {
+    int t = m->layers[m->inputs[i].layer].nodes[0].tensor_base;
+    vals[t] = inputs[i];
+    if (in_masks) masks[t] = in_masks[i];
+  }
+  /* the caller's node (a nested model being lowered) keeps its mask state */
+  const kdc_value_id *saved_in = c->in_mask;
+  kdc_value_id *saved_out = c->out_mask;
+  bool saved_taken = c->mask_taken;
   kdc_status st = NULL;
-  kdc_value_id in[64], kw[16], out[8];
+  kdc_value_id in[64], kw[16], out[8], im[80], om[8];
   for (int k = 0; k < m->n_order && !st; k++) {
     const kdc_keras_layer *l = &m->layers[m->order[k].layer];
     const kdc_keras_node *n = &l->nodes[m->order[k].node];
@@ -105,15 +119,25 @@ kdc_status kdc_fe_lower_graph(struct kdc_lower_ctx *c, const kdc_keras_model *m,
       st = kdc_fe_layer_err(l, KDC_UNSUPPORTED, "too many inputs or outputs");
       break;
     }
+    bool masked = false;
     for (int i = 0; i < n->n_in + n->n_kw; i++) {
       kdc_keras_ref r = i < n->n_in ? n->in[i] : n->kw[i - n->n_in];
-      kdc_value_id v = vals[m->layers[r.layer].nodes[r.node].tensor_base + r.tensor];
-      if (i < n->n_in) in[i] = v;
-      else kw[i - n->n_in] = v;
+      int t = m->layers[r.layer].nodes[r.node].tensor_base + r.tensor;
+      if (i < n->n_in) in[i] = vals[t];
+      else kw[i - n->n_in] = vals[t];
+      im[i] = masks[t];
+      masked = masked || im[i] != KDC_NO_VALUE;
     }
-    for (int i = 0; i < n->n_out; i++) out[i] = KDC_NO_VALUE;
+    /* an explicit `mask` kwarg is the previous mask (Keras layer.py __call__) */
+    for (int i = 0; i < n->n_kw; i++)
+      if (!strcmp(n->kw_names[i], "mask") && n->n_in > 0) im[0] = kw[i], masked = true;
+    for (int i = 0; i < n->n_out; i++) out[i] = om[i] = KDC_NO_VALUE;
+    c->in_mask = masked ? im : NULL;
+    c->out_mask = om;
+    c->mask_taken = false;
     kdc_ir_set_origin(c->f, origin(l));
     st = l->cls->lower(c, l, n, in, kw, out);
+    if (!st) st = kdc_fe_compute_masks(c, l, n, in, c->in_mask, out, om);
     kdc_status be = kdc_ir_take_error(c->f);
     if (be && !st)
       st = kdc_status_annotate(be, "%s: %s (%s \"%s\")", kdc_fe_file(m), l->loc, l->class_name,
@@ -125,13 +149,20 @@ kdc_status kdc_fe_lower_graph(struct kdc_lower_ctx *c, const kdc_keras_model *m,
         st = kdc_fe_layer_err(l, KDC_INTERNAL, "lowering produced no value for output %d", i);
       if (!st) st = kdc_fe_constrain_output(c, l, &out[i]);
       vals[n->tensor_base + i] = out[i];
+      masks[n->tensor_base + i] = om[i];
     }
   }
   for (int i = 0; !st && i < m->n_outputs; i++) {
     kdc_keras_ref r = m->outputs[i];
-    outputs[i] = vals[m->layers[r.layer].nodes[r.node].tensor_base + r.tensor];
+    int t = m->layers[r.layer].nodes[r.node].tensor_base + r.tensor;
+    outputs[i] = vals[t];
+    if (out_masks) out_masks[i] = masks[t];
   }
+  c->in_mask = saved_in;
+  c->out_mask = saved_out;
+  c->mask_taken = saved_taken;
   free(vals);
+  free(masks);
   return st;
 }
 
@@ -147,7 +178,7 @@ static kdc_status lower_func(const kdc_keras_model *m, kdc_module *mod,
                              bool training) {
   kdc_lower_ctx c = {m, mod, kdc_ir_func_create(mod, fname), batch, NULL,
                      opt ? opt->mesh : NULL, opt ? opt->layout : NULL, training, KDC_NO_VALUE,
-                     opt ? opt->dropout_seed : 0, KDC_NO_VALUE, NULL};
+                     opt ? opt->dropout_seed : 0, KDC_NO_VALUE, NULL, NULL, NULL, false};
   c.weight = kdc_xcalloc((size_t)m->n_vars + 1, sizeof(kdc_value_id));
   if (training) {
     c.assigned = kdc_xcalloc((size_t)m->n_vars + 1, sizeof(kdc_value_id));
@@ -193,7 +224,8 @@ static kdc_status lower_func(const kdc_keras_model *m, kdc_module *mod,
   }
   if (!st && (st = kdc_ir_take_error(c.f)))
     st = kdc_status_annotate(st, "%s", kdc_fe_file(m));
-  if (!st) st = kdc_fe_lower_graph(&c, m, ins, outs);
+  kdc_value_id *omask = kdc_xcalloc((size_t)m->n_outputs + 1, sizeof(kdc_value_id));
+  if (!st) st = kdc_fe_lower_graph_masked(&c, m, ins, NULL, outs, omask);
   for (int i = 0; i < m->n_outputs && !st; i++) {
     const char *name = m->layers[m->outputs[i].layer].name;
     for (int j = 0; j < i; j++)
@@ -201,6 +233,16 @@ static kdc_status lower_func(const kdc_keras_model *m, kdc_module *mod,
         name = kdc_arena_printf(mod->arena, "%s_%d", name, i);
     kdc_ir_add_result(c.f, outs[i], name);
   }
+  /* training: each output's Keras mask (f32), for the loss (docs/training.md) */
+  for (int i = 0; i < m->n_outputs && !st && opt && opt->output_masks; i++) {
+    if (omask[i] == KDC_NO_VALUE) continue;
+    kdc_ir_set_origin(c.f, origin(&m->layers[m->outputs[i].layer]));
+    kdc_value_id mf = kdc_ir_convert(c.f, kdc_fe_mask_bool(c.f, omask[i]), KDC_DTYPE_F32);
+    kdc_ir_add_result(c.f, mf, kdc_arena_printf(mod->arena, "%s" KDC_MASK_RESULT_SUFFIX,
+                                                c.f->result_names[i]));
+    if ((st = kdc_ir_take_error(c.f))) st = kdc_status_annotate(st, "%s", kdc_fe_file(m));
+  }
+  free(omask);
   for (int i = 0; i < m->n_vars && !st && c.assigned; i++)
     if (c.assigned[i] != KDC_NO_VALUE) kdc_ir_add_result(c.f, c.assigned[i], m->vars[i]->path);
   free(c.assigned);

@@ -14,9 +14,22 @@
  *   out = attention_output(einsum(combine_eq, scores, v))
  * Dropout is the identity at inference.  Keras routes 4-D projections
  * through ops.dot_product_attention, which scales the logits instead of the
- * query: the same function up to rounding.  attention_mask, query_mask,
- * value_mask and key_mask tensors, and Keras masks, are not supported.
+ * query: the same function up to rounding.
+ * Masks (_compute_attention_mask, rank-3 query/value only): the query's
+ * Keras mask [B, T, 1] & the value's [B, 1, S] & the key's [B, 1, S] (the
+ * call's value_mask / key_mask kwargs when given, else the tensors' Keras
+ * masks; an explicit query_mask is ignored, as Keras overwrites it) &
+ * causal & the attention_mask kwarg [B, T, S]; the scores of false entries:
+ *   Keras >= 3.7 (or no keras_version), dropout 0, no attention scores
+ *   returned: ops.dot_product_attention, where(mask, s, -0.7 * FLT_MAX),
+ *   softmax (a fully masked row attends uniformly);
+ *   other Keras 3: the Softmax layer, where(mask, s, -1e9), softmax,
+ *   where(mask, y, 0) (a fully masked row gives zeros);
+ *   tf.keras 2 / TF.js topologies: s + (1 - mask) * -1e9, softmax.
+ * Rows with one unmasked key agree in all three.  The output carries the
+ * query's mask.
  */
+#include <float.h>
 #include <json-c/json.h>
 #include <math.h>
 #include <stdio.h>
@@ -109,18 +122,65 @@ static kdc_value_id causal_softmax(kdc_func *f, kdc_value_id x, int n_axes, cons
   return kdc_ir_select(f, p, y, kdc_ir_splat(f, t.dtype, t.rank, t.dims, 0));
 }
 
+/* The Keras mask of argument |name| (positional |pos| or keyword), or
+ * KDC_NO_VALUE. */
+static kdc_value_id arg_mask(kdc_lower_ctx *c, const kdc_keras_node *n, int pos,
+                             const char *name) {
+  if (n->n_in > pos) return kdc_fe_input_mask(c, pos);
+  for (int i = 0; i < n->n_kw; i++)
+    if (!strcmp(n->kw_names[i], name)) return kdc_fe_input_mask(c, n->n_in + i);
+  return KDC_NO_VALUE;
+}
+
+/* m & (|x| bool, broadcast to [B, T, S] through |map|). */
+static kdc_value_id and_mask(kdc_func *f, kdc_value_id m, kdc_value_id x, const int64_t *dims,
+                             const int64_t *map) {
+  if (x == KDC_NO_VALUE) return m;
+  kdc_value_id b = kdc_ir_broadcast(f, kdc_fe_mask_bool(f, x), 3, dims, map);
+  return m == KDC_NO_VALUE ? b : kdc_ir_binary(f, KDC_OP_AND, m, b);
+}
+
+typedef enum mask_fill { FILL_DPA, FILL_SOFTMAX, FILL_TK2 } mask_fill;
+
+/* softmax of scores |x| [B, N, T, S] over the last axis under the bool
+ * mask |m| [B, T, S], filled as |how| says (see the file comment). */
+static kdc_value_id masked_softmax(kdc_func *f, kdc_value_id x, kdc_value_id m, mask_fill how) {
+  const kdc_type t = *kdc_ir_type(f, x);
+  kdc_value_id p = kdc_ir_broadcast(f, m, 4, t.dims, (int64_t[]){0, 2, 3});
+  int64_t last = 3;
+  kdc_value_id z;
+  switch (how) {
+  case FILL_DPA:
+    z = kdc_ir_select(f, p, x, kdc_ir_splat(f, t.dtype, 4, t.dims, -0.7 * (double)FLT_MAX));
+    return kdc_fe_softmax(f, z, 1, &last, false);
+  case FILL_SOFTMAX:
+    z = kdc_ir_select(f, p, x, kdc_ir_splat(f, t.dtype, 4, t.dims, -1e9));
+    return kdc_ir_select(f, p, kdc_fe_softmax(f, z, 1, &last, false),
+                         kdc_ir_splat(f, t.dtype, 4, t.dims, 0));
+  case FILL_TK2: {
+    kdc_value_id one = kdc_ir_splat(f, t.dtype, 4, t.dims, 1);
+    kdc_value_id add = kdc_ir_binary_scalar(f, KDC_OP_MUL, kdc_ir_binary(f, KDC_OP_SUB, one,
+                                            kdc_ir_convert(f, p, t.dtype)), -1e9);
+    return kdc_fe_softmax(f, kdc_ir_binary(f, KDC_OP_ADD, x, add), 1, &last, false);
+  }
+  }
+  return KDC_NO_VALUE;
+}
+
 kdc_status kdc_fe_lower_mha(struct kdc_lower_ctx *c, const kdc_keras_layer *l,
                             const kdc_keras_node *n, const kdc_value_id *in,
                             const kdc_value_id *kw, kdc_value_id *out) {
   kdc_func *f = c->f;
-  static const char *const refused[] = {"attention_mask", "query_mask", "value_mask", "key_mask"};
-  for (int i = 0; i < 4; i++)
-    if (tensor_kw(n, kw, refused[i]) != KDC_NO_VALUE)
-      return kdc_fe_layer_err(l, KDC_UNSUPPORTED, "the call's %s tensor is not supported "
-                              "(only unmasked attention is)", refused[i]);
   kdc_value_id q = n->n_in > 0 ? in[0] : tensor_kw(n, kw, "query");
   kdc_value_id v = n->n_in > 1 ? in[1] : tensor_kw(n, kw, "value");
   kdc_value_id k = n->n_in > 2 ? in[2] : tensor_kw(n, kw, "key");
+  /* masks: query's Keras mask; value_mask / key_mask kwargs, else the
+   * tensors' masks (key's only when key is passed); attention_mask */
+  kdc_value_id qm = arg_mask(c, n, 0, "query");
+  kdc_value_id vm = tensor_kw(n, kw, "value_mask"), km = tensor_kw(n, kw, "key_mask");
+  if (vm == KDC_NO_VALUE) vm = arg_mask(c, n, 1, "value");
+  if (km == KDC_NO_VALUE && k != KDC_NO_VALUE) km = arg_mask(c, n, 2, "key");
+  kdc_value_id am = tensor_kw(n, kw, "attention_mask");
   if (k == KDC_NO_VALUE) k = v;
   int64_t kd;
   KDC_RETURN_IF_ERROR(kdc_fe_cfg_int(l, "key_dim", 1, &kd));
@@ -157,6 +217,18 @@ kdc_status kdc_fe_lower_mha(struct kdc_lower_ctx *c, const kdc_keras_layer *l,
   }
   if (use_causal && na != 1)
     return kdc_fe_layer_err(l, KDC_UNSUPPORTED, "use_causal_mask needs one attention axis");
+  bool masked = qm != KDC_NO_VALUE || vm != KDC_NO_VALUE || km != KDC_NO_VALUE ||
+                am != KDC_NO_VALUE;
+  if (masked && (qr != 3 || vr != 3 || kr != 3))
+    return kdc_fe_layer_err(l, KDC_UNSUPPORTED, "masks on MultiHeadAttention inputs of rank "
+                            "%d: kdc supports them for (batch, steps, features) inputs", qr);
+  double drop;
+  KDC_RETURN_IF_ERROR(kdc_fe_cfg_double(l, "dropout", 0, &drop));
+  mask_fill fill = FILL_SOFTMAX;
+  const kdc_keras_model *top = c->top;
+  if (top->tk2_topology) fill = FILL_TK2;
+  else if ((!top->keras_version || kdc_fe_keras_at_least(top, 3, 7)) && drop <= 0 && !scores_out)
+    fill = FILL_DPA;
   attention_equations(dot_eq, comb_eq, rank, na, attn);
   pq = kdc_ir_binary_scalar(f, KDC_OP_MUL, pq, (double)(float)(1.0 / sqrt((double)kd)));
   kdc_fe_einsum e;
@@ -166,12 +238,36 @@ kdc_status kdc_fe_lower_mha(struct kdc_lower_ctx *c, const kdc_keras_layer *l,
   int sr = e.n[2];
   int64_t norm[KDC_MAX_RANK];
   for (int i = 0; i < na; i++) norm[i] = sr - na + i;
-  s = use_causal ? causal_softmax(f, s, na, norm) : kdc_fe_softmax(f, s, na, norm, false);
+  if (masked) {
+    int64_t T = kdc_ir_type(f, q)->dims[1], S = kdc_ir_type(f, v)->dims[1];
+    int64_t B = kdc_ir_type(f, q)->dims[0], dims[3] = {B, T, S};
+    kdc_value_id m = KDC_NO_VALUE;
+    m = and_mask(f, m, qm, dims, (int64_t[]){0, 1});
+    m = and_mask(f, m, vm, dims, (int64_t[]){0, 2});
+    m = and_mask(f, m, km, dims, (int64_t[]){0, 2});
+    if (use_causal) {
+      kdc_type it = kdc_type_make(KDC_DTYPE_I32, 3, dims);
+      kdc_value_id cm = kdc_ir_compare(f, KDC_CMP_LE, kdc_ir_iota(f, &it, 2), kdc_ir_iota(f, &it, 1));
+      m = m == KDC_NO_VALUE ? cm : kdc_ir_binary(f, KDC_OP_AND, m, cm);
+    }
+    if (am != KDC_NO_VALUE) {
+      const kdc_type at = *kdc_ir_type(f, am);
+      if (at.rank != 3 || at.dims[0] != B || at.dims[1] != T || at.dims[2] != S)
+        return kdc_fe_layer_err(l, KDC_INVALID_INPUT, "the call's attention_mask must be "
+                                "(batch, %lld, %lld)", (long long)T, (long long)S);
+      kdc_value_id ab = kdc_fe_mask_bool(f, am);
+      m = m == KDC_NO_VALUE ? ab : kdc_ir_binary(f, KDC_OP_AND, ab, m);
+    }
+    s = masked_softmax(f, s, m, fill);
+  } else {
+    s = use_causal ? causal_softmax(f, s, na, norm) : kdc_fe_softmax(f, s, na, norm, false);
+  }
   KDC_RETURN_IF_ERROR(kdc_fe_einsum_parse(l, "attention_axes", comb_eq, sr, rank, &e));
   kdc_value_id a = kdc_fe_einsum_lower(f, &e, s, pv);
   proj_equation(eq, qr - 1, 2, n_os);
   KDC_RETURN_IF_ERROR(project(c, l, "attention_output", eq, a, &o));
   out[0] = o;
   if (scores_out && n->n_out > 1) out[1] = s;
+  if (qm != KDC_NO_VALUE && c->out_mask) c->out_mask[0] = qm; /* set_keras_mask(output) */
   return NULL;
 }

@@ -24,8 +24,8 @@
  *    window, as Keras on JAX (and TF) do.
  *  - Embedding: ids of a float input are cast to int32 (Keras casts non-
  *    integer inputs with ops.cast: truncation), then `gather` (jnp.take:
- *    negative ids wrap, out-of-range ids give NaN rows).  mask_zero is
- *    refused: kdc does not propagate Keras masks.
+ *    negative ids wrap, out-of-range ids give NaN rows).  mask_zero's mask
+ *    (ids != 0) is frontend/mask.c's.
  */
 #include <json-c/json.h>
 #include <string.h>
@@ -281,12 +281,7 @@ kdc_status kdc_fe_lower_embedding(struct kdc_lower_ctx *c, const kdc_keras_layer
                                   const kdc_keras_node *n, const kdc_value_id *in,
                                   const kdc_value_id *kw, kdc_value_id *out) {
   kdc_func *f = c->f;
-  bool mask;
   (void)n, (void)kw;
-  KDC_RETURN_IF_ERROR(kdc_fe_cfg_bool(l, "mask_zero", false, &mask));
-  if (mask)
-    return kdc_fe_layer_err(l, KDC_UNSUPPORTED, "config.mask_zero: Keras masks are not "
-                            "supported (the mask would change downstream layers)");
   kdc_value_id ids = in[0];
   if (ids == KDC_NO_VALUE) return NULL;
   kdc_dtype d = kdc_ir_type(f, ids)->dtype;

@@ -191,18 +191,49 @@ kdc_status kdc_fe_lower_activation_layer(struct kdc_lower_ctx *c, const kdc_kera
     return NULL;
   }
   /* Softmax */
-  for (int i = 0; i < n->n_kw; i++)
-    if (!strcmp(n->kw_names[i], "mask"))
-      return kdc_fe_layer_err(l, KDC_UNSUPPORTED, "the call's mask tensor is not supported");
   int na;
   int64_t axes[KDC_MAX_RANK];
   KDC_RETURN_IF_ERROR(kdc_fe_cfg_axes(l, "axis", -1, &na, axes));
-  out[0] = kdc_fe_softmax(f, in[0], na, axes, false);
+  kdc_value_id m = kdc_fe_input_mask(c, 0);
+  if (m == KDC_NO_VALUE) {
+    out[0] = kdc_fe_softmax(f, in[0], na, axes, false);
+    return NULL;
+  }
+  /* Softmax.call with a mask (activations/softmax.py): a non-bool mask
+   * keeps entries > 0.5; the mask broadcasts numpy-style to the input;
+   * where(mask, x, -1e9), softmax, where(mask, y, 0) */
+  const kdc_type t = *kdc_ir_type(f, in[0]), mt = *kdc_ir_type(f, m);
+  bool fits = mt.rank <= t.rank;
+  for (int i = 1; fits && i <= mt.rank; i++) {
+    int64_t md = mt.dims[mt.rank - i], xd = t.dims[t.rank - i];
+    fits = md == 1 || md == xd;
+  }
+  if (!fits) {
+    char b1[96], b2[96];
+    return kdc_fe_layer_err(l, KDC_INVALID_INPUT, "the mask %s does not broadcast to the input %s "
+                            "(Keras raises the same error)", kdc_type_str(&mt, b1, sizeof b1),
+                            kdc_type_str(&t, b2, sizeof b2));
+  }
+  kdc_value_id p = mt.dtype == KDC_DTYPE_BOOL ? m
+      : kdc_ir_compare(f, KDC_CMP_GT, m, kdc_ir_splat(f, mt.dtype, mt.rank, mt.dims, 0.5));
+  p = kdc_ir_broadcast_to(f, p, t.rank, t.dims);
+  kdc_value_id y = kdc_fe_softmax(f, kdc_ir_select(f, p, in[0], kdc_ir_splat(f, t.dtype, t.rank,
+                                                                           t.dims, -1e9)),
+                                  na, axes, false);
+  out[0] = kdc_ir_select(f, p, y, kdc_ir_splat(f, t.dtype, t.rank, t.dims, 0));
   return NULL;
 }
 
 kdc_status kdc_fe_lower_submodel(struct kdc_lower_ctx *c, const kdc_keras_layer *l,
                                  const kdc_keras_node *n, const kdc_value_id *in,
                                  const kdc_value_id *kw, kdc_value_id *out) {
-  return kdc_fe_lower_graph(c, l->sub, in, out);
+  /* Functional.call(inputs, mask): the inputs' masks flow in, the outputs
+   * keep the masks their inner layers set */
+  kdc_value_id *om = c->out_mask;
+  const kdc_value_id *im = c->in_mask;
+  if (im) c->mask_taken = true;
+  if (im && n->n_in < l->sub->n_inputs)
+    return kdc_fe_layer_err(l, KDC_UNSUPPORTED, "a masked input passed to a nested model as a "
+                            "keyword argument is not supported");
+  return kdc_fe_lower_graph_masked(c, l->sub, in, im, out, om);
 }

@@ -22,8 +22,9 @@
  * side by side, which the layer slices apart after the loop.
  * Dropout and recurrent_dropout are identities at inference (training with
  * them is refused: kdc would silently train without them); unroll only
- * changes how Keras builds the loop, not the numbers; stateful layers,
- * masks (checked by Embedding) and initial states passed in are errors.
+ * changes how Keras builds the loop, not the numbers; stateful layers and
+ * initial states passed in are errors.  A Keras mask (frontend/mask.c) is a
+ * second scan sequence, f32 [T, B, 1]: see build_body.
  */
 #include <json-c/json.h>
 #include <stdio.h>
@@ -34,6 +35,7 @@
 typedef struct rnn_cfg {
   int gates;               /* 4 LSTM, 3 GRU, 1 SimpleRNN */
   bool lstm, gru, bias, seq, state, back, reset_after;
+  bool zero_out;           /* zero_output_for_mask: masked steps output zeros */
   int64_t units;
   const char *act, *ract;
 } rnn_cfg;
@@ -50,6 +52,9 @@ static kdc_status read_cfg(const kdc_keras_layer *l, rnn_cfg *r) {
   KDC_RETURN_IF_ERROR(kdc_fe_cfg_bool(l, "return_state", false, &r->state));
   KDC_RETURN_IF_ERROR(kdc_fe_cfg_bool(l, "go_backwards", false, &r->back));
   KDC_RETURN_IF_ERROR(kdc_fe_cfg_bool(l, "stateful", false, &stateful));
+  KDC_RETURN_IF_ERROR(kdc_fe_cfg_bool(l, "zero_output_for_mask", false, &r->zero_out));
+  /* Bidirectional forces zero_output_for_mask = return_sequences on both */
+  if (l->wrapper) r->zero_out = r->seq;
   r->reset_after = true;
   if (r->gru) KDC_RETURN_IF_ERROR(kdc_fe_cfg_bool(l, "reset_after", true, &r->reset_after));
   if (stateful)
@@ -94,9 +99,13 @@ static const char *body_name(kdc_module *m, const kdc_keras_layer *l) {
 }
 
 /* Builds the body into c->f (the caller swapped it in); params: carries,
- * x_t, U [, b_rec].  Results appended to the body. */
+ * x_t [, mask_t], U [, b_rec].  Results appended to the body.  With a mask
+ * (backend.rnn, keras/src/backend/jax/rnn.py): where mask_t is false the
+ * carries keep their values and the output is the previous output (the
+ * first carry, h) -- or zeros with zero_output_for_mask; with return_state
+ * y_t then also carries the kept h (and c) after the output. */
 static kdc_status build_body(kdc_lower_ctx *c, const kdc_keras_layer *l, const rnn_cfg *r,
-                             int64_t B, const kdc_type *ut, const kdc_type *bt) {
+                             int64_t B, const kdc_type *ut, const kdc_type *bt, bool masked) {
   kdc_func *f = c->f;
   int64_t u = r->units, G = r->gates;
   kdc_type ht = kdc_type_make(KDC_DTYPE_F32, 2, (int64_t[]){B, u});
@@ -104,6 +113,8 @@ static kdc_status build_body(kdc_lower_ctx *c, const kdc_keras_layer *l, const r
   kdc_value_id h = kdc_ir_parameter(f, KDC_PARAM_INPUT, "h", &ht);
   kdc_value_id cs = r->lstm ? kdc_ir_parameter(f, KDC_PARAM_INPUT, "c", &ht) : KDC_NO_VALUE;
   kdc_value_id x = kdc_ir_parameter(f, KDC_PARAM_INPUT, "x_t", &xt);
+  kdc_type mt = kdc_type_make(KDC_DTYPE_F32, 2, (int64_t[]){B, 1});
+  kdc_value_id mk = masked ? kdc_ir_parameter(f, KDC_PARAM_INPUT, "mask_t", &mt) : KDC_NO_VALUE;
   kdc_value_id U = kdc_ir_parameter(f, KDC_PARAM_INPUT, "recurrent_kernel", ut);
   kdc_value_id brec = bt ? kdc_ir_parameter(f, KDC_PARAM_INPUT, "recurrent_bias", bt) : KDC_NO_VALUE;
   kdc_value_id hn = KDC_NO_VALUE, cn = KDC_NO_VALUE;
@@ -145,6 +156,23 @@ static kdc_status build_body(kdc_lower_ctx *c, const kdc_keras_layer *l, const r
                                                                          ht.dims, 1.0), zg);
     hn = add(f, mul(f, zg, h), mul(f, one_minus, hh));
   }
+  if (masked) {
+    kdc_value_id p = kdc_ir_compare(f, KDC_CMP_NE, kdc_ir_broadcast(f, mk, 2, ht.dims,
+                                                                    (int64_t[]){0, 1}),
+                                    kdc_ir_splat(f, KDC_DTYPE_F32, 2, ht.dims, 0));
+    kdc_value_id prev = r->zero_out ? kdc_ir_splat(f, KDC_DTYPE_F32, 2, ht.dims, 0) : h;
+    kdc_value_id yo = kdc_ir_select(f, p, hn, prev);
+    hn = kdc_ir_select(f, p, hn, h);
+    if (r->lstm) cn = kdc_ir_select(f, p, cn, cs);
+    kdc_ir_add_result(f, hn, "h");
+    if (r->lstm) kdc_ir_add_result(f, cn, "c");
+    kdc_value_id y = yo;
+    if (r->state)
+      y = r->lstm ? kdc_ir_concat(f, 3, (kdc_value_id[]){yo, hn, cn}, 1)
+                  : kdc_ir_concat(f, 2, (kdc_value_id[]){yo, hn}, 1);
+    kdc_ir_add_result(f, y, "y");
+    return NULL;
+  }
   kdc_ir_add_result(f, hn, "h");
   if (r->lstm) kdc_ir_add_result(f, cn, "c");
   kdc_value_id y = hn;
@@ -180,6 +208,19 @@ static kdc_status lower_rnn(kdc_lower_ctx *c, const kdc_keras_layer *l, kdc_valu
   if (T < 1)
     return kdc_fe_layer_err(l, KDC_UNSUPPORTED, "a sequence of %lld steps: recurrent layers "
                             "need at least one step", (long long)T);
+  /* the Keras mask, time-major f32 [T, B, 1], reversed with the input */
+  kdc_value_id ms = kdc_fe_input_mask(c, 0);
+  if (ms != KDC_NO_VALUE) {
+    ms = kdc_fe_mask_bool(f, ms);
+    const kdc_type *mt = kdc_ir_type(f, ms);
+    if (mt->rank != 2 || mt->dims[0] != B || mt->dims[1] != T)
+      return kdc_fe_layer_err(l, KDC_INVALID_INPUT, "the mask does not match the input's "
+                              "(batch, time) dims");
+    ms = kdc_ir_convert(f, ms, KDC_DTYPE_F32);
+    if (r.back) ms = kdc_ir_reverse(f, ms, 1, (int64_t[]){1});
+    ms = kdc_ir_reshape(f, kdc_ir_transpose(f, ms, (int64_t[]){1, 0}), 3, (int64_t[]){T, B, 1});
+  }
+  bool masked = ms != KDC_NO_VALUE;
   /* the input projection of every step, time-major */
   if (r.back) x = kdc_ir_reverse(f, x, 1, (int64_t[]){1});
   kdc_value_id xs = kdc_ir_matmul(f, x, W);  /* [B, T, G u] */
@@ -199,8 +240,8 @@ static kdc_status lower_rnn(kdc_lower_ctx *c, const kdc_keras_layer *l, kdc_valu
   kdc_func *body = kdc_ir_func_create(c->mod, body_name(c->mod, l));
   kdc_ir_set_origin(body, f->cur_origin);
   c->f = body;
-  kdc_status st = build_body(c, l, &r, B, kdc_ir_type(f, U),
-                             brec != KDC_NO_VALUE ? kdc_ir_type(f, brec) : NULL);
+  kdc_type ut = *kdc_ir_type(f, U), bt = brec != KDC_NO_VALUE ? *kdc_ir_type(f, brec) : ut;
+  kdc_status st = build_body(c, l, &r, B, &ut, brec != KDC_NO_VALUE ? &bt : NULL, masked);
   c->f = f;
   if (!st) st = kdc_ir_take_error(body);
   if (st) return kdc_fe_layer_err(l, KDC_INTERNAL, "recurrent step: %s", kdc_status_message(st));
@@ -211,11 +252,13 @@ static kdc_status lower_rnn(kdc_lower_ctx *c, const kdc_keras_layer *l, kdc_valu
   ops[n++] = zeros;
   if (r.lstm) ops[n++] = zeros;
   ops[n++] = xs;
+  if (masked) ops[n++] = ms;
   ops[n++] = U;
   if (brec != KDC_NO_VALUE) ops[n++] = brec;
-  kdc_value_id ys = kdc_ir_scan(f, body, T, nc, 1, n, ops);  /* [T, B, u or 2u] */
+  kdc_value_id ys = kdc_ir_scan(f, body, T, nc, masked ? 2 : 1, n, ops); /* [T, B, y width] */
   KDC_RETURN_IF_ERROR(kdc_ir_take_error(f));
   int64_t yw = kdc_ir_type(f, ys)->dims[2], one[3] = {1, 1, 1};
+  int64_t so = masked && r.state ? u : 0; /* column of the kept h state in y */
   int64_t ls[3] = {T - 1, 0, 0}, ll[3] = {T, B, u};
   kdc_value_id last = kdc_ir_reshape(f, kdc_ir_slice(f, ys, ls, ll, one), 2, (int64_t[]){B, u});
   if (r.seq) {
@@ -226,9 +269,10 @@ static kdc_status lower_rnn(kdc_lower_ctx *c, const kdc_keras_layer *l, kdc_valu
     out[0] = last;
   }
   if (r.state) {
-    out[1] = last;
+    int64_t hs[3] = {T - 1, 0, so}, hl[3] = {T, B, so + u};
+    out[1] = so ? kdc_ir_reshape(f, kdc_ir_slice(f, ys, hs, hl, one), 2, (int64_t[]){B, u}) : last;
     if (r.lstm) {
-      int64_t cs[3] = {T - 1, 0, u}, cl[3] = {T, B, 2 * u};
+      int64_t cs[3] = {T - 1, 0, so + u}, cl[3] = {T, B, so + 2 * u};
       out[2] = kdc_ir_reshape(f, kdc_ir_slice(f, ys, cs, cl, one), 2, (int64_t[]){B, u});
     }
   }

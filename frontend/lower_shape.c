@@ -118,8 +118,25 @@ kdc_status kdc_fe_lower_global_pool(struct kdc_lower_ctx *c, const kdc_keras_lay
   KDC_RETURN_IF_ERROR(kdc_fe_cfg_bool(l, "keepdims", false, &keep));
   int64_t ax[3], cnt = 1;
   for (int i = 0; i < k; i++) ax[i] = sp0 + i, cnt *= t.dims[sp0 + i];
-  kdc_value_id y = kdc_ir_reduce(f, avg ? KDC_RED_SUM : KDC_RED_MAX, in[0], k, ax);
-  if (avg) y = kdc_ir_binary_scalar(f, KDC_OP_DIV, y, (double)cnt);
+  kdc_value_id m = k == 1 && avg ? kdc_fe_input_mask(c, 0) : KDC_NO_VALUE;
+  kdc_value_id y;
+  if (m != KDC_NO_VALUE) {
+    /* GlobalAveragePooling1D.call with a mask: where(mask, x, 0) summed over
+     * the steps / the count of true mask entries (0/0 = NaN as in Keras) */
+    const kdc_type mt = *kdc_ir_type(f, kdc_fe_mask_bool(f, m));
+    if (mt.rank != 2 || mt.dims[0] != t.dims[0] || mt.dims[1] != t.dims[sp0])
+      return kdc_fe_layer_err(l, KDC_INVALID_INPUT, "the mask does not match the steps of the "
+                              "input (expected [batch, steps])");
+    int64_t map[2] = {0, sp0};
+    kdc_value_id p = kdc_ir_broadcast(f, kdc_fe_mask_bool(f, m), t.rank, t.dims, map);
+    kdc_value_id xs = kdc_ir_select(f, p, in[0], kdc_ir_splat(f, t.dtype, t.rank, t.dims, 0));
+    kdc_value_id num = kdc_ir_reduce(f, KDC_RED_SUM, xs, 1, ax);
+    kdc_value_id den = kdc_ir_reduce(f, KDC_RED_SUM, kdc_ir_convert(f, p, t.dtype), 1, ax);
+    y = kdc_ir_binary(f, KDC_OP_DIV, num, den);
+  } else {
+    y = kdc_ir_reduce(f, avg ? KDC_RED_SUM : KDC_RED_MAX, in[0], k, ax);
+    if (avg) y = kdc_ir_binary_scalar(f, KDC_OP_DIV, y, (double)cnt);
+  }
   if (keep) {
     kdc_type o = t;
     for (int i = 0; i < k; i++) o.dims[sp0 + i] = 1;

@@ -305,6 +305,11 @@ typedef struct kdc_func {
   kdc_status error;        /* builder: first error (sticky), owned */
 } kdc_func;
 
+/* A forward function's result named "<r>" KDC_MASK_RESULT_SUFFIX is the
+ * Keras mask of its result "<r>" (frontend/mask.c); the training builder
+ * weights that output's loss with it and then drops it (docs/training.md). */
+#define KDC_MASK_RESULT_SUFFIX "/_keras_mask"
+
 /* A named weight with its host data (float32 unless dtype says otherwise). */
 typedef struct kdc_weight {
   const char *name;        /* Keras 3 variable path, e.g. "d1/kernel" */

@@ -228,3 +228,64 @@ kdc_status kdc_loss_build_masked(kdc_func *f, kdc_loss_kind k, bool from_logits,
   *out_loss = loss;
   return NULL;
 }
+
+/* divide_no_nan(a, b) of scalars: 0 where b == 0. */
+static kdc_value_id div_no_nan(kdc_func *f, kdc_value_id a, kdc_value_id b) {
+  kdc_value_id z = kdc_ir_scalar(f, KDC_DTYPE_F32, 0);
+  kdc_value_id p = kdc_ir_compare(f, KDC_CMP_EQ, b, z);
+  kdc_value_id safe = kdc_ir_select(f, p, kdc_ir_scalar(f, KDC_DTYPE_F32, 1), b);
+  return kdc_ir_select(f, p, z, bin(f, KDC_OP_DIV, a, safe));
+}
+
+static kdc_value_id sum_all(kdc_func *f, kdc_value_id x) {
+  const kdc_type *t = kdc_ir_type(f, x);
+  int64_t dims[KDC_MAX_RANK];
+  for (int i = 0; i < t->rank; i++) dims[i] = i;
+  return kdc_ir_reduce(f, KDC_RED_SUM, x, t->rank, dims);
+}
+
+kdc_status kdc_loss_build_keras_masked(kdc_func *f, kdc_loss_kind k, bool from_logits,
+                                       kdc_value_id y_true, kdc_value_id y_pred,
+                                       kdc_value_id mask, kdc_value_id keras_mask,
+                                       kdc_value_id *out_loss) {
+  char b1[96], b2[96];
+  if (keras_mask == KDC_NO_VALUE)
+    return kdc_loss_build_masked(f, k, from_logits, y_true, y_pred, mask, out_loss);
+  *out_loss = KDC_NO_VALUE;
+  /* the checks and per-sample values of the unmasked loss */
+  kdc_value_id plain;
+  KDC_RETURN_IF_ERROR(kdc_loss_build_masked(f, k, from_logits, y_true, y_pred, mask, &plain));
+  kdc_value_id per = per_sample(f, k, from_logits, y_true, y_pred);
+  const kdc_type st = *kdc_ir_type(f, per);
+  kdc_type mt = *kdc_ir_type(f, keras_mask);
+  kdc_value_id m = keras_mask;
+  /* squeeze_or_expand_to_same_rank */
+  if (mt.rank == st.rank + 1 && mt.dims[mt.rank - 1] == 1) {
+    mt.rank--;
+    m = kdc_ir_reshape(f, m, mt.rank, mt.dims);
+  } else if (st.rank == mt.rank + 1 && st.dims[st.rank - 1] == 1) {
+    mt.dims[mt.rank++] = 1;
+    m = kdc_ir_reshape(f, m, mt.rank, mt.dims);
+  }
+  if (!kdc_type_equal(&mt, &st) || mt.dtype != KDC_DTYPE_F32 || st.rank < 1)
+    return KDC_ERR(KDC_INVALID_INPUT, "loss %s: the output's Keras mask %s does not match the "
+                   "loss values %s", names[k], kdc_type_str(&mt, b1, sizeof b1),
+                   kdc_type_str(&st, b2, sizeof b2));
+  double per_row = (double)kdc_type_numel(&st) / (double)st.dims[0];
+  kdc_value_id total;
+  if (mask != KDC_NO_VALUE) {  /* only the rows of the (smaller) real batch count */
+    int64_t map[1] = {0}, zero[1] = {0};
+    m = bin(f, KDC_OP_MUL, m, kdc_ir_broadcast(f, mask, st.rank, st.dims, map));
+    total = sc(f, KDC_OP_MUL, kdc_ir_reduce(f, KDC_RED_SUM, mask, 1, zero), per_row);
+  } else {
+    total = kdc_ir_scalar(f, KDC_DTYPE_F32, (double)kdc_type_numel(&st));
+  }
+  kdc_value_id valid = sum_all(f, m);
+  kdc_value_id wt = div_no_nan(f, total, valid);
+  int64_t nomap[1] = {0};
+  kdc_value_id w = bin(f, KDC_OP_MUL, m, kdc_ir_broadcast(f, wt, st.rank, st.dims, nomap));
+  *out_loss = div_no_nan(f, sum_all(f, bin(f, KDC_OP_MUL, per, w)), total);
+  kdc_status s = kdc_ir_take_error(f);
+  if (s) return kdc_status_annotate(s, "internal error: masked loss %s", names[k]);
+  return NULL;
+}

@@ -407,6 +407,16 @@ kdc_status kdc_loss_build(kdc_func *f, kdc_loss_kind k, bool from_logits, kdc_va
 kdc_status kdc_loss_build_masked(kdc_func *f, kdc_loss_kind k, bool from_logits,
                                  kdc_value_id y_true, kdc_value_id y_pred, kdc_value_id mask,
                                  kdc_value_id *out_loss);
+/* kdc_loss_build_masked where |y_pred| also carries a Keras mask |keras_mask|
+ * (f32 0/1 of the per-sample values' shape, or with a trailing 1 added or
+ * removed): Keras 3's Loss.__call__ / reduce_weighted_values
+ * (keras/src/losses/loss.py apply_mask): weight = where(m, total / valid, 0)
+ * (divide_no_nan), loss = sum(per * weight) / total, with total the mask's
+ * element count and valid its sum, both over the rows whose |mask| is 1. */
+kdc_status kdc_loss_build_keras_masked(kdc_func *f, kdc_loss_kind k, bool from_logits,
+                                       kdc_value_id y_true, kdc_value_id y_pred,
+                                       kdc_value_id mask, kdc_value_id keras_mask,
+                                       kdc_value_id *out_loss);
 
 /* ---- optimizers (passes/optimizers.c) -------------------------------------
  * Keras 3 update rules (docs/training.md quotes them) and learning-rate

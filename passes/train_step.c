@@ -92,6 +92,36 @@ static const char *result_name(const kdc_func *fwd, size_t r) {
   return fwd->result_names[r] ? fwd->result_names[r] : "labels";
 }
 
+/* Whether result |r| of |f| is a Keras output mask (KDC_MASK_RESULT_SUFFIX). */
+static bool is_mask_result(const kdc_func *f, size_t r) {
+  const char *n = f->result_names[r];
+  size_t ln = n ? strlen(n) : 0, ls = strlen(KDC_MASK_RESULT_SUFFIX);
+  return ln > ls && !strcmp(n + ln - ls, KDC_MASK_RESULT_SUFFIX);
+}
+
+/* The Keras mask result of output |r| of |fwd|, or KDC_NO_VALUE. */
+static kdc_value_id output_mask(const kdc_func *fwd, size_t r) {
+  const char *name = fwd->result_names[r];
+  if (!name) return KDC_NO_VALUE;
+  size_t ln = strlen(name);
+  for (size_t i = 0; i < fwd->n_results; i++)
+    if (is_mask_result(fwd, i) && !strncmp(fwd->result_names[i], name, ln) &&
+        !strcmp(fwd->result_names[i] + ln, KDC_MASK_RESULT_SUFFIX))
+      return fwd->results[i];
+  return KDC_NO_VALUE;
+}
+
+/* Drops |f|'s Keras mask results (the frontend adds them for the loss). */
+static void drop_mask_results(kdc_func *f) {
+  size_t k = 0;
+  for (size_t r = 0; r < f->n_results; r++) {
+    if (is_mask_result(f, r)) continue;
+    f->results[k] = f->results[r];
+    f->result_names[k++] = f->result_names[r];
+  }
+  f->n_results = k;
+}
+
 /* Index of the entry |e| (position |i| of its list of |n|) among |fwd|'s results. */
 static kdc_status entry_index(const kdc_func *fwd, size_t n_out, const struct kdc_output_loss *e,
                               size_t i, size_t n, const char *what, size_t *out) {
@@ -192,8 +222,8 @@ static kdc_status add_loss(kdc_func *f, const kdc_func *fwd, size_t n_out,
   for (size_t r = 0; r < p.n; r++) {
     if (!p.trained[r]) continue;
     kdc_value_id l = KDC_NO_VALUE;
-    kdc_status st = kdc_loss_build_masked(f, p.kind[r], p.logits[r], labels[r], fwd->results[r],
-                                          mask, &l);
+    kdc_status st = kdc_loss_build_keras_masked(f, p.kind[r], p.logits[r], labels[r],
+                                                fwd->results[r], mask, output_mask(fwd, r), &l);
     if (st) return kdc_status_annotate(st, "func %s: output \"%s\"", f->name, result_name(fwd, r));
     if (n_trained > 1) {
       ol->value[ol->n] = l;
@@ -208,12 +238,12 @@ static kdc_status add_loss(kdc_func *f, const kdc_func *fwd, size_t n_out,
   return kdc_ir_take_error(f);
 }
 
-static kdc_status build_evaluate(kdc_module *m, const kdc_func *predict,
+static kdc_status build_evaluate(kdc_module *m, const kdc_func *predict, size_t n_out,
                                  const kdc_train_options *o) {
   kdc_func *f = clone_func(m, predict, "evaluate");
   kdc_value_id loss;
   output_losses ol;
-  KDC_RETURN_IF_ERROR(add_loss(f, predict, predict->n_results, o, &loss, &ol));
+  KDC_RETURN_IF_ERROR(add_loss(f, predict, n_out, o, &loss, &ol));
   kdc_ir_add_result(f, loss, "loss");
   add_output_loss_results(f, &ol);
   return kdc_ir_take_error(f);
@@ -394,8 +424,8 @@ static kdc_status build_train_step(kdc_module *m, const kdc_func *fwd, size_t n_
 }
 
 kdc_status kdc_pass_build_training(kdc_module *m, const kdc_train_options *o) {
-  const kdc_func *predict = kdc_ir_module_find_func(m, "predict");
-  const kdc_func *fwd = kdc_ir_module_find_func(m, "train_forward");
+  kdc_func *predict = kdc_ir_module_find_func(m, "predict");
+  kdc_func *fwd = kdc_ir_module_find_func(m, "train_forward");
   if (!predict) return KDC_ERR(KDC_INVALID_INPUT, "training: the module has no predict function");
   if (!fwd) fwd = predict;
   if (kdc_ir_module_find_func(m, "train_step") || kdc_ir_module_find_func(m, "evaluate"))
@@ -403,12 +433,18 @@ kdc_status kdc_pass_build_training(kdc_module *m, const kdc_train_options *o) {
   if ((unsigned)o->loss >= KDC_LOSS_COUNT)
     return KDC_ERR(KDC_INVALID_INPUT, "training: unknown loss %d", (int)o->loss);
   KDC_RETURN_IF_ERROR(kdc_optimizer_options_check(&o->optimizer));
-  if (fwd->n_results < predict->n_results)
+  /* the outputs: the results before the first Keras mask result */
+  size_t n_out = 0;
+  while (n_out < predict->n_results && !is_mask_result(predict, n_out)) n_out++;
+  if (fwd->n_results < n_out)
     return KDC_ERR(KDC_INVALID_INPUT, "training: train_forward has %zu results, predict %zu",
-                   fwd->n_results, predict->n_results);
-  if (o->n_losses == 0 && (o->output < 0 || (size_t)o->output >= predict->n_results))
+                   fwd->n_results, n_out);
+  if (o->n_losses == 0 && (o->output < 0 || (size_t)o->output >= n_out))
     return KDC_ERR(KDC_INVALID_INPUT, "training: output %d does not exist (predict has %zu)",
-                   o->output, predict->n_results);
-  KDC_RETURN_IF_ERROR(build_train_step(m, fwd, predict->n_results, o));
-  return build_evaluate(m, predict, o);
+                   o->output, n_out);
+  KDC_RETURN_IF_ERROR(build_train_step(m, fwd, n_out, o));
+  kdc_status st = build_evaluate(m, predict, n_out, o);
+  drop_mask_results(predict);
+  if (fwd != predict) drop_mask_results(fwd);
+  return st;
 }

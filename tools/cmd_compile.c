@@ -292,7 +292,8 @@ static kdc_status compile(const compile_opts *o) {
   if (!st && !o->loss) st = from_compile_config(o, km, &train, &train_on);
   if (!st) {
     kdc_lower_options lo = {.batch = o->batch, .mesh = o->mesh ? &mesh : NULL, .layout = layout,
-                            .train_forward = train_on, .dropout_seed = o->seed};
+                            .train_forward = train_on, .dropout_seed = o->seed,
+                            .output_masks = train_on};
     st = kdc_frontend_lower(km, &lo, &mod);
   }
   if (!st && train_on) st = check_output_names(o, mod, &train);

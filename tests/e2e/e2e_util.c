@@ -110,3 +110,34 @@ double e2e_npy_compare(const kdc_npy_array *a, const kdc_npy_array *b, double at
     if (a->dims[i] != b->dims[i]) return 1e30;
   return e2e_f32_compare(a->data, b->data, a->nbytes / 4, atol, rtol);
 }
+
+char *e2e_fit_losses(const char *model, const char *weights, const char *x, const char *y,
+                     const char *loss, const char *batch, const char *mesh, int epochs,
+                     double *loss_out) {
+  static int serial;
+  char name[64], ep[16], *msg = NULL;
+  snprintf(name, sizeof name, "fit_%d.plan", serial++);
+  snprintf(ep, sizeof ep, "%d", epochs);
+  char *plan = e2e_path(name);
+  e2e_result *r = malloc(sizeof *r);
+  e2e_kdc(r, "compile", model, "--weights", weights, "--loss", loss, "--optimizer", "adam",
+          "--batch", batch, "--mesh", mesh, "-o", plan, NULL);
+  if (r->status == 0)
+    e2e_kdc(r, "run", plan, "--fit", "--x", x, "--y", y, "--epochs", ep, "--batch-size", batch,
+            NULL);
+  const char *p = r->out;
+  for (int e = 0; e < epochs && r->status == 0; e++) {
+    p = strstr(p, "loss: ");
+    if (!p) break;
+    loss_out[e] = strtod(p + 6, NULL);
+    p += 6;
+  }
+  if (r->status != 0 || !p) {
+    size_t n = strlen(r->err) + 64;
+    msg = malloc(n);
+    snprintf(msg, n, "on mesh %s: %s", mesh, r->status ? r->err : "no epoch losses");
+  }
+  free(r);
+  free(plan);
+  return msg;
+}

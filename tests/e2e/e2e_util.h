@@ -31,5 +31,12 @@ int e2e_lines(const char *s);
  * Shapes must match (else returns 1e30). */
 double e2e_npy_compare(const kdc_npy_array *a, const kdc_npy_array *b, double atol, double rtol);
 double e2e_f32_compare(const float *a, const float *b, size_t n, double atol, double rtol);
+/* `kdc compile |model| --weights |weights| --loss |loss| --optimizer adam
+ * --batch |batch| --mesh |mesh|` then `kdc run --fit --x |x| --y |y|
+ * --epochs |epochs| --batch-size |batch|`; the epoch losses go to |loss_out|.
+ * Returns NULL, or a malloc'd message (kdc's stderr) when a step fails. */
+char *e2e_fit_losses(const char *model, const char *weights, const char *x, const char *y,
+                     const char *loss, const char *batch, const char *mesh, int epochs,
+                     double *loss_out);
 
 #endif

@@ -50,6 +50,7 @@ static const example examples[] = {
     {"gru_rnn", 1, 1, NULL, NULL},
     {"bidir_rnn", 1, 1, NULL, NULL},
     {"layer_zoo2", 2, 1, NULL, NULL},
+    {"masked_text", 2, 1, NULL, NULL},
 };
 
 #ifndef KDC_SANITIZE_BUILD

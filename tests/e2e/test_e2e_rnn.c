@@ -171,24 +171,9 @@ static void fit_meshes(const char *dir, int L, int vocab) {
   double loss[2][3];
   const char *meshes[2] = {"1", "2x4"};
   for (int m = 0; m < 2; m++) {
-    char name[32];
-    snprintf(name, sizeof name, "fit_%d.plan", m);
-    char *plan = e2e_path(name);
-    e2e_result r;
-    e2e_kdc(&r, "compile", model, "--weights", w, "--loss", "sparse_categorical_crossentropy",
-            "--optimizer", "adam", "--batch", "16", "--mesh", meshes[m], "-o", plan, NULL);
-    if (r.status != 0) fail_msg("compile on %s: %s", meshes[m], r.err);
-    e2e_kdc(&r, "run", plan, "--fit", "--x", xp, "--y", yp, "--epochs", "3", "--batch-size",
-            "16", NULL);
-    if (r.status != 0) fail_msg("fit on %s: %s", meshes[m], r.err);
-    const char *p = r.out;
-    for (int e = 0; e < 3; e++) {
-      p = strstr(p, "loss: ");
-      assert_non_null(p);
-      loss[m][e] = strtod(p + 6, NULL);
-      p += 6;
-    }
-    free(plan);
+    char *err = e2e_fit_losses(model, w, xp, yp, "sparse_categorical_crossentropy", "16",
+                               meshes[m], 3, loss[m]);
+    if (err) fail_msg("%s: fit %s", dir, err);
   }
   assert_true(loss[0][2] < loss[0][0]);
   for (int e = 0; e < 3; e++)

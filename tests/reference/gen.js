@@ -736,6 +736,6 @@ async function main() {
 
 // fuzz.js reuses the Keras 3 JSON builder and the weight conventions.
 module.exports = { Builder, DP, GU, ZE, ON, HAS_BUILD_CONFIG, denseSpecific, normSpecific, convSpecific,
-  poolSpecific, STATE_INIT, tfjsArtifacts };
+  poolSpecific, STATE_INIT, tfjsArtifacts, rnnSpecific, bidirSpecific, RNN_CELL };
 
 if (require.main === module) main().catch(e => { console.error(e); process.exit(1); });
