@@ -266,7 +266,8 @@ typedef void (*kdc_rt_kernel_fn)(void **args, const int64_t *coords, int64_t beg
 /* ---- jit.c: LLVM ORC LLJIT over the CODE section ----------------------------- */
 
 typedef struct rt_jit rt_jit;
-/* Parses, verifies, optimises (O3 for the host CPU) and JITs |bitcode|.
+/* Parses, verifies, optimises (MergeFunctions, then O3 for the host CPU)
+ * and JITs |bitcode|.
  * Errors name |file|, the "code" section and its byte |offset|. */
 kdc_status rt_jit_create(const void *bitcode, size_t size, const char *file, uint64_t offset,
                          rt_jit **out);
@@ -274,6 +275,9 @@ kdc_status rt_jit_create(const void *bitcode, size_t size, const char *file, uin
 kdc_rt_kernel_fn rt_jit_lookup(rt_jit *j, const char *name);
 /* Vector stores the optimiser made non-temporal (streaming kernels). */
 size_t rt_jit_nontemporal_stores(const rt_jit *j);
+/* Function bodies MergeFunctions removed as identical to another one (the
+ * wrappers of identical kernels stay, as tail calls to the first). */
+size_t rt_jit_merged_functions(const rt_jit *j);
 void rt_jit_destroy(rt_jit *j);
 
 /* ---- pool.c: a small persistent thread pool -------------------------------- */
