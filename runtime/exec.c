@@ -335,6 +335,9 @@ static kdc_status run_stepwise(runner *r) {
 
 kdc_status rt_exec_steps(kdc_rt_plan *p, size_t func) {
   if (p->cuda) return rt_cuda_exec(p, func); /* a CUDA plan on GPUs (docs/gpu.md) */
+  if (p->prog.n_kernels && !p->kernels)
+    return KDC_ERR(KDC_INVALID_INPUT, "%s: loaded to be described only (no code): it cannot "
+                   "run", p->path);
   runner r = {.p = p, .f = &p->prog.funcs[func], .rf = &p->funcs[func]};
   kdc_status st = p->device_parallel ? run_device_parallel(&r) : run_stepwise(&r);
   r.rf->prof_runs += p->profile;

@@ -51,6 +51,9 @@ typedef struct kdc_rt_options {
                                   cuda runs (docs/gpu.md) */
   int profile;                 /* 1: time every step of every run on the CPU
                                   (kdc_rt_plan_profile_print) */
+  int describe_only;           /* 1: read and check the plan without JIT-compiling its
+                                  code (`kdc inspect`, tests that count steps): every
+                                  run of it fails */
 } kdc_rt_options;
 
 enum {

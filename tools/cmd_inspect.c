@@ -114,7 +114,8 @@ int kdc_cmd_inspect(int argc, char **argv) {
                             collectives ? "collectives" : "sharding"));
   if (plan) {
     kdc_rt_plan *p = NULL;
-    kdc_rt_options ro = {.target = KDC_RT_TARGET_CPU}; /* describing needs no GPU */
+    /* describing needs no GPU and no machine code */
+    kdc_rt_options ro = {.target = KDC_RT_TARGET_CPU, .describe_only = 1};
     st = kdc_rt_plan_load_with(file, &ro, &p);
     if (st) return cli_fail(st);
     if (sharding_name) {

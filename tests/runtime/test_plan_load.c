@@ -404,6 +404,46 @@ static void test_bad_code(void **state) {
   free(code);
 }
 
+static char *describe_text(kdc_rt_plan *p) {
+  char *text = NULL;
+  size_t len = 0;
+  FILE *o = open_memstream(&text, &len);
+  kdc_rt_plan_describe(p, o);
+  fclose(o);
+  return text;
+}
+
+/* describe_only (`kdc inspect`): no JIT; the same description as a full
+ * load; every run fails naming the file; the code is not read, so a plan
+ * whose bitcode is garbage still describes. */
+static void test_describe_only(void **state) {
+  (void)state;
+  kdc_rt_plan *full, *p;
+  kdc_rt_options ro = {.describe_only = 1};
+  assert_null(kdc_rt_plan_load(plan_path, &full));
+  assert_null(kdc_rt_plan_load_with(plan_path, &ro, &p));
+  assert_non_null(full->jit);
+  assert_null(p->jit);
+  char *a = describe_text(full), *b = describe_text(p);
+  assert_string_equal(a, b);
+  free(a), free(b);
+  float x[15] = {0}, y[12], xc[15];
+  const void *in[1] = {x};
+  void *out[2] = {y, xc};
+  kdc_status st = kdc_rt_plan_run(p, in, out);
+  assert_non_null(st);
+  assert_int_equal(kdc_status_code(st), KDC_INVALID_INPUT);
+  assert_non_null(strstr(kdc_status_message(st), plan_path));
+  assert_non_null(strstr(kdc_status_message(st), "described only"));
+  kdc_status_free(st);
+  kdc_rt_plan_release(p);
+  kdc_rt_plan_release(full);
+  const char *bad = repack(KDC_PLAN_SECTION_CODE, "not bitcode", 11);
+  assert_null(kdc_rt_plan_load_with(bad, &ro, &p));
+  kdc_rt_plan_release(p);
+  expect_bad(bad, "LLVM rejected");
+}
+
 static int setup(void **state) {
   (void)state;
   build_plan();
@@ -416,6 +456,7 @@ int main(void) {
       cmocka_unit_test(test_truncated_weights), cmocka_unit_test(test_flipped_program),
       cmocka_unit_test(test_inconsistent_program), cmocka_unit_test(test_spmd_program),
       cmocka_unit_test(test_bad_code), cmocka_unit_test(test_loop_program),
+      cmocka_unit_test(test_describe_only),
   };
   int rc = cmocka_run_group_tests(tests, setup, NULL);
   free(plan_path);
