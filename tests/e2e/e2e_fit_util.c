@@ -13,6 +13,41 @@
 #include "e2e/e2e_fit_util.h"
 #include "e2e_util.h"
 
+enum { PLAN_CACHE = 64 };
+static struct {
+  char *path;
+  uint64_t checksum;
+  kdc_rt_plan *p;
+} plans[PLAN_CACHE];
+static size_t n_plans;
+
+static void plan_cache_free(void) {
+  for (size_t i = 0; i < n_plans; i++) kdc_rt_plan_release(plans[i].p), free(plans[i].path);
+  n_plans = 0;
+}
+
+kdc_rt_plan *e2e_plan_load(const char *plan) {
+  kdc_plan_file *pf = NULL;
+  assert_null(kdc_plan_file_open(plan, &pf));
+  uint64_t sum = kdc_plan_file_checksum(pf);
+  kdc_plan_file_close(pf);
+  for (size_t i = 0; i < n_plans; i++)
+    if (!strcmp(plans[i].path, plan) && plans[i].checksum == sum) {
+      kdc_rt_plan_retain(plans[i].p);
+      return plans[i].p;
+    }
+  kdc_rt_plan *p = NULL;
+  kdc_rt_options ro = {.check_replicas = 1};
+  assert_null(kdc_rt_plan_load_with(plan, &ro, &p));
+  if (n_plans == 0) atexit(plan_cache_free);
+  if (n_plans == PLAN_CACHE) return p; /* full: this one is not kept */
+  plans[n_plans].path = strdup(plan);
+  plans[n_plans].checksum = sum;
+  plans[n_plans++].p = p;
+  kdc_rt_plan_retain(p);
+  return p;
+}
+
 void e2e_run_collect(kdc_rt_train *t, e2e_run *r) {
   r->n_state = kdc_rt_train_state_count(t);
   assert_true(r->n_state <= E2E_MAX_STATE);
@@ -32,10 +67,8 @@ void e2e_run_free(e2e_run *r) {
 
 void e2e_fit(const char *plan, const void *const *arrays, int64_t rows, double val_split,
              int64_t batch_size, int epochs, const char *init, const char *save, e2e_run *r) {
-  kdc_rt_plan *p = NULL;
   kdc_rt_train *t = NULL;
-  kdc_rt_options ro = {.check_replicas = 1};  /* every replica of the state agrees bitwise */
-  assert_null(kdc_rt_plan_load_with(plan, &ro, &p));
+  kdc_rt_plan *p = e2e_plan_load(plan);
   assert_null(kdc_rt_train_create(p, &t));
   if (init) assert_null(kdc_rt_train_load(t, init));
   kdc_rt_fit_options o = {.epochs = epochs, .validation_split = val_split,
@@ -120,7 +153,8 @@ void e2e_same_run(const e2e_run *got, const e2e_run *want, int epoch0, double to
 
 int e2e_count_colls(const char *plan, const char *func, int kind, const char *axis, bool scalar) {
   kdc_rt_plan *p = NULL;
-  assert_null(kdc_rt_plan_load(plan, &p));
+  kdc_rt_options ro = {.describe_only = 1}; /* counting steps needs no code */
+  assert_null(kdc_rt_plan_load_with(plan, &ro, &p));
   int fi = kdc_rt_plan_find_func(p, func);
   assert_true(fi >= 0);
   const kdc_prog_func *f = &p->prog.funcs[fi];
@@ -142,9 +176,8 @@ int e2e_count_colls(const char *plan, const char *func, int kind, const char *ax
 
 void e2e_step_vs_interpreter(const char *plan, const void *x, const void *y, const void *mask,
                              const kdc_func *f, kdc_tensor *out, const char *what) {
-  kdc_rt_plan *p = NULL;
   kdc_rt_train *t = NULL;
-  assert_null(kdc_rt_plan_load(plan, &p));
+  kdc_rt_plan *p = e2e_plan_load(plan);
   assert_null(kdc_rt_train_create(p, &t));
   const void *data[3];
   assert_int_equal(kdc_rt_train_data_count(t), 3);

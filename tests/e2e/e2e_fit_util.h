@@ -25,6 +25,14 @@ typedef struct e2e_run {
   char *names[E2E_MAX_STATE];
 } e2e_run;
 
+/* |plan| loaded (replica check on: every replica of the state agrees
+ * bitwise) once per test process: a plan file whose path and checksum
+ * match an earlier load is that load again (one more reference; release
+ * it as usual), so the cases of a test that train the same plan
+ * JIT-compile it once.  A plan rewritten with other contents is loaded
+ * anew. */
+kdc_rt_plan *e2e_plan_load(const char *plan);
+
 void e2e_run_collect(kdc_rt_train *t, e2e_run *r);
 void e2e_run_free(e2e_run *r);
 

@@ -224,7 +224,8 @@ static void test_bn_meshes(void **s) {
 /* all_reduce steps over data of |func| whose result is |bytes| bytes */
 static int count_all_reduce(const char *plan, const char *func, uint64_t bytes) {
   kdc_rt_plan *p = NULL;
-  assert_null(kdc_rt_plan_load(plan, &p));
+  kdc_rt_options ro = {.describe_only = 1}; /* counting steps needs no code */
+  assert_null(kdc_rt_plan_load_with(plan, &ro, &p));
   const kdc_prog_func *f = &p->prog.funcs[kdc_rt_plan_find_func(p, func)];
   int n = 0;
   for (uint32_t s = 0; s < f->n_steps; s++) {
@@ -265,9 +266,8 @@ static void test_bn_collectives(void **s) {
 
 /* rows [0, n) padded to the plan's batch: the loss and the state */
 static void step_rows(const char *plan, int n, float *loss, float *mm, float *mv) {
-  kdc_rt_plan *p = NULL;
   kdc_rt_train *t = NULL;
-  assert_null(kdc_rt_plan_load(plan, &p));
+  kdc_rt_plan *p = e2e_plan_load(plan);
   assert_null(kdc_rt_train_create(p, &t));
   static float xb[B * XROW], yb[B * 10];
   float mask[B] = {0};
@@ -344,9 +344,8 @@ static void test_bn_checkpoint(void **s) {
   assert_non_null(kdc_safetensors_find(sf, "SGD/iteration"));
   /* evaluate after one epoch on 2x4 = the interpreter's evaluate with the
    * checkpoint's weights (moving statistics included) */
-  kdc_rt_plan *p = NULL;
   kdc_rt_train *t = NULL;
-  assert_null(kdc_rt_plan_load(p24, &p));
+  kdc_rt_plan *p = e2e_plan_load(p24);
   assert_null(kdc_rt_train_create(p, &t));
   assert_null(kdc_rt_train_load(t, ck));
   const void *arrays[2] = {tx.data, ty.data};
@@ -545,9 +544,8 @@ static void noise_meshes(const char *cls, const char *cfg, const char *tag) {
   e2e_fit(p24, arrays, MROWS, 0, 0, 2, NULL, NULL, &r24);
   e2e_same_run(&r24, &r1, 0, 1e-5, tag);
   /* the noise is on: the training loss differs from evaluate's on batch 1 */
-  kdc_rt_plan *p = NULL;
   kdc_rt_train *t = NULL;
-  assert_null(kdc_rt_plan_load(p1, &p));
+  kdc_rt_plan *p = e2e_plan_load(p1);
   assert_null(kdc_rt_train_create(p, &t));
   double ev = 0;
   assert_null(kdc_rt_fit_evaluate(t, arrays, 16, &ev));

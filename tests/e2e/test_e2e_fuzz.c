@@ -22,6 +22,7 @@
 #include <cmocka.h>
 
 #include "e2e_util.h"
+#include "test_sampling.h"
 
 enum { MAX_CASES = 64, MAX_IO = 4 };
 
@@ -170,11 +171,10 @@ static void test_fuzz_cases(void **state) {
   closedir(d);
   assert_true(n >= 1);
   qsort(names, (size_t)n, sizeof names[0], cmp_names);
-#ifdef KDC_SANITIZE_BUILD
-  /* the sanitizer build checks memory, not numerics: two cases */
-  for (int c = 2; c < n; c++) free(names[c]);
-  if (n > 2) n = 2;
-#endif
+  if (kdc_test_sampled()) { /* checks memory, not numerics: two cases */
+    for (int c = 2; c < n; c++) free(names[c]);
+    if (n > 2) n = 2;
+  }
   for (int c = 0; c < n; c++) {
     char *dir = case_file(root, names[c]);
     for (size_t k = 0; k < sizeof runs / sizeof runs[0]; k++) check_run(names[c], dir, &runs[k]);
@@ -206,11 +206,10 @@ static const user_layout user_layouts[] = {
 
 static void test_user_layouts(void **state) {
   (void)state;
-#ifndef KDC_SANITIZE_BUILD
-  static const char *const meshes[] = {"2x4", "4x2", "1x8", "8x1", "2x2x2"};
-#else
-  static const char *const meshes[] = {"2x4", "2x2x2"};
-#endif
+  static const char *const all[] = {"2x4", "4x2", "1x8", "8x1", "2x2x2"};
+  static const char *const sampled[] = {"2x4", "2x2x2"};
+  const char *const *meshes = kdc_test_sampled() ? sampled : all;
+  size_t n_meshes = kdc_test_sampled() ? 2 : sizeof all / sizeof *all;
   for (size_t l = 0; l < sizeof user_layouts / sizeof user_layouts[0]; l++) {
     char rel[128];
     snprintf(rel, sizeof rel, "examples/%s", user_layouts[l].example);
@@ -221,7 +220,7 @@ static void test_user_layouts(void **state) {
     fclose(f);
     char *model = case_file(dir, "model.json"), *w = case_file(dir, "weights.safetensors");
     char *in = case_file(dir, "input.npy"), *want_p = case_file(dir, "expected.npy");
-    for (size_t m = 0; m < sizeof meshes / sizeof meshes[0]; m++) {
+    for (size_t m = 0; m < n_meshes; m++) {
       char *plan = e2e_path("user.plan"), *out = e2e_path("user.npy");
       e2e_result r;
       const char *axes = strcmp(meshes[m], "2x2x2") == 0 ? "data,model,extra" : NULL;

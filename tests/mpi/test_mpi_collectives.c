@@ -16,6 +16,7 @@
  */
 #include "runtime/coll_sweep.h"
 #include "runtime/procs.h"
+#include "test_sampling.h"
 
 static kdc_rt_procs procs;
 
@@ -67,13 +68,12 @@ int main(void) {
     fprintf(stderr, "%s\n", kdc_status_message(st));
     return 1;
   }
-#ifdef KDC_SANITIZE_BUILD
-  /* The Release build runs the whole sweep across processes; under the
-   * sanitizers (each case compiles a plan: minutes per process) every 4th
-   * choice of axes still drives every collective through the process
-   * backend's code, and the in-process suite runs the whole sweep. */
-  coll_sample = 4;
-#endif
+  /* The Release build (or KDC_FULL_SWEEP=1) runs the whole sweep across
+   * processes; under the sanitizers (each case compiles a plan: minutes per
+   * process) every 4th choice of axes still drives every collective
+   * through the process backend's code, and the in-process suite runs the
+   * whole sweep. */
+  if (kdc_test_sampled()) coll_sample = 4;
   rtt_procs.n = procs.n;
   rtt_procs.id = procs.id;
   rtt_procs.net = procs.net;
