@@ -19,6 +19,9 @@
  *                    offset j along |dim2|;
  *   collective_permute  tasks = devices x parts; a copy from the source
  *                    device, or zeros where the source is off the mesh.
+ * A NULL |dst[d]| is a shared replica (comm.h): device d's result is an
+ * earlier device's buffer, written once by that device's tasks; d's tasks
+ * write nothing and the byte counts below count written results only.
  * Small collectives (< 256 KiB moved) run on the calling thread.  Nothing
  * is allocated: the accumulator is on the stack.
  */
@@ -120,8 +123,9 @@ static void all_reduce_task(const coll_job *j, int64_t t) {
   void *outs[KDC_PROG_MAX_DEVICES > 64 ? 64 : KDC_PROG_MAX_DEVICES];
   const int64_t *mem = g->members + grp * k;
   for (int64_t m0 = 0; m0 < k; m0 += 64) { /* destinations in batches of 64 */
-    int64_t nm = k - m0 < 64 ? k - m0 : 64;
-    for (int64_t m = 0; m < nm; m++) outs[m] = j->dst[mem[m0 + m]];
+    int64_t nm = 0;
+    for (int64_t m = m0; m < k && m < m0 + 64; m++)
+      if (j->dst[mem[m]]) outs[nm++] = j->dst[mem[m]]; /* NULL: a shared replica */
     sum_range(j, g->sorted + grp * k, k, b * (int64_t)j->es, outs, nm, b * (int64_t)j->es,
               (e - b) * (int64_t)j->es);
   }
@@ -166,6 +170,7 @@ static void box_task(const coll_job *j, int64_t t) {
   rt_box b;
   int64_t sdev, ddev;
   transfer(j, who, m, &b, &sdev, &ddev);
+  if (!j->dst[ddev]) return; /* a shared replica: an earlier device writes it */
   int64_t r0 = b.rows * part / j->q, r1 = b.rows * (part + 1) / j->q;
   if (sdev >= 0) {
     rt_box_copy(&b, j->dst[ddev], j->src[sdev], r0, r1);
@@ -184,6 +189,7 @@ static void permute_task(const coll_job *j, int64_t t) {
   int64_t dev = t / j->q, part = t % j->q, peer = j->call->groups->peer[dev];
   int64_t bytes = (int64_t)j->call->step->dst.bytes;
   int64_t b = bytes * part / j->q, e = bytes * (part + 1) / j->q;
+  if (!j->dst[dev]) return; /* a shared replica */
   char *out = (char *)j->dst[dev] + b;
   if (peer < 0) memset(out, 0, (size_t)(e - b));
   else memcpy(out, (const char *)j->src[peer] + b, (size_t)(e - b));
@@ -205,7 +211,8 @@ void rt_coll_shm_run(rt_pool *pool, const rt_coll_call *call, const void *const 
   const kdc_prog_coll_step *c = call->step;
   const rt_coll_groups *g = call->groups;
   coll_job j = {call, src, dst, kdc_prog_dtype_size(c->dtype), 0, 1, 1, false};
-  int64_t nd = g->n_groups * g->k, tasks, moved;
+  int64_t n_dev = g->n_groups * g->k, nd = n_dev, tasks, moved;
+  for (int64_t d = 0; d < n_dev; d++) nd -= !dst[d]; /* results actually written */
   uint64_t in_bytes = c->src.bytes;
   switch (c->kind) {
   case KDC_COLL_ALL_REDUCE: {
@@ -219,13 +226,13 @@ void rt_coll_shm_run(rt_pool *pool, const rt_coll_call *call, const void *const 
     break;
   }
   case KDC_COLL_PERMUTE:
-    j.q = clamp((int64_t)c->dst.bytes / PART_BYTES, 1, RT_POOL_MAX_TASKS / nd);
-    tasks = nd * j.q;
+    j.q = clamp((int64_t)c->dst.bytes / PART_BYTES, 1, RT_POOL_MAX_TASKS / n_dev);
+    tasks = n_dev * j.q;
     moved = 2 * nd * (int64_t)c->dst.bytes;
     break;
   default: {
     rt_box b;
-    int64_t sd, dd, who_n = c->kind == KDC_COLL_REDUCE_SCATTER ? g->n_groups : nd;
+    int64_t sd, dd, who_n = c->kind == KDC_COLL_REDUCE_SCATTER ? g->n_groups : n_dev;
     transfer(&j, 0, 0, &b, &sd, &dd);
     int64_t piece = b.rows * (int64_t)b.run, most = RT_POOL_MAX_TASKS / (who_n * g->k);
     j.q = clamp(piece / PART_BYTES, 1, clamp(b.rows, 1, most > 1 ? most : 1));

@@ -47,7 +47,10 @@ typedef struct rt_coll_call {
 typedef struct rt_comm_vtable {
   void (*destroy)(rt_comm *c);
   /* Device |device| reached |call| with its operand |src| and its result
-   * buffer |dst| (local shapes of the step). */
+   * buffer |dst| (local shapes of the step).  |dst| NULL: the device's
+   * result buffer is an earlier local device's of the same call (replicas
+   * sharing one buffer, state.c; exec.c decides), so the backend writes
+   * that result once, for the earlier device, and never for this one. */
   kdc_status (*arrive)(rt_comm *c, const rt_coll_call *call, int64_t device, const void *src,
                        void *dst);
   /* Waits, at most the communicator's timeout, until every device arrived

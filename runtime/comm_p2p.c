@@ -224,6 +224,7 @@ static void sum_range(const p2p_comm *c, const int64_t *sorted, int64_t k, kdc_i
 
 /* The result of local device |d| from the (local or staged) operands. */
 static void move(p2p_comm *c, const rt_coll_call *call, int64_t d) {
+  if (!c->dst[d]) return; /* a shared replica: an earlier local device's buffer (comm.h) */
   const rt_coll_groups *g = call->groups;
   const kdc_prog_coll_step *st = call->step;
   size_t es = kdc_prog_dtype_size(st->dtype);
@@ -306,6 +307,14 @@ static void chunk(int64_t n, int q, int j, int64_t *b, int64_t *e) {
   *e = n * (j + 1) / q;
 }
 
+/* Where a group's sum lands in this process: the result buffer of |first|,
+ * its first local member, or when that is a shared replica written by
+ * another group (NULL, comm.h) the device's own staging buffer (unused
+ * otherwise: only remote operands are staged). */
+static char *group_sum(p2p_comm *c, int64_t first) {
+  return c->dst[first] ? c->dst[first] : staging(c, first);
+}
+
 static kdc_status large_all_reduce_run(p2p_comm *c, const rt_coll_call *call, const char *what) {
   const rt_coll_groups *g = call->groups;
   const kdc_prog_coll_step *st = call->step;
@@ -346,7 +355,7 @@ static kdc_status large_all_reduce_run(p2p_comm *c, const rt_coll_call *call, co
     int64_t first = -1;
     for (int64_t m = 0; m < k && first < 0; m++)
       if (local(c, sorted[m])) first = sorted[m];
-    char *out = c->dst[first];
+    char *out = group_sum(c, first);
     chunk(n, q, me, &b, &e);
     sum_range(c, sorted, k, st->dtype, es, out, b, e);
     int tag = TAG_SPAN + (int)(sorted[0] % TAG_SPAN);
@@ -365,7 +374,7 @@ static kdc_status large_all_reduce_run(p2p_comm *c, const rt_coll_call *call, co
     int64_t first = -1;
     for (int64_t m = 0; m < k && first < 0; m++)
       if (local(c, sorted[m])) first = sorted[m];
-    if (first != d) memcpy(c->dst[d], c->dst[first], st->src.bytes);
+    if (first != d && c->dst[d]) memcpy(c->dst[d], group_sum(c, first), st->src.bytes);
   }
   return NULL;
 }

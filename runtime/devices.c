@@ -131,6 +131,8 @@ kdc_status rt_devices_create(kdc_rt_plan *p, uint64_t arena_bytes) {
     return KDC_ERR(KDC_OUT_OF_MEMORY, "%s: cannot allocate %lld arenas of %llu bytes", p->path,
                    (long long)p->nd, (unsigned long long)p->arena_stride);
   KDC_RETURN_IF_ERROR(make_weights(p));
+  for (p->dst_seen_cap = 2; p->dst_seen_cap < 2 * (uint64_t)p->nd;) p->dst_seen_cap *= 2;
+  p->dst_seen = kdc_xcalloc(p->dst_seen_cap, sizeof *p->dst_seen);
   p->funcs = kdc_xcalloc(p->prog.n_funcs + 1, sizeof *p->funcs);
   for (uint32_t i = 0; i < p->prog.n_funcs; i++) make_func(p, &p->prog.funcs[i], &p->funcs[i]);
   return NULL;
@@ -150,6 +152,7 @@ void rt_devices_destroy(kdc_rt_plan *p) {
   free(p->funcs);
   for (size_t i = 0; i < p->n_weight_pieces; i++) free(p->weight_pieces[i]);
   free(p->weight_pieces);
+  free(p->dst_seen);
   free(p->dev_weights);
   free(p->scratch);
   free(p->coords);

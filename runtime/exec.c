@@ -21,7 +21,9 @@
  * OpenBLAS runs in single-thread mode and starts none.  With
  * kdc_rt_options.profile every step is timed (kdc_rt_plan_profile_print).
  * A COLLECTIVE step: every device arrives at the communicator with its
- * buffers, then the call completes (comm.h).  Nothing here allocates; every
+ * buffers, then the call completes (comm.h); a device whose result buffer
+ * an earlier device already brought (a shared replica, state.c) arrives
+ * with NULL, so the result is written once.  Nothing here allocates; every
  * buffer reference was checked at load.
  */
 #include <string.h>
@@ -173,14 +175,66 @@ static int64_t step_ops(const kdc_prog_step *st) {
   }
 }
 
+/* Shared replicas (comm.h): has an earlier local device of call |seq| the
+ * result buffer |dst| already?  An open-addressing set over the call's
+ * buffers, reset by the sequence number (nothing cleared per call). */
+static bool dst_seen(kdc_rt_plan *p, uint64_t seq, const void *dst) {
+  uint64_t mask = p->dst_seen_cap - 1, h = ((uintptr_t)dst >> 6) * 0x9E3779B97F4A7C15u;
+  for (uint64_t i = h >> 32 & mask;; i = (i + 1) & mask) {
+    rt_dst_slot *slot = &p->dst_seen[i];
+    if (slot->seq != seq) {
+      *slot = (rt_dst_slot){dst, seq};
+      return false;
+    }
+    if (slot->ptr == dst) return true;
+  }
+}
+
 static kdc_status run_collective(runner *r, uint32_t s) {
   kdc_rt_plan *p = r->p;
   const kdc_prog_coll_step *c = &r->f->steps[s].coll;
   rt_coll_call call = {c, &r->rf->groups[s], ++p->coll_seq, r->f->name, s};
-  for (int64_t d = p->d0; d < p->d1; d++)
-    KDC_RETURN_IF_ERROR(p->comm->vt->arrive(p->comm, &call, d, resolve(r, d, &c->src),
-                                            resolve(r, d, &c->dst)));
+  /* Only an output can be one buffer for several devices (state.c shares
+   * replicas of training state); every arena is the device's own. */
+  bool may_share = c->dst.buf == KDC_PROG_BUF_OUTPUT && nlocal(p) > 1;
+  for (int64_t d = p->d0; d < p->d1; d++) {
+    void *dst = resolve(r, d, &c->dst);
+    if (may_share && dst_seen(p, call.seq, dst)) dst = NULL; /* written by an earlier device */
+    KDC_RETURN_IF_ERROR(p->comm->vt->arrive(p->comm, &call, d, resolve(r, d, &c->src), dst));
+  }
   return p->comm->vt->complete(p->comm, &call);
+}
+
+bool rt_exec_output_shareable(const kdc_prog_func *f, uint32_t o) {
+  uint64_t bytes = f->outputs[o].local_bytes;
+  int by_coll = 0;
+#define WRITES(l) ((l).buf == KDC_PROG_BUF_OUTPUT && (l).index == o)
+  for (uint32_t i = 0; i < f->n_steps; i++) {
+    const kdc_prog_step *st = &f->steps[i];
+    switch (st->kind) {
+    case KDC_STEP_KERNEL:
+      for (uint32_t a = 0; a < st->kernel.n_out; a++)
+        if (WRITES(st->kernel.args[a])) return false;
+      break;
+    case KDC_STEP_GEMM:
+      if (WRITES(st->gemm.c)) return false;
+      break;
+    case KDC_STEP_COPY:
+      if (WRITES(st->dst)) return false;
+      break;
+    case KDC_STEP_LOOP:
+      for (uint32_t a = 0; a < st->loop.n_out; a++)
+        if (WRITES(st->loop.out[a])) return false;
+      break;
+    case KDC_STEP_COLLECTIVE:
+      if (!WRITES(st->coll.dst)) break;
+      if (st->coll.dst.offset != 0 || st->coll.dst.bytes != bytes) return false;
+      by_coll++;
+      break;
+    }
+  }
+#undef WRITES
+  return by_coll > 0;
 }
 
 /* ---- device-parallel schedule ------------------------------------------------ */

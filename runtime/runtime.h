@@ -153,6 +153,10 @@ kdc_status kdc_rt_train_evaluate_metrics(kdc_rt_train *t, const void *const *dat
 size_t kdc_rt_train_state_count(const kdc_rt_train *t);
 const kdc_rt_tensor_info *kdc_rt_train_state(const kdc_rt_train *t, size_t k);
 bool kdc_rt_train_state_is_weight(const kdc_rt_train *t, size_t k);
+/* Distinct buffers holding the current value of state |k| in this process:
+ * one per local device, or one per distinct piece when its replicas share
+ * (state.c, "Shared replicas"). */
+size_t kdc_rt_train_state_copies(const kdc_rt_train *t, size_t k);
 /* Gathers state |k| into |global| (->bytes), or sets it on every device
  * (of this process).  Several processes: get needs kdc_rt_train_gather
  * first, and only process 0 has every piece. */
@@ -384,6 +388,13 @@ typedef struct rt_func {
 struct rt_comm;
 struct rt_cuda;
 
+/* A result buffer seen by the current collective call (exec.c): valid when
+ * |seq| is the call's sequence number. */
+typedef struct rt_dst_slot {
+  const void *ptr;
+  uint64_t seq;
+} rt_dst_slot;
+
 struct kdc_rt_plan {
   int refs;
   char *path;
@@ -412,6 +423,9 @@ struct kdc_rt_plan {
   struct rt_cuda *cuda;     /* a CUDA plan on GPUs (cuda/exec.c; dev_weights then hold GPU
                                addresses), or NULL: the cpu device set */
   uint64_t coll_seq;        /* collectives called so far */
+  rt_dst_slot *dst_seen;    /* exec.c: result buffers of the current collective call, an
+                               open-addressing set of dst_seen_cap (a power of 2 >= 2 nd) */
+  uint64_t dst_seen_cap;
   /* processes (docs/processes.md): this process runs devices [d0, d1) */
   int64_t d0, d1;
   int n_procs, proc_id;
@@ -449,6 +463,11 @@ kdc_status rt_io_gather(kdc_rt_plan *p, const kdc_prog_func *f, rt_func *rf,
 
 /* Runs the steps of |func| on every device with the bound in_ptr/out_ptr. */
 kdc_status rt_exec_steps(kdc_rt_plan *p, size_t func);
+/* Do only COLLECTIVE steps write output |o| of |f|, each the whole buffer?
+ * Then devices holding the same piece may bind one buffer for it: the
+ * executor hands the backend NULL for every later device (comm.h), so the
+ * result is written once (state.c's shared replicas). */
+bool rt_exec_output_shareable(const kdc_prog_func *f, uint32_t o);
 
 /* ---- blas_core.c: OpenBLAS's kernels for this CPU ----------------------------- */
 

@@ -6,13 +6,24 @@
  * parameter or plan weight of the same name.  Those are the STATE tensors:
  * the trainable weights (plan WEIGHTS entries), `<opt>/iteration` and the
  * optimizer slots.  Every device holds its own piece of each (sharded as the
- * tensor is; replicas get their own copy, since every device writes its
- * result), twice: the current value and the buffer the next step writes
- * (ping-pong).  A step binds inputs to the current buffers and outputs to
- * the next ones, runs, and flips: nothing is copied or allocated per step,
- * and no kernel ever reads a buffer it (or a later step) writes.  The plan's
+ * tensor is; replicas get their own copy when every device writes its
+ * result, see "Shared replicas" below), twice: the current value and the
+ * buffer the next step writes (ping-pong).  A step binds inputs to the
+ * current buffers and outputs to the next ones, runs, and flips: nothing is
+ * copied or allocated per step, and no kernel ever reads a buffer it (or a
+ * later step) writes.  The plan's
  * weight pointers (p->dev_weights) are re-pointed at the current weight
  * pieces after every flip, so predict and evaluate see the trained weights.
+ *
+ * Shared replicas.  A state tensor whose train_step output only collectives
+ * write (a weight rebuilt by the all_gather after its sharded update,
+ * passes/shard_update.c) has, on the cpu device set, ONE pair of buffers
+ * per distinct piece in this process: every local replica binds the same
+ * buffers, the collective writes the shared result once (comm.h: exec.c
+ * hands the backend NULL for the later devices) and every device's
+ * consumers read that one copy.  Kernels never write a shared buffer (a
+ * replicated update run by every device would race on it), so outputs with
+ * any non-collective writer keep a buffer per device; CUDA plans too.
  *
  * The state tensor's sharding must be the same in the plan's weight table,
  * as a train_step input and as its output (SHARDING.md 8; passes/
@@ -39,6 +50,8 @@ typedef struct st_tensor {
   int in;                    /* train_step input index, or -1 (a weight) */
   int weight;                /* plan weight index, or -1 */
   void **buf[2];             /* [parity][device] */
+  int64_t *owner;            /* per device: the device whose buffers it binds (itself, or
+                                an earlier local replica: shared, see the file comment) */
 } st_tensor;
 
 struct kdc_rt_train {
@@ -187,24 +200,49 @@ static kdc_status find_state(kdc_rt_train *t, const kdc_prog_func *f) {
   return NULL;
 }
 
+/* Which local device's buffers each device of state |s| binds (|first|:
+ * scratch of nd). */
+static void share_replicas(kdc_rt_train *t, st_tensor *s, int64_t *first) {
+  kdc_rt_plan *p = t->p;
+  const kdc_prog_func *f = &p->prog.funcs[t->step_fn];
+  s->owner = kdc_xcalloc((size_t)p->nd, sizeof *s->owner);
+  for (int64_t d = 0; d < p->nd; d++) s->owner[d] = d, first[d] = -1;
+  if (p->cuda || !rt_exec_output_shareable(f, (uint32_t)(s->t - f->outputs))) return;
+  for (int64_t d = p->d0; d < p->d1; d++) {  /* the first local device with d's piece */
+    int64_t c = rt_mesh_canonical(&p->prog.mesh, s->t, d);
+    if (first[c] < 0) first[c] = d;
+    s->owner[d] = first[c];
+  }
+}
+
 static kdc_status alloc_state(kdc_rt_train *t) {
   kdc_rt_plan *p = t->p;
+  int64_t *first = kdc_xcalloc((size_t)p->nd, sizeof *first);
   for (size_t k = 0; k < t->n_state; k++) {
     st_tensor *s = &t->s[k];
     size_t bytes = (s->t->local_bytes + 63) / 64 * 64;
     if (!bytes) bytes = 64;
+    share_replicas(t, s, first);
     for (int par = 0; par < 2; par++) {
       s->buf[par] = kdc_xcalloc((size_t)p->nd, sizeof(void *));
       for (int64_t d = p->d0; d < p->d1; d++) {  /* this process's devices */
+        if (s->owner[d] != d) {
+          s->buf[par][d] = s->buf[par][s->owner[d]];
+          continue;
+        }
         void *b = NULL;
-        KDC_RETURN_IF_ERROR(kdc_status_annotate(rt_mem_alloc(p, d, bytes, &b),
-                                                "training state \"%s\"", s->t->name));
-        s->buf[par][d] = b;
-        if (s->weight >= 0)
-          KDC_RETURN_IF_ERROR(put_piece(p, s->t, d, b, p->prog.weight_data[s->weight]));
+        kdc_status st = kdc_status_annotate(rt_mem_alloc(p, d, bytes, &b),
+                                            "training state \"%s\"", s->t->name);
+        if (!st) s->buf[par][d] = b;
+        if (!st && s->weight >= 0) st = put_piece(p, s->t, d, b, p->prog.weight_data[s->weight]);
+        if (st) {
+          free(first);
+          return st;
+        }
       }
     }
   }
+  free(first);
   return NULL;
 }
 
@@ -243,13 +281,16 @@ void kdc_rt_train_destroy(kdc_rt_train *t) {
   if (t->saved_weights) /* give the plan its own weight pieces back */
     memcpy(t->p->dev_weights, t->saved_weights,
            (size_t)t->p->nd * t->p->prog.n_weights * sizeof *t->saved_weights);
-  for (size_t k = 0; k < t->n_state; k++)
+  for (size_t k = 0; k < t->n_state; k++) {
     for (int par = 0; par < 2; par++) {
       if (!t->s[k].buf[par]) continue;
-      for (int64_t d = 0; d < t->p->nd; d++)
-        if (t->s[k].buf[par][d]) rt_mem_free(t->p, d, t->s[k].buf[par][d]);
+      for (int64_t d = 0; d < t->p->nd; d++)  /* shared buffers once, by their owner */
+        if (t->s[k].buf[par][d] && t->s[k].owner[d] == d)
+          rt_mem_free(t->p, d, t->s[k].buf[par][d]);
       free(t->s[k].buf[par]);
     }
+    free(t->s[k].owner);
+  }
   if (t->loss) kdc_rt_plan_release(t->p);
   free(t->s), free(t->data_in), free(t->loss), free(t->saved_weights);
   free(t->metric_out), free(t->metrics);
@@ -270,6 +311,12 @@ const kdc_rt_tensor_info *kdc_rt_train_state(const kdc_rt_train *t, size_t k) {
 }
 
 bool kdc_rt_train_state_is_weight(const kdc_rt_train *t, size_t k) { return t->s[k].weight >= 0; }
+
+size_t kdc_rt_train_state_copies(const kdc_rt_train *t, size_t k) {
+  size_t n = 0;
+  for (int64_t d = t->p->d0; d < t->p->d1; d++) n += t->s[k].owner[d] == d;
+  return n;
+}
 
 size_t kdc_rt_train_metric_count(const kdc_rt_train *t) { return t->n_metrics; }
 
@@ -293,7 +340,7 @@ void kdc_rt_train_state_get(const kdc_rt_train *t, size_t k, void *global) {
 void kdc_rt_train_state_set(kdc_rt_train *t, size_t k, const void *global) {
   const st_tensor *s = &t->s[k];
   for (int64_t d = t->p->d0; d < t->p->d1; d++)
-    keep_error(t, put_piece(t->p, s->t, d, s->buf[t->parity][d], global));
+    if (s->owner[d] == d) keep_error(t, put_piece(t->p, s->t, d, s->buf[t->parity][d], global));
 }
 
 /* Binds data input |i| of |f| (global array |g|) on every device, as
@@ -320,6 +367,7 @@ static void bind_data(kdc_rt_plan *p, const kdc_prog_func *f, rt_func *rf, uint3
 static bool same_piece(const kdc_rt_train *t, size_t k, int par, int64_t d, int64_t c) {
   const st_tensor *s = &t->s[k];
   size_t n = s->t->local_bytes;
+  if (s->buf[par][d] == s->buf[par][c]) return true; /* a shared replica */
   if (!t->p->cuda) return !memcmp(s->buf[par][d], s->buf[par][c], n);
   char *a = kdc_xmalloc(n + 1), *b = kdc_xmalloc(n + 1);
   kdc_status st = rt_mem_get(t->p, d, a, s->buf[par][d], n);

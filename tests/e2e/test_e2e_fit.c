@@ -29,7 +29,10 @@
  *   - a save killed midway (KDC_TEST_CRASH_IN_SAVE) leaves the old file;
  *   - `kdc run --fit` prints one line per epoch and writes the history;
  *   - `kdc run --fit` = the Keras 3 reference (tests/reference/train.js);
- *   - kdc compile reads compile_config; a model with BatchNormalization compiles.
+ *   - kdc compile reads compile_config; a model with BatchNormalization compiles;
+ *   - shared replicas: on 8 devices d1/kernel (rebuilt by an all_gather) is
+ *     one buffer in the process, 4 on 2x4 Megatron, state written by
+ *     kernels one per device; training with them = the 1-device run.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -226,6 +229,50 @@ static void test_collective_counts(void **s) {
   assert_int_equal(count_colls(pmg, KDC_COLL_ALL_REDUCE, "data", true), 0);
   assert_int_equal(count_colls(pmg, -1, NULL, false) + count_colls(pmg, -1, NULL, true), 6);
   free(p8), free(pmg), free(umg), free(mg);
+}
+
+/* Buffers holding state |name| in a train object of |plan| (one process). */
+static size_t copies(const char *plan, const char *name) {
+  kdc_rt_plan *p = NULL;
+  kdc_rt_train *t = NULL;
+  assert_null(kdc_rt_plan_load(plan, &p));
+  assert_null(kdc_rt_train_create(p, &t));
+  size_t n = 0, k = 0;
+  while (k < kdc_rt_train_state_count(t) && strcmp(kdc_rt_train_state(t, k)->name, name)) k++;
+  assert_true(k < kdc_rt_train_state_count(t));
+  n = kdc_rt_train_state_copies(t, k);
+  kdc_rt_train_destroy(t);
+  kdc_rt_plan_release(p);
+  return n;
+}
+
+/* Shared replicas (runtime/state.c): a weight rebuilt by the all_gather of
+ * the sharded update is ONE buffer per distinct piece in the process, read
+ * by every device; state written by kernels on every device (small weights
+ * updated whole, the iteration, the sharded slots) keeps a buffer per
+ * device, and so does every weight under --no-shard-update.  Training with
+ * the shared buffers gives the 1-device run (|d| <= 1e-5 (1 + |ref|)). */
+static void test_shared_replicas(void **s) {
+  (void)s;
+  char *mg = megatron_layout();
+  char *p1 = compile("adam", NULL, NULL, NULL, "16"), *p8 = compile("adam", "8", NULL, NULL, "16");
+  char *pmg = compile("adam", "2x4", "data,model", mg, "16");
+  char *u8 = compile_unsharded("adam", "8", NULL, NULL);
+  assert_int_equal(copies(p8, "d1/kernel"), 1);
+  assert_int_equal(copies(p8, "adam/d1_kernel_momentum"), 8);
+  assert_int_equal(copies(p8, "d2/kernel"), 8);
+  assert_int_equal(copies(p8, "adam/iteration"), 8);
+  assert_int_equal(copies(pmg, "d1/kernel"), 4);  /* {-,model}: one per model piece */
+  assert_int_equal(copies(u8, "d1/kernel"), 8);
+  assert_int_equal(copies(p1, "d1/kernel"), 1);
+  run r1, r8, rmg;
+  train(p1, 2, NULL, NULL, &r1);
+  train(p8, 2, NULL, NULL, &r8);
+  same_run(&r8, &r1, 0, "mesh 8, shared replicas");
+  train(pmg, 2, NULL, NULL, &rmg);
+  same_run(&rmg, &r1, 0, "mesh 2x4 Megatron, shared replicas");
+  e2e_run_free(&r1), e2e_run_free(&r8), e2e_run_free(&rmg);
+  free(p1), free(p8), free(pmg), free(u8), free(mg);
 }
 
 /* evaluate, and one train_step, of rows [0, n) through |plan| (padded and
@@ -575,7 +622,7 @@ int main(void) {
       cmocka_unit_test(test_partial_batch),       cmocka_unit_test(test_checkpoint_resume),
       cmocka_unit_test(test_crash_in_save),       cmocka_unit_test(test_cli),
       cmocka_unit_test(test_compile_config),      cmocka_unit_test(test_keras_reference),
-      cmocka_unit_test(test_compile_config_schedule),
+      cmocka_unit_test(test_compile_config_schedule), cmocka_unit_test(test_shared_replicas),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   free(x_npy), free(y_npy);

@@ -9,6 +9,9 @@
  * device-id order), on two runs, with the device-parallel schedule (threads
  * <= devices) and the step-by-step one (threads > devices).
  *
+ * Every case runs twice, the second time with replicas sharing result
+ * buffers (rt_test.h): the shared-replica write-once path of each backend.
+ *
  * Backends: this executable runs the in-process shm backend; the process
  * backend (MPI and TCP transports) runs the same sweep (coll_sweep.h) in
  * tests/mpi/test_mpi_collectives.c; nccl needs a GPU: reported as skipped.
@@ -30,16 +33,25 @@ static void test_large(void **state) {
   coll_large(0);
 }
 
+/* The sweeps' second runs shared result buffers between replicas (an
+ * all_reduce's or all_gather's group members, rt_test.h): the backend's
+ * write-once path for shared replicas was exercised, and checked. */
+static void test_shared_results(void **state) {
+  (void)state;
+  assert_true(rtt_shared_results > 0);
+}
+
 static void test_backends_not_built(void **state) {
   (void)state;
   skip(); /* nccl: no GPU here (tests/gpu); the process backend: tests/mpi */
 }
 
 int main(void) {
-  struct CMUnitTest tests[N_MESHES + 2];
+  struct CMUnitTest tests[N_MESHES + 3];
   for (int i = 0; i < N_MESHES; i++)
     tests[i] = (struct CMUnitTest){meshes[i], test_mesh, NULL, NULL, (void *)meshes[i]};
   tests[N_MESHES] = (struct CMUnitTest)cmocka_unit_test(test_large);
-  tests[N_MESHES + 1] = (struct CMUnitTest)cmocka_unit_test(test_backends_not_built);
-  return _cmocka_run_group_tests("collectives", tests, N_MESHES + 2, NULL, NULL);
+  tests[N_MESHES + 1] = (struct CMUnitTest)cmocka_unit_test(test_shared_results);
+  tests[N_MESHES + 2] = (struct CMUnitTest)cmocka_unit_test(test_backends_not_built);
+  return _cmocka_run_group_tests("collectives", tests, N_MESHES + 3, NULL, NULL);
 }
