@@ -6,8 +6,9 @@
  * scan wants it; go_backwards reverses the time dim first, and the outputs
  * then stay in processing order, as in Keras).  The loop body is a function
  * of the module, "<layer>.step", taking (carries, xs_t, recurrent_kernel
- * [, recurrent bias]) and returning (carries', y_t); initial states are
- * zeros.  Formulas (Keras 3, keras/src/layers/rnn/: lstm.py, gru.py, simple_rnn.py; gate order LSTM
+ * [, recurrent bias]) and returning (carries', y_t); the initial carries
+ * are the call's initial states (Keras' `initial_state`: h [, c], each
+ * [B, units]) or zeros.  Formulas (Keras 3, keras/src/layers/rnn/: lstm.py, gru.py, simple_rnn.py; gate order LSTM
  * i,f,c,o and GRU z,r,h; act = activation, ract = recurrent_activation):
  *   SimpleRNN: h' = act(xs_t + h @ U)               (bias inside xs_t)
  *   LSTM:      z = xs_t + h @ U; i, f, g, o = ract(z0), ract(z1), act(z2), ract(z3)
@@ -22,8 +23,8 @@
  * side by side, which the layer slices apart after the loop.
  * Dropout and recurrent_dropout are identities at inference (training with
  * them is refused: kdc would silently train without them); unroll only
- * changes how Keras builds the loop, not the numbers; stateful layers and
- * initial states passed in are errors.  A Keras mask (frontend/mask.c) is a
+ * changes how Keras builds the loop, not the numbers; stateful layers are
+ * errors.  A Keras mask (frontend/mask.c) is a
  * second scan sequence, f32 [T, B, 1]: see build_body.
  */
 #include <json-c/json.h>
@@ -181,8 +182,8 @@ static kdc_status build_body(kdc_lower_ctx *c, const kdc_keras_layer *l, const r
   return NULL;
 }
 
-static kdc_status lower_rnn(kdc_lower_ctx *c, const kdc_keras_layer *l, kdc_value_id x,
-                            kdc_value_id *out) {
+kdc_status kdc_fe_lower_rnn_layer(kdc_lower_ctx *c, const kdc_keras_layer *l, kdc_value_id x,
+                                  int n_states, const kdc_value_id *states, kdc_value_id *out) {
   rnn_cfg r;
   KDC_RETURN_IF_ERROR(read_cfg(l, &r));
   double drop, rdrop;
@@ -201,6 +202,8 @@ static kdc_status lower_rnn(kdc_lower_ctx *c, const kdc_keras_layer *l, kdc_valu
   kdc_value_id W = kdc_fe_weight(c, l, kn), U = kdc_fe_weight(c, l, un);
   kdc_value_id b = r.bias ? kdc_fe_weight(c, l, bn) : KDC_NO_VALUE;
   if (x == KDC_NO_VALUE || W == KDC_NO_VALUE || U == KDC_NO_VALUE) return NULL;
+  for (int i = 0; i < n_states; i++)
+    if (states[i] == KDC_NO_VALUE) return NULL;
   const kdc_type *xt = kdc_ir_type(f, x);
   if (xt->rank != 3 || xt->dtype != KDC_DTYPE_F32)
     return kdc_fe_layer_err(l, KDC_INVALID_INPUT, "expected a float (batch, time, features) input");
@@ -245,12 +248,20 @@ static kdc_status lower_rnn(kdc_lower_ctx *c, const kdc_keras_layer *l, kdc_valu
   c->f = f;
   if (!st) st = kdc_ir_take_error(body);
   if (st) return kdc_fe_layer_err(l, KDC_INTERNAL, "recurrent step: %s", kdc_status_message(st));
-  /* the loop */
-  kdc_value_id zeros = kdc_ir_splat(f, KDC_DTYPE_F32, 2, (int64_t[]){B, u}, 0.0);
-  kdc_value_id ops[6];
+  /* the loop, from the given initial states or zeros */
   int n = 0, nc = r.lstm ? 2 : 1;
-  ops[n++] = zeros;
-  if (r.lstm) ops[n++] = zeros;
+  kdc_value_id ops[8];
+  for (int i = 0; i < nc; i++) {
+    if (!n_states) {
+      ops[n++] = kdc_ir_splat(f, KDC_DTYPE_F32, 2, (int64_t[]){B, u}, 0.0);
+      continue;
+    }
+    const kdc_type *s0 = kdc_ir_type(f, states[i]);
+    if (s0->dtype != KDC_DTYPE_F32 || s0->rank != 2 || s0->dims[0] != B || s0->dims[1] != u)
+      return kdc_fe_layer_err(l, KDC_INVALID_INPUT, "initial state %d: expected a float "
+                              "(batch %lld, units %lld) tensor", i, (long long)B, (long long)u);
+    ops[n++] = states[i];
+  }
   ops[n++] = xs;
   if (masked) ops[n++] = ms;
   ops[n++] = U;
@@ -283,6 +294,9 @@ static kdc_status lower_rnn(kdc_lower_ctx *c, const kdc_keras_layer *l, kdc_valu
 kdc_status kdc_fe_lower_rnn(struct kdc_lower_ctx *c, const kdc_keras_layer *l,
                             const kdc_keras_node *n, const kdc_value_id *in,
                             const kdc_value_id *kw, kdc_value_id *out) {
-  (void)n, (void)kw;
-  return lower_rnn(c, l, in[0], out);
+  int idx[16];
+  int ns = kdc_fe_rnn_state_inputs(n, idx, 16);
+  kdc_value_id st[16];
+  for (int i = 0; i < ns; i++) st[i] = idx[i] < n->n_in ? in[idx[i]] : kw[idx[i] - n->n_in];
+  return kdc_fe_lower_rnn_layer(c, l, in[0], ns, st, out);
 }

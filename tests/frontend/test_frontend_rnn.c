@@ -7,10 +7,17 @@
  * go_backwards; and the Bidirectional wrapper (merge modes, weight paths,
  * Keras' parameter counts, located config errors).  Weights are seeded; the
  * lowered predict runs on the reference interpreter; |d| <= 1e-5.
+ * Initial states (Keras' `initial_state`): examples/seq2seq (TF.js 4.22,
+ * tests/reference/gen.js: encoders' final states start LSTM, GRU,
+ * SimpleRNN and Bidirectional decoders) through the interpreter within
+ * 1e-5 + 1e-4 |ref|, its gradients (the encoder input's only path is
+ * through the states) against central differences, and the located
+ * errors for a wrong number or shape of states.
  */
 #include <math.h>
 
 #include "fe_test.h"
+#include "fe_grad.h"
 
 enum { B = 2, T = 4, F = 3, U = 2 };
 
@@ -330,6 +337,58 @@ static void test_bidir_errors(void **state) {
            KDC_INVALID_INPUT, "same go_backwards");
 }
 
+#define S2S(f) FE_EXAMPLE("seq2seq", f)
+
+static void test_seq2seq_reference(void **state) {
+  (void)state;
+  lowered L;
+  lower_example(S2S("model.json"), S2S("weights.safetensors"),
+                (const char *[]){S2S("input0.npy"), S2S("input1.npy")}, 37, &L);
+  kdc_tensor out;
+  assert_null(kdc_ir_interpret(L.f, L.args, L.f->n_params, &out));
+  kdc_npy_array want;
+  assert_null(kdc_npy_read(S2S("expected.npy"), &want));
+  int64_t n = kdc_type_numel(&out.type);
+  assert_int_equal((int64_t)(want.nbytes / 4), n);
+  const float *g = out.data, *w = want.data;
+  for (int64_t i = 0; i < n; i++)
+    if (!(fabsf(g[i] - w[i]) <= 1e-5f + 1e-4f * fabsf(w[i])))
+      fail_msg("seq2seq element %lld: got %.8g, TF.js %.8g", (long long)i, g[i], w[i]);
+  kdc_npy_free(&want);
+  free(out.data);
+  lowered_free(&L);
+}
+
+/* Every input and weight element of seq2seq at batch 2 (every 3rd
+ * element): the encoders reach the output only through the decoders'
+ * initial states, so scan's initial-carry cotangent is what is checked on
+ * `enc`. */
+static void test_seq2seq_gradients(void **state) {
+  (void)state;
+  lowered L;
+  lower_example(S2S("model.json"), S2S("weights.safetensors"),
+                (const char *[]){S2S("input0.npy"), S2S("input1.npy")}, 2, &L);
+  grad_check(&L, NULL, 3, 600);
+  lowered_free(&L);
+}
+
+static void state_err(const char *cls, const char *cfg, const char *kwargs, const char *what) {
+  const char *path = fe_model_file("state_bad.json", "4, 3", cls, cfg, NULL, kwargs);
+  kdc_keras_model *m = NULL;
+  fe_assert_err(kdc_frontend_load(path, &m), KDC_INVALID_INPUT, path, what, NULL);
+}
+
+static void test_initial_state_errors(void **state) {
+  (void)state;
+  state_err("LSTM", "\"units\": 3", "{\"initial_state\": [KT]}",
+            "1 initial state tensor(s) passed: LSTM takes 2");
+  state_err("GRU", "\"units\": 3", "{\"initial_state\": [KT]}", "initial state 0 must be "
+            "(batch, units=3)");
+  state_err("Bidirectional", "\"layer\": {\"class_name\": \"GRU\", \"config\": "
+            "{\"units\": 3}}", "{\"initial_state\": [KT]}",
+            "1 initial state tensors passed: Bidirectional takes");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_gru_reset_after),
@@ -338,6 +397,9 @@ int main(void) {
       cmocka_unit_test(test_bidir_lstm_state),
       cmocka_unit_test(test_bidir_gru_count),
       cmocka_unit_test(test_bidir_errors),
+      cmocka_unit_test(test_seq2seq_reference),
+      cmocka_unit_test(test_seq2seq_gradients),
+      cmocka_unit_test(test_initial_state_errors),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
