@@ -12,7 +12,7 @@
  * with equal losses on 1 device and on 2x4, and so does a model whose
  * LSTM and GRU decoders start from a Bidirectional encoder's final states
  * (Keras 3 `initial_state` kwargs; gradients reach the encoder through
- * them).
+ * them), also with dropout and recurrent_dropout on the decoders.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -300,6 +300,14 @@ static void test_initial_state_fit_meshes(void **state) {
   fit_state_model("");
 }
 
+/* The same with dropout and recurrent_dropout on both decoders: the masks
+ * (kdc's counter-based stream, drawn once per call) are the same on every
+ * mesh, so the epoch losses still agree. */
+static void test_dropout_fit_meshes(void **state) {
+  (void)state;
+  fit_state_model(", \"dropout\": 0.2, \"recurrent_dropout\": 0.3");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_gaurdian_eye),
@@ -308,6 +316,7 @@ int main(void) {
       cmocka_unit_test(test_lstm_fit_meshes),
       cmocka_unit_test(test_bidir_fit_meshes),
       cmocka_unit_test(test_initial_state_fit_meshes),
+      cmocka_unit_test(test_dropout_fit_meshes),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
