@@ -480,6 +480,9 @@ kdc_status kdc_fe_compute_masks(struct kdc_lower_ctx *c, const kdc_keras_layer *
                                 const kdc_keras_node *n, const kdc_value_id *in,
                                 const kdc_value_id *in_mask, const kdc_value_id *out,
                                 kdc_value_id *out_mask);
+/* Whether class |cls|'s Keras call uses the mask it is given (mask.c's
+ * table): its lowering must then read it. */
+bool kdc_fe_mask_consumer(const char *cls);
 /* The mask of positional input |i| of the node being lowered (KDC_NO_VALUE:
  * none); marks the mask as used. */
 kdc_value_id kdc_fe_input_mask(struct kdc_lower_ctx *c, int i);
