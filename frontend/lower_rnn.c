@@ -27,7 +27,8 @@
  * ones enter the body as a sequence (each row the same masks) since only
  * sequences and carries may hold the batch dim; unroll only
  * changes how Keras builds the loop, not the numbers; stateful layers are
- * errors.  A Keras mask (frontend/mask.c) is a
+ * errors (docs/frontend.md: a plan batch is a pure function of its inputs,
+ * with no state carried to the next batch of predict).  A Keras mask (frontend/mask.c) is a
  * second scan sequence, f32 [T, B, 1]: see build_body.
  */
 #include <json-c/json.h>
@@ -64,7 +65,9 @@ static kdc_status read_cfg(const kdc_keras_layer *l, rnn_cfg *r) {
   if (r->gru) KDC_RETURN_IF_ERROR(kdc_fe_cfg_bool(l, "reset_after", true, &r->reset_after));
   if (stateful)
     return kdc_fe_layer_err(l, KDC_UNSUPPORTED, "config.stateful=true: stateful recurrent "
-                            "layers are not supported (kdc runs each batch from zero states)");
+                            "layers are not supported (Keras starts each batch from the last "
+                            "batch's final states; kdc plans start every batch from zeros or "
+                            "the given initial states)");
   r->act = "tanh";
   r->ract = "sigmoid";
   if (kdc_fe_get(l->config, "activation"))
