@@ -6,6 +6,8 @@
  *   lower_example(model, weights, inputs, b, L)  loads, lowers predict at
  *                        batch |b|, binds |weights|, and fills L->args with
  *                        the .npy inputs' first |b| rows and the weights
+ *   lower_model(path, train, b, x, seed, L)  predict or train_forward with
+ *                        initialiser weights and the given f32 inputs
  *   lowered_free(L)
  *   urand(s, lo, hi)     xorshift64* uniform doubles
  *   grad_check(L, skip, stride, min_checked)  autodiff of sum(L->f's result 0 * w)
@@ -28,6 +30,29 @@ typedef struct lowered {
   kdc_tensor *args;
 } lowered;
 
+/* L->args for L->f: inputs copied from |x| (one array per input, at least
+ * the parameter's size), sample_mask ones, the step 0, weights from L->mod. */
+static FE_UNUSED void fill_args(lowered *L, const float *const *x) {
+  L->args = calloc(L->f->n_params, sizeof *L->args);
+  int ni = 0;
+  for (size_t i = 0; i < L->f->n_params; i++) {
+    const kdc_node *nd = kdc_ir_node(L->f, L->f->params[i]);
+    kdc_tensor *a = &L->args[i];
+    a->type = nd->type;
+    size_t bytes = kdc_type_bytes(&a->type);
+    a->data = calloc(1, bytes + 1);
+    if (nd->attr.param.kind == KDC_PARAM_INPUT) {
+      memcpy(a->data, x[ni++], bytes);
+    } else if (nd->attr.param.kind == KDC_PARAM_LABEL) {
+      for (size_t k = 0; k < bytes / 4; k++) ((float *)a->data)[k] = 1; /* sample_mask */
+    } else if (nd->attr.param.kind != KDC_PARAM_STATE) {
+      const kdc_weight *w = kdc_ir_module_find_weight(L->mod, nd->attr.param.name);
+      assert_non_null(w);
+      memcpy(a->data, w->data, bytes);
+    }
+  }
+}
+
 static FE_UNUSED void lower_example(const char *model, const char *weights, const char *const *inputs,
                           int64_t b, lowered *L) {
   L->km = fe_load_ok(model);
@@ -37,26 +62,35 @@ static FE_UNUSED void lower_example(const char *model, const char *weights, cons
   st = kdc_frontend_bind_weights(L->km, L->mod, weights, 0);
   if (st) fail_msg("binding %s: %s", weights, kdc_status_message(st));
   L->f = kdc_ir_module_find_func(L->mod, "predict");
-  L->args = calloc(L->f->n_params, sizeof *L->args);
-  int ni = 0;
+  kdc_npy_array x[8];
+  const float *xs[8] = {NULL};
+  int n = 0;
   for (size_t i = 0; i < L->f->n_params; i++) {
     const kdc_node *nd = kdc_ir_node(L->f, L->f->params[i]);
-    kdc_tensor *a = &L->args[i];
-    a->type = nd->type;
-    size_t bytes = kdc_type_bytes(&a->type);
-    a->data = malloc(bytes + 1);
-    if (nd->attr.param.kind == KDC_PARAM_INPUT) {
-      kdc_npy_array x;
-      assert_null(kdc_npy_read(inputs[ni++], &x));
-      assert_true(x.nbytes >= bytes);
-      memcpy(a->data, x.data, bytes);
-      kdc_npy_free(&x);
-    } else {
-      const kdc_weight *w = kdc_ir_module_find_weight(L->mod, nd->attr.param.name);
-      assert_non_null(w);
-      memcpy(a->data, w->data, bytes);
-    }
+    if (nd->attr.param.kind != KDC_PARAM_INPUT) continue;
+    assert_true(n < 8);
+    assert_null(kdc_npy_read(inputs[n], &x[n]));
+    assert_true(x[n].nbytes >= kdc_type_bytes(&nd->type));
+    xs[n] = x[n].data;
+    n++;
   }
+  fill_args(L, xs);
+  for (int i = 0; i < n; i++) kdc_npy_free(&x[i]);
+}
+
+/* |path| lowered at batch |b| -- predict, or train_forward (step 0, a
+ * sample_mask of ones) when |train| -- with the initialisers' weights
+ * (seed |seed|) and the f32 inputs |x| (one array per input, copied). */
+static FE_UNUSED void lower_model(const char *path, bool train, int64_t b, const float *const *x,
+                                  uint64_t seed, lowered *L) {
+  L->km = fe_load_ok(path);
+  kdc_lower_options opt = {.batch = b, .train_forward = train, .dropout_seed = 5};
+  kdc_status st = kdc_frontend_lower(L->km, &opt, &L->mod);
+  if (st) fail_msg("lowering %s: %s", path, kdc_status_message(st));
+  st = kdc_frontend_init_weights(L->km, L->mod, seed);
+  if (st) fail_msg("initialising %s: %s", path, kdc_status_message(st));
+  L->f = kdc_ir_module_find_func(L->mod, train ? "train_forward" : "predict");
+  fill_args(L, x);
 }
 
 static FE_UNUSED void lowered_free(lowered *L) {
@@ -78,8 +112,20 @@ static FE_UNUSED double weighted(const kdc_tensor *r, const float *w) {
   return s;
 }
 
-/* Central differences of sum(predict * w) for every parameter whose name
- * does not start with |skip| (NULL: none), every |stride|-th element. */
+/* Whether |name| starts with one of the '|'-separated prefixes |skip|. */
+static FE_UNUSED bool skipped(const char *name, const char *skip) {
+  for (const char *p = skip; p && *p;) {
+    const char *e = strchr(p, '|');
+    size_t n = e ? (size_t)(e - p) : strlen(p);
+    if (n && !strncmp(name, p, n)) return true;
+    p = e ? e + 1 : NULL;
+  }
+  return false;
+}
+
+/* Central differences of sum(result 0 * w) for every parameter whose name
+ * does not start with one of the prefixes |skip| ("a|b", NULL: none), every
+ * |stride|-th element. */
 static FE_UNUSED void grad_check(lowered *L, const char *skip, int stride, int min_checked) {
   kdc_func *f = L->f;
   kdc_type rt = *kdc_ir_type(f, f->results[0]);
@@ -98,8 +144,7 @@ static FE_UNUSED void grad_check(lowered *L, const char *skip, int stride, int m
   kdc_value_id *wrt = calloc(np, sizeof *wrt), *g = calloc(np, sizeof *g);
   size_t *at = calloc(np, sizeof *at);
   for (size_t i = 0; i < np; i++) {
-    const char *name = kdc_ir_node(f, f->params[i])->attr.param.name;
-    if (skip && !strncmp(name, skip, strlen(skip))) continue;
+    if (skipped(kdc_ir_node(f, f->params[i])->attr.param.name, skip)) continue;
     at[nw] = i;
     wrt[nw++] = f->params[i];
   }

@@ -27,6 +27,9 @@
  *   and both occur; RandomBrightness / RandomContrast: one factor per image
  *   within Keras' range (a contrast factor 0.5 means [1, 1.5]: Keras'
  *   _set_factor bounds the lower end at 0), the formula and the clip;
+ * - gradients through masked Attention (mask list, causal), masked
+ *   BatchNormalization training statistics and a masked
+ *   TimeDistributed(LSTM) against central differences;
  * - refusals are one-line located errors naming the key or the class.
  */
 #include "fe_test.h"
@@ -547,6 +550,76 @@ static kdc_status lower_err(const char *path, bool train) {
 
 #define TD_DENSE "\"layer\": {\"class_name\": \"Dense\", \"config\": {\"name\": \"d\", \"units\": 3}}"
 
+/* ---- gradients through masked layers ---------------------------------- */
+
+/* A Keras 3 keras tensor of layer |name| (output 0). */
+#define KTN(name) "{\"class_name\": \"__keras_tensor__\", \"config\": {\"keras_history\": [\"" name "\", 0, 0]}}"
+#define INL(name, shape) "{\"class_name\": \"InputLayer\", \"name\": \"" name "\", \"config\": " \
+  "{\"name\": \"" name "\", \"batch_shape\": [null, " shape "]}, \"inbound_nodes\": []}"
+#define FUNC(layers, ins, out) "{\"class_name\": \"Functional\", \"config\": {\"name\": \"m\", " \
+  "\"layers\": [" layers "], \"input_layers\": [" ins "], \"output_layers\": [[\"" out "\", 0, 0]]}}"
+
+static void masked_grad(const char *tag, const char *json, bool train, int n_in,
+                        const int64_t *sizes, const float *const *masks, const char *skip) {
+  const char *path = fe_tmp(tag);
+  fe_write(path, json, strlen(json));
+  const float *x[4];
+  float *own[4] = {NULL};
+  uint64_t seed = 0xA77;
+  for (int i = 0; i < n_in; i++) {
+    if (masks[i]) {
+      x[i] = masks[i];
+      continue;
+    }
+    own[i] = malloc(sizeof(float) * (size_t)sizes[i]);
+    for (int64_t k = 0; k < sizes[i]; k++) own[i][k] = (float)urand(&seed, -1, 1);
+    x[i] = own[i];
+  }
+  lowered L;
+  lower_model(path, train, 2, x, 3, &L);
+  grad_check(&L, skip, 1, 20);
+  lowered_free(&L);
+  for (int i = 0; i < n_in; i++) free(own[i]);
+}
+
+/* Attention with a mask list and causal, BatchNormalization's masked
+ * moments in train_forward (explicit mask tensor), and TimeDistributed(LSTM)
+ * given a mask: gradients of every float input and weight against central
+ * differences (the mask inputs and the moving statistics skipped). */
+static void test_masked_gradients(void **s FE_UNUSED) {
+  /* every query row keeps a key (fully masked rows round s - 1e9 to one value, so
+   * central differences see a flat function there) */
+  static const float qm[8] = {1, 0, 1, 1, 1, 1, 0, 1}, vm[10] = {1, 1, 0, 1, 1, 1, 0, 1, 1, 1};
+  masked_grad("att_grad.json",
+              FUNC(INL("q", "4, 3") ", " INL("v", "5, 3") ", " INL("qm", "4") ", " INL("vm", "5")
+                   ", {\"class_name\": \"Attention\", \"name\": \"att\", \"config\": {\"name\": "
+                   "\"att\", \"use_scale\": true}, \"inbound_nodes\": [{\"args\": [[" KTN("q") ", "
+                   KTN("v") "]], \"kwargs\": {\"mask\": [" KTN("qm") ", " KTN("vm") "], "
+                   "\"use_causal_mask\": true}}]}",
+                   "[\"q\", 0, 0], [\"v\", 0, 0], [\"qm\", 0, 0], [\"vm\", 0, 0]", "att"),
+              false, 4, (const int64_t[]){24, 30, 8, 10},
+              (const float *const[]){NULL, NULL, qm, vm}, "qm|vm");
+  static const float m5[10] = {1, 1, 0, 1, 0, 1, 0, 0, 1, 1};
+  masked_grad("bn_grad.json",
+              FUNC(INL("x", "5, 3") ", " INL("mask_in", "5")
+                   ", {\"class_name\": \"BatchNormalization\", \"name\": \"bn\", \"config\": "
+                   "{\"name\": \"bn\"}, \"inbound_nodes\": [{\"args\": [" KTN("x") "], "
+                   "\"kwargs\": {\"mask\": " KTN("mask_in") "}}]}",
+                   "[\"x\", 0, 0], [\"mask_in\", 0, 0]", "bn"),
+              true, 2, (const int64_t[]){30, 10}, (const float *const[]){NULL, m5},
+              "mask_in|bn/moving|iteration|sample_mask");
+  static const float m34[24] = {1, 0, 1, 0, 1, 1, 1, 1, 0, 0, 1, 1,
+                                1, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1, 1};
+  masked_grad("td_grad.json",
+              FUNC(INL("x", "3, 4, 2") ", " INL("mask_in", "3, 4")
+                   ", {\"class_name\": \"TimeDistributed\", \"name\": \"td\", \"config\": "
+                   "{\"name\": \"td\", \"layer\": {\"class_name\": \"LSTM\", \"config\": "
+                   "{\"name\": \"l\", \"units\": 2}}}, \"inbound_nodes\": [{\"args\": ["
+                   KTN("x") "], \"kwargs\": {\"mask\": " KTN("mask_in") "}}]}",
+                   "[\"x\", 0, 0], [\"mask_in\", 0, 0]", "td"),
+              false, 2, (const int64_t[]){48, 24}, (const float *const[]){NULL, m34}, "mask_in");
+}
+
 static void test_errors(void **s FE_UNUSED) {
   fe_assert_err(load_err(fe_model_file("td1.json", "5", "TimeDistributed", TD_DENSE, NULL, NULL)),
                 KDC_INVALID_INPUT, "config.layers[1]", "rank >= 3", NULL);
@@ -601,6 +674,7 @@ int main(void) {
       cmocka_unit_test(test_attention_causal_forms), cmocka_unit_test(test_rms_norm),
       cmocka_unit_test(test_spectral_norm),        cmocka_unit_test(test_value_augment_training),
       cmocka_unit_test(test_encodings),            cmocka_unit_test(test_adaptive_pool),
+      cmocka_unit_test(test_masked_gradients),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -510,25 +510,9 @@ static void test_dropout_gradients(void **state) {
     const char *path = fe_tmp("rnn_drop_grad.json");
     fe_write(path, json, strlen(json));
     lowered L;
-    L.km = fe_load_ok(path);
-    kdc_lower_options opt = {.batch = B, .train_forward = true, .dropout_seed = 5};
-    kdc_status st = kdc_frontend_lower(L.km, &opt, &L.mod);
-    if (st) fail_msg("%s", kdc_status_message(st));
-    fill_weights(L.mod, 99);
-    L.f = kdc_ir_module_find_func(L.mod, "train_forward");
-    L.args = calloc(L.f->n_params, sizeof *L.args);
     float x[B * T * F];
     input(x);
-    for (size_t i = 0; i < L.f->n_params; i++) {
-      const kdc_node *nd = kdc_ir_node(L.f, L.f->params[i]);
-      kdc_tensor *a = &L.args[i];
-      a->type = nd->type;
-      size_t bytes = kdc_type_bytes(&a->type);
-      a->data = malloc(bytes + 1);
-      if (nd->attr.param.kind == KDC_PARAM_INPUT) memcpy(a->data, x, bytes);
-      else if (nd->attr.param.kind == KDC_PARAM_STATE) *(int32_t *)a->data = 3;
-      else memcpy(a->data, kdc_ir_module_find_weight(L.mod, nd->attr.param.name)->data, bytes);
-    }
+    lower_model(path, true, B, (const float *const[]){x}, 7, &L);
     grad_check(&L, "iteration", 1, 20);
     lowered_free(&L);
   }
