@@ -285,7 +285,7 @@ kdc_status kdc_fe_lower_rnn_layer(kdc_lower_ctx *c, const kdc_keras_layer *l, kd
   const kdc_type *xt = kdc_ir_type(f, x);
   if (xt->rank != 3 || xt->dtype != KDC_DTYPE_F32)
     return kdc_fe_layer_err(l, KDC_INVALID_INPUT, "expected a float (batch, time, features) input");
-  int64_t B = xt->dims[0], T = xt->dims[1], u = r.units, G = r.gates;
+  int64_t B = xt->dims[0], T = xt->dims[1], F = xt->dims[2], u = r.units, G = r.gates;
   if (T < 1)
     return kdc_fe_layer_err(l, KDC_UNSUPPORTED, "a sequence of %lld steps: recurrent layers "
                             "need at least one step", (long long)T);
@@ -309,7 +309,7 @@ kdc_status kdc_fe_lower_rnn_layer(kdc_lower_ctx *c, const kdc_keras_layer *l, kd
   if (!n_in) {
     xs = kdc_ir_matmul(f, x, W);  /* [B, T, G u] */
   } else {
-    int64_t F = xt->dims[2], xd[3] = {B, T, F};
+    int64_t xd[3] = {B, T, F};
     kdc_value_id m = drop_masks(c, l, "dropout", drop, n_in, B, F), parts[4];
     for (int k = 0; k < n_in; k++) {
       kdc_value_id mk = kdc_ir_reshape(f, kdc_ir_slice(f, m, (int64_t[]){k, 0, 0},
