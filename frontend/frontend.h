@@ -346,6 +346,15 @@ kdc_status kdc_fe_infer_layernorm(kdc_infer_args *a);
 kdc_status kdc_fe_infer_normalization(kdc_infer_args *a);
 kdc_status kdc_fe_infer_embedding(kdc_infer_args *a);
 kdc_status kdc_fe_infer_rnn(kdc_infer_args *a);
+/* The initial states a call of a recurrent layer passes, as indices into
+ * its positional inputs followed by its tensor kwargs: the tensors after
+ * the sequence (tf.keras 2 and TF.js append them to the inputs; Keras 3
+ * `layer(x, [h, c])`), then the Keras 3 `initial_state` kwarg's, in order.
+ * Returns their count (at most |cap|). */
+int kdc_fe_rnn_state_inputs(const kdc_keras_node *n, int *idx, int cap);
+/* kdc_fe_infer_rnn with the initial states' shapes given (Bidirectional
+ * passes each direction its half). */
+kdc_status kdc_fe_infer_rnn_layer(kdc_infer_args *a, int n_states, const kdc_kshape *states);
 kdc_status kdc_fe_infer_mha(kdc_infer_args *a);
 kdc_status kdc_fe_infer_prelu(kdc_infer_args *a);
 kdc_status kdc_fe_infer_groupnorm(kdc_infer_args *a);
@@ -471,6 +480,9 @@ kdc_status kdc_fe_compute_masks(struct kdc_lower_ctx *c, const kdc_keras_layer *
                                 const kdc_keras_node *n, const kdc_value_id *in,
                                 const kdc_value_id *in_mask, const kdc_value_id *out,
                                 kdc_value_id *out_mask);
+/* Whether class |cls|'s Keras call uses the mask it is given (mask.c's
+ * table): its lowering must then read it. */
+bool kdc_fe_mask_consumer(const char *cls);
 /* The mask of positional input |i| of the node being lowered (KDC_NO_VALUE:
  * none); marks the mask as used. */
 kdc_value_id kdc_fe_input_mask(struct kdc_lower_ctx *c, int i);
@@ -544,6 +556,11 @@ KDC_FE_LOWER_FN(kdc_fe_lower_embedding);
 kdc_status kdc_fe_infer_conv_transpose(kdc_infer_args *a);
 /* lower_rnn.c: LSTM, GRU and SimpleRNN as one scan over a step function. */
 KDC_FE_LOWER_FN(kdc_fe_lower_rnn);
+/* One recurrent layer |l| on the sequence |x| from the initial states |st|
+ * (|n_states|: 0 = zeros, else h [, c]); writes its outputs to |out|. */
+kdc_status kdc_fe_lower_rnn_layer(struct kdc_lower_ctx *c, const kdc_keras_layer *l,
+                                  kdc_value_id x, int n_states, const kdc_value_id *st,
+                                  kdc_value_id *out);
 /* lower_bidirectional.c: the Bidirectional wrapper (inference and lowering). */
 kdc_status kdc_fe_infer_bidirectional(kdc_infer_args *a);
 KDC_FE_LOWER_FN(kdc_fe_lower_bidirectional);

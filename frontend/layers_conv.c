@@ -381,13 +381,27 @@ kdc_status kdc_fe_infer_embedding(kdc_infer_args *a) {
   return NULL;
 }
 
+int kdc_fe_rnn_state_inputs(const kdc_keras_node *n, int *idx, int cap) {
+  int k = 0;
+  for (int i = 1; i < n->n_in && k < cap; i++) idx[k++] = i;
+  for (int i = 0; i < n->n_kw && k < cap; i++)
+    if (!strcmp(n->kw_names[i], "initial_state")) idx[k++] = n->n_in + i;
+  return k;
+}
+
 kdc_status kdc_fe_infer_rnn(kdc_infer_args *a) {
   const kdc_keras_layer *l = a->l;
   if (a->node->n_in < 1)
     return kdc_fe_layer_err(l, KDC_INVALID_INPUT, "expected an input sequence");
-  if (a->node->n_in > 1)
-    return kdc_fe_layer_err(l, KDC_UNSUPPORTED,
-                            "initial states passed as inputs are not supported");
+  int idx[16];
+  int ns = kdc_fe_rnn_state_inputs(a->node, idx, 16);
+  kdc_kshape st[16];
+  for (int i = 0; i < ns; i++) st[i] = idx[i] < a->node->n_in ? a->in[idx[i]] : a->kw[idx[i] - a->node->n_in];
+  return kdc_fe_infer_rnn_layer(a, ns, st);
+}
+
+kdc_status kdc_fe_infer_rnn_layer(kdc_infer_args *a, int n_states, const kdc_kshape *states) {
+  const kdc_keras_layer *l = a->l;
   bool lstm = !strcmp(l->class_name, "LSTM"), gru = !strcmp(l->class_name, "GRU");
   int gates = lstm ? 4 : gru ? 3 : 1;
   int64_t units;
@@ -404,6 +418,19 @@ kdc_status kdc_fe_infer_rnn(kdc_infer_args *a) {
   if (x->rank != 3)
     return kdc_fe_shape_err(a, "recurrent layers expect a (batch, time, features) input", x, NULL);
   if (x->dims[2] < 0) return kdc_fe_shape_err(a, "the feature dimension must be known", x, NULL);
+  /* initial states (Keras' RNN.call initial_state): one [batch, units]
+   * tensor per state, h (and c for LSTM) */
+  if (n_states && n_states != (lstm ? 2 : 1))
+    return kdc_fe_layer_err(l, KDC_INVALID_INPUT, "%d initial state tensor(s) passed: %s takes "
+                            "%d ([h, c] for LSTM, [h] otherwise)", n_states, l->class_name,
+                            lstm ? 2 : 1);
+  for (int i = 0; i < n_states; i++) {
+    const kdc_kshape *s = &states[i];
+    if (s->rank != 2 || s->dims[1] != units || (s->dims[0] >= 0 && x->dims[0] >= 0 &&
+                                                s->dims[0] != x->dims[0]))
+      return kdc_fe_shape_err(a, kdc_arena_printf(a->m->arena, "initial state %d must be "
+                              "(batch, units=%lld)", i, (long long)units), s, x);
+  }
   const char *cell = lstm ? "lstm_cell" : gru ? "gru_cell" : "simple_rnn_cell";
   kdc_arena *ar = a->m->arena;
   kdc_kshape k = kdc_kshape_make(2, (int64_t[]){x->dims[2], gates * units});

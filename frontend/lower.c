@@ -84,6 +84,18 @@ kdc_status kdc_fe_lower_graph(struct kdc_lower_ctx *c, const kdc_keras_model *m,
   return kdc_fe_lower_graph_masked(c, m, inputs, NULL, outputs, NULL);
 }
 
+/* The input slot of the |j|-th tensor of a call's `mask` kwarg |mk|: 0 for
+ * a single tensor, its position in a list (null entries skipped). */
+static int mask_list_slot(json_object *mk, int j) {
+  if (!json_object_is_type(mk, json_type_array)) return j;
+  for (size_t e = 0; e < json_object_array_length(mk); e++) {
+    json_object *v = json_object_array_get_idx(mk, e);
+    if (kdc_fe_is_null(v)) continue;
+    if (j-- == 0) return (int)e;
+  }
+  return 64;
+}
+
 kdc_status kdc_fe_lower_graph_masked(struct kdc_lower_ctx *c, const kdc_keras_model *m,
                                      const kdc_value_id *inputs, const kdc_value_id *in_masks,
                                      kdc_value_id *outputs, kdc_value_id *out_masks) {
@@ -128,9 +140,15 @@ kdc_status kdc_fe_lower_graph_masked(struct kdc_lower_ctx *c, const kdc_keras_mo
       im[i] = masks[t];
       masked = masked || im[i] != KDC_NO_VALUE;
     }
-    /* an explicit `mask` kwarg is the previous mask (Keras layer.py __call__) */
-    for (int i = 0; i < n->n_kw; i++)
-      if (!strcmp(n->kw_names[i], "mask") && n->n_in > 0) im[0] = kw[i], masked = true;
+    /* an explicit `mask` kwarg is the previous mask (Keras layer.py __call__):
+     * one tensor for the first input, or a list with one entry per input
+     * (Attention's [query_mask, value_mask]; null entries are no mask) */
+    json_object *mk = kdc_fe_get(n->kwargs, "mask");
+    for (int i = 0, j = 0; i < n->n_kw; i++) {
+      if (strcmp(n->kw_names[i], "mask") || n->n_in == 0) continue;
+      int at = mask_list_slot(mk, j++);
+      if (at < n->n_in) im[at] = kw[i], masked = true;
+    }
     for (int i = 0; i < n->n_out; i++) out[i] = om[i] = KDC_NO_VALUE;
     c->in_mask = masked ? im : NULL;
     c->out_mask = om;

@@ -15,13 +15,14 @@
  * Dropout is the identity at inference.  Keras routes 4-D projections
  * through ops.dot_product_attention, which scales the logits instead of the
  * query: the same function up to rounding.
- * Masks (_compute_attention_mask, rank-3 query/value only): the query's
+ * Masks (_compute_attention_mask; any rank whose one attention axis is
+ * the steps axis T, leading dims "batch.."): the query's
  * Keras mask [B, T, 1] & the value's [B, 1, S] & the key's [B, 1, S] (the
  * call's value_mask / key_mask kwargs when given, else the tensors' Keras
  * masks; an explicit query_mask is ignored, as Keras overwrites it) &
  * causal & the attention_mask kwarg [B, T, S]; the scores of false entries:
- *   Keras >= 3.7 (or no keras_version), dropout 0, no attention scores
- *   returned: ops.dot_product_attention, where(mask, s, -0.7 * FLT_MAX),
+ *   Keras >= 3.7 (or no keras_version), rank-3 inputs, dropout 0, no
+ *   attention scores returned: ops.dot_product_attention, where(mask, s, -0.7 * FLT_MAX),
  *   softmax (a fully masked row attends uniformly);
  *   other Keras 3: the Softmax layer, where(mask, s, -1e9), softmax,
  *   where(mask, y, 0) (a fully masked row gives zeros);
@@ -132,33 +133,41 @@ static kdc_value_id arg_mask(kdc_lower_ctx *c, const kdc_keras_node *n, int pos,
   return KDC_NO_VALUE;
 }
 
-/* m & (|x| bool, broadcast to [B, T, S] through |map|). */
-static kdc_value_id and_mask(kdc_func *f, kdc_value_id m, kdc_value_id x, const int64_t *dims,
-                             const int64_t *map) {
+/* m & (|x| bool [batch.., L], broadcast to the mask dims |dims| [batch..,
+ * T, S] (rank |rank|) with L landing on dim |at|). */
+static kdc_value_id and_mask(kdc_func *f, kdc_value_id m, kdc_value_id x, int rank,
+                             const int64_t *dims, int at) {
   if (x == KDC_NO_VALUE) return m;
-  kdc_value_id b = kdc_ir_broadcast(f, kdc_fe_mask_bool(f, x), 3, dims, map);
+  int64_t map[KDC_MAX_RANK];
+  for (int i = 0; i < rank - 2; i++) map[i] = i;
+  map[rank - 2] = at;
+  kdc_value_id b = kdc_ir_broadcast(f, kdc_fe_mask_bool(f, x), rank, dims, map);
   return m == KDC_NO_VALUE ? b : kdc_ir_binary(f, KDC_OP_AND, m, b);
 }
 
 typedef enum mask_fill { FILL_DPA, FILL_SOFTMAX, FILL_TK2 } mask_fill;
 
-/* softmax of scores |x| [B, N, T, S] over the last axis under the bool
- * mask |m| [B, T, S], filled as |how| says (see the file comment). */
+/* softmax of scores |x| [batch.., N, T, S] over the last axis under the
+ * bool mask |m| [batch.., T, S] (expanded at the heads axis, as Keras'
+ * _masked_softmax), filled as |how| says (see the file comment). */
 static kdc_value_id masked_softmax(kdc_func *f, kdc_value_id x, kdc_value_id m, mask_fill how) {
   const kdc_type t = *kdc_ir_type(f, x);
-  kdc_value_id p = kdc_ir_broadcast(f, m, 4, t.dims, (int64_t[]){0, 2, 3});
-  int64_t last = 3;
+  int r = t.rank;
+  int64_t map[KDC_MAX_RANK], last = r - 1;
+  for (int i = 0; i < r - 3; i++) map[i] = i;
+  map[r - 3] = r - 2, map[r - 2] = r - 1;
+  kdc_value_id p = kdc_ir_broadcast(f, m, r, t.dims, map);
   kdc_value_id z;
   switch (how) {
   case FILL_DPA:
-    z = kdc_ir_select(f, p, x, kdc_ir_splat(f, t.dtype, 4, t.dims, -0.7 * (double)FLT_MAX));
+    z = kdc_ir_select(f, p, x, kdc_ir_splat(f, t.dtype, r, t.dims, -0.7 * (double)FLT_MAX));
     return kdc_fe_softmax(f, z, 1, &last, false);
   case FILL_SOFTMAX:
-    z = kdc_ir_select(f, p, x, kdc_ir_splat(f, t.dtype, 4, t.dims, -1e9));
+    z = kdc_ir_select(f, p, x, kdc_ir_splat(f, t.dtype, r, t.dims, -1e9));
     return kdc_ir_select(f, p, kdc_fe_softmax(f, z, 1, &last, false),
-                         kdc_ir_splat(f, t.dtype, 4, t.dims, 0));
+                         kdc_ir_splat(f, t.dtype, r, t.dims, 0));
   case FILL_TK2: {
-    kdc_value_id one = kdc_ir_splat(f, t.dtype, 4, t.dims, 1);
+    kdc_value_id one = kdc_ir_splat(f, t.dtype, r, t.dims, 1);
     kdc_value_id add = kdc_ir_binary_scalar(f, KDC_OP_MUL, kdc_ir_binary(f, KDC_OP_SUB, one,
                                             kdc_ir_convert(f, p, t.dtype)), -1e9);
     return kdc_fe_softmax(f, kdc_ir_binary(f, KDC_OP_ADD, x, add), 1, &last, false);
@@ -219,15 +228,21 @@ kdc_status kdc_fe_lower_mha(struct kdc_lower_ctx *c, const kdc_keras_layer *l,
     return kdc_fe_layer_err(l, KDC_UNSUPPORTED, "use_causal_mask needs one attention axis");
   bool masked = qm != KDC_NO_VALUE || vm != KDC_NO_VALUE || km != KDC_NO_VALUE ||
                 am != KDC_NO_VALUE;
-  if (masked && (qr != 3 || vr != 3 || kr != 3))
-    return kdc_fe_layer_err(l, KDC_UNSUPPORTED, "masks on MultiHeadAttention inputs of rank "
-                            "%d: kdc supports them for (batch, steps, features) inputs", qr);
+  /* masks need the steps as the one attention axis (the last but one of
+   * the inputs): Keras' [batch.., T, 1] & [batch.., 1, S] then line up with
+   * the scores [batch.., N, T, S]; with other axes they broadcast onto
+   * unrelated dims */
+  if (masked && (vr != qr || kr != qr || na != 1 || attn[0] != qr - 2))
+    return kdc_fe_layer_err(l, KDC_UNSUPPORTED, "masks on MultiHeadAttention with rank-%d "
+                            "inputs need query, key and value of one rank and attention_axes "
+                            "= the steps axis (%d)", qr, qr - 2);
   double drop;
   KDC_RETURN_IF_ERROR(kdc_fe_cfg_double(l, "dropout", 0, &drop));
   mask_fill fill = FILL_SOFTMAX;
   const kdc_keras_model *top = c->top;
   if (top->tk2_topology) fill = FILL_TK2;
-  else if ((!top->keras_version || kdc_fe_keras_at_least(top, 3, 7)) && drop <= 0 && !scores_out)
+  else if ((!top->keras_version || kdc_fe_keras_at_least(top, 3, 7)) && drop <= 0 &&
+           !scores_out && qr == 3) /* dot_product_attention takes 4-d projections only */
     fill = FILL_DPA;
   attention_equations(dot_eq, comb_eq, rank, na, attn);
   pq = kdc_ir_binary_scalar(f, KDC_OP_MUL, pq, (double)(float)(1.0 / sqrt((double)kd)));
@@ -239,22 +254,34 @@ kdc_status kdc_fe_lower_mha(struct kdc_lower_ctx *c, const kdc_keras_layer *l,
   int64_t norm[KDC_MAX_RANK];
   for (int i = 0; i < na; i++) norm[i] = sr - na + i;
   if (masked) {
-    int64_t T = kdc_ir_type(f, q)->dims[1], S = kdc_ir_type(f, v)->dims[1];
-    int64_t B = kdc_ir_type(f, q)->dims[0], dims[3] = {B, T, S};
+    /* the mask dims [batch.., T, S] */
+    const kdc_type qt = *kdc_ir_type(f, q);
+    int mr = qr;
+    int64_t dims[KDC_MAX_RANK];
+    for (int i = 0; i < qr - 1; i++) dims[i] = qt.dims[i];
+    dims[qr - 1] = kdc_ir_type(f, v)->dims[qr - 2];
+    for (int i = 0; i < qr - 2; i++)
+      if (kdc_ir_type(f, v)->dims[i] != dims[i] || kdc_ir_type(f, k)->dims[i] != dims[i])
+        return kdc_fe_layer_err(l, KDC_INVALID_INPUT, "masked MultiHeadAttention needs equal "
+                                "leading dims in query, key and value");
     kdc_value_id m = KDC_NO_VALUE;
-    m = and_mask(f, m, qm, dims, (int64_t[]){0, 1});
-    m = and_mask(f, m, vm, dims, (int64_t[]){0, 2});
-    m = and_mask(f, m, km, dims, (int64_t[]){0, 2});
+    m = and_mask(f, m, qm, mr, dims, mr - 2);
+    m = and_mask(f, m, vm, mr, dims, mr - 1);
+    m = and_mask(f, m, km, mr, dims, mr - 1);
     if (use_causal) {
-      kdc_type it = kdc_type_make(KDC_DTYPE_I32, 3, dims);
-      kdc_value_id cm = kdc_ir_compare(f, KDC_CMP_LE, kdc_ir_iota(f, &it, 2), kdc_ir_iota(f, &it, 1));
+      kdc_type it = kdc_type_make(KDC_DTYPE_I32, mr, dims);
+      kdc_value_id cm = kdc_ir_compare(f, KDC_CMP_LE, kdc_ir_iota(f, &it, mr - 1),
+                                       kdc_ir_iota(f, &it, mr - 2));
       m = m == KDC_NO_VALUE ? cm : kdc_ir_binary(f, KDC_OP_AND, m, cm);
     }
     if (am != KDC_NO_VALUE) {
       const kdc_type at = *kdc_ir_type(f, am);
-      if (at.rank != 3 || at.dims[0] != B || at.dims[1] != T || at.dims[2] != S)
+      bool ok = at.rank == mr;
+      for (int i = 0; ok && i < mr; i++) ok = at.dims[i] == dims[i];
+      if (!ok)
         return kdc_fe_layer_err(l, KDC_INVALID_INPUT, "the call's attention_mask must be "
-                                "(batch, %lld, %lld)", (long long)T, (long long)S);
+                                "(batch.., %lld, %lld)", (long long)dims[mr - 2],
+                                (long long)dims[mr - 1]);
       kdc_value_id ab = kdc_fe_mask_bool(f, am);
       m = m == KDC_NO_VALUE ? ab : kdc_ir_binary(f, KDC_OP_AND, ab, m);
     }

@@ -19,6 +19,8 @@
  * along time when return_sequences, so both align) merged by merge_mode:
  * concat (last axis) | sum | mul | ave ((y_f + y_b) / 2) | None (two
  * outputs); then with return_state the forward states, then the backward.
+ * Initial states passed to the call are split in halves: the forward
+ * layer's first, then the backward layer's (Keras 3 Bidirectional.call).
  */
 #include <json-c/json.h>
 #include <stdio.h>
@@ -105,14 +107,29 @@ static kdc_status make_inner(kdc_infer_args *a, const char *key, bool derive, bo
   return NULL;
 }
 
-/* Runs the inner layer's inference on the wrapper's inputs; its outputs go
- * to |outs| (returns their number in |n|). */
-static kdc_status infer_inner(kdc_infer_args *a, kdc_keras_layer *in, kdc_kshape *outs, int *n) {
+/* The initial states of a call (kdc_fe_rnn_state_inputs): the first half
+ * is the forward layer's, the second the backward's (Keras 3
+ * Bidirectional.call; tf.keras 2 appends them to the inputs in that order). */
+static kdc_status split_states(const kdc_keras_layer *l, const kdc_keras_node *n, int *idx,
+                               int *half) {
+  int ns = kdc_fe_rnn_state_inputs(n, idx, 16);
+  if (ns % 2)
+    return kdc_fe_layer_err(l, KDC_INVALID_INPUT, "%d initial state tensors passed: "
+                            "Bidirectional takes the forward layer's states, then as many for "
+                            "the backward layer", ns);
+  *half = ns / 2;
+  return NULL;
+}
+
+/* Runs the inner layer's inference on the wrapper's inputs and the states
+ * |st| (|ns|); its outputs go to |outs| (returns their number in |n|). */
+static kdc_status infer_inner(kdc_infer_args *a, kdc_keras_layer *in, int ns,
+                              const kdc_kshape *st, kdc_kshape *outs, int *n) {
   kdc_keras_node node = *a->node;
   node.n_out = 0;
   node.out = NULL;
   kdc_infer_args ia = {a->m, in, &node, a->node_index, a->in, a->kw};
-  KDC_RETURN_IF_ERROR(kdc_fe_infer_rnn(&ia));
+  KDC_RETURN_IF_ERROR(kdc_fe_infer_rnn_layer(&ia, ns, st));
   *n = node.n_out;
   for (int i = 0; i < node.n_out; i++) outs[i] = node.out[i];
   return NULL;
@@ -140,10 +157,15 @@ kdc_status kdc_fe_infer_bidirectional(kdc_infer_args *a) {
         return kdc_fe_layer_err(l, KDC_INVALID_INPUT, "config.layer and config.backward_layer "
                                 "differ in %s (Keras requires them equal)", common[i]);
   }
+  int idx[16], nh = 0;
+  KDC_RETURN_IF_ERROR(split_states(l, a->node, idx, &nh));
+  kdc_kshape st[16];
+  for (int i = 0; i < 2 * nh; i++)
+    st[i] = idx[i] < a->node->n_in ? a->in[idx[i]] : a->kw[idx[i] - a->node->n_in];
   kdc_kshape fo[3], bo[3];
   int nf = 0, nb = 0;
-  KDC_RETURN_IF_ERROR(infer_inner(a, l->inner[0], fo, &nf));
-  KDC_RETURN_IF_ERROR(infer_inner(a, l->inner[1], bo, &nb));
+  KDC_RETURN_IF_ERROR(infer_inner(a, l->inner[0], nh, st, fo, &nf));
+  KDC_RETURN_IF_ERROR(infer_inner(a, l->inner[1], nh, st + nh, bo, &nb));
   /* the wrapper's variables: the forward layer's, then the backward's */
   kdc_keras_layer *f = l->inner[0], *b = l->inner[1];
   l->n_vars = f->n_vars + b->n_vars;
@@ -174,8 +196,12 @@ kdc_status kdc_fe_lower_bidirectional(struct kdc_lower_ctx *c, const kdc_keras_l
     return kdc_fe_layer_err(l, KDC_INTERNAL, "Bidirectional lowered before shape inference");
   kdc_value_id yf[3] = {KDC_NO_VALUE, KDC_NO_VALUE, KDC_NO_VALUE};
   kdc_value_id yb[3] = {KDC_NO_VALUE, KDC_NO_VALUE, KDC_NO_VALUE};
-  KDC_RETURN_IF_ERROR(kdc_fe_lower_rnn(c, l->inner[0], n, in, kw, yf));
-  KDC_RETURN_IF_ERROR(kdc_fe_lower_rnn(c, l->inner[1], n, in, kw, yb));
+  int idx[16], nh = 0;
+  KDC_RETURN_IF_ERROR(split_states(l, n, idx, &nh));
+  kdc_value_id st[16];
+  for (int i = 0; i < 2 * nh; i++) st[i] = idx[i] < n->n_in ? in[idx[i]] : kw[idx[i] - n->n_in];
+  KDC_RETURN_IF_ERROR(kdc_fe_lower_rnn_layer(c, l->inner[0], in[0], nh, st, yf));
+  KDC_RETURN_IF_ERROR(kdc_fe_lower_rnn_layer(c, l->inner[1], in[0], nh, st + nh, yb));
   if (yf[0] == KDC_NO_VALUE || yb[0] == KDC_NO_VALUE) return NULL;
   kdc_func *f = c->f;
   bool state = cfg_flag(l->inner[0]->config, "return_state");

@@ -20,8 +20,14 @@
  * ops.where(not mask, scores - 1e9, scores)); weights = softmax over Tv;
  * output = weights @ value (..., Tq, dv); return_attention_scores adds the
  * weights as a second output.  `dropout` only acts in training: a rate > 0
- * is refused for training steps.  Mask tensors (query/value masks) are
- * refused with a located error.
+ * is refused for training steps.
+ * Masks (Keras' `mask=[query_mask, value_mask]`: the inputs' Keras masks or
+ * the call's mask list; a key mask is unused, as in Keras), rank-3 inputs:
+ * value_mask [B, Tv] gives scores - 1e9 where false (attention.py
+ * _apply_scores: where(not mask, scores - 1e9, scores); with
+ * use_causal_mask the two masks are ANDed), and the output rows of false
+ * query_mask [B, Tq] entries are 0 (where(q_mask, out, 0); the returned
+ * weights are not masked).  The output carries the query's mask (mask.c).
  */
 #include <json-c/json.h>
 #include <string.h>
@@ -58,9 +64,10 @@ kdc_status kdc_fe_infer_dot_attention(kdc_infer_args *a) {
   if (a->node->n_in < 2 || a->node->n_in > 3)
     return kdc_fe_layer_err(l, KDC_INVALID_INPUT, "%s takes a list [query, value] or [query, "
                             "value, key], got %d tensors", l->class_name, a->node->n_in);
-  if (a->node->n_kw)
-    return kdc_fe_layer_err(l, KDC_UNSUPPORTED, "the call's %s tensor is not supported (masks "
-                            "are not)", a->node->kw_names[0]);
+  for (int i = 0; i < a->node->n_kw; i++)
+    if (strcmp(a->node->kw_names[i], "mask"))
+      return kdc_fe_layer_err(l, KDC_UNSUPPORTED, "the call's %s tensor is not supported",
+                              a->node->kw_names[i]);
   score_mode mode = SCORE_DOT;
   bool use_scale = false;
   double drop = 0;
@@ -128,6 +135,16 @@ static kdc_value_id batched_dot(kdc_func *f, kdc_value_id a, kdc_value_id b, int
   return kdc_ir_dot(f, a, b, &d);
 }
 
+/* A query or value mask must be (batch |b|, steps |t|). */
+static kdc_status check_mask(kdc_func *f, const kdc_keras_layer *l, kdc_value_id m, int64_t b,
+                             int64_t t, const char *which) {
+  const kdc_type *mt = kdc_ir_type(f, m);
+  if (mt->rank != 2 || mt->dims[0] != b || mt->dims[1] != t)
+    return kdc_fe_layer_err(l, KDC_INVALID_INPUT, "the %s mask must be (batch %lld, steps "
+                            "%lld)", which, (long long)b, (long long)t);
+  return NULL;
+}
+
 kdc_status kdc_fe_lower_dot_attention(struct kdc_lower_ctx *c, const kdc_keras_layer *l,
                                       const kdc_keras_node *n, const kdc_value_id *in,
                                       const kdc_value_id *kw, kdc_value_id *out) {
@@ -161,16 +178,33 @@ kdc_status kdc_fe_lower_dot_attention(struct kdc_lower_ctx *c, const kdc_keras_l
   }
   bool causal_cfg = false; /* tf.keras 2.4-2.10 configs: `causal` */
   KDC_RETURN_IF_ERROR(kdc_fe_cfg_bool(l, "causal", false, &causal_cfg));
+  kdc_value_id qm = kdc_fe_input_mask(c, 0), vm = kdc_fe_input_mask(c, 1);
+  if ((qm != KDC_NO_VALUE || vm != KDC_NO_VALUE) && r != 3)
+    return kdc_fe_layer_err(l, KDC_UNSUPPORTED, "masks on %s inputs of rank %d: kdc applies "
+                            "them to (batch, steps, features) inputs", l->class_name, r);
+  const kdc_type st = *kdc_ir_type(f, s);
+  kdc_value_id keep = KDC_NO_VALUE; /* the scores mask (..., Tq, Tv) */
   if (causal_cfg || kw_flag(n, "use_causal_mask")) {
-    const kdc_type st = *kdc_ir_type(f, s);
     kdc_type it = kdc_type_make(KDC_DTYPE_I32, st.rank, st.dims);
-    kdc_value_id keep = kdc_ir_compare(f, KDC_CMP_GE, kdc_ir_iota(f, &it, st.rank - 2),
-                                       kdc_ir_iota(f, &it, st.rank - 1));
-    s = kdc_ir_select(f, keep, s, kdc_ir_binary_scalar(f, KDC_OP_SUB, s, 1e9));
+    keep = kdc_ir_compare(f, KDC_CMP_GE, kdc_ir_iota(f, &it, st.rank - 2),
+                          kdc_ir_iota(f, &it, st.rank - 1));
   }
+  if (vm != KDC_NO_VALUE) {
+    KDC_RETURN_IF_ERROR(check_mask(f, l, vm, st.dims[0], st.dims[2], "value"));
+    kdc_value_id b = kdc_ir_broadcast(f, kdc_fe_mask_bool(f, vm), 3, st.dims, (int64_t[]){0, 2});
+    keep = keep == KDC_NO_VALUE ? b : kdc_ir_binary(f, KDC_OP_AND, b, keep);
+  }
+  if (keep != KDC_NO_VALUE)
+    s = kdc_ir_select(f, keep, s, kdc_ir_binary_scalar(f, KDC_OP_SUB, s, 1e9));
   int64_t last = -1;
   kdc_value_id w = kdc_fe_softmax(f, s, 1, &last, false);
   out[0] = batched_dot(f, w, v, r, r - 1, r - 2);
+  if (qm != KDC_NO_VALUE) {
+    KDC_RETURN_IF_ERROR(check_mask(f, l, qm, st.dims[0], st.dims[1], "query"));
+    const kdc_type ot = *kdc_ir_type(f, out[0]);
+    kdc_value_id p = kdc_ir_broadcast(f, kdc_fe_mask_bool(f, qm), 3, ot.dims, (int64_t[]){0, 1});
+    out[0] = kdc_ir_select(f, p, out[0], kdc_ir_splat(f, ot.dtype, 3, ot.dims, 0));
+  }
   if (n->n_out > 1) out[1] = w;
   return NULL;
 }

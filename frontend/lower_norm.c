@@ -108,9 +108,14 @@ static kdc_value_id normalize(kdc_func *f, kdc_value_id x, kdc_value_id mean, kd
  * batch then has exactly Keras' statistics of its real rows).  The results
  * have the weights' shape |wt| (the feature dims).  A split batch makes the
  * sums partial: the partitioner all-reduces them over the batch axes, so the
- * statistics are always those of the global batch. */
-static void batch_moments(kdc_lower_ctx *c, kdc_value_id x, int na, const int64_t *ax,
-                          const kdc_type *wt, kdc_value_id *mean, kdc_value_id *var) {
+ * statistics are always those of the global batch.
+ * With a Keras mask |km| (the input's dims but the last; Keras 3 _moments
+ * with a mask): entries are weighted by the mask broadcast over the last
+ * dim (times the sample mask), and both sums are divided by the sum of the
+ * weights + backend.epsilon() (1e-7). */
+static void batch_moments(kdc_lower_ctx *c, kdc_value_id x, kdc_value_id km, int na,
+                          const int64_t *ax, const kdc_type *wt, kdc_value_id *mean,
+                          kdc_value_id *var) {
   kdc_func *f = c->f;
   const kdc_type t = *kdc_ir_type(f, x);
   int64_t red[KDC_MAX_RANK], fd[KDC_MAX_RANK], spatial = 1;
@@ -119,7 +124,19 @@ static void batch_moments(kdc_lower_ctx *c, kdc_value_id x, int na, const int64_
   bool masked = nr > 0 && red[0] == 0;
   for (int i = masked ? 1 : 0; i < nr; i++) spatial *= t.dims[red[i]];
   kdc_value_id w = KDC_NO_VALUE, cnt;
-  if (masked) {
+  if (km != KDC_NO_VALUE) {
+    int64_t map[KDC_MAX_RANK];
+    for (int i = 0; i < t.rank - 1; i++) map[i] = i;
+    w = kdc_ir_broadcast(f, kdc_ir_convert(f, kdc_fe_mask_bool(f, km), KDC_DTYPE_F32), t.rank,
+                         t.dims, map);
+    if (masked) {
+      int64_t zero = 0;
+      w = kdc_ir_binary(f, KDC_OP_MUL, w,
+                        kdc_ir_broadcast(f, kdc_fe_sample_mask(c), t.rank, t.dims, &zero));
+    }
+    masked = true;
+    cnt = kdc_ir_binary_scalar(f, KDC_OP_ADD, kdc_ir_reduce(f, KDC_RED_SUM, w, nr, red), 1e-7);
+  } else if (masked) {
     int64_t zero = 0;
     kdc_value_id m = kdc_fe_sample_mask(c);
     w = kdc_ir_broadcast(f, m, t.rank, t.dims, &zero);
@@ -174,7 +191,16 @@ kdc_status kdc_fe_lower_batchnorm(struct kdc_lower_ctx *c, const kdc_keras_layer
    * ones; a frozen layer stays in inference mode. */
   if (c->training && l->trainable && var != KDC_NO_VALUE && mean != KDC_NO_VALUE) {
     const kdc_type wt = *kdc_ir_type(f, var);
-    batch_moments(c, in[0], na, ax, &wt, &mean, &var);
+    kdc_value_id km = kdc_fe_input_mask(c, 0);
+    if (km != KDC_NO_VALUE) {
+      const kdc_type mt = *kdc_ir_type(f, km);
+      bool ok = mt.rank == t.rank - 1;
+      for (int i = 0; ok && i < mt.rank; i++) ok = mt.dims[i] == t.dims[i];
+      if (!ok)
+        return kdc_fe_layer_err(l, KDC_INVALID_INPUT, "the Keras mask must have the input's "
+                                "dims but the last (Keras raises for any other mask)");
+    }
+    batch_moments(c, in[0], km, na, ax, &wt, &mean, &var);
     KDC_RETURN_IF_ERROR(update_moving(c, l, "moving_mean", mean, momentum));
     KDC_RETURN_IF_ERROR(update_moving(c, l, "moving_variance", var, momentum));
   }

@@ -6,8 +6,9 @@
  * scan wants it; go_backwards reverses the time dim first, and the outputs
  * then stay in processing order, as in Keras).  The loop body is a function
  * of the module, "<layer>.step", taking (carries, xs_t, recurrent_kernel
- * [, recurrent bias]) and returning (carries', y_t); initial states are
- * zeros.  Formulas (Keras 3, keras/src/layers/rnn/: lstm.py, gru.py, simple_rnn.py; gate order LSTM
+ * [, recurrent bias]) and returning (carries', y_t); the initial carries
+ * are the call's initial states (Keras' `initial_state`: h [, c], each
+ * [B, units]) or zeros.  Formulas (Keras 3, keras/src/layers/rnn/: lstm.py, gru.py, simple_rnn.py; gate order LSTM
  * i,f,c,o and GRU z,r,h; act = activation, ract = recurrent_activation):
  *   SimpleRNN: h' = act(xs_t + h @ U)               (bias inside xs_t)
  *   LSTM:      z = xs_t + h @ U; i, f, g, o = ract(z0), ract(z1), act(z2), ract(z3)
@@ -20,16 +21,21 @@
  *              hh = act(x_h + (r h) @ U_h); h' = z h + (1 - z) hh
  * y_t is h' -- or, when return_state asks for an LSTM's final c, h' and c'
  * side by side, which the layer slices apart after the loop.
- * Dropout and recurrent_dropout are identities at inference (training with
- * them is refused: kdc would silently train without them); unroll only
- * changes how Keras builds the loop, not the numbers; stateful layers and
- * initial states passed in are errors.  A Keras mask (frontend/mask.c) is a
+ * Dropout and recurrent_dropout are identities at inference; in
+ * train_forward their masks are drawn once per call (read_dropout): the
+ * input masks drop x before the projection outside the loop, the recurrent
+ * ones enter the body as a sequence (each row the same masks) since only
+ * sequences and carries may hold the batch dim; unroll only
+ * changes how Keras builds the loop, not the numbers; stateful layers are
+ * errors (docs/frontend.md: a plan batch is a pure function of its inputs,
+ * with no state carried to the next batch of predict).  A Keras mask (frontend/mask.c) is a
  * second scan sequence, f32 [T, B, 1]: see build_body.
  */
 #include <json-c/json.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "common/io.h"
 #include "frontend/frontend.h"
 
 typedef struct rnn_cfg {
@@ -59,7 +65,9 @@ static kdc_status read_cfg(const kdc_keras_layer *l, rnn_cfg *r) {
   if (r->gru) KDC_RETURN_IF_ERROR(kdc_fe_cfg_bool(l, "reset_after", true, &r->reset_after));
   if (stateful)
     return kdc_fe_layer_err(l, KDC_UNSUPPORTED, "config.stateful=true: stateful recurrent "
-                            "layers are not supported (kdc runs each batch from zero states)");
+                            "layers are not supported (Keras starts each batch from the last "
+                            "batch's final states; kdc plans start every batch from zeros or "
+                            "the given initial states)");
   r->act = "tanh";
   r->ract = "sigmoid";
   if (kdc_fe_get(l->config, "activation"))
@@ -98,14 +106,44 @@ static const char *body_name(kdc_module *m, const kdc_keras_layer *l) {
   }
 }
 
+/* h times the recurrent dropout mask of gate k: |rd| holds |n_rec| masks
+ * [B, u] side by side (none: h itself; one: shared by every gate). */
+static kdc_value_id hdrop(kdc_func *f, kdc_value_id h, kdc_value_id rd, int n_rec, int k,
+                          int64_t u) {
+  if (!n_rec) return h;
+  return mul(f, h, n_rec == 1 ? rd : gate(f, rd, k, u));
+}
+
+/* Gates [k0, k1) of h @ U with recurrent dropout: one product when the
+ * gates share h (no mask or one mask), else one per gate, h dropped by
+ * that gate's mask (Keras' implementation 1: lstm.py, gru.py). */
+static kdc_value_id rec(kdc_func *f, kdc_value_id h, kdc_value_id U, kdc_value_id rd, int n_rec,
+                        int k0, int k1, int64_t u) {
+  const kdc_type *t = kdc_ir_type(f, U);
+  if (!t) return KDC_NO_VALUE;
+  int64_t rows = t->dims[0], G = t->dims[1] / u, one[2] = {1, 1};
+  if (n_rec <= 1) {
+    kdc_value_id Uk = U;
+    if (k0 > 0 || k1 < G)
+      Uk = kdc_ir_slice(f, U, (int64_t[]){0, k0 * u}, (int64_t[]){rows, k1 * u}, one);
+    return mm(f, hdrop(f, h, rd, n_rec, k0, u), Uk);
+  }
+  kdc_value_id parts[4];
+  for (int k = k0; k < k1; k++) parts[k - k0] = mm(f, hdrop(f, h, rd, n_rec, k, u), gate(f, U, k, u));
+  return k1 - k0 == 1 ? parts[0] : kdc_ir_concat(f, k1 - k0, parts, 1);
+}
+
 /* Builds the body into c->f (the caller swapped it in); params: carries,
- * x_t [, mask_t], U [, b_rec].  Results appended to the body.  With a mask
+ * x_t [, mask_t] [, rdrop_t], U [, b_rec].  rdrop_t [B, n_rec * u]: the
+ * recurrent dropout masks (n_rec of them, 0 without recurrent dropout),
+ * the same at every step (Keras draws them once per call).  Results appended to the body.  With a mask
  * (backend.rnn, keras/src/backend/jax/rnn.py): where mask_t is false the
  * carries keep their values and the output is the previous output (the
  * first carry, h) -- or zeros with zero_output_for_mask; with return_state
  * y_t then also carries the kept h (and c) after the output. */
 static kdc_status build_body(kdc_lower_ctx *c, const kdc_keras_layer *l, const rnn_cfg *r,
-                             int64_t B, const kdc_type *ut, const kdc_type *bt, bool masked) {
+                             int64_t B, const kdc_type *ut, const kdc_type *bt, bool masked,
+                             int n_rec) {
   kdc_func *f = c->f;
   int64_t u = r->units, G = r->gates;
   kdc_type ht = kdc_type_make(KDC_DTYPE_F32, 2, (int64_t[]){B, u});
@@ -115,13 +153,16 @@ static kdc_status build_body(kdc_lower_ctx *c, const kdc_keras_layer *l, const r
   kdc_value_id x = kdc_ir_parameter(f, KDC_PARAM_INPUT, "x_t", &xt);
   kdc_type mt = kdc_type_make(KDC_DTYPE_F32, 2, (int64_t[]){B, 1});
   kdc_value_id mk = masked ? kdc_ir_parameter(f, KDC_PARAM_INPUT, "mask_t", &mt) : KDC_NO_VALUE;
+  kdc_type rt = kdc_type_make(KDC_DTYPE_F32, 2, (int64_t[]){B, (n_rec ? n_rec : 1) * u});
+  kdc_value_id rd = n_rec ? kdc_ir_parameter(f, KDC_PARAM_INPUT, "rdrop_t", &rt) : KDC_NO_VALUE;
   kdc_value_id U = kdc_ir_parameter(f, KDC_PARAM_INPUT, "recurrent_kernel", ut);
   kdc_value_id brec = bt ? kdc_ir_parameter(f, KDC_PARAM_INPUT, "recurrent_bias", bt) : KDC_NO_VALUE;
   kdc_value_id hn = KDC_NO_VALUE, cn = KDC_NO_VALUE;
   if (!r->lstm && !r->gru) {
-    KDC_RETURN_IF_ERROR(kdc_fe_activation(c, l, "activation", r->act, add(f, x, mm(f, h, U)), &hn));
+    KDC_RETURN_IF_ERROR(kdc_fe_activation(c, l, "activation", r->act,
+                                          add(f, x, rec(f, h, U, rd, n_rec, 0, 1, u)), &hn));
   } else if (r->lstm) {
-    kdc_value_id z = add(f, x, mm(f, h, U)), i, fg, g, o, ac;
+    kdc_value_id z = add(f, x, rec(f, h, U, rd, n_rec, 0, 4, u)), i, fg, g, o, ac;
     KDC_RETURN_IF_ERROR(kdc_fe_activation(c, l, "recurrent_activation", r->ract, gate(f, z, 0, u), &i));
     KDC_RETURN_IF_ERROR(kdc_fe_activation(c, l, "recurrent_activation", r->ract, gate(f, z, 1, u), &fg));
     KDC_RETURN_IF_ERROR(kdc_fe_activation(c, l, "activation", r->act, gate(f, z, 2, u), &g));
@@ -132,7 +173,7 @@ static kdc_status build_body(kdc_lower_ctx *c, const kdc_keras_layer *l, const r
   } else {
     kdc_value_id zg, rg, hh, inner_h;
     if (r->reset_after) {
-      kdc_value_id in = mm(f, h, U);
+      kdc_value_id in = rec(f, h, U, rd, n_rec, 0, 3, u);
       if (brec != KDC_NO_VALUE) in = add(f, in, brec);
       KDC_RETURN_IF_ERROR(kdc_fe_activation(c, l, "recurrent_activation", r->ract,
                                             add(f, gate(f, x, 0, u), gate(f, in, 0, u)), &zg));
@@ -140,15 +181,12 @@ static kdc_status build_body(kdc_lower_ctx *c, const kdc_keras_layer *l, const r
                                             add(f, gate(f, x, 1, u), gate(f, in, 1, u)), &rg));
       inner_h = mul(f, rg, gate(f, in, 2, u));
     } else {
-      int64_t k = ut->dims[0];
-      int64_t s0[2] = {0, 0}, l0[2] = {k, 2 * u}, s2[2] = {0, 2 * u}, l2[2] = {k, 3 * u};
-      int64_t one[2] = {1, 1};
-      kdc_value_id in = mm(f, h, kdc_ir_slice(f, U, s0, l0, one));
+      kdc_value_id in = rec(f, h, U, rd, n_rec, 0, 2, u);
       KDC_RETURN_IF_ERROR(kdc_fe_activation(c, l, "recurrent_activation", r->ract,
                                             add(f, gate(f, x, 0, u), gate(f, in, 0, u)), &zg));
       KDC_RETURN_IF_ERROR(kdc_fe_activation(c, l, "recurrent_activation", r->ract,
                                             add(f, gate(f, x, 1, u), gate(f, in, 1, u)), &rg));
-      inner_h = mm(f, mul(f, rg, h), kdc_ir_slice(f, U, s2, l2, one));
+      inner_h = mm(f, mul(f, rg, hdrop(f, h, rd, n_rec, 2, u)), gate(f, U, 2, u));
     }
     KDC_RETURN_IF_ERROR(kdc_fe_activation(c, l, "activation", r->act,
                                           add(f, gate(f, x, 2, u), inner_h), &hh));
@@ -181,17 +219,58 @@ static kdc_status build_body(kdc_lower_ctx *c, const kdc_keras_layer *l, const r
   return NULL;
 }
 
-static kdc_status lower_rnn(kdc_lower_ctx *c, const kdc_keras_layer *l, kdc_value_id x,
-                            kdc_value_id *out) {
+/* dropout / recurrent_dropout (Keras 3 DropoutRNNCell): identities at
+ * inference.  In train_forward each rate in (0, 1) draws its masks once per
+ * call: one shared by every gate, or one per gate with implementation 1,
+ * which LSTM and GRU switch to whenever recurrent_dropout != 0 (lstm.py,
+ * gru.py: dropout_mask_count); SimpleRNN has one of each. */
+static kdc_status read_dropout(const kdc_lower_ctx *c, const kdc_keras_layer *l, const rnn_cfg *r,
+                               double *drop, double *rdrop, int *n_in, int *n_rec) {
+  KDC_RETURN_IF_ERROR(kdc_fe_cfg_double(l, "dropout", 0, drop));
+  KDC_RETURN_IF_ERROR(kdc_fe_cfg_double(l, "recurrent_dropout", 0, rdrop));
+  int64_t impl = 2;
+  if (r->gates > 1) KDC_RETURN_IF_ERROR(kdc_fe_cfg_int(l, "implementation", 2, &impl));
+  /* Keras clamps both rates to [0, 1] */
+  *drop = *drop < 0 ? 0 : *drop > 1 ? 1 : *drop;
+  *rdrop = *rdrop < 0 ? 0 : *rdrop > 1 ? 1 : *rdrop;
+  if (*rdrop != 0) impl = 1;
+  if (!c->training) return NULL;
+  if (*drop >= 1 || *rdrop >= 1)
+    return kdc_fe_layer_err(l, KDC_UNSUPPORTED, "config.%s = 1: a recurrent layer that drops "
+                            "every %s is not supported in training", *drop >= 1 ? "dropout" :
+                            "recurrent_dropout", *drop >= 1 ? "input" : "state");
+  int per_gate = impl == 1 ? r->gates : 1;
+  *n_in = *drop > 0 ? per_gate : 0;
+  *n_rec = *rdrop > 0 ? per_gate : 0;
+  return NULL;
+}
+
+/* |n| dropout masks [n, B, D] of layer |l|: 1 / (1 - rate) where u < 1 -
+ * rate, else 0 (keras.random.dropout on ones), u from kdc's counter-based
+ * stream keyed by the layer path + "/" + |which| and the step, so the masks
+ * are the same on every mesh (lower_dropout.c, docs/training.md). */
+static kdc_value_id drop_masks(kdc_lower_ctx *c, const kdc_keras_layer *l, const char *which,
+                               double rate, int n, int64_t B, int64_t D) {
+  kdc_func *f = c->f;
+  char key[512];
+  int len = snprintf(key, sizeof key, "%s/%s", l->path, which);
+  uint64_t seed = kdc_hash64(key, (size_t)len < sizeof key ? (size_t)len : sizeof key - 1,
+                             c->dropout_seed);
+  int64_t dims[3] = {n, B, D};
+  kdc_value_id u = kdc_ir_rng_uniform(f, c->iteration, (int64_t)seed, 3, dims);
+  kdc_value_id keep = kdc_ir_compare(f, KDC_CMP_LT, u, kdc_ir_splat(f, KDC_DTYPE_F32, 3, dims,
+                                                                     1.0 - rate));
+  return kdc_ir_select(f, keep, kdc_ir_splat(f, KDC_DTYPE_F32, 3, dims, 1.0 / (1.0 - rate)),
+                       kdc_ir_splat(f, KDC_DTYPE_F32, 3, dims, 0.0));
+}
+
+kdc_status kdc_fe_lower_rnn_layer(kdc_lower_ctx *c, const kdc_keras_layer *l, kdc_value_id x,
+                                  int n_states, const kdc_value_id *states, kdc_value_id *out) {
   rnn_cfg r;
   KDC_RETURN_IF_ERROR(read_cfg(l, &r));
   double drop, rdrop;
-  KDC_RETURN_IF_ERROR(kdc_fe_cfg_double(l, "dropout", 0, &drop));
-  KDC_RETURN_IF_ERROR(kdc_fe_cfg_double(l, "recurrent_dropout", 0, &rdrop));
-  if (c->training && (drop > 0 || rdrop > 0))
-    return kdc_fe_layer_err(l, KDC_UNSUPPORTED, "config.dropout / recurrent_dropout > 0: "
-                            "training with recurrent dropout is not supported (it is the "
-                            "identity at inference)");
+  int n_in = 0, n_rec = 0; /* dropout masks per call (train_forward only) */
+  KDC_RETURN_IF_ERROR(read_dropout(c, l, &r, &drop, &rdrop, &n_in, &n_rec));
   kdc_func *f = c->f;
   const char *cell = r.lstm ? "lstm_cell" : r.gru ? "gru_cell" : "simple_rnn_cell";
   char kn[64], un[64], bn[64];
@@ -201,10 +280,12 @@ static kdc_status lower_rnn(kdc_lower_ctx *c, const kdc_keras_layer *l, kdc_valu
   kdc_value_id W = kdc_fe_weight(c, l, kn), U = kdc_fe_weight(c, l, un);
   kdc_value_id b = r.bias ? kdc_fe_weight(c, l, bn) : KDC_NO_VALUE;
   if (x == KDC_NO_VALUE || W == KDC_NO_VALUE || U == KDC_NO_VALUE) return NULL;
+  for (int i = 0; i < n_states; i++)
+    if (states[i] == KDC_NO_VALUE) return NULL;
   const kdc_type *xt = kdc_ir_type(f, x);
   if (xt->rank != 3 || xt->dtype != KDC_DTYPE_F32)
     return kdc_fe_layer_err(l, KDC_INVALID_INPUT, "expected a float (batch, time, features) input");
-  int64_t B = xt->dims[0], T = xt->dims[1], u = r.units, G = r.gates;
+  int64_t B = xt->dims[0], T = xt->dims[1], F = xt->dims[2], u = r.units, G = r.gates;
   if (T < 1)
     return kdc_fe_layer_err(l, KDC_UNSUPPORTED, "a sequence of %lld steps: recurrent layers "
                             "need at least one step", (long long)T);
@@ -221,9 +302,25 @@ static kdc_status lower_rnn(kdc_lower_ctx *c, const kdc_keras_layer *l, kdc_valu
     ms = kdc_ir_reshape(f, kdc_ir_transpose(f, ms, (int64_t[]){1, 0}), 3, (int64_t[]){T, B, 1});
   }
   bool masked = ms != KDC_NO_VALUE;
-  /* the input projection of every step, time-major */
+  /* the input projection of every step, time-major; with input dropout
+   * x is dropped by a [B, F] mask (the same at every step) per gate group */
   if (r.back) x = kdc_ir_reverse(f, x, 1, (int64_t[]){1});
-  kdc_value_id xs = kdc_ir_matmul(f, x, W);  /* [B, T, G u] */
+  kdc_value_id xs;
+  if (!n_in) {
+    xs = kdc_ir_matmul(f, x, W);  /* [B, T, G u] */
+  } else {
+    int64_t xd[3] = {B, T, F};
+    kdc_value_id m = drop_masks(c, l, "dropout", drop, n_in, B, F), parts[4];
+    for (int k = 0; k < n_in; k++) {
+      kdc_value_id mk = kdc_ir_reshape(f, kdc_ir_slice(f, m, (int64_t[]){k, 0, 0},
+                                                       (int64_t[]){k + 1, B, F},
+                                                       (int64_t[]){1, 1, 1}),
+                                       2, (int64_t[]){B, F});
+      kdc_value_id xk = mul(f, x, kdc_ir_broadcast(f, mk, 3, xd, (int64_t[]){0, 2}));
+      parts[k] = kdc_ir_matmul(f, xk, n_in == 1 ? W : gate(f, W, k, u));
+    }
+    xs = n_in == 1 ? parts[0] : kdc_ir_concat(f, n_in, parts, 2);
+  }
   kdc_value_id brec = KDC_NO_VALUE;
   if (b != KDC_NO_VALUE) {
     kdc_value_id bin = b;
@@ -241,21 +338,37 @@ static kdc_status lower_rnn(kdc_lower_ctx *c, const kdc_keras_layer *l, kdc_valu
   kdc_ir_set_origin(body, f->cur_origin);
   c->f = body;
   kdc_type ut = *kdc_ir_type(f, U), bt = brec != KDC_NO_VALUE ? *kdc_ir_type(f, brec) : ut;
-  kdc_status st = build_body(c, l, &r, B, &ut, brec != KDC_NO_VALUE ? &bt : NULL, masked);
+  kdc_status st = build_body(c, l, &r, B, &ut, brec != KDC_NO_VALUE ? &bt : NULL, masked, n_rec);
   c->f = f;
   if (!st) st = kdc_ir_take_error(body);
   if (st) return kdc_fe_layer_err(l, KDC_INTERNAL, "recurrent step: %s", kdc_status_message(st));
-  /* the loop */
-  kdc_value_id zeros = kdc_ir_splat(f, KDC_DTYPE_F32, 2, (int64_t[]){B, u}, 0.0);
-  kdc_value_id ops[6];
+  /* the loop, from the given initial states or zeros */
   int n = 0, nc = r.lstm ? 2 : 1;
-  ops[n++] = zeros;
-  if (r.lstm) ops[n++] = zeros;
+  kdc_value_id ops[8];
+  for (int i = 0; i < nc; i++) {
+    if (!n_states) {
+      ops[n++] = kdc_ir_splat(f, KDC_DTYPE_F32, 2, (int64_t[]){B, u}, 0.0);
+      continue;
+    }
+    const kdc_type *s0 = kdc_ir_type(f, states[i]);
+    if (s0->dtype != KDC_DTYPE_F32 || s0->rank != 2 || s0->dims[0] != B || s0->dims[1] != u)
+      return kdc_fe_layer_err(l, KDC_INVALID_INPUT, "initial state %d: expected a float "
+                              "(batch %lld, units %lld) tensor", i, (long long)B, (long long)u);
+    ops[n++] = states[i];
+  }
   ops[n++] = xs;
   if (masked) ops[n++] = ms;
+  if (n_rec) {
+    /* the recurrent masks [n_rec, B, u] as rows [B, n_rec u], one per step */
+    kdc_value_id m = drop_masks(c, l, "recurrent_dropout", rdrop, n_rec, B, u);
+    m = kdc_ir_reshape(f, kdc_ir_transpose(f, m, (int64_t[]){1, 0, 2}), 2,
+                       (int64_t[]){B, n_rec * u});
+    ops[n++] = kdc_ir_broadcast(f, m, 3, (int64_t[]){T, B, n_rec * u}, (int64_t[]){1, 2});
+  }
   ops[n++] = U;
   if (brec != KDC_NO_VALUE) ops[n++] = brec;
-  kdc_value_id ys = kdc_ir_scan(f, body, T, nc, masked ? 2 : 1, n, ops); /* [T, B, y width] */
+  int n_xs = 1 + masked + (n_rec > 0);
+  kdc_value_id ys = kdc_ir_scan(f, body, T, nc, n_xs, n, ops); /* [T, B, y width] */
   KDC_RETURN_IF_ERROR(kdc_ir_take_error(f));
   int64_t yw = kdc_ir_type(f, ys)->dims[2], one[3] = {1, 1, 1};
   int64_t so = masked && r.state ? u : 0; /* column of the kept h state in y */
@@ -283,6 +396,9 @@ static kdc_status lower_rnn(kdc_lower_ctx *c, const kdc_keras_layer *l, kdc_valu
 kdc_status kdc_fe_lower_rnn(struct kdc_lower_ctx *c, const kdc_keras_layer *l,
                             const kdc_keras_node *n, const kdc_value_id *in,
                             const kdc_value_id *kw, kdc_value_id *out) {
-  (void)n, (void)kw;
-  return lower_rnn(c, l, in[0], out);
+  int idx[16];
+  int ns = kdc_fe_rnn_state_inputs(n, idx, 16);
+  kdc_value_id st[16];
+  for (int i = 0; i < ns; i++) st[i] = idx[i] < n->n_in ? in[idx[i]] : kw[idx[i] - n->n_in];
+  return kdc_fe_lower_rnn_layer(c, l, in[0], ns, st, out);
 }

@@ -19,10 +19,16 @@
  * the wrapper's, so its variables are "time_distributed/dense/kernel"
  * (Keras' Wrapper.build builds the inner layer inside the wrapper's name
  * scope).  tf.keras 2 / TF.js files name them "time_distributed/kernel"
- * (weights.c).  Refused with located errors: several input tensors, a
- * rank < 3 input, a mask, inner layers with several outputs, nested models,
- * and -- in a training step -- BatchNormalization inside (Keras takes batch
- * statistics per time step; the folded batch would mix them).
+ * (weights.c).  A Keras mask (the input's, or the call's `mask` tensor) of
+ * at least (batch, time) dims is folded like x, m [B, T, ...] -> [B*T, ...],
+ * and given to the wrapped layer as its input mask: Keras passes mask[:, t]
+ * to every step's call when that call takes a mask, and a wrapped layer
+ * whose call uses masks (mask.c's consumers) must apply it; the wrapper's
+ * output has no mask (supports_masking is false).  Refused with located
+ * errors: several input tensors, a rank < 3 input, inner layers with
+ * several outputs, nested models, and -- in a training step --
+ * BatchNormalization inside (Keras takes batch statistics per time step;
+ * the folded batch would mix them).
  */
 #include <json-c/json.h>
 #include <string.h>
@@ -74,9 +80,10 @@ kdc_status kdc_fe_infer_time_distributed(kdc_infer_args *a) {
   if (a->node->n_in != 1)
     return kdc_fe_layer_err(l, KDC_UNSUPPORTED, "TimeDistributed takes one input tensor, got %d "
                             "(nested inputs are not supported)", a->node->n_in);
-  if (a->node->n_kw)
-    return kdc_fe_layer_err(l, KDC_UNSUPPORTED, "the call's %s tensor is not supported (masks "
-                            "are not)", a->node->kw_names[0]);
+  for (int i = 0; i < a->node->n_kw; i++)
+    if (strcmp(a->node->kw_names[i], "mask"))
+      return kdc_fe_layer_err(l, KDC_UNSUPPORTED, "the call's %s tensor is not supported",
+                              a->node->kw_names[i]);
   const kdc_kshape *x = &a->in[0];
   if (x->rank < 3)
     return kdc_fe_shape_err(a, "TimeDistributed needs an input of rank >= 3 (batch, time, ...)",
@@ -125,12 +132,36 @@ kdc_status kdc_fe_lower_time_distributed(struct kdc_lower_ctx *c, const kdc_kera
   dims[0] = t.dims[0] * t.dims[1];
   for (int i = 2; i < t.rank; i++) dims[i - 1] = t.dims[i];
   kdc_value_id x = kdc_ir_reshape(f, in[0], t.rank - 1, dims);
+  /* the mask, folded like x, is the wrapped layer's input mask */
+  kdc_value_id m = kdc_fe_input_mask(c, 0), im[1] = {KDC_NO_VALUE};
+  if (m != KDC_NO_VALUE) {
+    const kdc_type mt = *kdc_ir_type(f, m);
+    if (mt.rank < 2 || mt.dims[0] != t.dims[0] || mt.dims[1] != t.dims[1])
+      return kdc_fe_layer_err(l, KDC_INVALID_INPUT, "the mask's first two dims must be the "
+                              "input's (batch %lld, time %lld)", (long long)t.dims[0],
+                              (long long)t.dims[1]);
+    int64_t md[KDC_MAX_RANK];
+    md[0] = mt.dims[0] * mt.dims[1];
+    for (int i = 2; i < mt.rank; i++) md[i - 1] = mt.dims[i];
+    im[0] = kdc_ir_reshape(f, m, mt.rank - 1, md);
+  }
   kdc_keras_node node = *n;
   node.n_in = 1;
   node.n_kw = 0;
   node.n_out = 1;
   kdc_value_id y = KDC_NO_VALUE;
-  KDC_RETURN_IF_ERROR(inner->cls->lower(c, inner, &node, &x, NULL, &y));
+  const kdc_value_id *saved_in = c->in_mask;
+  kdc_value_id *saved_out = c->out_mask;
+  c->in_mask = m != KDC_NO_VALUE ? im : NULL;
+  c->out_mask = NULL; /* the wrapper drops masks */
+  c->mask_taken = false;
+  kdc_status st = inner->cls->lower(c, inner, &node, &x, NULL, &y);
+  bool inner_took = c->mask_taken;
+  c->in_mask = saved_in, c->out_mask = saved_out, c->mask_taken = true;
+  KDC_RETURN_IF_ERROR(st);
+  if (m != KDC_NO_VALUE && !inner_took && kdc_fe_mask_consumer(inner->class_name))
+    return kdc_fe_layer_err(l, KDC_UNSUPPORTED, "the wrapped %s is given the Keras mask and kdc "
+                            "does not apply masks in it", inner->class_name);
   if (y == KDC_NO_VALUE) return kdc_ir_take_error(f);
   const kdc_type yt = *kdc_ir_type(f, y);
   int64_t od[KDC_MAX_RANK];

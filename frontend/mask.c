@@ -40,7 +40,7 @@
  * TimeDistributed) are marked: when one is given a mask, its lowering must
  * have read it (kdc_fe_input_mask), else the layer is a located error --
  * never a silently unmasked result.  BatchNormalization uses a mask only
- * for training statistics: refused in train_forward.
+ * for training statistics (masked moments, lower_norm.c).
  */
 #include <json-c/json.h>
 #include <float.h>
@@ -283,6 +283,11 @@ static const mask_rule *find_rule(const char *cls) {
   return NULL;
 }
 
+bool kdc_fe_mask_consumer(const char *cls) {
+  const mask_rule *r = find_rule(cls);
+  return r && r->consumes;
+}
+
 kdc_status kdc_fe_compute_masks(struct kdc_lower_ctx *c, const kdc_keras_layer *l,
                                 const kdc_keras_node *n, const kdc_value_id *in,
                                 const kdc_value_id *in_mask, const kdc_value_id *out,
@@ -295,10 +300,6 @@ kdc_status kdc_fe_compute_masks(struct kdc_lower_ctx *c, const kdc_keras_layer *
     return kdc_fe_layer_err(l, KDC_UNSUPPORTED, "this %s is given a Keras mask (Embedding "
                             "mask_zero, Masking, ...) and kdc does not apply masks in it",
                             l->class_name);
-  if (given && c->training && in_mask[0] != KDC_NO_VALUE &&
-      !strcmp(l->class_name, "BatchNormalization"))
-    return kdc_fe_layer_err(l, KDC_UNSUPPORTED, "BatchNormalization is given a Keras mask: "
-                            "masked batch statistics (training) are not supported");
   if (!r || !r->fn) return NULL;
   bool all = true;
   for (int i = 0; i < n->n_out; i++) all = all && out_mask[i] != KDC_NO_VALUE;

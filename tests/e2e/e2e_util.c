@@ -120,8 +120,12 @@ char *e2e_fit_losses(const char *model, const char *weights, const char *x, cons
   snprintf(ep, sizeof ep, "%d", epochs);
   char *plan = e2e_path(name);
   e2e_result *r = malloc(sizeof *r);
-  e2e_kdc(r, "compile", model, "--weights", weights, "--loss", loss, "--optimizer", "adam",
-          "--batch", batch, "--mesh", mesh, "-o", plan, NULL);
+  if (weights)
+    e2e_kdc(r, "compile", model, "--weights", weights, "--loss", loss, "--optimizer", "adam",
+            "--batch", batch, "--mesh", mesh, "-o", plan, NULL);
+  else
+    e2e_kdc(r, "compile", model, "--random-init", "--seed", "5", "--loss", loss, "--optimizer",
+            "adam", "--batch", batch, "--mesh", mesh, "-o", plan, NULL);
   if (r->status == 0)
     e2e_kdc(r, "run", plan, "--fit", "--x", x, "--y", y, "--epochs", ep, "--batch-size", batch,
             NULL);

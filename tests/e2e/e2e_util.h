@@ -34,6 +34,7 @@ double e2e_f32_compare(const float *a, const float *b, size_t n, double atol, do
 /* `kdc compile |model| --weights |weights| --loss |loss| --optimizer adam
  * --batch |batch| --mesh |mesh|` then `kdc run --fit --x |x| --y |y|
  * --epochs |epochs| --batch-size |batch|`; the epoch losses go to |loss_out|.
+ * |weights| NULL: `--random-init --seed 5` instead.
  * Returns NULL, or a malloc'd message (kdc's stderr) when a step fails. */
 char *e2e_fit_losses(const char *model, const char *weights, const char *x, const char *y,
                      const char *loss, const char *batch, const char *mesh, int epochs,

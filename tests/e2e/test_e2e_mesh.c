@@ -50,6 +50,7 @@ static const example examples[] = {
     {"lstm_text", 1, 1, NULL, NULL},
     {"gru_rnn", 1, 1, NULL, NULL},
     {"bidir_rnn", 1, 1, NULL, NULL},
+    {"seq2seq", 2, 1, NULL, NULL},
     {"layer_zoo2", 2, 1, NULL, NULL},
     {"masked_text", 2, 1, NULL, NULL},
 };

@@ -37,6 +37,7 @@ static const example examples[] = {
     {"lstm_text", 1, 1},
     {"gru_rnn", 1, 1},
     {"bidir_rnn", 1, 1},
+    {"seq2seq", 2, 1},
 };
 
 static char *ex_file(const example *e, const char *fmt, int i) {

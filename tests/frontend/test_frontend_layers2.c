@@ -27,61 +27,15 @@
  *   and both occur; RandomBrightness / RandomContrast: one factor per image
  *   within Keras' range (a contrast factor 0.5 means [1, 1.5]: Keras'
  *   _set_factor bounds the lower end at 0), the formula and the clip;
+ * - gradients through masked Attention (mask list, causal), masked
+ *   BatchNormalization training statistics and a masked
+ *   TimeDistributed(LSTM) against central differences;
  * - refusals are one-line located errors naming the key or the class.
  */
 #include "fe_test.h"
-
-#include "common/io.h"
-#include "passes/passes.h"
+#include "fe_grad.h"
 
 #define ZOO(f) FE_EXAMPLE("layer_zoo2", f)
-
-/* A lowered example: module, predict and its arguments (inputs from the
- * .npy files' first |b| rows, weights copied from the bound module). */
-typedef struct lowered {
-  kdc_keras_model *km;
-  kdc_module *mod;
-  kdc_func *f;
-  kdc_tensor *args;
-} lowered;
-
-static void lower_example(const char *model, const char *weights, const char *const *inputs,
-                          int64_t b, lowered *L) {
-  L->km = fe_load_ok(model);
-  kdc_lower_options opt = {.batch = b};
-  kdc_status st = kdc_frontend_lower(L->km, &opt, &L->mod);
-  if (st) fail_msg("lowering %s: %s", model, kdc_status_message(st));
-  st = kdc_frontend_bind_weights(L->km, L->mod, weights, 0);
-  if (st) fail_msg("binding %s: %s", weights, kdc_status_message(st));
-  L->f = kdc_ir_module_find_func(L->mod, "predict");
-  L->args = calloc(L->f->n_params, sizeof *L->args);
-  int ni = 0;
-  for (size_t i = 0; i < L->f->n_params; i++) {
-    const kdc_node *nd = kdc_ir_node(L->f, L->f->params[i]);
-    kdc_tensor *a = &L->args[i];
-    a->type = nd->type;
-    size_t bytes = kdc_type_bytes(&a->type);
-    a->data = malloc(bytes + 1);
-    if (nd->attr.param.kind == KDC_PARAM_INPUT) {
-      kdc_npy_array x;
-      assert_null(kdc_npy_read(inputs[ni++], &x));
-      assert_true(x.nbytes >= bytes);
-      memcpy(a->data, x.data, bytes);
-      kdc_npy_free(&x);
-    } else {
-      const kdc_weight *w = kdc_ir_module_find_weight(L->mod, nd->attr.param.name);
-      assert_non_null(w);
-      memcpy(a->data, w->data, bytes);
-    }
-  }
-}
-
-static void lowered_free(lowered *L) {
-  for (size_t i = 0; i < L->f->n_params; i++) free(L->args[i].data);
-  free(L->args);
-  kdc_ir_module_destroy(L->mod);
-  kdc_frontend_free(L->km);
-}
 
 static void compare(const kdc_tensor *got, const char *want_path) {
   kdc_npy_array want;
@@ -120,82 +74,6 @@ static void test_zoo_interpreter(void **s FE_UNUSED) {
   compare(&out, ZOO("fit_expected.npy"));
   free(out.data);
   lowered_free(&L);
-}
-
-/* xorshift64* uniform in [lo, hi) */
-static double urand(uint64_t *s, double lo, double hi) {
-  *s ^= *s >> 12, *s ^= *s << 25, *s ^= *s >> 27;
-  return lo + (hi - lo) * ((double)((*s * 2685821657736338717ull) >> 11) / 9007199254740992.0);
-}
-
-static double weighted(const kdc_tensor *r, const float *w) {
-  double s = 0;
-  for (int64_t i = 0; i < kdc_type_numel(&r->type); i++) s += (double)((float *)r->data)[i] * w[i];
-  return s;
-}
-
-/* Central differences of sum(predict * w) for every parameter whose name
- * does not start with |skip| (NULL: none), every |stride|-th element. */
-static void grad_check(lowered *L, const char *skip, int stride, int min_checked) {
-  kdc_func *f = L->f;
-  kdc_type rt = *kdc_ir_type(f, f->results[0]);
-  int64_t rn = kdc_type_numel(&rt);
-  float *w = malloc(sizeof(float) * (size_t)rn);
-  uint64_t seed = 0x5EEDull;
-  for (int64_t i = 0; i < rn; i++) w[i] = (float)urand(&seed, -1, 1);
-  kdc_value_id wc = kdc_ir_constant(f, &rt, w);
-  int64_t all[KDC_MAX_RANK];
-  for (int i = 0; i < rt.rank; i++) all[i] = i;
-  kdc_value_id y = kdc_ir_reduce(f, KDC_RED_SUM, kdc_ir_binary(f, KDC_OP_MUL, f->results[0], wc),
-                                 rt.rank, all);
-  assert_null(kdc_ir_take_error(f));
-  size_t np = f->n_params;
-  kdc_value_id *wrt = calloc(np, sizeof *wrt), *g = calloc(np, sizeof *g);
-  for (size_t i = 0; i < np; i++) wrt[i] = f->params[i];
-  assert_null(kdc_autodiff(f, y, wrt, np, g));
-  size_t n0 = f->n_results;
-  for (size_t i = 0; i < np; i++) {
-    if (g[i] == KDC_NO_VALUE) fail_msg("no gradient for %s", kdc_ir_node(f, f->params[i])->attr.param.name);
-    kdc_ir_add_result(f, g[i], "grad");
-  }
-  assert_null(kdc_ir_verify(f));
-  kdc_tensor *base = calloc(f->n_results, sizeof *base), *out = calloc(f->n_results, sizeof *out);
-  assert_null(kdc_ir_interpret(f, L->args, np, base));
-  int checked = 0;
-  for (size_t k = 0; k < np; k++) {
-    const char *name = kdc_ir_node(f, f->params[k])->attr.param.name;
-    if (skip && !strncmp(name, skip, strlen(skip))) continue;
-    float *x = L->args[k].data;
-    const float *gk = base[n0 + k].data;
-    int64_t n = kdc_type_numel(&L->args[k].type);
-    double scale = 1;
-    double *fd = calloc((size_t)n + 1, sizeof *fd);
-    for (int64_t i = 0; i < n; i += stride) {
-      float x0 = x[i];
-      double h = 1e-3 * fmax(1.0, fabs(x0));
-      x[i] = (float)(x0 + h);
-      double xp = x[i];
-      assert_null(kdc_ir_interpret(f, L->args, np, out));
-      double yp = weighted(&out[0], w);
-      for (size_t r = 0; r < f->n_results; r++) free(out[r].data);
-      x[i] = (float)(x0 - h);
-      double xm = x[i];
-      assert_null(kdc_ir_interpret(f, L->args, np, out));
-      double ym = weighted(&out[0], w);
-      for (size_t r = 0; r < f->n_results; r++) free(out[r].data);
-      x[i] = x0;
-      fd[i] = (yp - ym) / (xp - xm);
-      scale = fmax(scale, fabs(fd[i]));
-    }
-    for (int64_t i = 0; i < n; i += stride, checked++)
-      if (!(fabs(gk[i] - fd[i]) <= 1e-2 * fabs(fd[i]) + 1e-3 * scale))
-        fail_msg("d/d %s[%lld]: autodiff %.7g, central difference %.7g", name, (long long)i,
-                 gk[i], fd[i]);
-    free(fd);
-  }
-  assert_true(checked >= min_checked);
-  for (size_t r = 0; r < f->n_results; r++) free(base[r].data);
-  free(base), free(out), free(wrt), free(g), free(w);
 }
 
 /* TimeDistributed(Dense), causal Attention, AdditiveAttention, Resizing,
@@ -672,6 +550,76 @@ static kdc_status lower_err(const char *path, bool train) {
 
 #define TD_DENSE "\"layer\": {\"class_name\": \"Dense\", \"config\": {\"name\": \"d\", \"units\": 3}}"
 
+/* ---- gradients through masked layers ---------------------------------- */
+
+/* A Keras 3 keras tensor of layer |name| (output 0). */
+#define KTN(name) "{\"class_name\": \"__keras_tensor__\", \"config\": {\"keras_history\": [\"" name "\", 0, 0]}}"
+#define INL(name, shape) "{\"class_name\": \"InputLayer\", \"name\": \"" name "\", \"config\": " \
+  "{\"name\": \"" name "\", \"batch_shape\": [null, " shape "]}, \"inbound_nodes\": []}"
+#define FUNC(layers, ins, out) "{\"class_name\": \"Functional\", \"config\": {\"name\": \"m\", " \
+  "\"layers\": [" layers "], \"input_layers\": [" ins "], \"output_layers\": [[\"" out "\", 0, 0]]}}"
+
+static void masked_grad(const char *tag, const char *json, bool train, int n_in,
+                        const int64_t *sizes, const float *const *masks, const char *skip) {
+  const char *path = fe_tmp(tag);
+  fe_write(path, json, strlen(json));
+  const float *x[4];
+  float *own[4] = {NULL};
+  uint64_t seed = 0xA77;
+  for (int i = 0; i < n_in; i++) {
+    if (masks[i]) {
+      x[i] = masks[i];
+      continue;
+    }
+    own[i] = malloc(sizeof(float) * (size_t)sizes[i]);
+    for (int64_t k = 0; k < sizes[i]; k++) own[i][k] = (float)urand(&seed, -1, 1);
+    x[i] = own[i];
+  }
+  lowered L;
+  lower_model(path, train, 2, x, 3, &L);
+  grad_check(&L, skip, 1, 20);
+  lowered_free(&L);
+  for (int i = 0; i < n_in; i++) free(own[i]);
+}
+
+/* Attention with a mask list and causal, BatchNormalization's masked
+ * moments in train_forward (explicit mask tensor), and TimeDistributed(LSTM)
+ * given a mask: gradients of every float input and weight against central
+ * differences (the mask inputs and the moving statistics skipped). */
+static void test_masked_gradients(void **s FE_UNUSED) {
+  /* every query row keeps a key (fully masked rows round s - 1e9 to one value, so
+   * central differences see a flat function there) */
+  static const float qm[8] = {1, 0, 1, 1, 1, 1, 0, 1}, vm[10] = {1, 1, 0, 1, 1, 1, 0, 1, 1, 1};
+  masked_grad("att_grad.json",
+              FUNC(INL("q", "4, 3") ", " INL("v", "5, 3") ", " INL("qm", "4") ", " INL("vm", "5")
+                   ", {\"class_name\": \"Attention\", \"name\": \"att\", \"config\": {\"name\": "
+                   "\"att\", \"use_scale\": true}, \"inbound_nodes\": [{\"args\": [[" KTN("q") ", "
+                   KTN("v") "]], \"kwargs\": {\"mask\": [" KTN("qm") ", " KTN("vm") "], "
+                   "\"use_causal_mask\": true}}]}",
+                   "[\"q\", 0, 0], [\"v\", 0, 0], [\"qm\", 0, 0], [\"vm\", 0, 0]", "att"),
+              false, 4, (const int64_t[]){24, 30, 8, 10},
+              (const float *const[]){NULL, NULL, qm, vm}, "qm|vm");
+  static const float m5[10] = {1, 1, 0, 1, 0, 1, 0, 0, 1, 1};
+  masked_grad("bn_grad.json",
+              FUNC(INL("x", "5, 3") ", " INL("mask_in", "5")
+                   ", {\"class_name\": \"BatchNormalization\", \"name\": \"bn\", \"config\": "
+                   "{\"name\": \"bn\"}, \"inbound_nodes\": [{\"args\": [" KTN("x") "], "
+                   "\"kwargs\": {\"mask\": " KTN("mask_in") "}}]}",
+                   "[\"x\", 0, 0], [\"mask_in\", 0, 0]", "bn"),
+              true, 2, (const int64_t[]){30, 10}, (const float *const[]){NULL, m5},
+              "mask_in|bn/moving|iteration|sample_mask");
+  static const float m34[24] = {1, 0, 1, 0, 1, 1, 1, 1, 0, 0, 1, 1,
+                                1, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1, 1};
+  masked_grad("td_grad.json",
+              FUNC(INL("x", "3, 4, 2") ", " INL("mask_in", "3, 4")
+                   ", {\"class_name\": \"TimeDistributed\", \"name\": \"td\", \"config\": "
+                   "{\"name\": \"td\", \"layer\": {\"class_name\": \"LSTM\", \"config\": "
+                   "{\"name\": \"l\", \"units\": 2}}}, \"inbound_nodes\": [{\"args\": ["
+                   KTN("x") "], \"kwargs\": {\"mask\": " KTN("mask_in") "}}]}",
+                   "[\"x\", 0, 0], [\"mask_in\", 0, 0]", "td"),
+              false, 2, (const int64_t[]){48, 24}, (const float *const[]){NULL, m34}, "mask_in");
+}
+
 static void test_errors(void **s FE_UNUSED) {
   fe_assert_err(load_err(fe_model_file("td1.json", "5", "TimeDistributed", TD_DENSE, NULL, NULL)),
                 KDC_INVALID_INPUT, "config.layers[1]", "rank >= 3", NULL);
@@ -694,9 +642,9 @@ static void test_errors(void **s FE_UNUSED) {
   fe_assert_err(lower_err(fe_model_file("at3.json", "4, 5", "Attention", "\"dropout\": 0.1",
                                      "[[KT, KT]]", NULL), true),
                 KDC_UNSUPPORTED, "config.dropout", NULL);
-  fe_assert_err(load_err(fe_model_file("at4.json", "4, 5", "Attention", "",
-                                    "[[KT, KT]]", "{\"mask\": [KT, KT]}")),
-                KDC_UNSUPPORTED, "mask", NULL);
+  fe_assert_err(lower_err(fe_model_file("at4.json", "2, 4, 5", "Attention", "",
+                                     "[[KT, KT]]", "{\"mask\": [KT, KT]}"), false),
+                KDC_UNSUPPORTED, "masks on Attention inputs of rank 4", NULL);
   fe_assert_err(load_err(fe_model_file("rs1.json", "5, 7, 1", "Resizing", "\"height\": 3, "
                                     "\"width\": 2, \"interpolation\": \"area\"", NULL, NULL)),
                 KDC_UNSUPPORTED, "config.interpolation \"area\"", NULL);
@@ -726,6 +674,7 @@ int main(void) {
       cmocka_unit_test(test_attention_causal_forms), cmocka_unit_test(test_rms_norm),
       cmocka_unit_test(test_spectral_norm),        cmocka_unit_test(test_value_augment_training),
       cmocka_unit_test(test_encodings),            cmocka_unit_test(test_adaptive_pool),
+      cmocka_unit_test(test_masked_gradients),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

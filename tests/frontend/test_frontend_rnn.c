@@ -7,10 +7,22 @@
  * go_backwards; and the Bidirectional wrapper (merge modes, weight paths,
  * Keras' parameter counts, located config errors).  Weights are seeded; the
  * lowered predict runs on the reference interpreter; |d| <= 1e-5.
+ * Initial states (Keras' `initial_state`): examples/seq2seq (TF.js 4.22,
+ * tests/reference/gen.js: encoders' final states start LSTM, GRU,
+ * SimpleRNN and Bidirectional decoders) through the interpreter within
+ * 1e-5 + 1e-4 |ref|, its gradients (the encoder input's only path is
+ * through the states) against central differences, and the located
+ * errors for a wrong number or shape of states.
+ * dropout / recurrent_dropout in train_forward (Keras 3 DropoutRNNCell):
+ * the Keras 3 cells written out with per-gate masks (implementation 1,
+ * which recurrent_dropout forces) or one shared mask, fed the masks of
+ * kdc's counter-based stream read back with kdc_rng_uniform_at; and their
+ * gradients against central differences.
  */
 #include <math.h>
 
 #include "fe_test.h"
+#include "fe_grad.h"
 
 enum { B = 2, T = 4, F = 3, U = 2 };
 
@@ -64,10 +76,14 @@ static kdc_module *run(const char *json, const float *x, kdc_tensor *out, size_t
   return mod;
 }
 
-static void close_to(const float *got, const double *want, int n) {
+static void close_to_what(const float *got, const double *want, int n, const char *what) {
   for (int i = 0; i < n; i++)
     if (fabs(got[i] - want[i]) > 1e-5)
-      fail_msg("element %d: got %.7g, want %.7g", i, (double)got[i], want[i]);
+      fail_msg("%s: element %d: got %.7g, want %.7g", what, i, (double)got[i], want[i]);
+}
+
+static void close_to(const float *got, const double *want, int n) {
+  close_to_what(got, want, n, "output");
 }
 
 static void input(float *x) {
@@ -330,6 +346,230 @@ static void test_bidir_errors(void **state) {
            KDC_INVALID_INPUT, "same go_backwards");
 }
 
+/* ---- dropout / recurrent_dropout in train_forward ----------------------- */
+
+/* The layer |cls| ("LSTM", "GRU", "GRU0" = reset_after false, "SimpleRNN")
+ * in Keras 3 implementation-1 form (keras/src/layers/rnn/lstm.py, gru.py,
+ * simple_rnn.py), return_sequences, in double: gate k's input is x * mi[k]
+ * and its recurrent input h * mr[k] (mi [G][B][F], mr [G][B][U]: a mask
+ * shared by the gates is repeated), the same masks at every step. */
+static void dropout_ref(const char *cls, const float *x, const float *W, const float *R,
+                        const float *bias, const double *mi, const double *mr, double *y) {
+  bool lstm = !strcmp(cls, "LSTM"), gru = !strncmp(cls, "GRU", 3), after = !strcmp(cls, "GRU");
+  int G = lstm ? 4 : gru ? 3 : 1;
+  for (int b = 0; b < B; b++) {
+    double h[U] = {0}, c[U] = {0};
+    for (int t = 0; t < T; t++) {
+      double xg[4 * U], hg[4 * U]; /* x_k @ W_k (+ input bias), h_k @ U_k (+ recurrent bias) */
+      for (int k = 0; k < G; k++)
+        for (int j = 0; j < U; j++) {
+          int col = k * U + j;
+          double sx = bias[col], sh = after ? bias[G * U + col] : 0;
+          for (int q = 0; q < F; q++)
+            sx += x[(b * T + t) * F + q] * mi[(k * B + b) * F + q] * W[q * G * U + col];
+          for (int q = 0; q < U; q++) sh += h[q] * mr[(k * B + b) * U + q] * R[q * G * U + col];
+          xg[col] = sx, hg[col] = sh;
+        }
+      double hn[U];
+      for (int j = 0; j < U; j++) {
+        if (lstm) {
+          double i = sigm(xg[j] + hg[j]), f = sigm(xg[U + j] + hg[U + j]);
+          double g = tanh(xg[2 * U + j] + hg[2 * U + j]), o = sigm(xg[3 * U + j] + hg[3 * U + j]);
+          c[j] = f * c[j] + i * g;
+          hn[j] = o * tanh(c[j]);
+        } else if (gru) {
+          double z = sigm(xg[j] + hg[j]), r = sigm(xg[U + j] + hg[U + j]), rh;
+          if (after) {
+            rh = r * hg[2 * U + j];
+          } else { /* (r * h_h) @ U_h, r of the summed unit q */
+            rh = 0;
+            for (int q = 0; q < U; q++)
+              rh += sigm(xg[U + q] + hg[U + q]) * h[q] * mr[(2 * B + b) * U + q] *
+                    R[q * G * U + 2 * U + j];
+          }
+          hn[j] = z * h[j] + (1 - z) * tanh(xg[2 * U + j] + rh);
+        } else {
+          hn[j] = tanh(xg[j] + hg[j]);
+        }
+      }
+      for (int j = 0; j < U; j++) h[j] = hn[j], y[(b * T + t) * U + j] = hn[j];
+    }
+  }
+}
+
+/* The masks of the rng_uniform [n, B, d] node of |f| whose last dim is |d|
+ * (u < 1 - rate kept, scaled by 1 / (1 - rate): keras.random.dropout) at
+ * step |step|, repeated to |G| gates when n is 1; returns n (0: none). */
+static int masks_of(const kdc_func *f, int64_t d, double rate, int32_t step, int G, double *m) {
+  for (size_t v = 0; v < f->n_nodes; v++) {
+    const kdc_node *nd = &f->nodes[v];
+    if (nd->op != KDC_OP_RNG_UNIFORM || nd->type.dims[2] != d) continue;
+    int n = (int)nd->type.dims[0];
+    assert_true(n == 1 || n == G);
+    assert_int_equal(nd->type.dims[1], B);
+    for (int k = 0; k < G; k++)
+      for (int i = 0; i < B * d; i++) {
+        float u = kdc_rng_uniform_at(nd->attr.seed, step, (n == 1 ? 0 : k) * B * d + i);
+        m[k * B * d + i] = u < (float)(1 - rate) ? (float)(1 / (1 - rate)) : 0;
+      }
+    return n;
+  }
+  for (int i = 0; i < G * B * d; i++) m[i] = 1;
+  return 0;
+}
+
+/* |cls| with dropout |dr| and recurrent_dropout |rdr| in train_forward at
+ * step 3 against dropout_ref with the masks of kdc's stream; |n_want|: the
+ * expected number of input and of recurrent masks. */
+static void check_dropout(const char *cls, const char *extra, double dr, double rdr, int n_in,
+                          int n_rec) {
+  bool lstm = !strcmp(cls, "LSTM"), gru = !strncmp(cls, "GRU", 3);
+  int G = lstm ? 4 : gru ? 3 : 1;
+  const char *kcls = gru ? "GRU" : cls;
+  char json[1024];
+  snprintf(json, sizeof json, SEQ_MODEL("{\"class_name\": \"%s\", \"config\": {\"name\": "
+                                        "\"r\", \"units\": 2, \"return_sequences\": true, "
+                                        "\"dropout\": %g, \"recurrent_dropout\": %g%s%s}}"),
+           kcls, dr, rdr, strcmp(cls, "GRU0") ? "" : ", \"reset_after\": false", extra);
+  const char *path = fe_tmp("rnn_drop.json");
+  fe_write(path, json, strlen(json));
+  kdc_keras_model *km = fe_load_ok(path);
+  kdc_lower_options opt = {.batch = B, .train_forward = true, .dropout_seed = 5};
+  kdc_module *mod = NULL;
+  kdc_status st = kdc_frontend_lower(km, &opt, &mod);
+  if (st) fail_msg("%s: %s", cls, kdc_status_message(st));
+  kdc_frontend_free(km);
+  fill_weights(mod, 99);
+  kdc_func *f = kdc_ir_module_find_func(mod, "train_forward");
+  float x[B * T * F];
+  input(x);
+  int32_t step = 3;
+  kdc_tensor *args = calloc(f->n_params, sizeof *args), out[1];
+  for (size_t i = 0; i < f->n_params; i++) {
+    const kdc_node *nd = kdc_ir_node(f, f->params[i]);
+    args[i].type = nd->type;
+    if (nd->attr.param.kind == KDC_PARAM_INPUT) args[i].data = x;
+    if (nd->attr.param.kind == KDC_PARAM_STATE) args[i].data = &step;
+  }
+  st = kdc_ir_interpret(f, args, f->n_params, out);
+  if (st) fail_msg("%s: %s", cls, kdc_status_message(st));
+  double mi[4 * B * F], mr[4 * B * U], want[B * T * U];
+  assert_int_equal(masks_of(f, F, dr, step, G, mi), n_in);
+  assert_int_equal(masks_of(f, U, rdr, step, G, mr), n_rec);
+  char pre[64];
+  snprintf(pre, sizeof pre, "s/r/%s_cell/", lstm ? "lstm" : gru ? "gru" : "simple_rnn");
+  char wn[3][96];
+  snprintf(wn[0], 96, "%skernel", pre), snprintf(wn[1], 96, "%srecurrent_kernel", pre);
+  snprintf(wn[2], 96, "%sbias", pre);
+  dropout_ref(cls, x, weight(mod, wn[0]), weight(mod, wn[1]), weight(mod, wn[2]), mi, mr, want);
+  close_to_what(out[0].data, want, B * T * U, json);
+  /* the masks act: predict (inference) differs */
+  kdc_tensor pout[1];
+  kdc_func *p = kdc_ir_module_find_func(mod, "predict");
+  for (size_t i = 0; i < p->n_params; i++) {
+    const kdc_node *nd = kdc_ir_node(p, p->params[i]);
+    args[i].type = nd->type;
+    args[i].data = nd->attr.param.kind == KDC_PARAM_INPUT ? x : NULL;
+  }
+  assert_null(kdc_ir_interpret(p, args, p->n_params, pout));
+  double diff = 0;
+  for (int i = 0; i < B * T * U; i++)
+    diff = fmax(diff, fabs(((float *)pout[0].data)[i] - ((float *)out[0].data)[i]));
+  assert_true(diff > 1e-3);
+  free(out[0].data), free(pout[0].data), free(args);
+  kdc_ir_module_destroy(mod);
+}
+
+static void test_dropout_train_forward(void **state) {
+  (void)state;
+  /* recurrent_dropout != 0 switches LSTM/GRU to implementation 1: a mask per gate */
+  check_dropout("LSTM", "", 0.3, 0.4, 4, 4);
+  check_dropout("GRU", "", 0.5, 0.25, 3, 3);
+  check_dropout("GRU0", "", 0.2, 0.5, 3, 3);
+  check_dropout("SimpleRNN", "", 0.3, 0.4, 1, 1);
+  /* dropout alone (implementation 2): one input mask shared by the gates */
+  check_dropout("LSTM", "", 0.4, 0, 1, 0);
+  check_dropout("GRU", "", 0.4, 0, 1, 0);
+  /* implementation 1 asked for: a mask per gate */
+  check_dropout("LSTM", ", \"implementation\": 1", 0.4, 0, 4, 0);
+  check_dropout("SimpleRNN", "", 0, 0.5, 0, 1);
+}
+
+/* Gradients of train_forward with both dropouts (masks fixed by the step):
+ * every weight and input element against central differences. */
+static void test_dropout_gradients(void **state) {
+  (void)state;
+  static const char *const layers[2] = {
+      "{\"class_name\": \"LSTM\", \"config\": {\"name\": \"r\", \"units\": 2, "
+      "\"return_sequences\": true, \"dropout\": 0.3, \"recurrent_dropout\": 0.4}}",
+      "{\"class_name\": \"GRU\", \"config\": {\"name\": \"r\", \"units\": 2, "
+      "\"dropout\": 0.3, \"recurrent_dropout\": 0.4, \"reset_after\": false}}"};
+  for (int k = 0; k < 2; k++) {
+    char json[1024];
+    snprintf(json, sizeof json, SEQ_MODEL("%s"), layers[k]);
+    const char *path = fe_tmp("rnn_drop_grad.json");
+    fe_write(path, json, strlen(json));
+    lowered L;
+    float x[B * T * F];
+    input(x);
+    lower_model(path, true, B, (const float *const[]){x}, 7, &L);
+    grad_check(&L, "iteration", 1, 20);
+    lowered_free(&L);
+  }
+}
+
+#define S2S(f) FE_EXAMPLE("seq2seq", f)
+
+static void test_seq2seq_reference(void **state) {
+  (void)state;
+  lowered L;
+  lower_example(S2S("model.json"), S2S("weights.safetensors"),
+                (const char *[]){S2S("input0.npy"), S2S("input1.npy")}, 37, &L);
+  kdc_tensor out;
+  assert_null(kdc_ir_interpret(L.f, L.args, L.f->n_params, &out));
+  kdc_npy_array want;
+  assert_null(kdc_npy_read(S2S("expected.npy"), &want));
+  int64_t n = kdc_type_numel(&out.type);
+  assert_int_equal((int64_t)(want.nbytes / 4), n);
+  const float *g = out.data, *w = want.data;
+  for (int64_t i = 0; i < n; i++)
+    if (!(fabsf(g[i] - w[i]) <= 1e-5f + 1e-4f * fabsf(w[i])))
+      fail_msg("seq2seq element %lld: got %.8g, TF.js %.8g", (long long)i, g[i], w[i]);
+  kdc_npy_free(&want);
+  free(out.data);
+  lowered_free(&L);
+}
+
+/* Every input and weight element of seq2seq at batch 2 (every 3rd
+ * element): the encoders reach the output only through the decoders'
+ * initial states, so scan's initial-carry cotangent is what is checked on
+ * `enc`. */
+static void test_seq2seq_gradients(void **state) {
+  (void)state;
+  lowered L;
+  lower_example(S2S("model.json"), S2S("weights.safetensors"),
+                (const char *[]){S2S("input0.npy"), S2S("input1.npy")}, 2, &L);
+  grad_check(&L, NULL, 3, 600);
+  lowered_free(&L);
+}
+
+static void state_err(const char *cls, const char *cfg, const char *kwargs, const char *what) {
+  const char *path = fe_model_file("state_bad.json", "4, 3", cls, cfg, NULL, kwargs);
+  kdc_keras_model *m = NULL;
+  fe_assert_err(kdc_frontend_load(path, &m), KDC_INVALID_INPUT, path, what, NULL);
+}
+
+static void test_initial_state_errors(void **state) {
+  (void)state;
+  state_err("LSTM", "\"units\": 3", "{\"initial_state\": [KT]}",
+            "1 initial state tensor(s) passed: LSTM takes 2");
+  state_err("GRU", "\"units\": 3", "{\"initial_state\": [KT]}", "initial state 0 must be "
+            "(batch, units=3)");
+  state_err("Bidirectional", "\"layer\": {\"class_name\": \"GRU\", \"config\": "
+            "{\"units\": 3}}", "{\"initial_state\": [KT]}",
+            "1 initial state tensors passed: Bidirectional takes");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_gru_reset_after),
@@ -338,6 +578,11 @@ int main(void) {
       cmocka_unit_test(test_bidir_lstm_state),
       cmocka_unit_test(test_bidir_gru_count),
       cmocka_unit_test(test_bidir_errors),
+      cmocka_unit_test(test_seq2seq_reference),
+      cmocka_unit_test(test_seq2seq_gradients),
+      cmocka_unit_test(test_initial_state_errors),
+      cmocka_unit_test(test_dropout_train_forward),
+      cmocka_unit_test(test_dropout_gradients),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

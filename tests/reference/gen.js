@@ -105,6 +105,24 @@ class Builder {
     return { sym, hist: [name, 0, 0], shape: sym.shape.slice() };
   }
 
+  // A recurrent layer (or Bidirectional) called on the sequence handle x
+  // with initial states (handles, or none): Keras 3 records them as the
+  // call's `initial_state` kwarg, tfjs (as tf.keras 2) appends them to the
+  // node's inputs.  Returns one handle per output (return_state: several).
+  rnnCall(cls, name, specific, tfLayer, x, states = []) {
+    const kt = h => ({ class_name: '__keras_tensor__', config: { shape: h.shape, dtype: 'float32', keras_history: h.hist } });
+    let syms = tfLayer.apply(x.sym, states.length ? { initialState: states.map(h => h.sym) } : undefined);
+    if (!Array.isArray(syms)) syms = [syms];
+    this.entries.push({
+      cls, name,
+      config: Object.assign({ name, trainable: true, dtype: DP() }, specific),
+      buildConfig: HAS_BUILD_CONFIG.has(cls) ? { input_shape: x.shape } : undefined,
+      inbound: [{ args: [kt(x)], kwargs: states.length ? { initial_state: states.map(kt) } : {} }],
+      outShape: syms[0].shape.slice(),
+    });
+    return syms.map((sym, i) => ({ sym, hist: [name, 0, i], shape: sym.shape.slice() }));
+  }
+
   dense(name, units, activation, inp, { useBias = true, gain = 1, tfActivation } = {}) {
     this.denseInit[name] = gain;
     return this.layer('Dense', name, denseSpecific(units, activation, useBias),
@@ -601,6 +619,52 @@ function buildBidirRnn() {
   return { b, model, outputs: [head], inputRanges: [[0, 40]], integerInputs: true };
 }
 
+// Encoder-decoder: the decoders start from the encoders' final states
+// (Keras `initial_state`).  enc (7, 5) -> Bidirectional(LSTM(6,
+// return_state)) `encoder` -> y, h_f, c_f, h_b, c_b; GRU(5, return_state,
+// reset_after false) `gru_enc` -> y, h.  dec (6, 4) ->
+// Bidirectional(LSTM(6, sequences))(dec, initial_state=[h_f, c_f, h_b, c_b])
+// `bi_dec`; LSTM(6, sequences)(dec, initial_state=[h_b, c_b]) `decoder`;
+// GRU(5, sequences, go_backwards)(dec, initial_state=h) `gru_dec`;
+// SimpleRNN(5, sequences)(dec, initial_state=h) `rnn_dec`; Concatenate ->
+// Dense(3, softmax) per step.
+function buildSeq2seq() {
+  const b = new Builder('functional', 'seq2seq', 0x5E25);
+  const enc = b.input('enc', [7, 5]);
+  const dec = b.input('dec', [6, 4]);
+  const lstm = (name, o) => tf.layers.lstm(Object.assign({ units: 6, recurrentActivation: 'sigmoid', name }, o));
+  b.denseInit.encoder = 1.5;
+  const [, hf, cf, hb, cb] = b.rnnCall('Bidirectional', 'encoder',
+    bidirSpecific('LSTM', 'lstm', 6, 'concat', enc.shape, { return_state: true }),
+    tf.layers.bidirectional({ name: 'encoder', mergeMode: 'concat', layer: lstm('lstm', { returnState: true }) }), enc);
+  b.entries[b.entries.length - 1].innerCls = 'LSTM';
+  b.denseInit.gru_enc = 1.5;
+  const [, hg] = b.rnnCall('GRU', 'gru_enc', rnnSpecific('GRU', 5, { return_state: true, reset_after: false }),
+    tf.layers.gru({ units: 5, recurrentActivation: 'sigmoid', returnState: true, name: 'gru_enc' }), enc);
+  b.denseInit.bi_dec = 1.5;
+  const [bd] = b.rnnCall('Bidirectional', 'bi_dec',
+    bidirSpecific('LSTM', 'lstm_d', 6, 'concat', dec.shape, { return_sequences: true }),
+    tf.layers.bidirectional({ name: 'bi_dec', mergeMode: 'concat', layer: lstm('lstm_d', { returnSequences: true }) }),
+    dec, [hf, cf, hb, cb]);
+  b.entries[b.entries.length - 1].innerCls = 'LSTM';
+  b.denseInit.decoder = 1.5;
+  const [ld] = b.rnnCall('LSTM', 'decoder', rnnSpecific('LSTM', 6, { return_sequences: true }),
+    lstm('decoder', { returnSequences: true }), dec, [hb, cb]);
+  b.denseInit.gru_dec = 1.5;
+  const [gd] = b.rnnCall('GRU', 'gru_dec',
+    rnnSpecific('GRU', 5, { return_sequences: true, go_backwards: true, reset_after: false }),
+    tf.layers.gru({ units: 5, recurrentActivation: 'sigmoid', returnSequences: true, goBackwards: true, name: 'gru_dec' }),
+    dec, [hg]);
+  b.denseInit.rnn_dec = 1.5;
+  const [rd] = b.rnnCall('SimpleRNN', 'rnn_dec', rnnSpecific('SimpleRNN', 5, { return_sequences: true }),
+    tf.layers.simpleRNN({ units: 5, returnSequences: true, name: 'rnn_dec' }), dec, [hg]);
+  const cat = b.layer('Concatenate', 'cat', { axis: -1 }, tf.layers.concatenate({ axis: -1, name: 'cat' }),
+    [bd, ld, gd, rd]);
+  const head = b.dense('head', 3, 'softmax', cat, { gain: 2 });
+  const model = tf.model({ inputs: b.inputs, outputs: head.sym, name: 'seq2seq' });
+  return { b, model, outputs: [head], inputRanges: [[-1, 1], [-1, 1]] };
+}
+
 // ====================================================================
 // Writers
 
@@ -728,6 +792,8 @@ async function main() {
   await emit('gru_rnn', buildGruRnn());
   console.log('bidir_rnn');
   await emit('bidir_rnn', buildBidirRnn());
+  console.log('seq2seq');
+  await emit('seq2seq', buildSeq2seq());
   if (!ONLY.length || ONLY.includes('mnist_train')) {
     console.log('mnist_train (train.js)');
     await require('./train').emitTraining();
