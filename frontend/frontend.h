@@ -544,6 +544,13 @@ KDC_FE_LOWER_FN(kdc_fe_lower_embedding);
 kdc_status kdc_fe_infer_conv_transpose(kdc_infer_args *a);
 /* lower_rnn.c: LSTM, GRU and SimpleRNN as one scan over a step function. */
 KDC_FE_LOWER_FN(kdc_fe_lower_rnn);
+/* The initial-state tensors of a recurrent call: the positional inputs after
+ * the sequence (tf.keras 2 records `initial_state=` so) or the tensors of the
+ * `initial_state` keyword (Keras 3).  Writes up to KDC_FE_MAX_RNN_STATES
+ * slots to |idx| (i < n->n_in: input i; else keyword tensor i - n->n_in) and
+ * returns their number, or -1 when both forms are present. */
+enum { KDC_FE_MAX_RNN_STATES = 4 };
+int kdc_fe_rnn_states(const kdc_keras_node *n, int *idx);
 /* lower_bidirectional.c: the Bidirectional wrapper (inference and lowering). */
 kdc_status kdc_fe_infer_bidirectional(kdc_infer_args *a);
 KDC_FE_LOWER_FN(kdc_fe_lower_bidirectional);

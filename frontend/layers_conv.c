@@ -385,9 +385,6 @@ kdc_status kdc_fe_infer_rnn(kdc_infer_args *a) {
   const kdc_keras_layer *l = a->l;
   if (a->node->n_in < 1)
     return kdc_fe_layer_err(l, KDC_INVALID_INPUT, "expected an input sequence");
-  if (a->node->n_in > 1)
-    return kdc_fe_layer_err(l, KDC_UNSUPPORTED,
-                            "initial states passed as inputs are not supported");
   bool lstm = !strcmp(l->class_name, "LSTM"), gru = !strcmp(l->class_name, "GRU");
   int gates = lstm ? 4 : gru ? 3 : 1;
   int64_t units;
@@ -404,6 +401,22 @@ kdc_status kdc_fe_infer_rnn(kdc_infer_args *a) {
   if (x->rank != 3)
     return kdc_fe_shape_err(a, "recurrent layers expect a (batch, time, features) input", x, NULL);
   if (x->dims[2] < 0) return kdc_fe_shape_err(a, "the feature dimension must be known", x, NULL);
+  /* initial states: (batch, units) each, h (and c for an LSTM) */
+  int sidx[KDC_FE_MAX_RNN_STATES];
+  int ns = kdc_fe_rnn_states(a->node, sidx);
+  if (ns < 0)
+    return kdc_fe_layer_err(l, KDC_INVALID_INPUT, "initial states both as extra inputs and as "
+                            "the initial_state keyword");
+  if (ns > 0 && ns != (lstm ? 2 : 1))
+    return kdc_fe_layer_err(l, KDC_INVALID_INPUT, "%d initial state tensors given; a %s takes "
+                            "%d", ns, l->class_name, lstm ? 2 : 1);
+  for (int i = 0; i < ns; i++) {
+    const kdc_kshape *s = sidx[i] < a->node->n_in ? &a->in[sidx[i]] : &a->kw[sidx[i] - a->node->n_in];
+    if (s->rank != 2 || s->dims[1] != units || (s->dims[0] >= 0 && x->dims[0] >= 0 &&
+                                                s->dims[0] != x->dims[0]))
+      return kdc_fe_shape_err(a, kdc_arena_printf(a->m->arena, "initial state %d must be "
+                              "(batch, units=%lld)", i, (long long)units), s, x);
+  }
   const char *cell = lstm ? "lstm_cell" : gru ? "gru_cell" : "simple_rnn_cell";
   kdc_arena *ar = a->m->arena;
   kdc_kshape k = kdc_kshape_make(2, (int64_t[]){x->dims[2], gates * units});

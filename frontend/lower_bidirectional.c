@@ -19,6 +19,8 @@
  * along time when return_sequences, so both align) merged by merge_mode:
  * concat (last axis) | sum | mul | ave ((y_f + y_b) / 2) | None (two
  * outputs); then with return_state the forward states, then the backward.
+ * Initial states passed to the call split in half as in Keras' call():
+ * the first half starts the forward layer, the second the backward one.
  */
 #include <json-c/json.h>
 #include <stdio.h>
@@ -105,13 +107,39 @@ static kdc_status make_inner(kdc_infer_args *a, const char *key, bool derive, bo
   return NULL;
 }
 
-/* Runs the inner layer's inference on the wrapper's inputs; its outputs go
- * to |outs| (returns their number in |n|). */
-static kdc_status infer_inner(kdc_infer_args *a, kdc_keras_layer *in, kdc_kshape *outs, int *n) {
+/* The wrapper call's initial states (kdc_fe_rnn_states): Keras gives the
+ * first half to the forward layer, the second to the backward one. */
+static kdc_status wrapper_states(const kdc_keras_layer *l, const kdc_keras_node *n, int *idx,
+                                 int *half) {
+  *half = 0;
+  int ns = kdc_fe_rnn_states(n, idx);
+  if (ns < 0 || ns > KDC_FE_MAX_RNN_STATES || ns % 2)
+    return kdc_fe_layer_err(l, KDC_INVALID_INPUT, "initial states: expected an even number "
+                            "(forward states, then backward states) as inputs or as the "
+                            "initial_state keyword");
+  *half = ns / 2;
+  return NULL;
+}
+
+/* Runs the inner layer's inference on the wrapper's sequence and its part
+ * (0 forward, 1 backward) of the initial states; its outputs go to |outs|
+ * (returns their number in |n|). */
+static kdc_status infer_inner(kdc_infer_args *a, kdc_keras_layer *in, int part, kdc_kshape *outs,
+                              int *n) {
+  int idx[KDC_FE_MAX_RNN_STATES], nh;
+  KDC_RETURN_IF_ERROR(wrapper_states(a->l, a->node, idx, &nh));
+  kdc_kshape ins[1 + KDC_FE_MAX_RNN_STATES];
+  ins[0] = a->in[0];
+  for (int i = 0; i < nh; i++) {
+    int j = idx[part * nh + i];
+    ins[1 + i] = j < a->node->n_in ? a->in[j] : a->kw[j - a->node->n_in];
+  }
   kdc_keras_node node = *a->node;
   node.n_out = 0;
   node.out = NULL;
-  kdc_infer_args ia = {a->m, in, &node, a->node_index, a->in, a->kw};
+  node.n_in = 1 + nh;
+  node.n_kw = 0;
+  kdc_infer_args ia = {a->m, in, &node, a->node_index, ins, NULL};
   KDC_RETURN_IF_ERROR(kdc_fe_infer_rnn(&ia));
   *n = node.n_out;
   for (int i = 0; i < node.n_out; i++) outs[i] = node.out[i];
@@ -142,8 +170,8 @@ kdc_status kdc_fe_infer_bidirectional(kdc_infer_args *a) {
   }
   kdc_kshape fo[3], bo[3];
   int nf = 0, nb = 0;
-  KDC_RETURN_IF_ERROR(infer_inner(a, l->inner[0], fo, &nf));
-  KDC_RETURN_IF_ERROR(infer_inner(a, l->inner[1], bo, &nb));
+  KDC_RETURN_IF_ERROR(infer_inner(a, l->inner[0], 0, fo, &nf));
+  KDC_RETURN_IF_ERROR(infer_inner(a, l->inner[1], 1, bo, &nb));
   /* the wrapper's variables: the forward layer's, then the backward's */
   kdc_keras_layer *f = l->inner[0], *b = l->inner[1];
   l->n_vars = f->n_vars + b->n_vars;
@@ -174,8 +202,21 @@ kdc_status kdc_fe_lower_bidirectional(struct kdc_lower_ctx *c, const kdc_keras_l
     return kdc_fe_layer_err(l, KDC_INTERNAL, "Bidirectional lowered before shape inference");
   kdc_value_id yf[3] = {KDC_NO_VALUE, KDC_NO_VALUE, KDC_NO_VALUE};
   kdc_value_id yb[3] = {KDC_NO_VALUE, KDC_NO_VALUE, KDC_NO_VALUE};
-  KDC_RETURN_IF_ERROR(kdc_fe_lower_rnn(c, l->inner[0], n, in, kw, yf));
-  KDC_RETURN_IF_ERROR(kdc_fe_lower_rnn(c, l->inner[1], n, in, kw, yb));
+  int idx[KDC_FE_MAX_RNN_STATES], nh;
+  KDC_RETURN_IF_ERROR(wrapper_states(l, n, idx, &nh));
+  kdc_value_id *ys[2] = {yf, yb};
+  for (int part = 0; part < 2; part++) {
+    kdc_value_id ins[1 + KDC_FE_MAX_RNN_STATES];
+    ins[0] = in[0];
+    for (int i = 0; i < nh; i++) {
+      int j = idx[part * nh + i];
+      ins[1 + i] = j < n->n_in ? in[j] : kw[j - n->n_in];
+    }
+    kdc_keras_node node = *n;
+    node.n_in = 1 + nh;
+    node.n_kw = 0;
+    KDC_RETURN_IF_ERROR(kdc_fe_lower_rnn(c, l->inner[part], &node, ins, NULL, ys[part]));
+  }
   if (yf[0] == KDC_NO_VALUE || yb[0] == KDC_NO_VALUE) return NULL;
   kdc_func *f = c->f;
   bool state = cfg_flag(l->inner[0]->config, "return_state");

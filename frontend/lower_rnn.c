@@ -19,11 +19,15 @@
  *              z = ract(x_z + h @ U_z); r = ract(x_r + h @ U_r);
  *              hh = act(x_h + (r h) @ U_h); h' = z h + (1 - z) hh
  * y_t is h' -- or, when return_state asks for an LSTM's final c, h' and c'
- * side by side, which the layer slices apart after the loop.
+ * side by side, which the layer slices apart after the loop.  Initial
+ * states passed to the call (`initial_state=[h0 (, c0)]`, seq2seq decoders)
+ * are the scan's initial carries instead of zeros (rnn.py get_initial_state
+ * is only used when none are given); with a mask, the "previous output" of
+ * a masked first step is then h0, as backend.rnn takes states[0].
  * Dropout and recurrent_dropout are identities at inference (training with
  * them is refused: kdc would silently train without them); unroll only
- * changes how Keras builds the loop, not the numbers; stateful layers and
- * initial states passed in are errors.  A Keras mask (frontend/mask.c) is a
+ * changes how Keras builds the loop, not the numbers; stateful layers are
+ * errors.  A Keras mask (frontend/mask.c) is a
  * second scan sequence, f32 [T, B, 1]: see build_body.
  */
 #include <json-c/json.h>
@@ -181,8 +185,22 @@ static kdc_status build_body(kdc_lower_ctx *c, const kdc_keras_layer *l, const r
   return NULL;
 }
 
+int kdc_fe_rnn_states(const kdc_keras_node *n, int *idx) {
+  int k = 0, kw = 0;
+  for (int i = 1; i < n->n_in; i++, k++)
+    if (k < KDC_FE_MAX_RNN_STATES) idx[k] = i;
+  for (int i = 0; i < n->n_kw; i++)
+    if (!strcmp(n->kw_names[i], "initial_state")) {
+      if (k + kw < KDC_FE_MAX_RNN_STATES) idx[k + kw] = n->n_in + i;
+      kw++;
+    }
+  return k && kw ? -1 : k + kw;
+}
+
+/* |x| [B, T, F] with the initial carries |init| (|ns| of them: none, or h
+ * [, c] [B, units]). */
 static kdc_status lower_rnn(kdc_lower_ctx *c, const kdc_keras_layer *l, kdc_value_id x,
-                            kdc_value_id *out) {
+                            const kdc_value_id *init, int ns, kdc_value_id *out) {
   rnn_cfg r;
   KDC_RETURN_IF_ERROR(read_cfg(l, &r));
   double drop, rdrop;
@@ -208,6 +226,16 @@ static kdc_status lower_rnn(kdc_lower_ctx *c, const kdc_keras_layer *l, kdc_valu
   if (T < 1)
     return kdc_fe_layer_err(l, KDC_UNSUPPORTED, "a sequence of %lld steps: recurrent layers "
                             "need at least one step", (long long)T);
+  if (ns && ns != (r.lstm ? 2 : 1))
+    return kdc_fe_layer_err(l, KDC_INVALID_INPUT, "%d initial states given; a %s takes %d", ns,
+                            l->class_name, r.lstm ? 2 : 1);
+  for (int i = 0; i < ns; i++) {
+    const kdc_type *st = kdc_ir_type(f, init[i]);
+    if (!st || st->dtype != KDC_DTYPE_F32 || st->rank != 2 || st->dims[0] != B ||
+        st->dims[1] != r.units)
+      return kdc_fe_layer_err(l, KDC_INVALID_INPUT, "initial state %d must be float "
+                              "(batch, units)", i);
+  }
   /* the Keras mask, time-major f32 [T, B, 1], reversed with the input */
   kdc_value_id ms = kdc_fe_input_mask(c, 0);
   if (ms != KDC_NO_VALUE) {
@@ -246,11 +274,11 @@ static kdc_status lower_rnn(kdc_lower_ctx *c, const kdc_keras_layer *l, kdc_valu
   if (!st) st = kdc_ir_take_error(body);
   if (st) return kdc_fe_layer_err(l, KDC_INTERNAL, "recurrent step: %s", kdc_status_message(st));
   /* the loop */
-  kdc_value_id zeros = kdc_ir_splat(f, KDC_DTYPE_F32, 2, (int64_t[]){B, u}, 0.0);
+  kdc_value_id zeros = ns ? KDC_NO_VALUE : kdc_ir_splat(f, KDC_DTYPE_F32, 2, (int64_t[]){B, u}, 0.0);
   kdc_value_id ops[6];
   int n = 0, nc = r.lstm ? 2 : 1;
-  ops[n++] = zeros;
-  if (r.lstm) ops[n++] = zeros;
+  ops[n++] = ns ? init[0] : zeros;
+  if (r.lstm) ops[n++] = ns ? init[1] : zeros;
   ops[n++] = xs;
   if (masked) ops[n++] = ms;
   ops[n++] = U;
@@ -283,6 +311,13 @@ static kdc_status lower_rnn(kdc_lower_ctx *c, const kdc_keras_layer *l, kdc_valu
 kdc_status kdc_fe_lower_rnn(struct kdc_lower_ctx *c, const kdc_keras_layer *l,
                             const kdc_keras_node *n, const kdc_value_id *in,
                             const kdc_value_id *kw, kdc_value_id *out) {
-  (void)n, (void)kw;
-  return lower_rnn(c, l, in[0], out);
+  int idx[KDC_FE_MAX_RNN_STATES];
+  int ns = kdc_fe_rnn_states(n, idx);
+  if (ns < 0 || ns > 2)
+    return kdc_fe_layer_err(l, KDC_INVALID_INPUT, "expected at most 2 initial states");
+  kdc_value_id s0[2];
+  for (int i = 0; i < ns; i++) s0[i] = idx[i] < n->n_in ? in[idx[i]] : kw[idx[i] - n->n_in];
+  for (int i = 0; i < ns; i++)
+    if (s0[i] == KDC_NO_VALUE) return NULL;
+  return lower_rnn(c, l, in[0], s0, ns, out);
 }

@@ -5,7 +5,9 @@
  * examples/ cannot produce: GRU reset_after=true (Keras 3's default, bias
  * [2, 3u]; tfjs only has reset_after=false) and LSTM return_state with
  * go_backwards; and the Bidirectional wrapper (merge modes, weight paths,
- * Keras' parameter counts, located config errors).  Weights are seeded; the
+ * Keras' parameter counts, located config errors); initial states passed
+ * to the call (tf.keras 2 extra inputs, Keras 3 `initial_state`, split in
+ * half by Bidirectional).  Weights are seeded; the
  * lowered predict runs on the reference interpreter; |d| <= 1e-5.
  */
 #include <math.h>
@@ -39,8 +41,10 @@ static const float *weight(kdc_module *mod, const char *name) {
 static double sigm(double x) { return 1 / (1 + exp(-x)); }
 
 /* Lowers |json| (written to a temp file) at batch B, fills the weights and
- * runs predict on |x| [B, T, F]; *out gets the results. */
-static kdc_module *run(const char *json, const float *x, kdc_tensor *out, size_t n_out) {
+ * runs predict on the inputs |xs| (input i gets xs[i], or xs[0] for all
+ * when |n_x| is 1); *out gets the results. */
+static kdc_module *run_inputs(const char *json, const float *const *xs, size_t n_x,
+                              kdc_tensor *out, size_t n_out) {
   const char *path = fe_tmp("rnn.json");
   fe_write(path, json, strlen(json));
   kdc_keras_model *m = fe_load_ok(path);
@@ -53,15 +57,22 @@ static kdc_module *run(const char *json, const float *x, kdc_tensor *out, size_t
   kdc_func *f = kdc_ir_module_find_func(mod, "predict");
   assert_int_equal(f->n_results, n_out);
   kdc_tensor *args = calloc(f->n_params, sizeof *args);
+  size_t k = 0;
   for (size_t i = 0; i < f->n_params; i++) {
     const kdc_node *nd = kdc_ir_node(f, f->params[i]);
     args[i].type = nd->type;
-    if (nd->attr.param.kind == KDC_PARAM_INPUT) args[i].data = (void *)x;
+    if (nd->attr.param.kind != KDC_PARAM_INPUT) continue;
+    assert_true(n_x == 1 || k < n_x);
+    args[i].data = (void *)xs[n_x == 1 ? 0 : k++];
   }
   st = kdc_ir_interpret(f, args, f->n_params, out);
   if (st) fail_msg("%s", kdc_status_message(st));
   free(args);
   return mod;
+}
+
+static kdc_module *run(const char *json, const float *x, kdc_tensor *out, size_t n_out) {
+  return run_inputs(json, &x, 1, out, n_out);
 }
 
 static void close_to(const float *got, const double *want, int n) {
@@ -73,6 +84,72 @@ static void close_to(const float *got, const double *want, int n) {
 static void input(float *x) {
   uint64_t s = 5;
   for (int i = 0; i < B * T * F; i++) x[i] = (float)(2 * u01(&s) - 1);
+}
+
+/* Keras' lstm.py over |x| from (h0, c0) (NULL: zeros) with the weights of
+ * |mod|'s LSTM |layer|: outputs in processing order (the last step first
+ * when |back|), final h and c. */
+static void lstm_ref(kdc_module *mod, const char *layer, const float *x, bool back,
+                     const float *h0, const float *c0, double *seq, double *hs, double *cs) {
+  char n[3][96];
+  snprintf(n[0], sizeof n[0], "%s/lstm_cell/kernel", layer);
+  snprintf(n[1], sizeof n[1], "%s/lstm_cell/recurrent_kernel", layer);
+  snprintf(n[2], sizeof n[2], "%s/lstm_cell/bias", layer);
+  const float *W = weight(mod, n[0]);    /* [F, 4U] */
+  const float *R = weight(mod, n[1]);    /* [U, 4U] */
+  const float *bias = weight(mod, n[2]); /* [4U] */
+  for (int b = 0; b < B; b++) {
+    double h[U] = {0, 0}, c[U] = {0, 0};
+    for (int j = 0; h0 && j < U; j++) h[j] = h0[b * U + j], c[j] = c0[b * U + j];
+    for (int s = 0; s < T; s++) {
+      int t = back ? T - 1 - s : s;
+      double z[4 * U];
+      for (int j = 0; j < 4 * U; j++) {
+        z[j] = bias[j];
+        for (int k = 0; k < F; k++) z[j] += x[(b * T + t) * F + k] * W[k * 4 * U + j];
+        for (int k = 0; k < U; k++) z[j] += h[k] * R[k * 4 * U + j];
+      }
+      for (int j = 0; j < U; j++) {
+        double i = sigm(z[j]), f = sigm(z[U + j]), g = tanh(z[2 * U + j]), o = sigm(z[3 * U + j]);
+        c[j] = f * c[j] + i * g;
+        h[j] = o * tanh(c[j]);
+        seq[(b * T + s) * U + j] = h[j];
+      }
+    }
+    for (int j = 0; j < U; j++) hs[b * U + j] = h[j], cs[b * U + j] = c[j];
+  }
+}
+
+/* Keras' gru.py (reset_after) over |x| from h0 (NULL: zeros), layer "gru"
+ * of |prefix| ("s/" or ""): the outputs in processing order. */
+static void gru_ref(kdc_module *mod, const char *prefix, const float *x, bool back,
+                    const float *h0, double *want) {
+  char n[3][96];
+  snprintf(n[0], sizeof n[0], "%sgru/gru_cell/kernel", prefix);
+  snprintf(n[1], sizeof n[1], "%sgru/gru_cell/recurrent_kernel", prefix);
+  snprintf(n[2], sizeof n[2], "%sgru/gru_cell/bias", prefix);
+  const float *W = weight(mod, n[0]);    /* [F, 3U] */
+  const float *R = weight(mod, n[1]);    /* [U, 3U] */
+  const float *bias = weight(mod, n[2]); /* [2, 3U] */
+  for (int b = 0; b < B; b++) {
+    double h[U] = {0, 0};
+    for (int j = 0; h0 && j < U; j++) h[j] = h0[b * U + j];
+    for (int s = 0; s < T; s++) {
+      int t = back ? T - 1 - s : s;
+      double mx[3 * U], mi[3 * U], hn[U];
+      for (int j = 0; j < 3 * U; j++) {
+        mx[j] = bias[j], mi[j] = bias[3 * U + j];
+        for (int k = 0; k < F; k++) mx[j] += x[(b * T + t) * F + k] * W[k * 3 * U + j];
+        for (int k = 0; k < U; k++) mi[j] += h[k] * R[k * 3 * U + j];
+      }
+      for (int j = 0; j < U; j++) {
+        double z = sigm(mx[j] + mi[j]), r = sigm(mx[U + j] + mi[U + j]);
+        double hh = tanh(mx[2 * U + j] + r * mi[2 * U + j]);
+        hn[j] = z * h[j] + (1 - z) * hh;
+      }
+      for (int j = 0; j < U; j++) h[j] = hn[j], want[(b * T + s) * U + j] = hn[j];
+    }
+  }
 }
 
 #define SEQ_MODEL(layer)                                                                      \
@@ -88,27 +165,8 @@ static void test_gru_reset_after(void **state) {
   kdc_module *mod = run(SEQ_MODEL("{\"class_name\": \"GRU\", \"config\": {\"name\": \"gru\", "
                                   "\"units\": 2, \"return_sequences\": true}}"),
                         x, out, 1);
-  const float *W = weight(mod, "s/gru/gru_cell/kernel");            /* [F, 3U] */
-  const float *R = weight(mod, "s/gru/gru_cell/recurrent_kernel");  /* [U, 3U] */
-  const float *bias = weight(mod, "s/gru/gru_cell/bias");           /* [2, 3U] */
   double want[B * T * U];
-  for (int b = 0; b < B; b++) {
-    double h[U] = {0, 0};
-    for (int t = 0; t < T; t++) {
-      double mx[3 * U], mi[3 * U], hn[U];
-      for (int j = 0; j < 3 * U; j++) {
-        mx[j] = bias[j], mi[j] = bias[3 * U + j];
-        for (int k = 0; k < F; k++) mx[j] += x[(b * T + t) * F + k] * W[k * 3 * U + j];
-        for (int k = 0; k < U; k++) mi[j] += h[k] * R[k * 3 * U + j];
-      }
-      for (int j = 0; j < U; j++) {
-        double z = sigm(mx[j] + mi[j]), r = sigm(mx[U + j] + mi[U + j]);
-        double hh = tanh(mx[2 * U + j] + r * mi[2 * U + j]);
-        hn[j] = z * h[j] + (1 - z) * hh;
-      }
-      for (int j = 0; j < U; j++) h[j] = hn[j], want[(b * T + t) * U + j] = hn[j];
-    }
-  }
+  gru_ref(mod, "s/", x, false, NULL, want);
   close_to(out[0].data, want, B * T * U);
   free(out[0].data);
   kdc_ir_module_destroy(mod);
@@ -131,29 +189,8 @@ static void test_lstm_state_backwards(void **state) {
       "\"output_layers\": [[\"lstm\", 0, 0], [\"lstm\", 0, 1], [\"lstm\", 0, 2]]}, "
       "\"keras_version\": \"2.13.1\", \"backend\": \"tensorflow\"}",
       x, out, 3);
-  const float *W = weight(mod, "lstm/lstm_cell/kernel");           /* [F, 4U] */
-  const float *R = weight(mod, "lstm/lstm_cell/recurrent_kernel"); /* [U, 4U] */
-  const float *bias = weight(mod, "lstm/lstm_cell/bias");          /* [4U] */
   double seq[B * T * U], hs[B * U], cs[B * U];
-  for (int b = 0; b < B; b++) {
-    double h[U] = {0, 0}, c[U] = {0, 0};
-    for (int s = 0; s < T; s++) {
-      int t = T - 1 - s; /* go_backwards: the last step first, outputs in that order */
-      double z[4 * U];
-      for (int j = 0; j < 4 * U; j++) {
-        z[j] = bias[j];
-        for (int k = 0; k < F; k++) z[j] += x[(b * T + t) * F + k] * W[k * 4 * U + j];
-        for (int k = 0; k < U; k++) z[j] += h[k] * R[k * 4 * U + j];
-      }
-      for (int j = 0; j < U; j++) {
-        double i = sigm(z[j]), f = sigm(z[U + j]), g = tanh(z[2 * U + j]), o = sigm(z[3 * U + j]);
-        c[j] = f * c[j] + i * g;
-        h[j] = o * tanh(c[j]);
-        seq[(b * T + s) * U + j] = h[j];
-      }
-    }
-    for (int j = 0; j < U; j++) hs[b * U + j] = h[j], cs[b * U + j] = c[j];
-  }
+  lstm_ref(mod, "lstm", x, true, NULL, NULL, seq, hs, cs);
   close_to(out[0].data, seq, B * T * U);
   close_to(out[1].data, hs, B * U);
   close_to(out[2].data, cs, B * U);
@@ -163,10 +200,11 @@ static void test_lstm_state_backwards(void **state) {
 
 /* h_t of a SimpleRNN (tanh) over |x| [B, T, F], written to y[b][s] in
  * processing order (the last step first when |back|). */
-static void simple_rnn_ref(const float *x, const float *W, const float *R, const float *bias,
-                           bool back, double *y) {
+static void simple_rnn_ref0(const float *x, const float *W, const float *R, const float *bias,
+                            bool back, const float *h0, double *y) {
   for (int b = 0; b < B; b++) {
     double h[U] = {0, 0};
+    for (int j = 0; h0 && j < U; j++) h[j] = h0[b * U + j];
     for (int s = 0; s < T; s++) {
       int t = back ? T - 1 - s : s;
       double hn[U];
@@ -179,6 +217,11 @@ static void simple_rnn_ref(const float *x, const float *W, const float *R, const
       for (int j = 0; j < U; j++) h[j] = hn[j], y[(b * T + s) * U + j] = hn[j];
     }
   }
+}
+
+static void simple_rnn_ref(const float *x, const float *W, const float *R, const float *bias,
+                           bool back, double *y) {
+  simple_rnn_ref0(x, W, R, bias, back, NULL, y);
 }
 
 /* A functional model (tf.keras 2 node form): input "in" [null, 4, 3] ->
@@ -330,6 +373,150 @@ static void test_bidir_errors(void **state) {
            KDC_INVALID_INPUT, "same go_backwards");
 }
 
+
+#define TK2_INPUT(name, shape)                                                                \
+  "{\"class_name\": \"InputLayer\", \"name\": \"" name "\", \"config\": "                      \
+  "{\"batch_input_shape\": " shape ", \"name\": \"" name "\"}, \"inbound_nodes\": []}"
+
+/* Seeded values in [-1, 1) for an initial state [B, U]. */
+static void state_input(float *h, uint64_t seed) {
+  for (int i = 0; i < B * U; i++) h[i] = (float)(2 * u01(&seed) - 1);
+}
+
+/* A sequence and two seeded initial states, as the inputs of a model. */
+typedef struct seq_states {
+  float x[B * T * F], s0[B * U], s1[B * U];
+  const float *xs[3];
+} seq_states;
+
+static void seq_states_init(seq_states *d, uint64_t seed) {
+  input(d->x);
+  state_input(d->s0, seed);
+  state_input(d->s1, seed + 1);
+  d->xs[0] = d->x, d->xs[1] = d->s0, d->xs[2] = d->s1;
+}
+
+/* A tf.keras 2 functional model: inputs "in" [null, 4, 3], "s0" and "s1"
+ * [null, 2], then the recurrent layer "r" given as |cls| and |cfg| called
+ * on [in, s0, s1]; outputs |outs|. */
+#define TK2_STATES_MODEL(cls, cfg, outs)                                                      \
+  "{\"class_name\": \"Model\", \"config\": {\"name\": \"m\", \"layers\": ["                   \
+  TK2_INPUT("in", "[null, 4, 3]") ", " TK2_INPUT("s0", "[null, 2]") ", "                     \
+  TK2_INPUT("s1", "[null, 2]") ", {\"class_name\": \"" cls "\", \"name\": \"r\", "             \
+  "\"config\": " cfg ", \"inbound_nodes\": [[[\"in\", 0, 0, {}], [\"s0\", 0, 0, {}], "           \
+  "[\"s1\", 0, 0, {}]]]}], \"input_layers\": [[\"in\", 0, 0], [\"s0\", 0, 0], [\"s1\", 0, 0]], " \
+  "\"output_layers\": " outs "}, \"keras_version\": \"2.4.0\"}"
+
+/* A seq2seq decoder's call (tf.keras 2 records `initial_state=[h0, c0]` as
+ * extra positional inputs): the scan starts from h0, c0 instead of zeros;
+ * sequences and final states as Keras' lstm.py from those states. */
+static void test_lstm_initial_state(void **state) {
+  (void)state;
+  seq_states d;
+  seq_states_init(&d, 11);
+  kdc_tensor out[3];
+  kdc_module *mod = run_inputs(
+      TK2_STATES_MODEL("LSTM", "{\"name\": \"lstm\", \"units\": 2, \"return_sequences\": true, "
+                       "\"return_state\": true, \"recurrent_activation\": \"sigmoid\"}",
+                       "[[\"r\", 0, 0], [\"r\", 0, 1], [\"r\", 0, 2]]"),
+      d.xs, 3, out, 3);
+  double seq[B * T * U], hs[B * U], cs[B * U];
+  lstm_ref(mod, "r", d.x, false, d.s0, d.s1, seq, hs, cs);
+  close_to(out[0].data, seq, B * T * U);
+  close_to(out[1].data, hs, B * U);
+  close_to(out[2].data, cs, B * U);
+  for (int i = 0; i < 3; i++) free(out[i].data);
+  kdc_ir_module_destroy(mod);
+}
+
+#define K3_TENSOR(name, shape)                                                                \
+  "{\"class_name\": \"__keras_tensor__\", \"config\": {\"shape\": " shape ", \"dtype\": "    \
+  "\"float32\", \"keras_history\": [\"" name "\", 0, 0]}}"
+#define K3_INPUT(name, shape)                                                                 \
+  "{\"module\": \"keras.layers\", \"class_name\": \"InputLayer\", \"config\": {\"batch_shape\": " \
+  shape ", \"dtype\": \"float32\", \"name\": \"" name "\"}, \"name\": \"" name "\", "          \
+  "\"inbound_nodes\": []}"
+
+/* Keras 3 passes the states as the `initial_state` keyword: a GRU
+ * (reset_after, go_backwards) started from h0. */
+static void test_gru_initial_state_k3(void **state) {
+  (void)state;
+  seq_states d;
+  seq_states_init(&d, 21);
+  kdc_tensor out[1];
+  kdc_module *mod = run_inputs(
+      "{\"module\": \"keras\", \"class_name\": \"Functional\", \"config\": {\"name\": \"m\", "
+      "\"layers\": [" K3_INPUT("in", "[null, 4, 3]") ", " K3_INPUT("h0", "[null, 2]") ", "
+      "{\"module\": \"keras.layers\", \"class_name\": \"GRU\", \"config\": {\"name\": \"gru\", "
+      "\"units\": 2, \"return_sequences\": true, \"go_backwards\": true}, \"name\": \"gru\", "
+      "\"inbound_nodes\": [{\"args\": [" K3_TENSOR("in", "[null, 4, 3]") "], \"kwargs\": "
+      "{\"initial_state\": [" K3_TENSOR("h0", "[null, 2]") "], \"mask\": null, \"training\": false}}]}], "
+      "\"input_layers\": [[\"in\", 0, 0], [\"h0\", 0, 0]], \"output_layers\": [[\"gru\", 0, 0]]}}",
+      d.xs, 2, out, 1);
+  double want[B * T * U];
+  gru_ref(mod, "", d.x, true, d.s0, want);
+  close_to(out[0].data, want, B * T * U);
+  free(out[0].data);
+  kdc_ir_module_destroy(mod);
+}
+
+/* Bidirectional's call splits initial_state in half: [h_forward,
+ * h_backward] for a SimpleRNN pair (tf.keras 2 positional form). */
+static void test_bidir_initial_state(void **state) {
+  (void)state;
+  seq_states d;
+  seq_states_init(&d, 31);
+  kdc_tensor out[1];
+  kdc_module *mod = run_inputs(
+      TK2_STATES_MODEL("Bidirectional", "{\"name\": \"bi\", \"layer\": {\"class_name\": "
+                       "\"SimpleRNN\", \"config\": {\"name\": \"rnn\", \"units\": 2, "
+                       "\"return_sequences\": true}}}", "[[\"r\", 0, 0]]"),
+      d.xs, 3, out, 1);
+  double yf[B * T * U], yb[B * T * U], want[B * T * 2 * U];
+  simple_rnn_ref0(d.x, weight(mod, "r/forward_rnn/simple_rnn_cell/kernel"),
+                  weight(mod, "r/forward_rnn/simple_rnn_cell/recurrent_kernel"),
+                  weight(mod, "r/forward_rnn/simple_rnn_cell/bias"), false, d.s0, yf);
+  simple_rnn_ref0(d.x, weight(mod, "r/backward_rnn/simple_rnn_cell/kernel"),
+                  weight(mod, "r/backward_rnn/simple_rnn_cell/recurrent_kernel"),
+                  weight(mod, "r/backward_rnn/simple_rnn_cell/bias"), true, d.s1, yb);
+  for (int b = 0; b < B; b++)
+    for (int t = 0; t < T; t++)
+      for (int j = 0; j < U; j++) {
+        want[(b * T + t) * 2 * U + j] = yf[(b * T + t) * U + j];
+        want[(b * T + t) * 2 * U + U + j] = yb[(b * T + (T - 1 - t)) * U + j];
+      }
+  close_to(out[0].data, want, B * T * 2 * U);
+  free(out[0].data);
+  kdc_ir_module_destroy(mod);
+}
+
+/* A state count or shape that does not fit the layer is a located error. */
+static void test_initial_state_errors(void **state) {
+  (void)state;
+  static const char *const cases[][3] = {
+      {"LSTM", "[[\"in\", 0, 0, {}], [\"h0\", 0, 0, {}]]", "1 initial state tensors given; a LSTM takes 2"},
+      {"GRU", "[[\"in\", 0, 0, {}], [\"h0\", 0, 0, {}], [\"h0\", 0, 0, {}]]",
+       "2 initial state tensors given; a GRU takes 1"},
+      {"SimpleRNN", "[[\"in\", 0, 0, {}], [\"in\", 0, 0, {}]]", "initial state 0 must be (batch, units=2)"},
+  };
+  for (int i = 0; i < 3; i++) {
+    char json[2048];
+    snprintf(json, sizeof json,
+             "{\"class_name\": \"Model\", \"config\": {\"name\": \"m\", \"layers\": ["
+             TK2_INPUT("in", "[null, 4, 3]") ", "
+             TK2_INPUT("h0", "[null, 2]") ", "
+             "{\"class_name\": \"%s\", \"name\": \"r\", \"config\": {\"name\": \"r\", \"units\": 2}, "
+             "\"inbound_nodes\": [%s]}], \"input_layers\": [[\"in\", 0, 0], [\"h0\", 0, 0]], "
+             "\"output_layers\": [[\"r\", 0, 0]]}, \"keras_version\": \"2.4.0\"}",
+             cases[i][0], cases[i][1]);
+    const char *path = fe_tmp("rnn_state_bad.json");
+    fe_write(path, json, strlen(json));
+    kdc_keras_model *m = NULL;
+    fe_assert_err(kdc_frontend_load(path, &m), KDC_INVALID_INPUT, path, "config.layers[2]",
+                  cases[i][2], NULL);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_gru_reset_after),
@@ -338,6 +525,10 @@ int main(void) {
       cmocka_unit_test(test_bidir_lstm_state),
       cmocka_unit_test(test_bidir_gru_count),
       cmocka_unit_test(test_bidir_errors),
+      cmocka_unit_test(test_lstm_initial_state),
+      cmocka_unit_test(test_gru_initial_state_k3),
+      cmocka_unit_test(test_bidir_initial_state),
+      cmocka_unit_test(test_initial_state_errors),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
