@@ -393,9 +393,9 @@ static bool nested_input_shape(kdc_keras_model *m, json_object *e, const char *l
   const char *cloc = kdc_fe_join(m->arena, loc, "config");
   *st = NULL;
   if (!cls || depth > 32) return false;
-  json_object *layers = json_object_is_type(cfg, json_type_array) ? cfg : kdc_fe_get(cfg, "layers");
-  const char *lloc = json_object_is_type(cfg, json_type_array) ? cloc
-                                                                : kdc_fe_join(m->arena, cloc, "layers");
+  bool bare = json_object_is_type(cfg, json_type_array); /* legacy Sequential */
+  json_object *layers = bare ? cfg : kdc_fe_get(cfg, "layers");
+  const char *lloc = bare ? cloc : kdc_fe_join(m->arena, cloc, "layers");
   if (!json_object_is_type(layers, json_type_array) || json_object_array_length(layers) == 0)
     return false;
   size_t pick = 0;
@@ -418,8 +418,8 @@ static bool nested_input_shape(kdc_keras_model *m, json_object *e, const char *l
   }
   json_object *first = json_object_array_get_idx(layers, pick);
   const char *floc = kdc_arena_printf(m->arena, "%s[%zu]", lloc, pick);
-  if (input_shape_of(m, kdc_fe_get(first, "config"), kdc_fe_join(m->arena, floc, "config"), out, st))
-    return true;
+  const char *fcloc = kdc_fe_join(m->arena, floc, "config");
+  if (input_shape_of(m, kdc_fe_get(first, "config"), fcloc, out, st)) return true;
   if (!strcmp(cls, "Sequential") && !kdc_fe_is_null(kdc_fe_get(cfg, "build_input_shape"))) {
     *st = kdc_fe_parse_shape(m, kdc_fe_get(cfg, "build_input_shape"),
                              kdc_fe_join(m->arena, cloc, "build_input_shape"), out);

@@ -411,7 +411,8 @@ kdc_status kdc_fe_infer_rnn(kdc_infer_args *a) {
     return kdc_fe_layer_err(l, KDC_INVALID_INPUT, "%d initial state tensors given; a %s takes "
                             "%d", ns, l->class_name, lstm ? 2 : 1);
   for (int i = 0; i < ns; i++) {
-    const kdc_kshape *s = sidx[i] < a->node->n_in ? &a->in[sidx[i]] : &a->kw[sidx[i] - a->node->n_in];
+    int j = sidx[i];
+    const kdc_kshape *s = j < a->node->n_in ? &a->in[j] : &a->kw[j - a->node->n_in];
     if (s->rank != 2 || s->dims[1] != units || (s->dims[0] >= 0 && x->dims[0] >= 0 &&
                                                 s->dims[0] != x->dims[0]))
       return kdc_fe_shape_err(a, kdc_arena_printf(a->m->arena, "initial state %d must be "

@@ -274,7 +274,8 @@ static kdc_status lower_rnn(kdc_lower_ctx *c, const kdc_keras_layer *l, kdc_valu
   if (!st) st = kdc_ir_take_error(body);
   if (st) return kdc_fe_layer_err(l, KDC_INTERNAL, "recurrent step: %s", kdc_status_message(st));
   /* the loop */
-  kdc_value_id zeros = ns ? KDC_NO_VALUE : kdc_ir_splat(f, KDC_DTYPE_F32, 2, (int64_t[]){B, u}, 0.0);
+  kdc_value_id zeros =
+      ns ? KDC_NO_VALUE : kdc_ir_splat(f, KDC_DTYPE_F32, 2, (int64_t[]){B, u}, 0.0);
   kdc_value_id ops[6];
   int n = 0, nc = r.lstm ? 2 : 1;
   ops[n++] = ns ? init[0] : zeros;

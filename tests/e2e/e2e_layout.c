@@ -47,7 +47,8 @@ char *e2e_column_layout(const kdc_keras_model *km, int64_t model, int *rules) {
     int split = table ? 0 : rank - 1; /* embeddings: vocabulary-parallel */
     if (!(kernel || table) || v->shape.dims[split] % model) continue;
     put(&t, "%s\"%s\": [", (*rules)++ ? ", " : "", v->path);
-    for (int d = 0; d < rank; d++) put(&t, "%s%s", d ? ", " : "", d == split ? "\"model\"" : "null");
+    for (int d = 0; d < rank; d++)
+      put(&t, "%s%s", d ? ", " : "", d == split ? "\"model\"" : "null");
     put(&t, "]");
   }
   put(&t, "}}");

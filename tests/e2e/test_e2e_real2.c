@@ -11,8 +11,9 @@
  * subset (conv nets, autoencoders, GANs, seq2seq encoders and decoders with
  * initial states, text LSTMs, a TF.js model); KDC_TEST_SLOW=1 adds the big
  * ones (U-Nets at full resolution, MobileNets, ResNet50 nested in a
- * Sequential).  The files kdc refuses (Lambda, custom layers, Keras 1)
- * make `kdc inspect` exit with status 2 and one located line on stderr.
+ * Sequential, NASNet-Mobile).  The files kdc refuses (Lambda, custom
+ * layers, Keras 1) make `kdc inspect` exit with status 2 and one located
+ * line on stderr.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -65,6 +66,7 @@ static const real2_case cases[] = {
     {"102757017__keras_mobile_net__model.json", {0}, NULL, 1},
     {"0ev__Maskinator__models_mask_detection_model.json", {0}, NULL, 1},
     {"AhsanYousaf__Video_Classification_And_Indexing__models_model.json", {0}, NULL, 1},
+    {"Nada-ibrahim__Image_Captioning_Engine__obj_nasnet_model.json", {0}, NULL, 1},
 };
 
 static char *data_path(const char *file) {
@@ -110,7 +112,8 @@ static void compile(const real2_case *c, const char *path, const char *mesh_str,
   if (!st) st = kdc_pass_pipeline_run(mod, NULL);
   kdc_codegen_options co = {.no_ir_text = true};
   if (!st) st = kdc_codegen_cpu_plan(mod, &co, out);
-  if (st) fail_msg("%s on %s: %s", c->file, mesh_str ? mesh_str : "1 device", kdc_status_message(st));
+  if (st)
+    fail_msg("%s on %s: %s", c->file, mesh_str ? mesh_str : "1 device", kdc_status_message(st));
   kdc_ir_module_destroy(mod);
   kdc_layout_free(layout);
   kdc_frontend_free(km);
@@ -129,7 +132,8 @@ static void make_inputs(const real2_case *c, const kdc_rt_plan *p, void **in, si
       if (ti->dtype == KDC_IO_DTYPE_I32)
         ((int32_t *)in[i])[k] = (int32_t)(u * (double)(c->ids[i] ? c->ids[i] : 2));
       else
-        ((float *)in[i])[k] = c->ids[i] ? (float)(int64_t)(u * (double)c->ids[i]) : (float)(2 * u - 1);
+        ((float *)in[i])[k] =
+            c->ids[i] ? (float)(int64_t)(u * (double)c->ids[i]) : (float)(2 * u - 1);
     }
   }
 }

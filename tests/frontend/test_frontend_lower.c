@@ -309,8 +309,8 @@ static void test_init_real_variables(void **s FE_UNUSED) {
  * "OrthogonalInitializer" (tests/frontend/data/real2, Cheshta08): every
  * variable fills, the recurrent kernels with orthonormal rows. */
 static void test_init_keras3_orthogonal(void **s FE_UNUSED) {
-  kdc_keras_model *m = fe_load_ok(
-      KDC_SOURCE_DIR "/tests/frontend/data/real2/Cheshta08__Sarcasm-detection-demo__lstm_model.json");
+  kdc_keras_model *m = fe_load_ok(KDC_SOURCE_DIR "/tests/frontend/data/real2/"
+                                  "Cheshta08__Sarcasm-detection-demo__lstm_model.json");
   int checked = 0;
   for (size_t i = 0; i < kdc_frontend_variable_count(m); i++) {
     const kdc_keras_var *v = kdc_frontend_variable(m, i);

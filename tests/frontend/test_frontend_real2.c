@@ -25,7 +25,8 @@ static const struct {
     {"102757017__keras_mobile_net__model.json", 4253864, 21888, NULL},
     {"0ev__Maskinator__models_mask_detection_model.json", 2422210, 2257984, NULL},
     {"Arksyd96__denoising-autoencoder-keras__autoencoder.json", 4533123, 896, NULL},
-    {"VasiaKoum__Autoencoder-Neural-Network__Models_L4_FS3_FL32_E100_B40.json", 1369345, 1920, NULL},
+    {"VasiaKoum__Autoencoder-Neural-Network__Models_L4_FS3_FL32_E100_B40.json", 1369345, 1920,
+     NULL},
     {"Saurabh262000__DCGAN__generator.json", 3826817, 25536, NULL},
     {"Saurabh262000__DCGAN__discriminator.json", 1862657, 0, NULL},
     {"paulomarciano__Seq2Seq__encoder_model.json", 8605792, 4783200, NULL},
@@ -42,6 +43,7 @@ static const struct {
     {"AniketDogra__GuessTheDoodle__model_model.json", 126564, 0, NULL},
     {"Samiisd__DGAFD__model_architecture.json", 43840, 0, NULL},
     {"Cheshta08__Sarcasm-detection-demo__lstm_model.json", 17078550, 0, NULL},
+    {"Nada-ibrahim__Image_Captioning_Engine__obj_nasnet_model.json", 4269716, 4269716, NULL},
 };
 
 static void test_counts(void **state FE_UNUSED) {

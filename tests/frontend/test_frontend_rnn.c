@@ -450,7 +450,8 @@ static void test_gru_initial_state_k3(void **state) {
       "{\"module\": \"keras.layers\", \"class_name\": \"GRU\", \"config\": {\"name\": \"gru\", "
       "\"units\": 2, \"return_sequences\": true, \"go_backwards\": true}, \"name\": \"gru\", "
       "\"inbound_nodes\": [{\"args\": [" K3_TENSOR("in", "[null, 4, 3]") "], \"kwargs\": "
-      "{\"initial_state\": [" K3_TENSOR("h0", "[null, 2]") "], \"mask\": null, \"training\": false}}]}], "
+      "{\"initial_state\": [" K3_TENSOR("h0", "[null, 2]") "], \"mask\": null, "
+      "\"training\": false}}]}], "
       "\"input_layers\": [[\"in\", 0, 0], [\"h0\", 0, 0]], \"output_layers\": [[\"gru\", 0, 0]]}}",
       d.xs, 2, out, 1);
   double want[B * T * U];
@@ -494,10 +495,12 @@ static void test_bidir_initial_state(void **state) {
 static void test_initial_state_errors(void **state) {
   (void)state;
   static const char *const cases[][3] = {
-      {"LSTM", "[[\"in\", 0, 0, {}], [\"h0\", 0, 0, {}]]", "1 initial state tensors given; a LSTM takes 2"},
+      {"LSTM", "[[\"in\", 0, 0, {}], [\"h0\", 0, 0, {}]]",
+       "1 initial state tensors given; a LSTM takes 2"},
       {"GRU", "[[\"in\", 0, 0, {}], [\"h0\", 0, 0, {}], [\"h0\", 0, 0, {}]]",
        "2 initial state tensors given; a GRU takes 1"},
-      {"SimpleRNN", "[[\"in\", 0, 0, {}], [\"in\", 0, 0, {}]]", "initial state 0 must be (batch, units=2)"},
+      {"SimpleRNN", "[[\"in\", 0, 0, {}], [\"in\", 0, 0, {}]]",
+       "initial state 0 must be (batch, units=2)"},
   };
   for (int i = 0; i < 3; i++) {
     char json[2048];
@@ -505,7 +508,8 @@ static void test_initial_state_errors(void **state) {
              "{\"class_name\": \"Model\", \"config\": {\"name\": \"m\", \"layers\": ["
              TK2_INPUT("in", "[null, 4, 3]") ", "
              TK2_INPUT("h0", "[null, 2]") ", "
-             "{\"class_name\": \"%s\", \"name\": \"r\", \"config\": {\"name\": \"r\", \"units\": 2}, "
+             "{\"class_name\": \"%s\", \"name\": \"r\", "
+             "\"config\": {\"name\": \"r\", \"units\": 2}, "
              "\"inbound_nodes\": [%s]}], \"input_layers\": [[\"in\", 0, 0], [\"h0\", 0, 0]], "
              "\"output_layers\": [[\"r\", 0, 0]]}, \"keras_version\": \"2.4.0\"}",
              cases[i][0], cases[i][1]);
