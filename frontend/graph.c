@@ -8,7 +8,8 @@
  *    whose kwargs may hold tensors as 3-lists ({"value": ["x", 0, 0]});
  *  - Sequential as {"layers": [...]} or the legacy bare list, with or without
  *    an InputLayer entry (then the shape comes from the first layer's
- *    batch_input_shape, batch_shape, input_shape, or build_input_shape);
+ *    batch_input_shape, batch_shape, input_shape, or build_input_shape, or
+ *    the input of a nested model that is the first layer);
  *  - input_layers/output_layers as a flat triple, a (nested) list or a dict
  *    of triples (dict keys in sorted order, as Keras' tree.flatten);
  *  - nested models as layers; their first call is node 1 (KERAS.md 3.1).
@@ -381,6 +382,52 @@ static kdc_status parse_io(kdc_keras_model *m, json_object *v, const char *at, r
 
 /* ---- model envelopes ----------------------------------------------------- */
 
+/* The input shape of a nested model |e| (Sequential, Functional or Model)
+ * that is the first layer of a Sequential without an InputLayer: Keras
+ * builds the outer model on the nested model's own input (a legacy
+ * Sequential's first layer may be a Sequential).  |loc| locates |e|. */
+static bool nested_input_shape(kdc_keras_model *m, json_object *e, const char *loc,
+                               kdc_kshape *out, kdc_status *st, int depth) {
+  const char *cls = str_or_null(kdc_fe_get(e, "class_name"));
+  json_object *cfg = kdc_fe_get(e, "config");
+  const char *cloc = kdc_fe_join(m->arena, loc, "config");
+  *st = NULL;
+  if (!cls || depth > 32) return false;
+  bool bare = json_object_is_type(cfg, json_type_array); /* legacy Sequential */
+  json_object *layers = bare ? cfg : kdc_fe_get(cfg, "layers");
+  const char *lloc = bare ? cloc : kdc_fe_join(m->arena, cloc, "layers");
+  if (!json_object_is_type(layers, json_type_array) || json_object_array_length(layers) == 0)
+    return false;
+  size_t pick = 0;
+  if (strcmp(cls, "Sequential")) { /* Functional / Model: its first input layer */
+    if (strcmp(cls, "Functional") && strcmp(cls, "Model")) return false;
+    json_object *il = kdc_fe_get(cfg, "input_layers");
+    while (json_object_is_type(il, json_type_array) && json_object_array_length(il) > 0 &&
+           !json_object_is_type(json_object_array_get_idx(il, 0), json_type_string))
+      il = json_object_array_get_idx(il, 0);
+    const char *name = json_object_is_type(il, json_type_array)
+                           ? str_or_null(json_object_array_get_idx(il, 0)) : NULL;
+    bool hit = false;
+    for (size_t i = 0; name && i < json_object_array_length(layers) && !hit; i++) {
+      json_object *li = json_object_array_get_idx(layers, i);
+      const char *ln = str_or_null(kdc_fe_get(li, "name"));
+      if (!ln) ln = str_or_null(kdc_fe_get(kdc_fe_get(li, "config"), "name"));
+      if (ln && !strcmp(ln, name)) pick = i, hit = true;
+    }
+    if (!hit) return false;
+  }
+  json_object *first = json_object_array_get_idx(layers, pick);
+  const char *floc = kdc_arena_printf(m->arena, "%s[%zu]", lloc, pick);
+  const char *fcloc = kdc_fe_join(m->arena, floc, "config");
+  if (input_shape_of(m, kdc_fe_get(first, "config"), fcloc, out, st)) return true;
+  if (!strcmp(cls, "Sequential") && !kdc_fe_is_null(kdc_fe_get(cfg, "build_input_shape"))) {
+    *st = kdc_fe_parse_shape(m, kdc_fe_get(cfg, "build_input_shape"),
+                             kdc_fe_join(m->arena, cloc, "build_input_shape"), out);
+    return true;
+  }
+  return nested_input_shape(m, first, floc, out, st, depth + 1);
+}
+
 static kdc_status parse_sequential(kdc_keras_model *m, json_object *cfg, const char *cloc) {
   json_object *layers = cfg;
   const char *lloc = cloc;
@@ -413,6 +460,8 @@ static kdc_status parse_sequential(kdc_keras_model *m, json_object *cfg, const c
       found = true;
       st = kdc_fe_parse_shape(m, bc, kdc_arena_printf(m->arena, "%s[0].build_config.input_shape", lloc), &s);
     }
+    if (!found && !st)
+      found = nested_input_shape(m, first, kdc_arena_printf(m->arena, "%s[0]", lloc), &s, &st, 0);
     KDC_RETURN_IF_ERROR(st);
     if (!found)
       return kdc_fe_err(m, KDC_INVALID_INPUT, kdc_arena_printf(m->arena, "%s[0]", lloc),

@@ -156,7 +156,9 @@ static kdc_status fill(const kdc_keras_model *m, const char *at, json_object *sp
     for (int64_t i = 0; i < n; i++) dst[i] = (float)(mu + sd2 * trunc_normal(key, c0 + (uint64_t)i));
     return NULL;
   }
-  if (!strcmp(c, "orthogonal")) {
+  /* Keras 3 writes its class name, OrthogonalInitializer ("Orthogonal" and
+   * "orthogonal" are its aliases; keras/src/initializers/__init__.py) */
+  if (!strcmp(c, "orthogonal") || !strcmp(c, "orthogonalinitializer")) {
     orthogonal(key, shape, num(cfg, "gain", 1), dst);
     return NULL;
   }

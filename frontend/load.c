@@ -3,7 +3,8 @@
  *
  * Accepted (KERAS.md 3): a Keras 3 `to_json` or the `config.json` of a
  * `.keras` archive (top-level "class_name" with "module"), a tf.keras 2 /
- * Keras 2 `to_json` (top-level "class_name", "keras_version" 1.x/2.x), and a
+ * Keras 2 `to_json` (top-level "class_name", "keras_version" 2.x; Keras 1.x
+ * topologies are refused: their layer configs predate Keras 2), and a
  * TensorFlow.js layers-model `model.json` ("modelTopology", holding either
  * {"model_config": envelope} or the envelope itself, plus "weightsManifest").
  * Zip (`.keras`) and HDF5 files are recognised by their magic bytes and
@@ -149,6 +150,17 @@ kdc_status kdc_frontend_load_text_opts(const char *path, const char *text, size_
                     "not a Keras model description: expected \"class_name\" (Keras to_json or "
                     ".keras config.json) or \"modelTopology\" (TensorFlow.js model.json) at the "
                     "top level");
+  }
+  if (!st && m->keras_version && m->keras_version[0] == '1' && m->keras_version[1] == '.') {
+    /* Keras 2.0 renamed the layer arguments (nb_filter, border_mode, init,
+     * output_dim, Merge layers): a Keras 1 topology reads as nonsense. */
+    st = kdc_fe_err(m, KDC_UNSUPPORTED,
+                    kdc_arena_printf(m->arena, "%skeras_version \"%s\"",
+                                     m->format == KDC_KERAS_TFJS ? "modelTopology." : "",
+                                     m->keras_version),
+                    "Keras 1 model files are not supported (their layer configs, such as "
+                    "Convolution2D nb_filter/border_mode and Merge layers, predate Keras 2); "
+                    "save the model again with Keras 2 or 3");
   }
   if (!st && json_object_is_type(env, json_type_string)) {
     /* Some writers store the topology as a JSON string inside the JSON. */

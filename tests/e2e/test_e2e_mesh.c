@@ -21,6 +21,7 @@
 #include <cmocka.h>
 
 #include "codegen/codegen.h"
+#include "e2e_layout.h"
 #include "e2e_util.h"
 #include "frontend/frontend.h"
 #include "frontend/layout.h"
@@ -193,33 +194,15 @@ static void interpret(const example *e, const kdc_npy_array *in, int64_t rows, k
   free(w);
 }
 
-/* A column split ("model" on the last dim) of every rank >= 2 kernel whose
- * last dim |model| divides, and a vocabulary split of embedding tables;
- * NULL when nothing divides. */
+/* A column split of the kernels and embedding tables (e2e_layout.h); NULL
+ * when nothing divides. */
 static char *column_layout(const example *e, int64_t model) {
   char *mpath = ex_file(e->dir, "model.json", 0);
   kdc_keras_model *km = NULL;
   assert_null(kdc_frontend_load(mpath, &km));
   free(mpath);
-  size_t cap = 1 << 14, len = 0, rules = 0;
-  char *s = malloc(cap);
-  len += (size_t)snprintf(s, cap, "{\"batch_dim_name\": \"data\", \"layout_map\": {");
-  for (size_t i = 0; i < kdc_frontend_variable_count(km); i++) {
-    const kdc_keras_var *v = kdc_frontend_variable(km, i);
-    size_t pl = strlen(v->path);
-    int rank = v->shape.rank;
-    bool kernel = pl > 7 && strcmp(v->path + pl - 7, "/kernel") == 0 && rank >= 2;
-    bool table = pl > 11 && strcmp(v->path + pl - 11, "/embeddings") == 0 && rank == 2;
-    int split = table ? 0 : rank - 1; /* embeddings: vocabulary-parallel */
-    if (!(kernel || table) || v->shape.dims[split] % model) continue;
-    len += (size_t)snprintf(s + len, cap - len, "%s\"%s\": [", rules++ ? ", " : "", v->path);
-    for (int d = 0; d < rank; d++)
-      len += (size_t)snprintf(s + len, cap - len, "%s%s", d ? ", " : "",
-                              d == split ? "\"model\"" : "null");
-    len += (size_t)snprintf(s + len, cap - len, "]");
-    assert_true(len + 512 < cap);
-  }
-  snprintf(s + len, cap - len, "}}");
+  int rules;
+  char *s = e2e_column_layout(km, model, &rules);
   kdc_frontend_free(km);
   if (!rules) free(s), s = NULL;
   return s;

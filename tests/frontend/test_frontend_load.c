@@ -164,6 +164,24 @@ static void test_tk2_sequential_without_input(void **s FE_UNUSED) {
   kdc_frontend_free(m);
 }
 
+/* A legacy Sequential (Keras 2.0) whose first layer is itself a legacy
+ * Sequential holding the batch_input_shape: the outer model is built on the
+ * nested model's input, as Keras' model.add does. */
+static void test_tk2_sequential_nested_first(void **s FE_UNUSED) {
+  const char *json =
+      "{\"class_name\": \"Sequential\", \"keras_version\": \"2.0.6\", \"config\": ["
+      "{\"class_name\": \"Sequential\", \"config\": ["
+      "{\"class_name\": \"Dense\", \"config\": {\"name\": \"enc\", \"units\": 5, "
+      "\"batch_input_shape\": [null, 7]}}]}, "
+      "{\"class_name\": \"Dense\", \"config\": {\"name\": \"out\", \"units\": 3}}]}";
+  const char *path = fe_tmp("nested_first.json");
+  fe_write(path, json, strlen(json));
+  kdc_keras_model *m = fe_load_ok(path);
+  assert_int_equal(kdc_frontend_param_count(m), 7 * 5 + 5 + 5 * 3 + 3);
+  assert_int_equal(m->layers[0].nodes[0].out[0].dims[1], 7);
+  kdc_frontend_free(m);
+}
+
 /* A nested Functional called through node_index 1, a layer shared by two
  * calls, a merge list-arg, and a dict of outputs (sorted keys). */
 static void test_nested_shared_dict_outputs(void **s FE_UNUSED) {
@@ -266,6 +284,7 @@ int main(void) {
       cmocka_unit_test(test_tfjs_model_config),
       cmocka_unit_test(test_tfjs_direct_topology),
       cmocka_unit_test(test_tk2_legacy_sequential),
+      cmocka_unit_test(test_tk2_sequential_nested_first),
       cmocka_unit_test(test_tk2_sequential_without_input),
       cmocka_unit_test(test_nested_shared_dict_outputs),
       cmocka_unit_test(test_err_broken_json),

@@ -268,6 +268,22 @@ static void test_init_deterministic(void **s FE_UNUSED) {
   kdc_frontend_free(m);
 }
 
+/* |v|'s values from its initializer (malloc'd); an error fails the test. */
+static float *init_values(const kdc_keras_model *m, const kdc_keras_var *v) {
+  float *d = malloc(sizeof(float) * (size_t)kdc_kshape_numel(&v->shape));
+  kdc_status st = kdc_frontend_init_var(m, v, 1, d);
+  if (st) fail_msg("%s: %s", v->path, kdc_status_message(st));
+  return d;
+}
+
+/* Rows 0 and 1 of the [rows, |cols|] matrix |d| have norm 1 and are orthogonal. */
+static void assert_orthonormal_rows(const float *d, int64_t cols) {
+  double dot = 0, n0 = 0, n1 = 0;
+  for (int64_t k = 0; k < cols; k++)
+    dot += d[k] * d[cols + k], n0 += d[k] * d[k], n1 += d[cols + k] * d[cols + k];
+  assert_true(fabs(dot) < 1e-5 && fabs(n0 - 1) < 1e-5 && fabs(n1 - 1) < 1e-5);
+}
+
 /* Non-Dense initialisers of the real files (orthogonal, BN ones/zeros, LSTM
  * unit_forget_bias) fill without lowering. */
 static void test_init_real_variables(void **s FE_UNUSED) {
@@ -278,20 +294,35 @@ static void test_init_real_variables(void **s FE_UNUSED) {
   kdc_keras_model *m = fe_load_ok(path);
   for (size_t i = 0; i < kdc_frontend_variable_count(m); i++) {
     const kdc_keras_var *v = kdc_frontend_variable(m, i);
-    int64_t n = kdc_kshape_numel(&v->shape);
-    float *d = malloc(sizeof(float) * (size_t)n);
-    kdc_status st = kdc_frontend_init_var(m, v, 1, d);
-    if (st) fail_msg("%s: %s", v->path, kdc_status_message(st));
+    float *d = init_values(m, v);
     if (!strcmp(v->path, "lstm/lstm_cell/bias")) {
       assert_true(d[0] == 0.0f && d[8] == 1.0f && d[15] == 1.0f && d[16] == 0.0f);
     }
-    if (!strcmp(v->path, "lstm/lstm_cell/recurrent_kernel")) { /* (8, 32): orthonormal rows */
-      double dot = 0, nn = 0;
-      for (int k = 0; k < 32; k++) dot += d[k] * d[32 + k], nn += d[k] * d[k];
-      assert_true(fabs(dot) < 1e-5 && fabs(nn - 1) < 1e-5);
+    if (!strcmp(v->path, "lstm/lstm_cell/recurrent_kernel")) /* (8, 32): orthonormal rows */
+      assert_orthonormal_rows(d, 32);
+    free(d);
+  }
+  kdc_frontend_free(m);
+}
+
+/* Keras 3 files name the LSTM's default recurrent initializer by its class,
+ * "OrthogonalInitializer" (tests/frontend/data/real2, Cheshta08): every
+ * variable fills, the recurrent kernels with orthonormal rows. */
+static void test_init_keras3_orthogonal(void **s FE_UNUSED) {
+  kdc_keras_model *m = fe_load_ok(KDC_SOURCE_DIR "/tests/frontend/data/real2/"
+                                  "Cheshta08__Sarcasm-detection-demo__lstm_model.json");
+  int checked = 0;
+  for (size_t i = 0; i < kdc_frontend_variable_count(m); i++) {
+    const kdc_keras_var *v = kdc_frontend_variable(m, i);
+    float *d = init_values(m, v);
+    size_t pl = strlen(v->path);
+    if (pl > 17 && !strcmp(v->path + pl - 17, "/recurrent_kernel")) {
+      assert_orthonormal_rows(d, v->shape.dims[1]);
+      checked++;
     }
     free(d);
   }
+  assert_int_equal(checked, 2);
   kdc_frontend_free(m);
 }
 
@@ -311,6 +342,7 @@ int main(void) {
       cmocka_unit_test(test_tfjs_shard_errors),
       cmocka_unit_test(test_init_deterministic),
       cmocka_unit_test(test_init_real_variables),
+      cmocka_unit_test(test_init_keras3_orthogonal),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
