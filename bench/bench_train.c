@@ -7,7 +7,8 @@
  * dW and dX of every Dense, same thread count) measured in the same run,
  * sample by sample alternately with the step (both see the same load).
  * KDC_BENCH_PROFILE=1: the step's per-step profile on stderr
- * (kdc_rt_plan_profile_print); KDC_BENCH_QUICK=1: 1 device only.
+ * (kdc_rt_plan_profile_print); KDC_BENCH_QUICK=1: 1 device only;
+ * KDC_BENCH_NO_GEMM_EPILOGUES=1: plans without GEMM epilogues (bench_compile.c).
  * PyTorch eager's time for the same steps comes from bench/torch_train.py
  * (bench/run.sh runs both).  Prints one JSON object.
  * usage: bench_train [BIG_MLP_JSON]   (bench/big_mlp.py writes it)

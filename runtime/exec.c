@@ -99,6 +99,55 @@ static void run_gemm(const runner *r, int64_t dev, const kdc_prog_gemm_step *g) 
   for (int64_t i = 0; i < g->batch; i++) gemm_block(r, dev, g, i, 0, g->m, 0, g->n);
 }
 
+/* GEMM epilogues (kdc_prog_kernel_step.epilogue): GEMM step |s| computes
+ * its rows in panels of GEMM_ALIGN multiples holding at most about
+ * PANEL_BYTES of the result (and at least one panel per thread), and step
+ * s + 1's kernel runs over the same rows right after each panel, reading it
+ * from cache (docs/runtime.md, "GEMM epilogues").  Row blocks of GEMM_ALIGN
+ * multiples give the whole GEMM's results.  Each panel repacks B (k x n),
+ * so panels are used only when k <= the panel's rows (B's repack costs no
+ * more than the panel it saves reading); otherwise the GEMM and the kernel
+ * run as two steps. */
+enum { GEMM_ALIGN = 64, PANEL_BYTES = 4 << 20 };
+
+static int64_t panel_rows(const kdc_rt_plan *p, const kdc_prog_gemm_step *g) {
+  int64_t rows = PANEL_BYTES / (4 * (g->n > 0 ? g->n : 1)) / GEMM_ALIGN * GEMM_ALIGN;
+  int64_t threads = p->n_threads > 0 ? p->n_threads : 1;
+  int64_t per_thread = ((g->m + threads - 1) / threads + GEMM_ALIGN - 1) / GEMM_ALIGN * GEMM_ALIGN;
+  if (rows > per_thread) rows = per_thread;
+  return rows > GEMM_ALIGN ? rows : GEMM_ALIGN;
+}
+
+/* Whether GEMM step |s| runs in panels with its epilogue (step s + 1). */
+static bool runs_panels(const runner *r, uint32_t s) {
+  const kdc_prog_func *f = r->f;
+  if (s + 1 >= f->n_steps || f->steps[s].kind != KDC_STEP_GEMM ||
+      f->steps[s + 1].kind != KDC_STEP_KERNEL || !f->steps[s + 1].kernel.epilogue)
+    return false;
+  return f->steps[s].gemm.k <= panel_rows(r->p, &f->steps[s].gemm);
+}
+
+/* An epilogue kernel step that its GEMM ran. */
+static bool ran_with_gemm(const runner *r, uint32_t s) {
+  return r->f->steps[s].kernel.epilogue && s > 0 && runs_panels(r, s - 1);
+}
+
+/* Panel |i| of GEMM step |s| on device |dev|, then its epilogue's rows
+ * (the epilogue's arguments bound by bind_kernel). */
+static void gemm_panel(const runner *r, int64_t dev, uint32_t s, int64_t i) {
+  const kdc_prog_gemm_step *g = &r->f->steps[s].gemm;
+  const kdc_prog_kernel_step *k = &r->f->steps[s + 1].kernel;
+  int64_t rows = panel_rows(r->p, g), lo = i * rows, hi = lo + rows < g->m ? lo + rows : g->m;
+  gemm_block(r, dev, g, 0, lo, hi, 0, g->n);
+  r->p->kernels[k->kernel](r->rf->step_args[dev * r->f->n_steps + s + 1], coords(r->p, dev), lo,
+                           hi);
+}
+
+static int64_t panel_count(const kdc_rt_plan *p, const kdc_prog_gemm_step *g) {
+  int64_t rows = panel_rows(p, g);
+  return (g->m + rows - 1) / rows;
+}
+
 /* LOOP steps (a scan): the body is a function of the plan whose inputs and
  * outputs are rebound before every iteration; its arena locations are
  * absolute (codegen placed them after the caller's live values). */
@@ -137,10 +186,18 @@ static void run_local_step(const runner *r, int64_t dev, uint32_t s) {
   const kdc_prog_step *st = &r->f->steps[s];
   switch (st->kind) {
   case KDC_STEP_KERNEL:
+    if (ran_with_gemm(r, s)) break;
     r->p->kernels[st->kernel.kernel](bind_kernel(r, dev, s), coords(r->p, dev), 0,
                                      st->kernel.extent);
     break;
-  case KDC_STEP_GEMM: run_gemm(r, dev, &st->gemm); break;
+  case KDC_STEP_GEMM:
+    if (runs_panels(r, s)) {
+      bind_kernel(r, dev, s + 1);
+      for (int64_t i = 0, n = panel_count(r->p, &st->gemm); i < n; i++) gemm_panel(r, dev, s, i);
+    } else {
+      run_gemm(r, dev, &st->gemm);
+    }
+    break;
   case KDC_STEP_COPY:
     memmove(resolve(r, dev, &st->dst), resolve(r, dev, &st->src), st->src.bytes);
     break;
@@ -235,6 +292,7 @@ static void chunk_task(void *ctx, int64_t task) {
 static void run_kernel_split(runner *r, uint32_t s) {
   kdc_rt_plan *p = r->p;
   const kdc_prog_kernel_step *k = &r->f->steps[s].kernel;
+  if (ran_with_gemm(r, s)) return; /* run_gemm_panels ran it */
   int64_t ops = step_ops(&r->f->steps[s]), chunks = ops / OPS_PER_CHUNK;
   int64_t nl = nlocal(p), most = 4 * (int64_t)p->n_threads / nl;
   if (chunks > most) chunks = most;
@@ -271,7 +329,7 @@ static void run_loop_stepwise(runner *r, const kdc_prog_loop_step *l) {
  * row (or column, whichever is longer) blocks of GEMM_ALIGN multiples.  The
  * pool is then the only set of threads (OpenBLAS's own never start, so they
  * never spin against the pool's workers on a small machine). */
-enum { GEMM_ALIGN = 64, GEMM_PARALLEL_MIN_FLOPS = 1 << 20 };
+enum { GEMM_PARALLEL_MIN_FLOPS = 1 << 20 };
 
 static void gemm_task(void *ctx, int64_t task) {
   const runner *r = ctx;
@@ -292,9 +350,34 @@ static void gemm_task(void *ctx, int64_t task) {
   else gemm_block(r, dev, g, i, 0, g->m, lo, hi);
 }
 
+static void panel_task(void *ctx, int64_t task) {
+  const runner *r = ctx;
+  gemm_panel(r, r->p->d0 + task / r->chunks, r->step, task % r->chunks);
+}
+
+/* A GEMM with an epilogue: one pool task per panel and device. */
+static void run_gemm_panels(runner *r, uint32_t s) {
+  kdc_rt_plan *p = r->p;
+  const kdc_prog_gemm_step *g = &r->f->steps[s].gemm;
+  int64_t nl = nlocal(p), panels = panel_count(p, g);
+  if (p->n_threads <= 1 || panels * nl < 2 || panels * nl > RT_POOL_MAX_TASKS ||
+      step_ops(&r->f->steps[s]) * nl < GEMM_PARALLEL_MIN_FLOPS) {
+    for (int64_t d = p->d0; d < p->d1; d++) run_local_step(r, d, s);
+    return;
+  }
+  for (int64_t d = p->d0; d < p->d1; d++) bind_kernel(r, d, s + 1);
+  r->step = s;
+  r->chunks = panels;
+  rt_pool_run(p->pool, panel_task, r, panels * nl);
+}
+
 static void run_gemm_split(runner *r, uint32_t s) {
   kdc_rt_plan *p = r->p;
   const kdc_prog_gemm_step *g = &r->f->steps[s].gemm;
+  if (runs_panels(r, s)) {
+    run_gemm_panels(r, s);
+    return;
+  }
   int64_t nl = nlocal(p), threads = p->n_threads, chunks;
   if (g->batch >= threads) {
     chunks = g->batch < 4 * threads ? g->batch : 4 * threads;
