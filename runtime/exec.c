@@ -99,53 +99,52 @@ static void run_gemm(const runner *r, int64_t dev, const kdc_prog_gemm_step *g) 
   for (int64_t i = 0; i < g->batch; i++) gemm_block(r, dev, g, i, 0, g->m, 0, g->n);
 }
 
-/* GEMM epilogues (kdc_prog_kernel_step.epilogue): GEMM step |s| computes
- * its rows in panels of GEMM_ALIGN multiples holding at most about
- * PANEL_BYTES of the result (and at least one panel per thread), and step
- * s + 1's kernel runs over the same rows right after each panel, reading it
- * from cache (docs/runtime.md, "GEMM epilogues").  Row blocks of GEMM_ALIGN
- * multiples give the whole GEMM's results.  Each panel repacks B (k x n),
- * so panels are used only when k <= the panel's rows (B's repack costs no
- * more than the panel it saves reading); otherwise the GEMM and the kernel
- * run as two steps. */
-enum { GEMM_ALIGN = 64, PANEL_BYTES = 4 << 20 };
+/* GEMM epilogues (kdc_prog_kernel_step.epilogue): GEMM step |s| is split
+ * into contiguous row parts of GEMM_ALIGN multiples, one per thread (as
+ * run_gemm_split splits rows), and each part's task runs step s + 1's
+ * kernel over the same rows right after computing them: no barrier between
+ * the two steps, and the kernel reads rows its core just wrote
+ * (docs/runtime.md, "GEMM epilogues").  Row blocks of GEMM_ALIGN multiples
+ * give the whole GEMM's results.  Each part repacks B (k x n), so parts are
+ * used only when k <= the rows of a part (B's repack then costs no more
+ * than the part's result); otherwise the GEMM and the kernel run as two
+ * steps.  Smaller panels inside a part (a panel in L2) lost more GEMM speed
+ * to the repacks than they saved (bench_gemm_panels, docs/codegen.md). */
+enum { GEMM_ALIGN = 64 };
 
-static int64_t panel_rows(const kdc_rt_plan *p, const kdc_prog_gemm_step *g) {
-  int64_t rows = PANEL_BYTES / (4 * (g->n > 0 ? g->n : 1)) / GEMM_ALIGN * GEMM_ALIGN;
-  int64_t threads = p->n_threads > 0 ? p->n_threads : 1;
-  int64_t per_thread = ((g->m + threads - 1) / threads + GEMM_ALIGN - 1) / GEMM_ALIGN * GEMM_ALIGN;
-  if (rows > per_thread) rows = per_thread;
-  return rows > GEMM_ALIGN ? rows : GEMM_ALIGN;
+static int64_t row_parts(const kdc_rt_plan *p, const kdc_prog_gemm_step *g) {
+  int64_t units = (g->m + GEMM_ALIGN - 1) / GEMM_ALIGN;
+  int64_t per = p->device_parallel || p->n_threads < 1 ? 1 : p->n_threads;
+  return per < units ? per : units;
 }
 
-/* Whether GEMM step |s| runs in panels with its epilogue (step s + 1). */
-static bool runs_panels(const runner *r, uint32_t s) {
+/* Whether GEMM step |s| runs in row parts with its epilogue (step s + 1). */
+static bool runs_parts(const runner *r, uint32_t s) {
   const kdc_prog_func *f = r->f;
   if (s + 1 >= f->n_steps || f->steps[s].kind != KDC_STEP_GEMM ||
       f->steps[s + 1].kind != KDC_STEP_KERNEL || !f->steps[s + 1].kernel.epilogue)
     return false;
-  return f->steps[s].gemm.k <= panel_rows(r->p, &f->steps[s].gemm);
+  const kdc_prog_gemm_step *g = &f->steps[s].gemm;
+  return g->k * row_parts(r->p, g) <= g->m;
 }
 
 /* An epilogue kernel step that its GEMM ran. */
 static bool ran_with_gemm(const runner *r, uint32_t s) {
-  return r->f->steps[s].kernel.epilogue && s > 0 && runs_panels(r, s - 1);
+  return r->f->steps[s].kernel.epilogue && s > 0 && runs_parts(r, s - 1);
 }
 
-/* Panel |i| of GEMM step |s| on device |dev|, then its epilogue's rows
- * (the epilogue's arguments bound by bind_kernel). */
-static void gemm_panel(const runner *r, int64_t dev, uint32_t s, int64_t i) {
+/* Row part |b| of |parts| of GEMM step |s| on device |dev|, then its
+ * epilogue over the same rows (arguments bound by bind_kernel). */
+static void gemm_part(const runner *r, int64_t dev, uint32_t s, int64_t b, int64_t parts) {
   const kdc_prog_gemm_step *g = &r->f->steps[s].gemm;
   const kdc_prog_kernel_step *k = &r->f->steps[s + 1].kernel;
-  int64_t rows = panel_rows(r->p, g), lo = i * rows, hi = lo + rows < g->m ? lo + rows : g->m;
+  int64_t units = (g->m + GEMM_ALIGN - 1) / GEMM_ALIGN;
+  int64_t lo = units * b / parts * GEMM_ALIGN, hi = units * (b + 1) / parts * GEMM_ALIGN;
+  if (hi > g->m) hi = g->m;
+  if (lo >= hi) return;
   gemm_block(r, dev, g, 0, lo, hi, 0, g->n);
   r->p->kernels[k->kernel](r->rf->step_args[dev * r->f->n_steps + s + 1], coords(r->p, dev), lo,
                            hi);
-}
-
-static int64_t panel_count(const kdc_rt_plan *p, const kdc_prog_gemm_step *g) {
-  int64_t rows = panel_rows(p, g);
-  return (g->m + rows - 1) / rows;
 }
 
 /* LOOP steps (a scan): the body is a function of the plan whose inputs and
@@ -191,9 +190,9 @@ static void run_local_step(const runner *r, int64_t dev, uint32_t s) {
                                      st->kernel.extent);
     break;
   case KDC_STEP_GEMM:
-    if (runs_panels(r, s)) {
+    if (runs_parts(r, s)) {
       bind_kernel(r, dev, s + 1);
-      for (int64_t i = 0, n = panel_count(r->p, &st->gemm); i < n; i++) gemm_panel(r, dev, s, i);
+      gemm_part(r, dev, s, 0, 1);
     } else {
       run_gemm(r, dev, &st->gemm);
     }
@@ -292,7 +291,7 @@ static void chunk_task(void *ctx, int64_t task) {
 static void run_kernel_split(runner *r, uint32_t s) {
   kdc_rt_plan *p = r->p;
   const kdc_prog_kernel_step *k = &r->f->steps[s].kernel;
-  if (ran_with_gemm(r, s)) return; /* run_gemm_panels ran it */
+  if (ran_with_gemm(r, s)) return; /* run_gemm_parts ran it */
   int64_t ops = step_ops(&r->f->steps[s]), chunks = ops / OPS_PER_CHUNK;
   int64_t nl = nlocal(p), most = 4 * (int64_t)p->n_threads / nl;
   if (chunks > most) chunks = most;
@@ -350,32 +349,32 @@ static void gemm_task(void *ctx, int64_t task) {
   else gemm_block(r, dev, g, i, 0, g->m, lo, hi);
 }
 
-static void panel_task(void *ctx, int64_t task) {
+static void part_task(void *ctx, int64_t task) {
   const runner *r = ctx;
-  gemm_panel(r, r->p->d0 + task / r->chunks, r->step, task % r->chunks);
+  gemm_part(r, r->p->d0 + task / r->chunks, r->step, task % r->chunks, r->chunks);
 }
 
-/* A GEMM with an epilogue: one pool task per panel and device. */
-static void run_gemm_panels(runner *r, uint32_t s) {
+/* A GEMM with an epilogue: one pool task per row part and device. */
+static void run_gemm_parts(runner *r, uint32_t s) {
   kdc_rt_plan *p = r->p;
   const kdc_prog_gemm_step *g = &r->f->steps[s].gemm;
-  int64_t nl = nlocal(p), panels = panel_count(p, g);
-  if (p->n_threads <= 1 || panels * nl < 2 || panels * nl > RT_POOL_MAX_TASKS ||
+  int64_t nl = nlocal(p), parts = row_parts(p, g);
+  if (parts * nl < 2 || parts * nl > RT_POOL_MAX_TASKS ||
       step_ops(&r->f->steps[s]) * nl < GEMM_PARALLEL_MIN_FLOPS) {
     for (int64_t d = p->d0; d < p->d1; d++) run_local_step(r, d, s);
     return;
   }
   for (int64_t d = p->d0; d < p->d1; d++) bind_kernel(r, d, s + 1);
   r->step = s;
-  r->chunks = panels;
-  rt_pool_run(p->pool, panel_task, r, panels * nl);
+  r->chunks = parts;
+  rt_pool_run(p->pool, part_task, r, parts * nl);
 }
 
 static void run_gemm_split(runner *r, uint32_t s) {
   kdc_rt_plan *p = r->p;
   const kdc_prog_gemm_step *g = &r->f->steps[s].gemm;
-  if (runs_panels(r, s)) {
-    run_gemm_panels(r, s);
+  if (runs_parts(r, s)) {
+    run_gemm_parts(r, s);
     return;
   }
   int64_t nl = nlocal(p), threads = p->n_threads, chunks;

@@ -5,8 +5,8 @@
  * flag is set exactly when the kernel reads the result row for row, that
  * the results equal the interpreter (GEMM tolerance) and are bitwise those
  * of the same module compiled without epilogues, on 1, 2 and 3 threads
- * (several panels per thread, a partial last panel), and that a GEMM whose
- * k exceeds the panel rows runs the flagged kernel as a step of its own
+ * (uneven row parts, a partial last 64-row unit), and that a GEMM whose k
+ * exceeds the rows of a part runs the flagged kernel as a step of its own
  * with the same results.
  */
 #include "cg_test.h"
@@ -117,9 +117,10 @@ static void check_both(kdc_module *m, bool expect, int threads) {
   free(args), free(R.in), free(R.want);
 }
 
-/* An optimizer update after its weight-gradient GEMM: flagged; panels of
- * 64-row multiples with a partial last one (M = 300), k = 64 <= the panel
- * rows, so the runtime runs the update per panel. */
+/* An optimizer update after its weight-gradient GEMM: flagged; row parts
+ * of 64-row multiples with a partial last unit (M = 300: 1 part, 2 parts,
+ * 64/128/108 rows), k = 64 <= the rows of a part, so the runtime runs the
+ * update on each part right after it. */
 static void test_adam_epilogue(void **state) {
   (void)state;
   for (int threads = 1; threads <= 3; threads++) {
@@ -129,8 +130,8 @@ static void test_adam_epilogue(void **state) {
   }
 }
 
-/* k = 300 > the panel rows (M = 130 on 2 and 3 threads): flagged, but run
- * as two steps; same results. */
+/* k = 300 > the rows of a part (M = 130 on 2 and 3 threads): flagged, but
+ * run as two steps; same results. */
 static void test_long_k(void **state) {
   (void)state;
   for (int threads = 2; threads <= 3; threads++) {
