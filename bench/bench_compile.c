@@ -40,8 +40,6 @@ double bench_compile(const char *who, const bench_compile_opts *o, const char *o
   memset(&co, 0, sizeof co);
   static const char *const funcs[] = {"predict", "train_step", "evaluate"};
   if (o->train) co.funcs = funcs, co.n_funcs = 3;
-  /* KDC_BENCH_NO_GEMM_EPILOGUES=1: every kernel a step of its own (codegen/epilogue.c) */
-  co.no_gemm_epilogues = getenv("KDC_BENCH_NO_GEMM_EPILOGUES") != NULL;
   check(who, kdc_codegen_cpu_plan(mod, &co, out));
   kdc_ir_module_destroy(mod);
   kdc_frontend_free(km);

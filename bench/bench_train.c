@@ -7,10 +7,7 @@
  * dW and dX of every Dense, same thread count) measured in the same run,
  * sample by sample alternately with the step (both see the same load).
  * KDC_BENCH_PROFILE=1: the step's per-step profile on stderr
- * (kdc_rt_plan_profile_print); KDC_BENCH_QUICK=1: 1 device only;
- * KDC_BENCH_NO_GEMM_EPILOGUES=1: plans without GEMM epilogues (bench_compile.c);
- * KDC_BENCH_AB=1: instead, mlp_4096 on 1 device with and without GEMM
- * epilogues and the GEMMs alone, sampled in turn in one process (ab_time).
+ * (kdc_rt_plan_profile_print); KDC_BENCH_QUICK=1: 1 device only.
  * PyTorch eager's time for the same steps comes from bench/torch_train.py
  * (bench/run.sh runs both).  Prints one JSON object.
  * usage: bench_train [BIG_MLP_JSON]   (bench/big_mlp.py writes it)
@@ -166,73 +163,6 @@ static void step_time(const char *plan, int threads, int64_t batch, int in_w, in
   free(x), free(y), free(mask);
 }
 
-/* One step of each of two plans and the GEMMs alone, sampled in turn
- * (|reps| samples of |inner| calls each; medians), the plan sampled right
- * after the GEMMs alternating (the first step after OpenBLAS ran on all
- * threads pays for its threads winding down). */
-typedef struct ab_plan {
-  kdc_rt_plan *p;
-  kdc_rt_train *t;
-  step_ctx c;
-} ab_plan;
-
-static void ab_open(ab_plan *a, const char *plan, int threads, const void *x, const void *y,
-                    const void *mask) {
-  const char *prof = getenv("KDC_BENCH_PROFILE");
-  kdc_rt_options ro = {.n_threads = threads, .profile = prof && *prof};
-  die(kdc_rt_plan_load_with(plan, &ro, &a->p));
-  die(kdc_rt_train_create(a->p, &a->t));
-  a->c.t = a->t;
-  for (size_t i = 0; i < kdc_rt_train_data_count(a->t); i++) {
-    const char *n = kdc_rt_train_data(a->t, i)->name;
-    a->c.data[i] = !strcmp(n, "sample_mask") ? mask : i == 0 ? x : y;
-  }
-  run_step(&a->c), run_step(&a->c);
-  kdc_rt_plan_profile_print(a->p, (size_t)kdc_rt_plan_find_func(a->p, "train_step"), NULL);
-}
-
-static void ab_time(const char *model, const char *plan, int threads, gemm_ctx *gc) {
-  const int64_t batch = 256;
-  const int classes = 10, reps = 15, inner = 2;
-  float *x = filled((size_t)batch * 784, 5), *y = calloc((size_t)batch * classes, 4);
-  float *mask = malloc((size_t)batch * 4);
-  for (int64_t r = 0; r < batch; r++) y[r * classes + r % classes] = 1, mask[r] = 1;
-  ab_plan a[2];
-  for (int v = 0; v < 2; v++) {
-    if (v) setenv("KDC_BENCH_NO_GEMM_EPILOGUES", "1", 1);
-    else unsetenv("KDC_BENCH_NO_GEMM_EPILOGUES");
-    compile_plan(model, NULL, batch, NULL, plan);
-    ab_open(&a[v], plan, threads, x, y, mask);
-  }
-  blas_ctx b = {gc, threads};
-  double *t[3];
-  for (int i = 0; i < 3; i++) t[i] = malloc(sizeof(double) * reps);
-  run_blas(&b);
-  for (int r = 0; r < reps; r++) {
-    for (int j = 0; j < 3; j++) { /* the plans in turn first after the GEMMs */
-      int i = j == 0 ? 0 : 1 + (j - 1 + r) % 2;
-      double t0 = bench_now();
-      for (int k = 0; k < inner; k++) i == 0 ? run_blas(&b) : run_step(&a[i - 1].c);
-      t[i][r] = (bench_now() - t0) / inner;
-    }
-  }
-  for (int i = 0; i < 3; i++) qsort(t[i], reps, sizeof(double), bench_cmp);
-  double g = t[0][reps / 2], e = t[1][reps / 2], n = t[2][reps / 2];
-  printf("{\"bench\": \"train_step_ab\", \"model\": \"mlp_4096\", \"batch\": 256, "
-         "\"threads\": %d, \"gemms_ms\": %.3f, \"step_epilogues_ms\": %.3f, "
-         "\"step_plain_ms\": %.3f, \"epilogues_over_gemms\": %.3f, \"plain_over_gemms\": %.3f, "
-         "\"epilogues_over_plain\": %.3f}\n",
-         threads, 1e3 * g, 1e3 * e, 1e3 * n, e / g, n / g, e / n);
-  const char *prof = getenv("KDC_BENCH_PROFILE");
-  for (int v = 0; v < 2 && prof && *prof; v++) {
-    fprintf(stderr, "%s:\n", v ? "without GEMM epilogues" : "with GEMM epilogues");
-    kdc_rt_plan_profile_print(a[v].p, (size_t)kdc_rt_plan_find_func(a[v].p, "train_step"), stderr);
-  }
-  for (int v = 0; v < 2; v++) kdc_rt_train_destroy(a[v].t), kdc_rt_plan_release(a[v].p);
-  for (int i = 0; i < 3; i++) free(t[i]);
-  free(x), free(y), free(mask);
-}
-
 int main(int argc, char **argv) {
   kdc_rt_blas_select_core(argv);
   if (argc > 1 && !strcmp(argv[1], "--blas-core")) {
@@ -247,14 +177,6 @@ int main(int argc, char **argv) {
   if (fd < 0) return 1;
   close(fd);
   static const int mnist_w[] = {784, 200, 10}, big_w[] = {784, 4096, 4096, 10};
-  const char *ab = getenv("KDC_BENCH_AB");
-  if (ab && *ab && big) {
-    gemm_ctx gc = gemm_setup(big_w, 3, 256);
-    ab_time(big, plan, threads, &gc);
-    gemm_free(&gc);
-    unlink(plan);
-    return 0;
-  }
   struct { const char *name, *model, *weights; const int *w; int n_layers; int64_t batch; } cases[] = {
       {"mnist_mlp", KDC_SOURCE_DIR "/examples/mnist_mlp/model.json",
        KDC_SOURCE_DIR "/examples/mnist_mlp/weights.safetensors", mnist_w, 2, 16},

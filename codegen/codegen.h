@@ -53,7 +53,6 @@ typedef struct kdc_codegen_options {
   const char *explain;       /* EXPLAIN section text (`kdc inspect --explain`); NULL = none */
   int cuda_sm;               /* > 0: also lower every kernel to PTX for sm_<cuda_sm> (80, 90):
                                 PTX and CUDA sections, metadata target "cuda" (docs/gpu.md) */
-  bool no_gemm_epilogues;    /* keep every kernel step in node order (epilogue.c; tests) */
 } kdc_codegen_options;
 
 /* Compiles every selected function of |m| (fused and memory-planned) into
@@ -119,7 +118,6 @@ typedef struct cg_plan {
   kdc_type *ktype;            /* per kernel: the type of what it writes (ptx_wrap.c) */
   size_t cap_ktype;
   int cuda_sm;                /* options' cuda_sm (metadata) */
-  bool gemm_epilogues;        /* not options' no_gemm_epilogues */
   /* Scan bodies (lower.c): lowered when their scan is, appended after the
    * n_entries entry functions, so body k is function n_entries + k. */
   uint32_t n_entries;
@@ -134,16 +132,6 @@ typedef struct cg_plan {
  * plus GEMM staging and the scan loops' carries and bodies).  Scan bodies
  * land in P->bodies (LOOP steps, docs/codegen.md "Loops"). */
 kdc_status cg_lower_func(cg_plan *P, const kdc_func *f, uint64_t *out_arena);
-
-/* ---- epilogue.c: GEMM epilogues ------------------------------------------ */
-
-/* Moves each kernel step of |f|'s |steps| that reads a GEMM step's result
- * only elementwise, row for row, to right after that GEMM step, flagged
- * kdc_prog_kernel_step.epilogue, when no step in between conflicts with it
- * (the conditions are in epilogue.c).  |node[i]|: the value step i was
- * lowered for (moved along). */
-void cg_attach_epilogues(const kdc_func *f, kdc_prog_step *steps, kdc_value_id *node,
-                         size_t n_steps);
 /* kdc_dtype -> the plan's kdc_io_dtype. */
 kdc_io_dtype cg_io_dtype(kdc_dtype d);
 

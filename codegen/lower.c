@@ -18,8 +18,7 @@
  * after the planned arena when an operand needs canonicalising, see
  * gemm.c), one COLLECTIVE per collective node (lower_spmd.c), then COPY
  * steps for results that are not their own storage.  Zero-element kernels,
- * GEMMs and collectives are dropped.  Before the COPY steps, epilogue.c may
- * move a kernel step next to the GEMM whose result it reads row for row.
+ * GEMMs and collectives are dropped.
  *
  * Types are LOCAL (one device's piece) after partitioning: every loc and
  * kernel shape is per device; inputs, outputs and weights are recorded with
@@ -44,9 +43,7 @@ typedef struct lowerer {
   kdc_prog_loc *loc;
   bool *has_loc;
   kdc_prog_step *steps;
-  kdc_value_id *step_node; /* the value each step was lowered for (epilogue.c) */
   size_t n_steps, cap_steps;
-  kdc_value_id cur;        /* the value being lowered */
   uint64_t base;           /* arena offset of this function's planned values (scan bodies) */
   uint64_t planned_end, staging;
 } lowerer;
@@ -84,10 +81,7 @@ static uint32_t add_weight(cg_plan *P, const kdc_prog_tensor *t, const void *dat
 }
 
 static void add_step(lowerer *L, const kdc_prog_step *s) {
-  size_t cap = L->cap_steps;
   KDC_GROW(L->steps, L->cap_steps, L->n_steps + 1);
-  if (cap != L->cap_steps) L->step_node = kdc_xrealloc(L->step_node, L->cap_steps * sizeof *L->step_node);
-  L->step_node[L->n_steps] = L->cur;
   L->steps[L->n_steps++] = *s;
 }
 
@@ -452,14 +446,11 @@ static kdc_status lower_func(cg_plan *P, const kdc_func *f, uint64_t base, kdc_p
   kdc_status st = bind(&L, pf);
   for (kdc_value_id v = 0; v < L.n && !st; v++) {
     if (L.kind[v] != SK_STORED || L.root[v] != v) continue;
-    L.cur = v;
     st = is_gemm(f, v)                      ? lower_gemm(&L, v)
          : f->nodes[v].op == KDC_OP_SCAN    ? lower_scan(&L, v)
          : cg_is_collective(f->nodes[v].op) ? lower_collective(&L, v)
                                             : lower_kernel(&L, v);
   }
-  if (!st && P->gemm_epilogues) cg_attach_epilogues(f, L.steps, L.step_node, L.n_steps);
-  L.cur = KDC_NO_VALUE;
   for (size_t i = 0; i < f->n_results && !st; i++) {
     kdc_value_id r = f->results[i];
     kdc_prog_loc src;
@@ -479,6 +470,5 @@ static kdc_status lower_func(cg_plan *P, const kdc_func *f, uint64_t base, kdc_p
     *out_arena = L.planned_end + L.staging;
   }
   free(L.kind), free(L.root), free(L.loc), free(L.has_loc), free(L.steps);
-  free(L.step_node);
   return st;
 }

@@ -199,7 +199,6 @@ kdc_status kdc_codegen_cpu_plan(const kdc_module *m, const kdc_codegen_options *
   cg_plan P;
   plan_init(&P, m);
   P.cuda_sm = opt ? opt->cuda_sm : 0;
-  P.gemm_epilogues = !opt || !opt->no_gemm_epilogues;
   kdc_status st = compile(&P, opt);
   if (!st) st = write_plan(&P, opt, out_path);
   plan_free(&P);

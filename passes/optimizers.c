@@ -292,20 +292,15 @@ static void sgd(kdc_func *f, const kdc_optimizer_options *o, kdc_value_id lr, kd
     *out_var = bin(f, KDC_OP_ADD, var, m);
 }
 
-kdc_value_id kdc_optimizer_step_size(kdc_func *f, const kdc_optimizer_options *o,
-                                     kdc_value_id iteration, kdc_value_id lr) {
-  if (o->kind != KDC_OPT_ADAM && o->kind != KDC_OPT_ADAMW) return lr;
+static void adam(kdc_func *f, const kdc_optimizer_options *o, kdc_value_id iteration,
+                 kdc_value_id lr, kdc_value_id var, kdc_value_id g, const kdc_value_id *slots,
+                 kdc_value_id *out_var, kdc_value_id *out_slots) {
   kdc_value_id t1 = kdc_ir_binary_scalar(f, KDC_OP_ADD, iteration, 1); /* integer add, then cast */
   kdc_value_id t = kdc_ir_convert(f, t1, KDC_DTYPE_F32);
   kdc_value_id b1p = cs(f, KDC_OP_POW, o->beta_1, t), b2p = cs(f, KDC_OP_POW, o->beta_2, t);
   kdc_value_id root = kdc_ir_unary(f, KDC_OP_SQRT, cs(f, KDC_OP_SUB, 1.0, b2p));
   kdc_value_id alpha = bin(f, KDC_OP_MUL, lr, root);
-  return bin(f, KDC_OP_DIV, alpha, cs(f, KDC_OP_SUB, 1.0, b1p));
-}
-
-static void adam(kdc_func *f, const kdc_optimizer_options *o, kdc_value_id alpha,
-                 kdc_value_id var, kdc_value_id g, const kdc_value_id *slots,
-                 kdc_value_id *out_var, kdc_value_id *out_slots) {
+  alpha = bin(f, KDC_OP_DIV, alpha, cs(f, KDC_OP_SUB, 1.0, b1p));
   kdc_value_id m = slots[0], v = slots[1];
   m = bin(f, KDC_OP_ADD, m, sc(f, KDC_OP_MUL, bin(f, KDC_OP_SUB, g, m), 1.0 - o->beta_1));
   kdc_value_id g2 = bin(f, KDC_OP_MUL, g, g);
@@ -350,7 +345,7 @@ static void rmsprop(kdc_func *f, const kdc_optimizer_options *o, kdc_value_id lr
 }
 
 kdc_status kdc_optimizer_update(kdc_func *f, const kdc_optimizer_options *o,
-                                kdc_value_id step, kdc_value_id lr, kdc_value_id var,
+                                kdc_value_id iteration, kdc_value_id lr, kdc_value_id var,
                                 kdc_value_id grad, const kdc_value_id *slots,
                                 kdc_value_id *out_var, kdc_value_id *out_slots) {
   if (o->weight_decay > 0) { /* base_optimizer._apply_weight_decay */
@@ -360,7 +355,7 @@ kdc_status kdc_optimizer_update(kdc_func *f, const kdc_optimizer_options *o,
   switch (o->kind) {
   case KDC_OPT_SGD: sgd(f, o, lr, var, grad, slots, out_var, out_slots); break;
   case KDC_OPT_ADAM:
-  case KDC_OPT_ADAMW: adam(f, o, step, var, grad, slots, out_var, out_slots); break;
+  case KDC_OPT_ADAMW: adam(f, o, iteration, lr, var, grad, slots, out_var, out_slots); break;
   case KDC_OPT_RMSPROP: rmsprop(f, o, lr, var, grad, slots, out_var, out_slots); break;
   default: return KDC_ERR(KDC_INVALID_INPUT, "unknown optimizer %d", (int)o->kind);
   }

@@ -480,18 +480,11 @@ int kdc_optimizer_slots(const kdc_optimizer_options *o, const char **out_names);
 /* The f32 scalar learning rate at |iteration| (i32 scalar: steps done). */
 kdc_value_id kdc_optimizer_learning_rate(kdc_func *f, const kdc_optimizer_options *o,
                                          kdc_value_id iteration);
-/* The f32 scalar step size of |o| at |iteration| for learning rate |lr|:
- * Adam's and AdamW's bias-corrected lr*sqrt(1-b2^t)/(1-b1^t) (t =
- * iteration + 1), |lr| for the others.  train_step builds it (and the
- * learning rate) before the gradients, so that every update's operands but
- * its gradient exist when the gradient is computed (codegen/epilogue.c). */
-kdc_value_id kdc_optimizer_step_size(kdc_func *f, const kdc_optimizer_options *o,
-                                     kdc_value_id iteration, kdc_value_id lr);
 /* One variable's update: |var|, its gradient |grad|, its slots (in the order
- * of kdc_optimizer_slots), the learning rate |lr| and the step size |step|
- * (kdc_optimizer_step_size).  Writes the new variable and new slots. */
+ * of kdc_optimizer_slots), the learning rate |lr| and the step counter
+ * |iteration| before this step.  Writes the new variable and new slots. */
 kdc_status kdc_optimizer_update(kdc_func *f, const kdc_optimizer_options *o,
-                                kdc_value_id step, kdc_value_id lr, kdc_value_id var,
+                                kdc_value_id iteration, kdc_value_id lr, kdc_value_id var,
                                 kdc_value_id grad, const kdc_value_id *slots,
                                 kdc_value_id *out_var, kdc_value_id *out_slots);
 

@@ -293,10 +293,10 @@ static kdc_value_id constrain(kdc_func *f, kdc_value_id v, kdc_sharding s, kdc_v
   return c;
 }
 
-/* |lr|, |step|: kdc_optimizer_learning_rate and kdc_optimizer_step_size,
- * built before the gradients. */
-static kdc_status build_updates(train_build *b, kdc_value_id lr, kdc_value_id step) {
+static kdc_status build_updates(train_build *b, kdc_value_id iteration) {
   kdc_func *f = b->f;
+  kdc_value_id lr = kdc_optimizer_learning_rate(f, b->opt, iteration);
+  KDC_RETURN_IF_ERROR(kdc_ir_take_error(f));
   for (size_t i = 0; i < b->n_w; i++) {
     kdc_value_id in_slots[4], out_slots[4];
     for (int s = 0; s < b->n_slots; s++) {
@@ -311,7 +311,7 @@ static kdc_status build_updates(train_build *b, kdc_value_id lr, kdc_value_id st
         g = constrain(f, b->grad[i], b->upd[i], b->w[i]);
       }
       f->cur_origin = f->nodes[b->w[i]].origin;
-      KDC_RETURN_IF_ERROR(kdc_optimizer_update(f, b->opt, step, lr, w, g, in_slots,
+      KDC_RETURN_IF_ERROR(kdc_optimizer_update(f, b->opt, iteration, lr, w, g, in_slots,
                                                &b->new_w[i], out_slots));
     }
     for (int s = 0; s < b->n_slots; s++) b->new_slot[(size_t)s * b->n_w + i] = out_slots[s];
@@ -385,11 +385,6 @@ static kdc_status build_train_step(kdc_module *m, const kdc_func *fwd, size_t n_
       f->nodes[b.slot[(size_t)s * b.n_w + i]].sharding = ss;
     }
   f->cur_origin = NULL;
-  /* the optimizer's scalars first: each update then needs nothing computed
-   * after its gradient, so codegen can run it on the gradient's GEMM panels
-   * (codegen/epilogue.c) */
-  kdc_value_id lr = kdc_optimizer_learning_rate(f, &o->optimizer, iteration);
-  kdc_value_id step = kdc_optimizer_step_size(f, &o->optimizer, iteration, lr);
   kdc_status st = kdc_ir_take_error(f);
   if (!st) st = kdc_autodiff(f, loss, b.w, b.n_w, b.grad);
   bool any = false;
@@ -397,7 +392,7 @@ static kdc_status build_train_step(kdc_module *m, const kdc_func *fwd, size_t n_
   if (!st && !any)
     st = KDC_ERR(KDC_INVALID_INPUT, "training: the loss depends on no trainable weight "
                  "(Keras: \"No gradients provided for any variable\")");
-  if (!st) st = build_updates(&b, lr, step);
+  if (!st) st = build_updates(&b, iteration);
   if (!st) {
     for (size_t i = 0; i < b.n_w; i++) {
       b.new_w[i] = pin_sharding(f, b.new_w[i], b.w[i]);

@@ -82,9 +82,8 @@ static void put_step(FILE *o, const kdc_program *p, const kdc_prog_func *f, uint
   fprintf(o, "    %3u ", i);
   switch (s->kind) {
   case KDC_STEP_KERNEL:
-    fprintf(o, "kernel %s%s rows=%" PRId64 " cost/row=%" PRId64 " out=",
-            p->kernels[s->kernel.kernel].name, s->kernel.epilogue ? " epilogue" : "",
-            s->kernel.extent, s->kernel.unit_cost);
+    fprintf(o, "kernel %s rows=%" PRId64 " cost/row=%" PRId64 " out=",
+            p->kernels[s->kernel.kernel].name, s->kernel.extent, s->kernel.unit_cost);
     for (uint32_t a = 0; a < s->kernel.n_args; a++) {
       fprintf(o, a == s->kernel.n_out ? " in=" : a ? "," : "");
       put_loc(o, f, p, &s->kernel.args[a]);

@@ -99,54 +99,6 @@ static void run_gemm(const runner *r, int64_t dev, const kdc_prog_gemm_step *g) 
   for (int64_t i = 0; i < g->batch; i++) gemm_block(r, dev, g, i, 0, g->m, 0, g->n);
 }
 
-/* GEMM epilogues (kdc_prog_kernel_step.epilogue): GEMM step |s| is split
- * into contiguous row parts of GEMM_ALIGN multiples, one per thread (as
- * run_gemm_split splits rows), and each part's task runs step s + 1's
- * kernel over the same rows right after computing them: no barrier between
- * the two steps, and the kernel reads rows its core just wrote
- * (docs/runtime.md, "GEMM epilogues").  Row blocks of GEMM_ALIGN multiples
- * give the whole GEMM's results.  Each part repacks B (k x n), so parts are
- * used only when k <= the rows of a part (B's repack then costs no more
- * than the part's result); otherwise the GEMM and the kernel run as two
- * steps.  Smaller panels inside a part (a panel in L2) lost more GEMM speed
- * to the repacks than they saved (bench_gemm_panels, docs/codegen.md). */
-enum { GEMM_ALIGN = 64 };
-
-static int64_t row_parts(const kdc_rt_plan *p, const kdc_prog_gemm_step *g) {
-  int64_t units = (g->m + GEMM_ALIGN - 1) / GEMM_ALIGN;
-  int64_t per = p->device_parallel || p->n_threads < 1 ? 1 : p->n_threads;
-  return per < units ? per : units;
-}
-
-/* Whether GEMM step |s| runs in row parts with its epilogue (step s + 1). */
-static bool runs_parts(const runner *r, uint32_t s) {
-  const kdc_prog_func *f = r->f;
-  if (s + 1 >= f->n_steps || f->steps[s].kind != KDC_STEP_GEMM ||
-      f->steps[s + 1].kind != KDC_STEP_KERNEL || !f->steps[s + 1].kernel.epilogue)
-    return false;
-  const kdc_prog_gemm_step *g = &f->steps[s].gemm;
-  return g->k * row_parts(r->p, g) <= g->m;
-}
-
-/* An epilogue kernel step that its GEMM ran. */
-static bool ran_with_gemm(const runner *r, uint32_t s) {
-  return r->f->steps[s].kernel.epilogue && s > 0 && runs_parts(r, s - 1);
-}
-
-/* Row part |b| of |parts| of GEMM step |s| on device |dev|, then its
- * epilogue over the same rows (arguments bound by bind_kernel). */
-static void gemm_part(const runner *r, int64_t dev, uint32_t s, int64_t b, int64_t parts) {
-  const kdc_prog_gemm_step *g = &r->f->steps[s].gemm;
-  const kdc_prog_kernel_step *k = &r->f->steps[s + 1].kernel;
-  int64_t units = (g->m + GEMM_ALIGN - 1) / GEMM_ALIGN;
-  int64_t lo = units * b / parts * GEMM_ALIGN, hi = units * (b + 1) / parts * GEMM_ALIGN;
-  if (hi > g->m) hi = g->m;
-  if (lo >= hi) return;
-  gemm_block(r, dev, g, 0, lo, hi, 0, g->n);
-  r->p->kernels[k->kernel](r->rf->step_args[dev * r->f->n_steps + s + 1], coords(r->p, dev), lo,
-                           hi);
-}
-
 /* LOOP steps (a scan): the body is a function of the plan whose inputs and
  * outputs are rebound before every iteration; its arena locations are
  * absolute (codegen placed them after the caller's live values). */
@@ -185,18 +137,10 @@ static void run_local_step(const runner *r, int64_t dev, uint32_t s) {
   const kdc_prog_step *st = &r->f->steps[s];
   switch (st->kind) {
   case KDC_STEP_KERNEL:
-    if (ran_with_gemm(r, s)) break;
     r->p->kernels[st->kernel.kernel](bind_kernel(r, dev, s), coords(r->p, dev), 0,
                                      st->kernel.extent);
     break;
-  case KDC_STEP_GEMM:
-    if (runs_parts(r, s)) {
-      bind_kernel(r, dev, s + 1);
-      gemm_part(r, dev, s, 0, 1);
-    } else {
-      run_gemm(r, dev, &st->gemm);
-    }
-    break;
+  case KDC_STEP_GEMM: run_gemm(r, dev, &st->gemm); break;
   case KDC_STEP_COPY:
     memmove(resolve(r, dev, &st->dst), resolve(r, dev, &st->src), st->src.bytes);
     break;
@@ -291,7 +235,6 @@ static void chunk_task(void *ctx, int64_t task) {
 static void run_kernel_split(runner *r, uint32_t s) {
   kdc_rt_plan *p = r->p;
   const kdc_prog_kernel_step *k = &r->f->steps[s].kernel;
-  if (ran_with_gemm(r, s)) return; /* run_gemm_parts ran it */
   int64_t ops = step_ops(&r->f->steps[s]), chunks = ops / OPS_PER_CHUNK;
   int64_t nl = nlocal(p), most = 4 * (int64_t)p->n_threads / nl;
   if (chunks > most) chunks = most;
@@ -328,7 +271,7 @@ static void run_loop_stepwise(runner *r, const kdc_prog_loop_step *l) {
  * row (or column, whichever is longer) blocks of GEMM_ALIGN multiples.  The
  * pool is then the only set of threads (OpenBLAS's own never start, so they
  * never spin against the pool's workers on a small machine). */
-enum { GEMM_PARALLEL_MIN_FLOPS = 1 << 20 };
+enum { GEMM_ALIGN = 64, GEMM_PARALLEL_MIN_FLOPS = 1 << 20 };
 
 static void gemm_task(void *ctx, int64_t task) {
   const runner *r = ctx;
@@ -349,34 +292,9 @@ static void gemm_task(void *ctx, int64_t task) {
   else gemm_block(r, dev, g, i, 0, g->m, lo, hi);
 }
 
-static void part_task(void *ctx, int64_t task) {
-  const runner *r = ctx;
-  gemm_part(r, r->p->d0 + task / r->chunks, r->step, task % r->chunks, r->chunks);
-}
-
-/* A GEMM with an epilogue: one pool task per row part and device. */
-static void run_gemm_parts(runner *r, uint32_t s) {
-  kdc_rt_plan *p = r->p;
-  const kdc_prog_gemm_step *g = &r->f->steps[s].gemm;
-  int64_t nl = nlocal(p), parts = row_parts(p, g);
-  if (parts * nl < 2 || parts * nl > RT_POOL_MAX_TASKS ||
-      step_ops(&r->f->steps[s]) * nl < GEMM_PARALLEL_MIN_FLOPS) {
-    for (int64_t d = p->d0; d < p->d1; d++) run_local_step(r, d, s);
-    return;
-  }
-  for (int64_t d = p->d0; d < p->d1; d++) bind_kernel(r, d, s + 1);
-  r->step = s;
-  r->chunks = parts;
-  rt_pool_run(p->pool, part_task, r, parts * nl);
-}
-
 static void run_gemm_split(runner *r, uint32_t s) {
   kdc_rt_plan *p = r->p;
   const kdc_prog_gemm_step *g = &r->f->steps[s].gemm;
-  if (runs_parts(r, s)) {
-    run_gemm_parts(r, s);
-    return;
-  }
   int64_t nl = nlocal(p), threads = p->n_threads, chunks;
   if (g->batch >= threads) {
     chunks = g->batch < 4 * threads ? g->batch : 4 * threads;

@@ -104,7 +104,6 @@ static void put_step(kdc_buf *b, const kdc_prog_step *s) {
     kdc_buf_put_i64(b, s->kernel.unit_cost);
     kdc_buf_put_u32(b, s->kernel.n_args);
     kdc_buf_put_u32(b, s->kernel.n_out);
-    kdc_buf_put_u8(b, s->kernel.epilogue);
     for (uint32_t i = 0; i < s->kernel.n_args; i++) put_loc(b, &s->kernel.args[i]);
     break;
   case KDC_STEP_GEMM: {
@@ -505,9 +504,8 @@ static kdc_status check_loops(kdc_reader *r, const kdc_program *p) {
   return NULL;
 }
 
-/* |prev|: the step before |s| in its function, NULL for the first. */
 static kdc_status get_step(kdc_reader *r, const kdc_program *p, const kdc_prog_func *f,
-                           kdc_arena *a, const kdc_prog_step *prev, kdc_prog_step *s) {
+                           kdc_arena *a, kdc_prog_step *s) {
   size_t pos = r->pos;
   uint8_t kind;
   KDC_RETURN_IF_ERROR(kdc_reader_u8(r, &kind));
@@ -520,14 +518,6 @@ static kdc_status get_step(kdc_reader *r, const kdc_program *p, const kdc_prog_f
     KDC_RETURN_IF_ERROR(kdc_reader_i64(r, &k->unit_cost));
     KDC_RETURN_IF_ERROR(kdc_reader_count(r, 21, &k->n_args));
     KDC_RETURN_IF_ERROR(kdc_reader_u32(r, &k->n_out));
-    uint8_t epi;
-    KDC_RETURN_IF_ERROR(kdc_reader_u8(r, &epi));
-    k->epilogue = epi == 1;
-    if (epi > 1) return BAD_AT(r, pos, "kernel step: bad epilogue flag %u", epi);
-    if (k->epilogue && (!prev || prev->kind != KDC_STEP_GEMM || prev->gemm.batch != 1 ||
-                        prev->gemm.m != k->extent))
-      return BAD_AT(r, pos, "kernel step: an epilogue follows a GEMM step of batch 1 with as "
-                    "many rows as the kernel");
     if (k->n_out == 0 || k->n_out > k->n_args)
       return BAD_AT(r, pos, "kernel step: %u outputs of %u arguments", k->n_out, k->n_args);
     if (k->kernel >= p->n_kernels)
@@ -646,7 +636,7 @@ kdc_status kdc_prog_decode(kdc_reader *r, kdc_arena *a, kdc_program *p) {
     KDC_RETURN_IF_ERROR(kdc_reader_count(r, 1, &f->n_steps));
     f->steps = kdc_arena_alloc(a, (f->n_steps + 1) * sizeof *f->steps);
     for (uint32_t j = 0; j < f->n_steps; j++)
-      KDC_RETURN_IF_ERROR(get_step(r, p, f, a, j ? &f->steps[j - 1] : NULL, &f->steps[j]));
+      KDC_RETURN_IF_ERROR(get_step(r, p, f, a, &f->steps[j]));
   }
   if (r->pos != r->size) return kdc_reader_error(r, "%zu trailing bytes", r->size - r->pos);
   return check_loops(r, p);

@@ -40,7 +40,7 @@
  * 4: kernel steps carry their output count (multi-output kernels).
  * 5: LOOP steps (a scan body run |length| times) and a flags byte per
  *    function (bit 0: scan body). */
-#define KDC_PROG_VERSION 6u
+#define KDC_PROG_VERSION 5u
 
 /* Caps of the format: mesh axes (ir/ir.h KDC_MAX_MESH_AXES) and devices a
  * plan may ask for (a bound checked before anything per device is made). */
@@ -114,11 +114,6 @@ typedef struct kdc_prog_kernel_step {
   kdc_prog_loc *args;
   uint32_t n_out;           /* 1 <= n_out <= n_args: args[0, n_out) are written (args[0] the
                                root, then a multi-output kernel's other outputs), the rest read */
-  bool epilogue;            /* the GEMM step before it (batch 1, m == extent) computes its rows
-                               in panels and runs this kernel's rows [r0, r1) right after its
-                               rows [r0, r1), while they are in cache (codegen/epilogue.c guarantees
-                               that kernel row r reads only row r of the GEMM's result); the
-                               results are those of the two steps in order */
 } kdc_prog_kernel_step;
 
 /* C[b] = op(A[b]) * op(B[b]) for b < batch, row-major, alpha 1, beta 0.

@@ -208,13 +208,6 @@ static void test_inconsistent_program(void **state) {
     kdc_buf_free(&b);
   }
   step.kernel.n_out = 1;
-  /* 4c: an epilogue kernel step that follows no GEMM step */
-  step.kernel.epilogue = true;
-  kdc_buf_init(&b);
-  kdc_prog_encode(&p, &b);
-  expect_bad(repack(KDC_PLAN_SECTION_PROGRAM, b.data, b.size), "an epilogue follows a GEMM");
-  kdc_buf_free(&b);
-  step.kernel.epilogue = false;
   /* 5: a kernel name the code does not define */
   kern.name = "kdc_kernel_77";
   kdc_buf_init(&b);

@@ -122,8 +122,7 @@ static kdc_func *step_func(kdc_module *m, const kdc_optimizer_options *o, int *o
   for (int s = 0; s < ns; s++) slots[s] = kdc_ir_parameter(f, KDC_PARAM_STATE, names[s], &t);
   kdc_value_id lr = kdc_optimizer_learning_rate(f, o, iter);
   tr_expect_ok(kdc_ir_take_error(f));
-  kdc_value_id step = kdc_optimizer_step_size(f, o, iter, lr);
-  tr_expect_ok(kdc_optimizer_update(f, o, step, lr, var, g, slots, &new_var, new_slots));
+  tr_expect_ok(kdc_optimizer_update(f, o, iter, lr, var, g, slots, &new_var, new_slots));
   kdc_ir_add_result(f, new_var, "v");
   for (int s = 0; s < ns; s++) kdc_ir_add_result(f, new_slots[s], names[s]);
   kdc_ir_add_result(f, kdc_ir_binary_scalar(f, KDC_OP_ADD, iter, 1), "iteration");
