@@ -5,7 +5,8 @@
  * categorical cross-entropy), on 1 device and on 8 data-parallel virtual
  * devices, against the OpenBLAS time of the step's GEMMs alone (forward,
  * dW and dX of every Dense, same thread count) measured in the same run,
- * sample by sample alternately with the step (both see the same load).
+ * sample by sample alternately with the step (both see the same load),
+ * after a pause that lets OpenBLAS's workers go to sleep (settle).
  * KDC_BENCH_PROFILE=1: the step's per-step profile on stderr
  * (kdc_rt_plan_profile_print); KDC_BENCH_QUICK=1: 1 device only.
  * PyTorch eager's time for the same steps comes from bench/torch_train.py
@@ -16,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "bench_compile.h"
@@ -114,18 +116,33 @@ static void run_blas(void *p) {
   run_gemms(b->g);
 }
 
+/* Untimed pause before each sample of bench_pair: after a call on all
+ * threads OpenBLAS's idle workers keep polling (sched_yield) for 2^28
+ * cycles, ~0.1 s, before they sleep (driver/others/blas_server.c), taking
+ * CPU from whatever runs next on a small machine.  The kdc step never runs
+ * after such a call when it trains (the runtime keeps OpenBLAS on one
+ * thread), so the reference GEMMs must not slow it down here. */
+static void settle(void) {
+  struct timespec ts = {0, 250 * 1000 * 1000};
+  nanosleep(&ts, NULL);
+}
+
 /* Median seconds per call of |fa| and of |fb|, sampled alternately (|reps|
- * samples of |inner| calls each), so that both see the same machine load. */
+ * samples of |inner| calls each, settle() before each), so that both see
+ * the same machine load. */
 static void bench_pair(void (*fa)(void *), void *a, void (*fb)(void *), void *b, int reps,
                        int inner, double *out_a, double *out_b) {
   double *ta = malloc(sizeof(double) * (size_t)reps), *tb = malloc(sizeof(double) * (size_t)reps);
   fa(a), fb(b); /* warm up */
   for (int r = 0; r < reps; r++) {
+    settle();
     double t0 = bench_now();
     for (int i = 0; i < inner; i++) fa(a);
+    ta[r] = (bench_now() - t0) / inner;
+    settle();
     double t1 = bench_now();
     for (int i = 0; i < inner; i++) fb(b);
-    ta[r] = (t1 - t0) / inner, tb[r] = (bench_now() - t1) / inner;
+    tb[r] = (bench_now() - t1) / inner;
   }
   qsort(ta, (size_t)reps, sizeof(double), bench_cmp);
   qsort(tb, (size_t)reps, sizeof(double), bench_cmp);

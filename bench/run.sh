@@ -3,7 +3,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cmake -S . -B build-bench -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build build-bench -j "$(nproc)" --target bench_predict bench_mesh bench_collectives bench_train bench_models >/dev/null
+cmake --build build-bench -j "$(nproc)" --target bench_predict bench_mesh bench_collectives bench_train bench_models \
+  bench_gemm_panels >/dev/null
 ./build-bench/bench/bench_predict
 ./build-bench/bench/bench_mesh
 ./build-bench/bench/bench_collectives
@@ -12,6 +13,9 @@ cmake --build build-bench -j "$(nproc)" --target bench_predict bench_mesh bench_
 # python3-torch, installed here when missing, never in CI).
 python3 bench/big_mlp.py examples/mlp_sequential/model.json build-bench/big_mlp.json
 ./build-bench/bench/bench_train build-bench/big_mlp.json
+# The same step's weight-gradient GEMMs whole vs in tiles, with and without
+# an Adam update per tile (why kdc does not run GEMM epilogues per panel).
+./build-bench/bench/bench_gemm_panels
 # Debian's python3-torch lives in /usr/bin/python3 (not a pyenv python)
 if ! /usr/bin/python3 -c 'import torch' 2>/dev/null; then
   apt-get install -y python3-torch >/dev/null
