@@ -1,13 +1,21 @@
 /*
  * frontend/lower_rnn.c: LSTM, GRU and SimpleRNN as one scan (ir/scan.c).
  *
- * The input projection of every time step is one matmul outside the loop:
- * xs = transpose(x @ kernel (+ input bias), [T, B, G*units]) (time-major, as
- * scan wants it; go_backwards reverses the time dim first, and the outputs
- * then stay in processing order, as in Keras).  The loop body is a function
- * of the module, "<layer>.step", taking (carries, xs_t, recurrent_kernel
- * [, recurrent bias]) and returning (carries', y_t); initial states are
- * zeros.  Formulas (Keras 3, keras/src/layers/rnn/: lstm.py, gru.py, simple_rnn.py; gate order LSTM
+ * Gate-packed weights (kernel [in, G*u], recurrent_kernel [u, G*u], bias
+ * [G*u] or GRU's [2, G*u]) are used through their per-gate view
+ * [.., G, u] (a reshape, no copy), so the units are a dim of their own: a
+ * layout that splits a packed dim over mesh axes (LayoutMap (None,
+ * "model")) is taken per gate -- the weight parameter is replicated on that
+ * dim and its view constrained split on u, so a device holds the same units
+ * of every gate (a column split of [in, G*u] would hand it whole gates) and
+ * the scan's feature factor (passes/sharding_rules.c) splits the loop by
+ * units.  The input projection of every time step is one matmul outside
+ * the loop: xs = transpose(x @ kernel (+ input bias), [T, B, G, u])
+ * (time-major, as scan wants it; go_backwards reverses the time dim first,
+ * and the outputs then stay in processing order, as in Keras).  The loop
+ * body is a function of the module, "<layer>.step", taking (carries, xs_t
+ * [B, G, u], recurrent_kernel [u, G, u] [, recurrent bias [G, u]]) and
+ * returning (carries', y_t); initial states are zeros.  Formulas (Keras 3, keras/src/layers/rnn/: lstm.py, gru.py, simple_rnn.py; gate order LSTM
  * i,f,c,o and GRU z,r,h; act = activation, ract = recurrent_activation):
  *   SimpleRNN: h' = act(xs_t + h @ U)               (bias inside xs_t)
  *   LSTM:      z = xs_t + h @ U; i, f, g, o = ract(z0), ract(z1), act(z2), ract(z3)
@@ -18,8 +26,9 @@
  *   GRU, reset_after false (bias [3u] in xs_t):
  *              z = ract(x_z + h @ U_z); r = ract(x_r + h @ U_r);
  *              hh = act(x_h + (r h) @ U_h); h' = z h + (1 - z) hh
- * y_t is h' -- or, when return_state asks for an LSTM's final c, h' and c'
- * side by side, which the layer slices apart after the loop.
+ * y_t is h' [B, u] -- or, when it carries more (an LSTM's final c for
+ * return_state, the kept states of a masked layer), those stacked as
+ * [B, K, u], which the layer slices apart after the loop.
  * Dropout and recurrent_dropout are identities at inference (training with
  * them is refused: kdc would silently train without them); unroll only
  * changes how Keras builds the loop, not the numbers; stateful layers and
@@ -69,12 +78,62 @@ static kdc_status read_cfg(const kdc_keras_layer *l, rnn_cfg *r) {
   return NULL;
 }
 
-/* Columns [k*u, (k+1)*u) of the [B, G*u] value |z|. */
+/* Gate k of the [B, G, u] value |z|, as [B, u]. */
 static kdc_value_id gate(kdc_func *f, kdc_value_id z, int k, int64_t u) {
   const kdc_type *t = kdc_ir_type(f, z);
   if (!t) return KDC_NO_VALUE;
-  int64_t st[2] = {0, k * u}, lim[2] = {t->dims[0], (k + 1) * u}, str[2] = {1, 1};
-  return kdc_ir_slice(f, z, st, lim, str);
+  int64_t B = t->dims[0], st[3] = {0, k, 0}, lim[3] = {B, k + 1, u}, str[3] = {1, 1, 1};
+  return kdc_ir_reshape(f, kdc_ir_slice(f, z, st, lim, str), 2, (int64_t[]){B, u});
+}
+
+/* The per-gate view [.., G, u] of the gate-packed weight |w| [.., G*u].  A
+ * user sharding of the packed dim is taken per gate (file comment): the
+ * parameter keeps its other dims' split, and the view is constrained to
+ * the same axes on u, with a provenance entry saying so. */
+static kdc_value_id gate_view(kdc_lower_ctx *c, kdc_value_id w, int64_t G, int64_t u) {
+  kdc_func *f = c->f;
+  if (w == KDC_NO_VALUE) return w;
+  kdc_type t = *kdc_ir_type(f, w);
+  int r = t.rank, last = r - 1;
+  int64_t dims[KDC_MAX_RANK];
+  memcpy(dims, t.dims, sizeof dims);
+  dims[last] = G;
+  dims[r] = u;
+  kdc_sharding s = kdc_ir_node(f, w)->sharding;
+  kdc_value_id v = kdc_ir_reshape(f, w, r + 1, dims);
+  if (v == KDC_NO_VALUE || !s.present || !s.naxes[last]) return v;
+  kdc_node *pn = kdc_ir_node(f, w);
+  pn->sharding.naxes[last] = 0;
+  uint32_t origin = pn->sharding.origin;
+  const char *rule = origin && origin < c->mod->n_prov && c->mod->prov[origin].text
+                         ? c->mod->prov[origin].text : "user";
+  kdc_sharding vs = s;
+  vs.rank = r + 1;
+  vs.naxes[last] = 0;
+  vs.naxes[r] = s.naxes[last];
+  memcpy(vs.axes[r], s.axes[last], s.naxes[last]);
+  vs.open_mask = 0;
+  kdc_type vt = *kdc_ir_type(f, v);
+  kdc_value_id out = kdc_ir_append(f, KDC_OP_SHARDING_CONSTRAINT, &vt, 1, &v, NULL);
+  char text[640];
+  snprintf(text, sizeof text, "%s, per gate: [.., %lld, %lld] split on units", rule,
+           (long long)G, (long long)u);
+  kdc_ir_node(f, out)->sharding = vs;
+  kdc_ir_node(f, out)->sharding.origin = kdc_ir_prov_add_user(c->mod, f, out, text);
+  return out;
+}
+
+/* |v| [B, u] as [B, 1, u], to stack values of a y_t. */
+static kdc_value_id row(kdc_func *f, kdc_value_id v, int64_t B, int64_t u) {
+  return kdc_ir_reshape(f, v, 3, (int64_t[]){B, 1, u});
+}
+
+/* y_t: |v[0..n)| ([B, u] each) stacked as [B, n, u], or v[0] alone. */
+static kdc_value_id stack(kdc_func *f, int n, const kdc_value_id *v, int64_t B, int64_t u) {
+  if (n == 1) return v[0];
+  kdc_value_id r[3];
+  for (int i = 0; i < n; i++) r[i] = row(f, v[i], B, u);
+  return kdc_ir_concat(f, n, r, 1);
 }
 
 static kdc_value_id mm(kdc_func *f, kdc_value_id a, kdc_value_id b) {
@@ -109,7 +168,7 @@ static kdc_status build_body(kdc_lower_ctx *c, const kdc_keras_layer *l, const r
   kdc_func *f = c->f;
   int64_t u = r->units, G = r->gates;
   kdc_type ht = kdc_type_make(KDC_DTYPE_F32, 2, (int64_t[]){B, u});
-  kdc_type xt = kdc_type_make(KDC_DTYPE_F32, 2, (int64_t[]){B, G * u});
+  kdc_type xt = kdc_type_make(KDC_DTYPE_F32, 3, (int64_t[]){B, G, u});
   kdc_value_id h = kdc_ir_parameter(f, KDC_PARAM_INPUT, "h", &ht);
   kdc_value_id cs = r->lstm ? kdc_ir_parameter(f, KDC_PARAM_INPUT, "c", &ht) : KDC_NO_VALUE;
   kdc_value_id x = kdc_ir_parameter(f, KDC_PARAM_INPUT, "x_t", &xt);
@@ -119,7 +178,8 @@ static kdc_status build_body(kdc_lower_ctx *c, const kdc_keras_layer *l, const r
   kdc_value_id brec = bt ? kdc_ir_parameter(f, KDC_PARAM_INPUT, "recurrent_bias", bt) : KDC_NO_VALUE;
   kdc_value_id hn = KDC_NO_VALUE, cn = KDC_NO_VALUE;
   if (!r->lstm && !r->gru) {
-    KDC_RETURN_IF_ERROR(kdc_fe_activation(c, l, "activation", r->act, add(f, x, mm(f, h, U)), &hn));
+    KDC_RETURN_IF_ERROR(kdc_fe_activation(c, l, "activation", r->act,
+                                          gate(f, add(f, x, mm(f, h, U)), 0, u), &hn));
   } else if (r->lstm) {
     kdc_value_id z = add(f, x, mm(f, h, U)), i, fg, g, o, ac;
     KDC_RETURN_IF_ERROR(kdc_fe_activation(c, l, "recurrent_activation", r->ract, gate(f, z, 0, u), &i));
@@ -141,14 +201,15 @@ static kdc_status build_body(kdc_lower_ctx *c, const kdc_keras_layer *l, const r
       inner_h = mul(f, rg, gate(f, in, 2, u));
     } else {
       int64_t k = ut->dims[0];
-      int64_t s0[2] = {0, 0}, l0[2] = {k, 2 * u}, s2[2] = {0, 2 * u}, l2[2] = {k, 3 * u};
-      int64_t one[2] = {1, 1};
+      int64_t s0[3] = {0, 0, 0}, l0[3] = {k, 2, u}, s2[3] = {0, 2, 0}, l2[3] = {k, 3, u};
+      int64_t one[3] = {1, 1, 1};
       kdc_value_id in = mm(f, h, kdc_ir_slice(f, U, s0, l0, one));
       KDC_RETURN_IF_ERROR(kdc_fe_activation(c, l, "recurrent_activation", r->ract,
                                             add(f, gate(f, x, 0, u), gate(f, in, 0, u)), &zg));
       KDC_RETURN_IF_ERROR(kdc_fe_activation(c, l, "recurrent_activation", r->ract,
                                             add(f, gate(f, x, 1, u), gate(f, in, 1, u)), &rg));
-      inner_h = mm(f, mul(f, rg, h), kdc_ir_slice(f, U, s2, l2, one));
+      inner_h = mm(f, mul(f, rg, h), kdc_ir_reshape(f, kdc_ir_slice(f, U, s2, l2, one), 2,
+                                                    (int64_t[]){k, u}));
     }
     KDC_RETURN_IF_ERROR(kdc_fe_activation(c, l, "activation", r->act,
                                           add(f, gate(f, x, 2, u), inner_h), &hh));
@@ -168,17 +229,30 @@ static kdc_status build_body(kdc_lower_ctx *c, const kdc_keras_layer *l, const r
     if (r->lstm) kdc_ir_add_result(f, cn, "c");
     kdc_value_id y = yo;
     if (r->state)
-      y = r->lstm ? kdc_ir_concat(f, 3, (kdc_value_id[]){yo, hn, cn}, 1)
-                  : kdc_ir_concat(f, 2, (kdc_value_id[]){yo, hn}, 1);
+      y = stack(f, r->lstm ? 3 : 2, (kdc_value_id[]){yo, hn, cn}, B, u);
     kdc_ir_add_result(f, y, "y");
     return NULL;
   }
   kdc_ir_add_result(f, hn, "h");
   if (r->lstm) kdc_ir_add_result(f, cn, "c");
   kdc_value_id y = hn;
-  if (r->lstm && r->state) y = kdc_ir_concat(f, 2, (kdc_value_id[]){hn, cn}, 1);
+  if (r->lstm && r->state) y = stack(f, 2, (kdc_value_id[]){hn, cn}, B, u);
   kdc_ir_add_result(f, y, "y");
   return NULL;
+}
+
+/* Steps [t0, t1) of entry |k| of the scan's stacked y |ys| ([T, B, u] or
+ * [T, B, K, u]), as [t1 - t0, B, u]. */
+static kdc_value_id pick(kdc_func *f, kdc_value_id ys, int64_t t0, int64_t t1, int k) {
+  kdc_type t = *kdc_ir_type(f, ys);
+  int64_t B = t.dims[1], u = t.dims[t.rank - 1];
+  if (t.rank == 3) {
+    if (t0 == 0 && t1 == t.dims[0]) return ys;
+    return kdc_ir_slice(f, ys, (int64_t[]){t0, 0, 0}, (int64_t[]){t1, B, u}, (int64_t[]){1, 1, 1});
+  }
+  kdc_value_id s = kdc_ir_slice(f, ys, (int64_t[]){t0, 0, k, 0}, (int64_t[]){t1, B, k + 1, u},
+                                (int64_t[]){1, 1, 1, 1});
+  return kdc_ir_reshape(f, s, 3, (int64_t[]){t1 - t0, B, u});
 }
 
 static kdc_status lower_rnn(kdc_lower_ctx *c, const kdc_keras_layer *l, kdc_value_id x,
@@ -201,6 +275,10 @@ static kdc_status lower_rnn(kdc_lower_ctx *c, const kdc_keras_layer *l, kdc_valu
   kdc_value_id W = kdc_fe_weight(c, l, kn), U = kdc_fe_weight(c, l, un);
   kdc_value_id b = r.bias ? kdc_fe_weight(c, l, bn) : KDC_NO_VALUE;
   if (x == KDC_NO_VALUE || W == KDC_NO_VALUE || U == KDC_NO_VALUE) return NULL;
+  W = gate_view(c, W, r.gates, r.units);
+  U = gate_view(c, U, r.gates, r.units);
+  b = gate_view(c, b, r.gates, r.units);
+  KDC_RETURN_IF_ERROR(kdc_ir_take_error(f));
   const kdc_type *xt = kdc_ir_type(f, x);
   if (xt->rank != 3 || xt->dtype != KDC_DTYPE_F32)
     return kdc_fe_layer_err(l, KDC_INVALID_INPUT, "expected a float (batch, time, features) input");
@@ -223,18 +301,19 @@ static kdc_status lower_rnn(kdc_lower_ctx *c, const kdc_keras_layer *l, kdc_valu
   bool masked = ms != KDC_NO_VALUE;
   /* the input projection of every step, time-major */
   if (r.back) x = kdc_ir_reverse(f, x, 1, (int64_t[]){1});
-  kdc_value_id xs = kdc_ir_matmul(f, x, W);  /* [B, T, G u] */
+  kdc_value_id xs = kdc_ir_matmul(f, x, W);  /* [B, T, G, u] */
   kdc_value_id brec = KDC_NO_VALUE;
-  if (b != KDC_NO_VALUE) {
+  if (b != KDC_NO_VALUE) {  /* [G, u], GRU reset_after [2, G, u] */
     kdc_value_id bin = b;
     if (r.gru && r.reset_after) {
-      int64_t s0[2] = {0, 0}, l0[2] = {1, 3 * u}, s1[2] = {1, 0}, l1[2] = {2, 3 * u}, one[2] = {1, 1};
-      bin = kdc_ir_reshape(f, kdc_ir_slice(f, b, s0, l0, one), 1, (int64_t[]){3 * u});
-      brec = kdc_ir_reshape(f, kdc_ir_slice(f, b, s1, l1, one), 1, (int64_t[]){3 * u});
+      int64_t s0[3] = {0, 0, 0}, l0[3] = {1, 3, u}, s1[3] = {1, 0, 0}, l1[3] = {2, 3, u};
+      int64_t one[3] = {1, 1, 1};
+      bin = kdc_ir_reshape(f, kdc_ir_slice(f, b, s0, l0, one), 2, (int64_t[]){3, u});
+      brec = kdc_ir_reshape(f, kdc_ir_slice(f, b, s1, l1, one), 2, (int64_t[]){3, u});
     }
     xs = add(f, xs, bin);
   }
-  xs = kdc_ir_transpose(f, xs, (int64_t[]){1, 0, 2});  /* [T, B, G u] */
+  xs = kdc_ir_transpose(f, xs, (int64_t[]){1, 0, 2, 3});  /* [T, B, G, u] */
   KDC_RETURN_IF_ERROR(kdc_ir_take_error(f));
   /* the body */
   kdc_func *body = kdc_ir_func_create(c->mod, body_name(c->mod, l));
@@ -255,26 +334,15 @@ static kdc_status lower_rnn(kdc_lower_ctx *c, const kdc_keras_layer *l, kdc_valu
   if (masked) ops[n++] = ms;
   ops[n++] = U;
   if (brec != KDC_NO_VALUE) ops[n++] = brec;
-  kdc_value_id ys = kdc_ir_scan(f, body, T, nc, masked ? 2 : 1, n, ops); /* [T, B, y width] */
+  kdc_value_id ys = kdc_ir_scan(f, body, T, nc, masked ? 2 : 1, n, ops); /* [T, B(, K), u] */
   KDC_RETURN_IF_ERROR(kdc_ir_take_error(f));
-  int64_t yw = kdc_ir_type(f, ys)->dims[2], one[3] = {1, 1, 1};
-  int64_t so = masked && r.state ? u : 0; /* column of the kept h state in y */
-  int64_t ls[3] = {T - 1, 0, 0}, ll[3] = {T, B, u};
-  kdc_value_id last = kdc_ir_reshape(f, kdc_ir_slice(f, ys, ls, ll, one), 2, (int64_t[]){B, u});
-  if (r.seq) {
-    kdc_value_id hs = ys;
-    if (yw != u) hs = kdc_ir_slice(f, ys, (int64_t[]){0, 0, 0}, (int64_t[]){T, B, u}, one);
-    out[0] = kdc_ir_transpose(f, hs, (int64_t[]){1, 0, 2});
-  } else {
-    out[0] = last;
-  }
+  int k0 = masked && r.state ? 1 : 0; /* entry of the kept h state in y */
+  kdc_value_id last = pick(f, ys, T - 1, T, 0);
+  if (r.seq) out[0] = kdc_ir_transpose(f, pick(f, ys, 0, T, 0), (int64_t[]){1, 0, 2});
+  else out[0] = kdc_ir_reshape(f, last, 2, (int64_t[]){B, u});
   if (r.state) {
-    int64_t hs[3] = {T - 1, 0, so}, hl[3] = {T, B, so + u};
-    out[1] = so ? kdc_ir_reshape(f, kdc_ir_slice(f, ys, hs, hl, one), 2, (int64_t[]){B, u}) : last;
-    if (r.lstm) {
-      int64_t cs[3] = {T - 1, 0, so + u}, cl[3] = {T, B, so + 2 * u};
-      out[2] = kdc_ir_reshape(f, kdc_ir_slice(f, ys, cs, cl, one), 2, (int64_t[]){B, u});
-    }
+    out[1] = kdc_ir_reshape(f, k0 ? pick(f, ys, T - 1, T, k0) : last, 2, (int64_t[]){B, u});
+    if (r.lstm) out[2] = kdc_ir_reshape(f, pick(f, ys, T - 1, T, k0 + 1), 2, (int64_t[]){B, u});
   }
   (void)G;
   return NULL;

@@ -228,7 +228,9 @@ static kdc_value_id find_scan(kdc_module *m, const kdc_func *body, kdc_func **ou
 
 /* A scan body runs on the pieces its scan hands it: its parameters and
  * results are fixed (closed) to the scan's factor shardings -- the batch
- * split of carries, x_t and y_t, everything else replicated; in an
+ * split of carries, x_t and y_t, the feature split of their last dims and
+ * of the loop-invariant operands' (sharding_rules.c), everything else
+ * replicated; in an
  * accumulator scan the batch split of x_t only, with carries and y_t
  * partial over its axes -- and then the body propagates like any function.
  * The carries' shardings are fixed on both sides of the loop (parameter
@@ -262,7 +264,6 @@ static kdc_status propagate_body(kdc_module *m, kdc_func *body) {
   char text[256];
   for (int t = 0; t < r.ntensors; t++) {
     bool res = t == r.ntensors - 1, seq = res || (t >= nc && t < nc + nx);
-    if (!res && t >= nc + nx) continue; /* loop-invariant: stays replicated */
     kdc_sharding s = kdc_sharding_replicated(r.rank[t]), bs;
     kdc_rule_project_out(&m->mesh, &r, t, &fs, &s);
     bs = kdc_sharding_replicated(seq ? r.rank[t] - 1 : r.rank[t]);
@@ -283,7 +284,7 @@ static kdc_status propagate_body(kdc_module *m, kdc_func *body) {
       bs.origin = 0;
       body->nodes[u].sharding = bs;
       snprintf(text, sizeof text, "scan %%%u of @%s: %s %d", v, g->name ? g->name : "",
-               res ? "result" : t < nc ? "carry" : "sequence", t);
+               res ? "result" : t < nc ? "carry" : t < nc + nx ? "sequence" : "operand", t);
       body->nodes[u].sharding.origin = kdc_ir_prov_add_user(m, body, u, text);
     }
   }
