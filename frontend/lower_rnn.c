@@ -90,9 +90,11 @@ static kdc_value_id gate(kdc_func *f, kdc_value_id z, int k, int64_t u) {
  * user sharding of the packed dim is taken per gate (file comment): the
  * parameter keeps its other dims' split, and the view is constrained to
  * the same axes on u, with a provenance entry saying so. */
-static kdc_value_id gate_view(kdc_lower_ctx *c, kdc_value_id w, int64_t G, int64_t u) {
+static kdc_status gate_view(kdc_lower_ctx *c, const kdc_keras_layer *l, kdc_value_id *wv,
+                            int64_t G, int64_t u) {
   kdc_func *f = c->f;
-  if (w == KDC_NO_VALUE) return w;
+  kdc_value_id w = *wv;
+  if (w == KDC_NO_VALUE) return NULL;
   kdc_type t = *kdc_ir_type(f, w);
   int r = t.rank, last = r - 1;
   int64_t dims[KDC_MAX_RANK];
@@ -100,8 +102,15 @@ static kdc_value_id gate_view(kdc_lower_ctx *c, kdc_value_id w, int64_t G, int64
   dims[last] = G;
   dims[r] = u;
   kdc_sharding s = kdc_ir_node(f, w)->sharding;
-  kdc_value_id v = kdc_ir_reshape(f, w, r + 1, dims);
-  if (v == KDC_NO_VALUE || !s.present || !s.naxes[last]) return v;
+  kdc_value_id v = *wv = kdc_ir_reshape(f, w, r + 1, dims);
+  if (v == KDC_NO_VALUE || !s.present || !s.naxes[last]) return NULL;
+  int64_t k = c->mesh ? kdc_mesh_axes_size(c->mesh, s.naxes[last], s.axes[last]) : 1;
+  if (u % k)
+    return kdc_fe_layer_err(l, KDC_INVALID_INPUT, "the layout splits the gate-packed dim of "
+                            "\"%s\" over %lld devices, which kdc takes per gate: its %lld units "
+                            "are not divisible by %lld (kdc never pads silently)",
+                            kdc_ir_node(f, w)->attr.param.name, (long long)k, (long long)u,
+                            (long long)k);
   kdc_node *pn = kdc_ir_node(f, w);
   pn->sharding.naxes[last] = 0;
   uint32_t origin = pn->sharding.origin;
@@ -120,7 +129,8 @@ static kdc_value_id gate_view(kdc_lower_ctx *c, kdc_value_id w, int64_t G, int64
            (long long)G, (long long)u);
   kdc_ir_node(f, out)->sharding = vs;
   kdc_ir_node(f, out)->sharding.origin = kdc_ir_prov_add_user(c->mod, f, out, text);
-  return out;
+  *wv = out;
+  return NULL;
 }
 
 /* |v| [B, u] as [B, 1, u], to stack values of a y_t. */
@@ -275,9 +285,9 @@ static kdc_status lower_rnn(kdc_lower_ctx *c, const kdc_keras_layer *l, kdc_valu
   kdc_value_id W = kdc_fe_weight(c, l, kn), U = kdc_fe_weight(c, l, un);
   kdc_value_id b = r.bias ? kdc_fe_weight(c, l, bn) : KDC_NO_VALUE;
   if (x == KDC_NO_VALUE || W == KDC_NO_VALUE || U == KDC_NO_VALUE) return NULL;
-  W = gate_view(c, W, r.gates, r.units);
-  U = gate_view(c, U, r.gates, r.units);
-  b = gate_view(c, b, r.gates, r.units);
+  KDC_RETURN_IF_ERROR(gate_view(c, l, &W, r.gates, r.units));
+  KDC_RETURN_IF_ERROR(gate_view(c, l, &U, r.gates, r.units));
+  KDC_RETURN_IF_ERROR(gate_view(c, l, &b, r.gates, r.units));
   KDC_RETURN_IF_ERROR(kdc_ir_take_error(f));
   const kdc_type *xt = kdc_ir_type(f, x);
   if (xt->rank != 3 || xt->dtype != KDC_DTYPE_F32)
