@@ -246,16 +246,23 @@ static kdc_status propagate_body(kdc_module *m, kdc_func *body) {
   kdc_factor_shardings fs;
   kdc_rule_project_in(&m->mesh, &r, r.ntensors - 1, &n->sharding, &fs);
   int nc = (int)n->attr.scan.n_carry, nx = (int)n->attr.scan.n_xs;
-  /* an accumulator scan: the batch (a reduction factor) comes from the
-   * first sequence that splits it; carries and y are then partial */
+  /* an accumulator scan: the batch (a reduction factor) and a feature
+   * split the result lacks come from the first sequence that splits them;
+   * carries and y are then partial over the batch axes */
   uint16_t partial = 0;
   bool acc = kdc_scan_accumulates(g, n) && r.nfactors && r.kind[0] == KDC_FACTOR_REDUCTION;
-  for (int t = nc; acc && t < nc + nx && !fs.n[0]; t++) {
-    kdc_factor_shardings o;
-    kdc_rule_project_in(&m->mesh, &r, t, &g->nodes[n->in[t]].sharding, &o);
-    fs.n[0] = o.n[0];
-    memcpy(fs.axes[0], o.axes[0], o.n[0]);
-  }
+  for (int f = 0; acc && f < r.nfactors; f++)
+    for (int t = nc; r.kind[f] != KDC_FACTOR_NEED_REPL && t < nc + nx && !fs.n[f]; t++) {
+      kdc_factor_shardings o;
+      kdc_rule_project_in(&m->mesh, &r, t, &g->nodes[n->in[t]].sharding, &o);
+      unsigned used = 0;
+      for (int h = 0; h < r.nfactors; h++)
+        for (int k = 0; k < fs.n[h]; k++) used |= 1u << fs.axes[h][k];
+      int k = 0;
+      while (k < o.n[f] && !(used & (1u << o.axes[f][k]))) k++;
+      fs.n[f] = (uint8_t)k;
+      memcpy(fs.axes[f], o.axes[f], (size_t)k);
+    }
   for (int f = 0; f < r.nfactors; f++) {
     if (r.kind[f] == KDC_FACTOR_NEED_REPL) fs.n[f] = 0;
     if (r.kind[f] == KDC_FACTOR_REDUCTION)

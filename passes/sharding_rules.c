@@ -344,7 +344,7 @@ bool kdc_scan_accumulates(const kdc_func *fn, const kdc_node *n) {
  * factor (the carries' last dim), the rest need_replication.  In an
  * accumulator scan (kdc_scan_accumulates) the batch lives in the sequences
  * only and is a reduction factor: the carries and y are sums over the
- * batch; it has no feature factor. */
+ * batch; the feature factor passes (a weight gradient split by units). */
 static void rule_scan(kdc_factor_rule *r, const kdc_node *n, const kdc_func *fn) {
   const kdc_attr_scan *a = &n->attr.scan;
   int res = r->ntensors - 1;
@@ -360,7 +360,7 @@ static void rule_scan(kdc_factor_rule *r, const kdc_node *n, const kdc_func *fn)
   /* the feature factor: the carries' common last dim (a recurrent layer's
    * units), on the last dim of every tensor whose last dim is neither its
    * time nor its batch dim and has that size */
-  int64_t fsz = acc || a->n_carry < 1 ? -1 : 0;
+  int64_t fsz = a->n_carry < 1 ? -1 : 0;
   for (int i = 0; i < a->n_carry && fsz >= 0; i++) {
     const kdc_type *t = kdc_ir_type(fn, n->in[i]);
     int64_t l = t->rank >= 2 ? t->dims[t->rank - 1] : -1;
@@ -372,7 +372,7 @@ static void rule_scan(kdc_factor_rule *r, const kdc_node *n, const kdc_func *fn)
     int bd = t < a->n_carry ? (acc ? -1 : 0) : t < a->n_carry + a->n_xs ? 1 : t == res && !acc ? 1 : -1;
     bool timed = t == res || (t >= a->n_carry && t < a->n_carry + a->n_xs);
     int fd = ty->rank - 1;
-    if (fd <= (timed ? 1 : t < a->n_carry ? 0 : -1) || ty->dims[fd] != fsz) fd = -1;
+    if (fd <= (timed ? 1 : t < a->n_carry && !acc ? 0 : -1) || ty->dims[fd] != fsz) fd = -1;
     for (int d = 0; d < ty->rank; d++) {
       if (fb >= 0 && d == bd) add(r, t, d, fb);
       else if (ff >= 0 && d == fd) add(r, t, d, ff);

@@ -14,7 +14,9 @@
  *     reference interpreter on the unpartitioned one (relative 1e-5);
  *   - two epochs of Adam fit (sparse categorical cross-entropy, 32 rows in
  *     steps of 16) on 2x4 equal one device: batch and epoch losses and the
- *     final weights and slots (relative 1e-5, e2e_same_run);
+ *     final weights and slots (relative 1e-5, e2e_same_run); lstm_text's
+ *     backward loops (residual scan, scan A, scan B) gather h once per step
+ *     and scan A reduce_scatters h's cotangent, nothing else;
  * lstm_text with its own weights on 1x2 and 1x4 (batch 37, the TF.js
  * reference's) equals examples/lstm_text/expected.npy; and a layout whose
  * per-gate split does not divide the units (bidir_rnn's 7 over 4) is the
@@ -260,6 +262,22 @@ static void test_fit_split_units(void **state) {
     const char *loss = "sparse_categorical_crossentropy";
     char *p1 = compile("fit1.plan", model, NULL, "16", NULL, NULL, loss);
     char *p2 = compile("fit2.plan", model, NULL, "16", "2x4", layout, loss);
+    if (e == 0) /* the LSTMs' backward loops split by units too (LSTM bodies) */
+      for (int b = 0; b < 2; b++) {
+        const char *kinds[3] = {"res", "vjp", "wgrad"};
+        for (int k = 0; k < 3; k++) {
+          char name[64];
+          snprintf(name, sizeof name, "%s2.%s", ex->bodies[b], kinds[k]);
+          int g = e2e_count_colls(p2, name, KDC_COLL_ALL_GATHER, "model", false);
+          int rs = e2e_count_colls(p2, name, KDC_COLL_REDUCE_SCATTER, "model", false);
+          int all = e2e_count_colls(p2, name, -1, NULL, false) +
+                    e2e_count_colls(p2, name, -1, NULL, true);
+          /* h gathered once per step; scan A also reduce_scatters h's cotangent */
+          if (g != 1 || rs != (k == 1) || all != g + rs)
+            fail_msg("%s: body %s has %d all_gathers, %d reduce_scatters, %d collectives",
+                     ex->dir, name, g, rs, all);
+        }
+      }
     e2e_run want, got;
     e2e_fit(p1, arrays, N, 0, 16, 2, NULL, NULL, &want);
     e2e_fit(p2, arrays, N, 0, 16, 2, NULL, NULL, &got);
