@@ -1,14 +1,22 @@
 /*
  * frontend/lower_rnn.c: LSTM, GRU and SimpleRNN as one scan (ir/scan.c).
  *
- * The input projection of every time step is one matmul outside the loop:
- * xs = transpose(x @ kernel (+ input bias), [T, B, G*units]) (time-major, as
- * scan wants it; go_backwards reverses the time dim first, and the outputs
- * then stay in processing order, as in Keras).  The loop body is a function
- * of the module, "<layer>.step", taking (carries, xs_t, recurrent_kernel
- * [, recurrent bias]) and returning (carries', y_t); the initial carries
- * are the call's initial states (Keras' `initial_state`: h [, c], each
- * [B, units]) or zeros.  Formulas (Keras 3, keras/src/layers/rnn/: lstm.py, gru.py, simple_rnn.py; gate order LSTM
+ * Gate-packed weights (kernel [in, G*u], recurrent_kernel [u, G*u], bias
+ * [G*u] or GRU's [2, G*u]) are used through their per-gate view
+ * [.., G, u] (a reshape, no copy), so the units are a dim of their own: a
+ * layout that splits a packed dim over mesh axes (LayoutMap (None,
+ * "model")) is taken per gate -- the weight parameter is replicated on that
+ * dim and its view constrained split on u, so a device holds the same units
+ * of every gate (a column split of [in, G*u] would hand it whole gates) and
+ * the scan's feature factor (passes/sharding_rules.c) splits the loop by
+ * units.  The input projection of every time step is one matmul outside
+ * the loop: xs = transpose(x @ kernel (+ input bias), [T, B, G, u])
+ * (time-major, as scan wants it; go_backwards reverses the time dim first,
+ * and the outputs then stay in processing order, as in Keras).  The loop
+ * body is a function of the module, "<layer>.step", taking (carries, xs_t
+ * [B, G, u], recurrent_kernel [u, G, u] [, recurrent bias [G, u]]) and
+ * returning (carries', y_t); the initial carries are the call's initial
+ * states (Keras' `initial_state`: h [, c], each [B, units]) or zeros.  Formulas (Keras 3, keras/src/layers/rnn/: lstm.py, gru.py, simple_rnn.py; gate order LSTM
  * i,f,c,o and GRU z,r,h; act = activation, ract = recurrent_activation):
  *   SimpleRNN: h' = act(xs_t + h @ U)               (bias inside xs_t)
  *   LSTM:      z = xs_t + h @ U; i, f, g, o = ract(z0), ract(z1), act(z2), ract(z3)
@@ -19,13 +27,14 @@
  *   GRU, reset_after false (bias [3u] in xs_t):
  *              z = ract(x_z + h @ U_z); r = ract(x_r + h @ U_r);
  *              hh = act(x_h + (r h) @ U_h); h' = z h + (1 - z) hh
- * y_t is h' -- or, when return_state asks for an LSTM's final c, h' and c'
- * side by side, which the layer slices apart after the loop.
+ * y_t is h' [B, u] -- or, when it carries more (an LSTM's final c for
+ * return_state, the kept states of a masked layer), those stacked as
+ * [B, K, u], which the layer slices apart after the loop.
  * Dropout and recurrent_dropout are identities at inference; in
  * train_forward their masks are drawn once per call (read_dropout): the
  * input masks drop x before the projection outside the loop, the recurrent
- * ones enter the body as a sequence (each row the same masks) since only
- * sequences and carries may hold the batch dim; unroll only
+ * ones enter the body as a sequence [B, n, u] (each row the same masks)
+ * since only sequences and carries may hold the batch dim; unroll only
  * changes how Keras builds the loop, not the numbers; stateful layers are
  * errors (docs/frontend.md: a plan batch is a pure function of its inputs,
  * with no state carried to the next batch of predict).  A Keras mask (frontend/mask.c) is a
@@ -77,12 +86,72 @@ static kdc_status read_cfg(const kdc_keras_layer *l, rnn_cfg *r) {
   return NULL;
 }
 
-/* Columns [k*u, (k+1)*u) of the [B, G*u] value |z|. */
+/* Gate k of the [B, G, u] value |z|, as [B, u]. */
 static kdc_value_id gate(kdc_func *f, kdc_value_id z, int k, int64_t u) {
   const kdc_type *t = kdc_ir_type(f, z);
   if (!t) return KDC_NO_VALUE;
-  int64_t st[2] = {0, k * u}, lim[2] = {t->dims[0], (k + 1) * u}, str[2] = {1, 1};
-  return kdc_ir_slice(f, z, st, lim, str);
+  int64_t B = t->dims[0], st[3] = {0, k, 0}, lim[3] = {B, k + 1, u}, str[3] = {1, 1, 1};
+  return kdc_ir_reshape(f, kdc_ir_slice(f, z, st, lim, str), 2, (int64_t[]){B, u});
+}
+
+/* The per-gate view [.., G, u] of the gate-packed weight |w| [.., G*u].  A
+ * user sharding of the packed dim is taken per gate (file comment): the
+ * parameter keeps its other dims' split, and the view is constrained to
+ * the same axes on u, with a provenance entry saying so. */
+static kdc_status gate_view(kdc_lower_ctx *c, const kdc_keras_layer *l, kdc_value_id *wv,
+                            int64_t G, int64_t u) {
+  kdc_func *f = c->f;
+  kdc_value_id w = *wv;
+  if (w == KDC_NO_VALUE) return NULL;
+  kdc_type t = *kdc_ir_type(f, w);
+  int r = t.rank, last = r - 1;
+  int64_t dims[KDC_MAX_RANK];
+  memcpy(dims, t.dims, sizeof dims);
+  dims[last] = G;
+  dims[r] = u;
+  kdc_sharding s = kdc_ir_node(f, w)->sharding;
+  kdc_value_id v = *wv = kdc_ir_reshape(f, w, r + 1, dims);
+  if (v == KDC_NO_VALUE || !s.present || !s.naxes[last]) return NULL;
+  int64_t k = c->mesh ? kdc_mesh_axes_size(c->mesh, s.naxes[last], s.axes[last]) : 1;
+  if (u % k)
+    return kdc_fe_layer_err(l, KDC_INVALID_INPUT, "the layout splits the gate-packed dim of "
+                            "\"%s\" over %lld devices, which kdc takes per gate: its %lld units "
+                            "are not divisible by %lld (kdc never pads silently)",
+                            kdc_ir_node(f, w)->attr.param.name, (long long)k, (long long)u,
+                            (long long)k);
+  kdc_node *pn = kdc_ir_node(f, w);
+  pn->sharding.naxes[last] = 0;
+  uint32_t origin = pn->sharding.origin;
+  const char *rule = origin && origin < c->mod->n_prov && c->mod->prov[origin].text
+                         ? c->mod->prov[origin].text : "user";
+  kdc_sharding vs = s;
+  vs.rank = r + 1;
+  vs.naxes[last] = 0;
+  vs.naxes[r] = s.naxes[last];
+  memcpy(vs.axes[r], s.axes[last], s.naxes[last]);
+  vs.open_mask = 0;
+  kdc_type vt = *kdc_ir_type(f, v);
+  kdc_value_id out = kdc_ir_append(f, KDC_OP_SHARDING_CONSTRAINT, &vt, 1, &v, NULL);
+  char text[640];
+  snprintf(text, sizeof text, "%s, per gate: [.., %lld, %lld] split on units", rule,
+           (long long)G, (long long)u);
+  kdc_ir_node(f, out)->sharding = vs;
+  kdc_ir_node(f, out)->sharding.origin = kdc_ir_prov_add_user(c->mod, f, out, text);
+  *wv = out;
+  return NULL;
+}
+
+/* |v| [B, u] as [B, 1, u], to stack values of a y_t. */
+static kdc_value_id row(kdc_func *f, kdc_value_id v, int64_t B, int64_t u) {
+  return kdc_ir_reshape(f, v, 3, (int64_t[]){B, 1, u});
+}
+
+/* y_t: |v[0..n)| ([B, u] each) stacked as [B, n, u], or v[0] alone. */
+static kdc_value_id stack(kdc_func *f, int n, const kdc_value_id *v, int64_t B, int64_t u) {
+  if (n == 1) return v[0];
+  kdc_value_id r[3];
+  for (int i = 0; i < n; i++) r[i] = row(f, v[i], B, u);
+  return kdc_ir_concat(f, n, r, 1);
 }
 
 static kdc_value_id mm(kdc_func *f, kdc_value_id a, kdc_value_id b) {
@@ -97,6 +166,37 @@ static kdc_value_id mul(kdc_func *f, kdc_value_id a, kdc_value_id b) {
   return kdc_ir_binary(f, KDC_OP_MUL, a, b);
 }
 
+/* h times the recurrent dropout mask of gate k: |rd| [B, n_rec, u] holds
+ * |n_rec| masks (none: h itself; one: shared by every gate). */
+static kdc_value_id hdrop(kdc_func *f, kdc_value_id h, kdc_value_id rd, int n_rec, int k,
+                          int64_t u) {
+  if (!n_rec) return h;
+  return mul(f, h, gate(f, rd, n_rec == 1 ? 0 : k, u));
+}
+
+/* Gates [k0, k1) of h @ U ([B, k1 - k0, u]; U is the per-gate view
+ * [u, G, u]) with recurrent dropout: one product when the gates share h (no
+ * mask or one mask), else one per gate, h dropped by that gate's mask
+ * (Keras' implementation 1: lstm.py, gru.py). */
+static kdc_value_id rec(kdc_func *f, kdc_value_id h, kdc_value_id U, kdc_value_id rd, int n_rec,
+                        int k0, int k1, int64_t u) {
+  const kdc_type *t = kdc_ir_type(f, U);
+  if (!t) return KDC_NO_VALUE;
+  int64_t rows = t->dims[0], G = t->dims[1], B = kdc_ir_type(f, h)->dims[0];
+  if (n_rec <= 1) {
+    kdc_value_id Uk = U;
+    if (k0 > 0 || k1 < G)
+      Uk = kdc_ir_slice(f, U, (int64_t[]){0, k0, 0}, (int64_t[]){rows, k1, u},
+                        (int64_t[]){1, 1, 1});
+    return mm(f, hdrop(f, h, rd, n_rec, k0, u), Uk);
+  }
+  kdc_value_id parts[4];
+  for (int k = k0; k < k1; k++)
+    parts[k - k0] = kdc_ir_reshape(f, mm(f, hdrop(f, h, rd, n_rec, k, u), gate(f, U, k, u)), 3,
+                                   (int64_t[]){B, 1, u});
+  return kdc_ir_concat(f, k1 - k0, parts, 1);
+}
+
 /* A unique function name "<layer>.step", "<layer>.step2", ... */
 static const char *body_name(kdc_module *m, const kdc_keras_layer *l) {
   for (int k = 1;; k++) {
@@ -106,37 +206,11 @@ static const char *body_name(kdc_module *m, const kdc_keras_layer *l) {
   }
 }
 
-/* h times the recurrent dropout mask of gate k: |rd| holds |n_rec| masks
- * [B, u] side by side (none: h itself; one: shared by every gate). */
-static kdc_value_id hdrop(kdc_func *f, kdc_value_id h, kdc_value_id rd, int n_rec, int k,
-                          int64_t u) {
-  if (!n_rec) return h;
-  return mul(f, h, n_rec == 1 ? rd : gate(f, rd, k, u));
-}
-
-/* Gates [k0, k1) of h @ U with recurrent dropout: one product when the
- * gates share h (no mask or one mask), else one per gate, h dropped by
- * that gate's mask (Keras' implementation 1: lstm.py, gru.py). */
-static kdc_value_id rec(kdc_func *f, kdc_value_id h, kdc_value_id U, kdc_value_id rd, int n_rec,
-                        int k0, int k1, int64_t u) {
-  const kdc_type *t = kdc_ir_type(f, U);
-  if (!t) return KDC_NO_VALUE;
-  int64_t rows = t->dims[0], G = t->dims[1] / u, one[2] = {1, 1};
-  if (n_rec <= 1) {
-    kdc_value_id Uk = U;
-    if (k0 > 0 || k1 < G)
-      Uk = kdc_ir_slice(f, U, (int64_t[]){0, k0 * u}, (int64_t[]){rows, k1 * u}, one);
-    return mm(f, hdrop(f, h, rd, n_rec, k0, u), Uk);
-  }
-  kdc_value_id parts[4];
-  for (int k = k0; k < k1; k++) parts[k - k0] = mm(f, hdrop(f, h, rd, n_rec, k, u), gate(f, U, k, u));
-  return k1 - k0 == 1 ? parts[0] : kdc_ir_concat(f, k1 - k0, parts, 1);
-}
-
 /* Builds the body into c->f (the caller swapped it in); params: carries,
- * x_t [, mask_t] [, rdrop_t], U [, b_rec].  rdrop_t [B, n_rec * u]: the
+ * x_t [, mask_t] [, rdrop_t], U [, b_rec].  rdrop_t [B, n_rec, u]: the
  * recurrent dropout masks (n_rec of them, 0 without recurrent dropout),
- * the same at every step (Keras draws them once per call).  Results appended to the body.  With a mask
+ * the same at every step (Keras draws them once per call).  Results
+ * appended to the body.  With a mask
  * (backend.rnn, keras/src/backend/jax/rnn.py): where mask_t is false the
  * carries keep their values and the output is the previous output (the
  * first carry, h) -- or zeros with zero_output_for_mask; with return_state
@@ -147,20 +221,20 @@ static kdc_status build_body(kdc_lower_ctx *c, const kdc_keras_layer *l, const r
   kdc_func *f = c->f;
   int64_t u = r->units, G = r->gates;
   kdc_type ht = kdc_type_make(KDC_DTYPE_F32, 2, (int64_t[]){B, u});
-  kdc_type xt = kdc_type_make(KDC_DTYPE_F32, 2, (int64_t[]){B, G * u});
+  kdc_type xt = kdc_type_make(KDC_DTYPE_F32, 3, (int64_t[]){B, G, u});
   kdc_value_id h = kdc_ir_parameter(f, KDC_PARAM_INPUT, "h", &ht);
   kdc_value_id cs = r->lstm ? kdc_ir_parameter(f, KDC_PARAM_INPUT, "c", &ht) : KDC_NO_VALUE;
   kdc_value_id x = kdc_ir_parameter(f, KDC_PARAM_INPUT, "x_t", &xt);
   kdc_type mt = kdc_type_make(KDC_DTYPE_F32, 2, (int64_t[]){B, 1});
   kdc_value_id mk = masked ? kdc_ir_parameter(f, KDC_PARAM_INPUT, "mask_t", &mt) : KDC_NO_VALUE;
-  kdc_type rt = kdc_type_make(KDC_DTYPE_F32, 2, (int64_t[]){B, (n_rec ? n_rec : 1) * u});
+  kdc_type rt = kdc_type_make(KDC_DTYPE_F32, 3, (int64_t[]){B, n_rec ? n_rec : 1, u});
   kdc_value_id rd = n_rec ? kdc_ir_parameter(f, KDC_PARAM_INPUT, "rdrop_t", &rt) : KDC_NO_VALUE;
   kdc_value_id U = kdc_ir_parameter(f, KDC_PARAM_INPUT, "recurrent_kernel", ut);
   kdc_value_id brec = bt ? kdc_ir_parameter(f, KDC_PARAM_INPUT, "recurrent_bias", bt) : KDC_NO_VALUE;
   kdc_value_id hn = KDC_NO_VALUE, cn = KDC_NO_VALUE;
   if (!r->lstm && !r->gru) {
     KDC_RETURN_IF_ERROR(kdc_fe_activation(c, l, "activation", r->act,
-                                          add(f, x, rec(f, h, U, rd, n_rec, 0, 1, u)), &hn));
+                                          gate(f, add(f, x, rec(f, h, U, rd, n_rec, 0, 1, u)), 0, u), &hn));
   } else if (r->lstm) {
     kdc_value_id z = add(f, x, rec(f, h, U, rd, n_rec, 0, 4, u)), i, fg, g, o, ac;
     KDC_RETURN_IF_ERROR(kdc_fe_activation(c, l, "recurrent_activation", r->ract, gate(f, z, 0, u), &i));
@@ -206,17 +280,30 @@ static kdc_status build_body(kdc_lower_ctx *c, const kdc_keras_layer *l, const r
     if (r->lstm) kdc_ir_add_result(f, cn, "c");
     kdc_value_id y = yo;
     if (r->state)
-      y = r->lstm ? kdc_ir_concat(f, 3, (kdc_value_id[]){yo, hn, cn}, 1)
-                  : kdc_ir_concat(f, 2, (kdc_value_id[]){yo, hn}, 1);
+      y = stack(f, r->lstm ? 3 : 2, (kdc_value_id[]){yo, hn, cn}, B, u);
     kdc_ir_add_result(f, y, "y");
     return NULL;
   }
   kdc_ir_add_result(f, hn, "h");
   if (r->lstm) kdc_ir_add_result(f, cn, "c");
   kdc_value_id y = hn;
-  if (r->lstm && r->state) y = kdc_ir_concat(f, 2, (kdc_value_id[]){hn, cn}, 1);
+  if (r->lstm && r->state) y = stack(f, 2, (kdc_value_id[]){hn, cn}, B, u);
   kdc_ir_add_result(f, y, "y");
   return NULL;
+}
+
+/* Steps [t0, t1) of entry |k| of the scan's stacked y |ys| ([T, B, u] or
+ * [T, B, K, u]), as [t1 - t0, B, u]. */
+static kdc_value_id pick(kdc_func *f, kdc_value_id ys, int64_t t0, int64_t t1, int k) {
+  kdc_type t = *kdc_ir_type(f, ys);
+  int64_t B = t.dims[1], u = t.dims[t.rank - 1];
+  if (t.rank == 3) {
+    if (t0 == 0 && t1 == t.dims[0]) return ys;
+    return kdc_ir_slice(f, ys, (int64_t[]){t0, 0, 0}, (int64_t[]){t1, B, u}, (int64_t[]){1, 1, 1});
+  }
+  kdc_value_id s = kdc_ir_slice(f, ys, (int64_t[]){t0, 0, k, 0}, (int64_t[]){t1, B, k + 1, u},
+                                (int64_t[]){1, 1, 1, 1});
+  return kdc_ir_reshape(f, s, 3, (int64_t[]){t1 - t0, B, u});
 }
 
 /* dropout / recurrent_dropout (Keras 3 DropoutRNNCell): identities at
@@ -282,6 +369,10 @@ kdc_status kdc_fe_lower_rnn_layer(kdc_lower_ctx *c, const kdc_keras_layer *l, kd
   if (x == KDC_NO_VALUE || W == KDC_NO_VALUE || U == KDC_NO_VALUE) return NULL;
   for (int i = 0; i < n_states; i++)
     if (states[i] == KDC_NO_VALUE) return NULL;
+  KDC_RETURN_IF_ERROR(gate_view(c, l, &W, r.gates, r.units));
+  KDC_RETURN_IF_ERROR(gate_view(c, l, &U, r.gates, r.units));
+  KDC_RETURN_IF_ERROR(gate_view(c, l, &b, r.gates, r.units));
+  KDC_RETURN_IF_ERROR(kdc_ir_take_error(f));
   const kdc_type *xt = kdc_ir_type(f, x);
   if (xt->rank != 3 || xt->dtype != KDC_DTYPE_F32)
     return kdc_fe_layer_err(l, KDC_INVALID_INPUT, "expected a float (batch, time, features) input");
@@ -307,7 +398,7 @@ kdc_status kdc_fe_lower_rnn_layer(kdc_lower_ctx *c, const kdc_keras_layer *l, kd
   if (r.back) x = kdc_ir_reverse(f, x, 1, (int64_t[]){1});
   kdc_value_id xs;
   if (!n_in) {
-    xs = kdc_ir_matmul(f, x, W);  /* [B, T, G u] */
+    xs = kdc_ir_matmul(f, x, W);  /* [B, T, G, u] */
   } else {
     int64_t xd[3] = {B, T, F};
     kdc_value_id m = drop_masks(c, l, "dropout", drop, n_in, B, F), parts[4];
@@ -317,21 +408,24 @@ kdc_status kdc_fe_lower_rnn_layer(kdc_lower_ctx *c, const kdc_keras_layer *l, kd
                                                        (int64_t[]){1, 1, 1}),
                                        2, (int64_t[]){B, F});
       kdc_value_id xk = mul(f, x, kdc_ir_broadcast(f, mk, 3, xd, (int64_t[]){0, 2}));
-      parts[k] = kdc_ir_matmul(f, xk, n_in == 1 ? W : gate(f, W, k, u));
+      parts[k] = n_in == 1 ? kdc_ir_matmul(f, xk, W)
+                           : kdc_ir_reshape(f, kdc_ir_matmul(f, xk, gate(f, W, k, u)), 4,
+                                            (int64_t[]){B, T, 1, u});
     }
     xs = n_in == 1 ? parts[0] : kdc_ir_concat(f, n_in, parts, 2);
   }
   kdc_value_id brec = KDC_NO_VALUE;
-  if (b != KDC_NO_VALUE) {
+  if (b != KDC_NO_VALUE) {  /* [G, u], GRU reset_after [2, G, u] */
     kdc_value_id bin = b;
     if (r.gru && r.reset_after) {
-      int64_t s0[2] = {0, 0}, l0[2] = {1, 3 * u}, s1[2] = {1, 0}, l1[2] = {2, 3 * u}, one[2] = {1, 1};
-      bin = kdc_ir_reshape(f, kdc_ir_slice(f, b, s0, l0, one), 1, (int64_t[]){3 * u});
-      brec = kdc_ir_reshape(f, kdc_ir_slice(f, b, s1, l1, one), 1, (int64_t[]){3 * u});
+      int64_t s0[3] = {0, 0, 0}, l0[3] = {1, 3, u}, s1[3] = {1, 0, 0}, l1[3] = {2, 3, u};
+      int64_t one[3] = {1, 1, 1};
+      bin = kdc_ir_reshape(f, kdc_ir_slice(f, b, s0, l0, one), 2, (int64_t[]){3, u});
+      brec = kdc_ir_reshape(f, kdc_ir_slice(f, b, s1, l1, one), 2, (int64_t[]){3, u});
     }
     xs = add(f, xs, bin);
   }
-  xs = kdc_ir_transpose(f, xs, (int64_t[]){1, 0, 2});  /* [T, B, G u] */
+  xs = kdc_ir_transpose(f, xs, (int64_t[]){1, 0, 2, 3});  /* [T, B, G, u] */
   KDC_RETURN_IF_ERROR(kdc_ir_take_error(f));
   /* the body */
   kdc_func *body = kdc_ir_func_create(c->mod, body_name(c->mod, l));
@@ -359,35 +453,23 @@ kdc_status kdc_fe_lower_rnn_layer(kdc_lower_ctx *c, const kdc_keras_layer *l, kd
   ops[n++] = xs;
   if (masked) ops[n++] = ms;
   if (n_rec) {
-    /* the recurrent masks [n_rec, B, u] as rows [B, n_rec u], one per step */
+    /* the recurrent masks [n_rec, B, u] as rows [B, n_rec, u], one per step */
     kdc_value_id m = drop_masks(c, l, "recurrent_dropout", rdrop, n_rec, B, u);
-    m = kdc_ir_reshape(f, kdc_ir_transpose(f, m, (int64_t[]){1, 0, 2}), 2,
-                       (int64_t[]){B, n_rec * u});
-    ops[n++] = kdc_ir_broadcast(f, m, 3, (int64_t[]){T, B, n_rec * u}, (int64_t[]){1, 2});
+    m = kdc_ir_transpose(f, m, (int64_t[]){1, 0, 2});
+    ops[n++] = kdc_ir_broadcast(f, m, 4, (int64_t[]){T, B, n_rec, u}, (int64_t[]){1, 2, 3});
   }
   ops[n++] = U;
   if (brec != KDC_NO_VALUE) ops[n++] = brec;
   int n_xs = 1 + masked + (n_rec > 0);
-  kdc_value_id ys = kdc_ir_scan(f, body, T, nc, n_xs, n, ops); /* [T, B, y width] */
+  kdc_value_id ys = kdc_ir_scan(f, body, T, nc, n_xs, n, ops); /* [T, B(, K), u] */
   KDC_RETURN_IF_ERROR(kdc_ir_take_error(f));
-  int64_t yw = kdc_ir_type(f, ys)->dims[2], one[3] = {1, 1, 1};
-  int64_t so = masked && r.state ? u : 0; /* column of the kept h state in y */
-  int64_t ls[3] = {T - 1, 0, 0}, ll[3] = {T, B, u};
-  kdc_value_id last = kdc_ir_reshape(f, kdc_ir_slice(f, ys, ls, ll, one), 2, (int64_t[]){B, u});
-  if (r.seq) {
-    kdc_value_id hs = ys;
-    if (yw != u) hs = kdc_ir_slice(f, ys, (int64_t[]){0, 0, 0}, (int64_t[]){T, B, u}, one);
-    out[0] = kdc_ir_transpose(f, hs, (int64_t[]){1, 0, 2});
-  } else {
-    out[0] = last;
-  }
+  int k0 = masked && r.state ? 1 : 0; /* entry of the kept h state in y */
+  kdc_value_id last = pick(f, ys, T - 1, T, 0);
+  if (r.seq) out[0] = kdc_ir_transpose(f, pick(f, ys, 0, T, 0), (int64_t[]){1, 0, 2});
+  else out[0] = kdc_ir_reshape(f, last, 2, (int64_t[]){B, u});
   if (r.state) {
-    int64_t hs[3] = {T - 1, 0, so}, hl[3] = {T, B, so + u};
-    out[1] = so ? kdc_ir_reshape(f, kdc_ir_slice(f, ys, hs, hl, one), 2, (int64_t[]){B, u}) : last;
-    if (r.lstm) {
-      int64_t cs[3] = {T - 1, 0, so + u}, cl[3] = {T, B, so + 2 * u};
-      out[2] = kdc_ir_reshape(f, kdc_ir_slice(f, ys, cs, cl, one), 2, (int64_t[]){B, u});
-    }
+    out[1] = kdc_ir_reshape(f, k0 ? pick(f, ys, T - 1, T, k0) : last, 2, (int64_t[]){B, u});
+    if (r.lstm) out[2] = kdc_ir_reshape(f, pick(f, ys, T - 1, T, k0 + 1), 2, (int64_t[]){B, u});
   }
   (void)G;
   return NULL;

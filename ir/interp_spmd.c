@@ -13,6 +13,8 @@
  *     value of the group's lowest device id and add the others in increasing
  *     device-id order, in f32 for f32 values (wrapping for integers), so the
  *     result is bit-identical on every member;
+ *   - a scan runs its body through this interpreter once per iteration
+ *     for all devices, so collectives inside the loop meet across devices;
  *   - collective_permute fills with zeros where the source coordinate is off
  *     the mesh (halo boundaries);
  *   - rng_uniform whose sharding splits a dim draws each element at its
@@ -273,6 +275,55 @@ static kdc_status run_rng(spmd *s, kdc_value_id v, int64_t dev, void **out) {
   return NULL;
 }
 
+/* A scan on every device at once: each iteration runs the (partitioned)
+ * body through kdc_ir_interpret_spmd, so collectives inside the loop meet
+ * across devices (ir/scan.c's semantics per device otherwise). */
+static kdc_status run_scan(spmd *s, kdc_value_id v) {
+  const kdc_node *n = &s->f->nodes[v];
+  const kdc_attr_scan *a = &n->attr.scan;
+  KDC_RETURN_IF_ERROR(kdc_ir_scan_check(s->f, v));
+  const kdc_func *b = kdc_ir_scan_body(s->f, v);
+  int nc = (int)a->n_carry, nx = (int)a->n_xs, ni = n->n_in;
+  size_t ybytes = kdc_type_bytes(&b->nodes[b->results[nc]].type);
+  kdc_tensor **args = kdc_xcalloc((size_t)s->nd, sizeof *args);
+  kdc_tensor **res = kdc_xcalloc((size_t)s->nd, sizeof *res);
+  kdc_status st = NULL;
+  for (int64_t d = 0; d < s->nd; d++) {
+    args[d] = kdc_xcalloc((size_t)ni + 1, sizeof **args);
+    res[d] = kdc_xcalloc((size_t)nc + 1, sizeof **res);
+    for (int i = 0; i < ni; i++) {
+      args[d][i].type = b->nodes[b->params[i]].type;
+      args[d][i].data = s->vals[d][n->in[i]];
+    }
+    for (int i = 0; i < nc; i++) { /* the carries live in owned copies */
+      size_t bytes = kdc_type_bytes(&args[d][i].type);
+      args[d][i].data = kdc_xmalloc(bytes ? bytes : 1);
+      memcpy(args[d][i].data, s->vals[d][n->in[i]], bytes);
+    }
+    if (!st) st = alloc_type(&n->type, &s->vals[d][v]);
+  }
+  for (int64_t t = 0; t < a->length && !st; t++) {
+    for (int64_t d = 0; d < s->nd; d++)
+      for (int i = nc; i < nc + nx; i++)
+        args[d][i].data = (char *)s->vals[d][n->in[i]] + (size_t)t * kdc_type_bytes(&args[d][i].type);
+    st = kdc_ir_interpret_spmd(b, s->m, (const kdc_tensor *const *)args, res);
+    for (int64_t d = 0; d < s->nd && !st; d++) {
+      for (int i = 0; i < nc; i++) {
+        memcpy(args[d][i].data, res[d][i].data, kdc_type_bytes(&args[d][i].type));
+        free(res[d][i].data);
+      }
+      memcpy((char *)s->vals[d][v] + (size_t)t * ybytes, res[d][nc].data, ybytes);
+      free(res[d][nc].data);
+    }
+  }
+  for (int64_t d = 0; d < s->nd; d++) {
+    for (int i = 0; i < nc; i++) free(args[d][i].data);
+    free(args[d]), free(res[d]);
+  }
+  free(args), free(res);
+  return st ? kdc_status_annotate(st, "scan %%%u step", v) : NULL;
+}
+
 /* Binds parameter |v| on every device. */
 static kdc_status bind_params(spmd *s, kdc_value_id v, const kdc_tensor *const *args, bool **owned) {
   const kdc_node *n = &s->f->nodes[v];
@@ -324,6 +375,12 @@ kdc_status kdc_ir_interpret_spmd(const kdc_func *f, const kdc_mesh *mesh,
     const kdc_node *n = &f->nodes[v];
     if (n->op == KDC_OP_PARAMETER) {
       st = bind_params(&s, (kdc_value_id)v, args_per_device, owned);
+      continue;
+    }
+    if (n->op == KDC_OP_SCAN) {
+      st = run_scan(&s, (kdc_value_id)v);
+      for (int64_t d = 0; d < s.nd; d++) owned[d][v] = s.vals[d][v] != NULL;
+      if (st) st = kdc_status_annotate(st, "spmd interpreter: func @%s: %%%zu = scan", f->name, v);
       continue;
     }
     bool coll = (kdc_op_flags(n->op) & OPF_COLL) && n->op != KDC_OP_SHARDING_CONSTRAINT;

@@ -21,8 +21,11 @@
  * is zero); x's gradient is scan A's rows reversed back, c0's its last
  * row's pieces, w's scan B's last row.
  * The packed rows keep the batch as dim 0 ([B, K], lead_dim) when every
- * carry and sequence row has it, so the residual scan and scan A split on
- * the batch like the forward scan; scan B's carries only accumulate sums
+ * carry and sequence row has it, and the carries' common last dim F (a
+ * layer's units, feat_dim) as their last ([B, K, F]; scan B's [1, K, F])
+ * when every packed value ends in it, so the residual scan and scan A split
+ * on the batch and the units like the forward scan, and scan B on the
+ * units (the sharding rule's feature factor); scan B's carries only accumulate sums
  * over the batch, so under a batch split they are partial over the batch
  * axes inside the loop and reduced once after it (the scan sharding rule
  * makes the batch a reduction factor of such an accumulator scan;
@@ -86,25 +89,48 @@ static int64_t lead_dim(const kdc_type *const *pt, int n) {
   return b ? b : 1;
 }
 
+/* The carries' common last dim F > 1 (a recurrent layer's units), or 1:
+ * rows are then packed as [lead, K, F], so a units split of the loop
+ * (the scan rule's feature factor) stays expressible in the backward
+ * scans. */
+static int64_t feat_dim(const kdc_type *const *pt, int nc) {
+  int64_t F = 0;
+  for (int i = 0; i < nc; i++) {
+    int64_t l = pt[i]->rank >= 2 ? pt[i]->dims[pt[i]->rank - 1] : 1;
+    if (l <= 1 || (F && l != F)) return 1;
+    F = l;
+  }
+  return F ? F : 1;
+}
+
+/* Whether the n values |ts| can be packed as [lead, K, F] (F > 1): each
+ * ends in F. */
+static bool packs_feat(const kdc_type *const *ts, int n, int64_t F) {
+  for (int i = 0; i < n && F > 1; i++)
+    if (ts[i]->rank < 2 || ts[i]->dims[ts[i]->rank - 1] != F) return false;
+  return F > 1;
+}
+
 /* |xs| (n values whose dim 0 is |lead|, or any values when |lead| is 1)
- * side by side as one [lead, K] row. */
-static kdc_value_id pack(kdc_func *f, int n, const kdc_value_id *xs, int64_t lead) {
+ * side by side as one [lead, K] row, or [lead, K, F] when |F| > 1. */
+static kdc_value_id pack(kdc_func *f, int n, const kdc_value_id *xs, int64_t lead, int64_t F) {
   kdc_value_id r[96];
   for (int i = 0; i < n; i++) {
-    int64_t dims[2] = {lead, kdc_type_numel(kdc_ir_type(f, xs[i])) / lead};
-    r[i] = kdc_ir_reshape(f, xs[i], 2, dims);
+    int64_t k = kdc_type_numel(kdc_ir_type(f, xs[i])) / lead;
+    int64_t dims[3] = {lead, F > 1 ? k / F : k, F};
+    r[i] = kdc_ir_reshape(f, xs[i], F > 1 ? 3 : 2, dims);
   }
   return n == 1 ? r[0] : kdc_ir_concat(f, n, r, 1);
 }
 
-/* The piece of type |t| at column |c0| of the packed [T, lead, K] value
- * |r|, rows [r0, r1), reshaped to [r1 - r0, dims of |t|] (or |t| itself
- * when |one_row|). */
+/* The piece of type |t| at column |c0| of the packed [T, lead, K(, F)]
+ * value |r|, rows [r0, r1), reshaped to [r1 - r0, dims of |t|] (or |t|
+ * itself when |one_row|).  Columns count [F] blocks when |F| > 1. */
 static kdc_value_id piece(kdc_func *f, kdc_value_id r, int64_t r0, int64_t r1, int64_t c0,
-                          const kdc_type *t, int64_t lead, bool one_row) {
-  int64_t n = kdc_type_numel(t) / lead;
-  int64_t st[3] = {r0, 0, c0}, lim[3] = {r1, lead, c0 + n}, one[3] = {1, 1, 1};
-  kdc_value_id s = kdc_ir_slice(f, r, st, lim, one);
+                          const kdc_type *t, int64_t lead, bool one_row, int64_t F) {
+  int64_t n = kdc_type_numel(t) / lead / F;
+  int64_t st[4] = {r0, 0, c0, 0}, lim[4] = {r1, lead, c0 + n, F}, one[4] = {1, 1, 1, 1};
+  kdc_value_id s = kdc_ir_slice(f, r, st, lim, one); /* rank 3 when F is 1: [3] unread */
   int64_t dims[KDC_MAX_RANK + 1];
   int rank = 0;
   if (!one_row) dims[rank++] = r1 - r0;
@@ -147,7 +173,12 @@ void kdc_vjp_scan(kdc_grad_ctx *c, const kdc_node *n, kdc_value_id v, kdc_value_
   }
   for (int i = 0; i < ni; i++) pt[i] = &body->nodes[body->params[i]].type;
   const kdc_type *yt = &body->nodes[body->results[nc]].type;
-  int64_t lead = lead_dim(pt, nc + nx);
+  int64_t lead = lead_dim(pt, nc + nx), F = feat_dim(pt, nc);
+  const kdc_type *at[64]; /* scan A's packed rows: dx_t.., cbar'.. */
+  for (int q = 0; q < nx; q++) at[q] = pt[nc + q];
+  for (int i = 0; i < nc; i++) at[nx + i] = pt[i];
+  int64_t Fr = packs_feat(pt, nc, F) ? F : 1, Fa = packs_feat(at, nx + nc, F) ? F : 1;
+  int64_t Fb = packs_feat(pt + nc + nx, nw, F) ? F : 1;
   kdc_value_id *map = kdc_xmalloc((body->n_nodes + 1) * sizeof *map);
   kdc_value_id args[64], in[64];
   for (int i = 0; i < ni; i++) in[i] = n->in[i]; /* |n| may point into f's nodes */
@@ -157,14 +188,14 @@ void kdc_vjp_scan(kdc_grad_ctx *c, const kdc_node *n, kdc_value_id v, kdc_value_
   for (int i = 0; i < ni; i++) args[i] = param(res, body->nodes[body->params[i]].attr.param.name, pt[i]);
   clone_body(res, body, args, map);
   for (int i = 0; i < nc; i++) kdc_ir_add_result(res, map[body->results[i]], "c");
-  kdc_ir_add_result(res, pack(res, nc, args, lead), "c_t");
+  kdc_ir_add_result(res, pack(res, nc, args, lead, Fr), "c_t");
   kdc_value_id rs = kdc_ir_scan(f, res, T, nc, nx, ni, in);
   /* the reversed sequences both backward scans read */
   kdc_value_id ct_rev[32], xs_rev[32], g_rev;
   int64_t off = 0, zero = 0;
   for (int i = 0; i < nc; i++) {
-    ct_rev[i] = kdc_ir_reverse(f, piece(f, rs, 0, T, off, pt[i], lead, false), 1, &zero);
-    off += kdc_type_numel(pt[i]) / lead;
+    ct_rev[i] = kdc_ir_reverse(f, piece(f, rs, 0, T, off, pt[i], lead, false, Fr), 1, &zero);
+    off += kdc_type_numel(pt[i]) / lead / Fr;
   }
   for (int q = 0; q < nx; q++) xs_rev[q] = kdc_ir_reverse(f, in[nc + q], 1, &zero);
   g_rev = kdc_ir_reverse(f, g, 1, &zero);
@@ -192,7 +223,7 @@ void kdc_vjp_scan(kdc_grad_ctx *c, const kdc_node *n, kdc_value_id v, kdc_value_
   for (int i = 0; i < nc; i++) kdc_ir_add_result(va, grads[i], "cbar");
   for (int q = 0; q < nx; q++) outs[q] = grads[nc + q];
   for (int i = 0; i < nc; i++) outs[nx + i] = grads[i];
-  kdc_ir_add_result(va, pack(va, nx + nc, outs, lead), "y");
+  kdc_ir_add_result(va, pack(va, nx + nc, outs, lead, Fa), "y");
   kdc_value_id ops[96];
   int o = 0;
   for (int i = 0; i < nc; i++) ops[o++] = kdc_ir_splat(f, KDC_DTYPE_F32, pt[i]->rank, pt[i]->dims, 0.0);
@@ -204,13 +235,13 @@ void kdc_vjp_scan(kdc_grad_ctx *c, const kdc_node *n, kdc_value_id v, kdc_value_
   off = 0;
   for (int q = 0; q < nx; q++) {
     kdc_grad_accum(c, in[nc + q],
-                   kdc_ir_reverse(f, piece(f, as, 0, T, off, pt[nc + q], lead, false), 1, &zero));
-    off += kdc_type_numel(pt[nc + q]) / lead;
+                   kdc_ir_reverse(f, piece(f, as, 0, T, off, pt[nc + q], lead, false, Fa), 1, &zero));
+    off += kdc_type_numel(pt[nc + q]) / lead / Fa;
   }
   int64_t cbar_off = off;
   for (int i = 0; i < nc; i++) {
-    kdc_grad_accum(c, in[i], piece(f, as, T - 1, T, off, pt[i], lead, true));
-    off += kdc_type_numel(pt[i]) / lead;
+    kdc_grad_accum(c, in[i], piece(f, as, T - 1, T, off, pt[i], lead, true, Fa));
+    off += kdc_type_numel(pt[i]) / lead / Fa;
   }
   /* 3. scan B, the weight gradients: carries acc_j (zero, sums only);
    * sequences c_t, x_t, the cotangent entering each reverse step (zero,
@@ -225,8 +256,8 @@ void kdc_vjp_scan(kdc_grad_ctx *c, const kdc_node *n, kdc_value_id v, kdc_value_
       kdc_value_id z = kdc_ir_splat(f, KDC_DTYPE_F32, pt[i]->rank + 1, d1, 0.0);
       cin[i] = T == 1 ? z
                       : kdc_ir_concat(f, 2, (kdc_value_id[]){z, piece(f, as, 0, T - 1, off, pt[i],
-                                                                        lead, false)}, 0);
-      off += kdc_type_numel(pt[i]) / lead;
+                                                                        lead, false, Fa)}, 0);
+      off += kdc_type_numel(pt[i]) / lead / Fa;
     }
     kdc_func *vw = kdc_ir_func_create(m, fname(m, body->name, "wgrad"));
     kdc_ir_set_origin(vw, f->cur_origin);
@@ -249,7 +280,7 @@ void kdc_vjp_scan(kdc_grad_ctx *c, const kdc_node *n, kdc_value_id v, kdc_value_
       outs[j] = grads[j] == KDC_NO_VALUE ? acc[j] : kdc_ir_binary(vw, KDC_OP_ADD, acc[j], grads[j]);
       kdc_ir_add_result(vw, outs[j], "acc");
     }
-    kdc_ir_add_result(vw, pack(vw, nw, outs, 1), "y");
+    kdc_ir_add_result(vw, pack(vw, nw, outs, 1, Fb), "y");
     o = 0;
     for (int j = 0; j < nw; j++)
       ops[o++] = kdc_ir_splat(f, KDC_DTYPE_F32, pt[nc + nx + j]->rank, pt[nc + nx + j]->dims, 0.0);
@@ -261,8 +292,8 @@ void kdc_vjp_scan(kdc_grad_ctx *c, const kdc_node *n, kdc_value_id v, kdc_value_
     kdc_value_id bs = kdc_ir_scan(f, vw, T, nw, 2 * nc + nx + 1, o, ops);
     off = 0;
     for (int j = 0; j < nw; j++) {
-      kdc_grad_accum(c, in[nc + nx + j], piece(f, bs, T - 1, T, off, pt[nc + nx + j], 1, true));
-      off += kdc_type_numel(pt[nc + nx + j]);
+      kdc_grad_accum(c, in[nc + nx + j], piece(f, bs, T - 1, T, off, pt[nc + nx + j], 1, true, Fb));
+      off += kdc_type_numel(pt[nc + nx + j]) / Fb;
     }
   }
   free(map);

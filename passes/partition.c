@@ -5,7 +5,8 @@
  * the pieces form the global value; see docs/sharding.md for the contract.
  *
  * Per node, in order:
- *   1. the op's factor shardings come from its result's propagated sharding;
+ *   1. the op's factor shardings come from its result's propagated sharding
+ *      (a scan's from its body's fixed parameters: scan_factors);
  *      factors the result does not have (contracting and other reduction
  *      factors) come from the first operand that splits them; need-replication
  *      factors stay unsplit; each axis serves one factor; then the factors
@@ -34,7 +35,9 @@
  * is emitted split (codegen draws at the global index); function results are
  * materialised (no partial), except the carries and y of an accumulator
  * scan's body, which stay partial over the batch axes inside the loop (the
- * scan's result is partial and reduced after it).
+ * scan's result is partial and reduced after it).  A scan body is
+ * partitioned like any function, collectives included: they run once per
+ * loop iteration (a units split of a recurrent layer all_gathers h).
  * An operand that must be gathered because the op cannot run split on that
  * factor (a need_replication factor, or a reshape the factors cannot
  * express) is a full-replication fallback: one warning line on
@@ -142,6 +145,35 @@ static void factors(part *p, kdc_value_id v, const kdc_factor_rule *r, kdc_facto
     }
   }
   consistent(mesh, r, fs);
+}
+
+/* Step 1 for a scan: the factor shardings its body's parameters were fixed
+ * to (propagate_shardings.c fixes a body from one scan of it, and a body
+ * may be shared: predict's and train_step's forward scans), so every scan
+ * of a body hands it exactly those pieces. */
+static void scan_factors(part *p, kdc_value_id v, const kdc_factor_rule *r,
+                         kdc_factor_shardings *fs) {
+  const kdc_node *n = &p->f->nodes[v];
+  const kdc_func *b = kdc_ir_scan_body(p->f, v);
+  int nc = (int)n->attr.scan.n_carry, nx = (int)n->attr.scan.n_xs;
+  memset(fs, 0, sizeof *fs);
+  for (int t = 0; b && t < n->n_in && t < (int)b->n_params; t++) {
+    const kdc_sharding *bs = &b->nodes[b->params[t]].sharding;
+    if (!bs->present) continue;
+    int seq = t >= nc && t < nc + nx;
+    kdc_sharding s = kdc_sharding_replicated(r->rank[t]);
+    for (int d = 0; d < bs->rank && d + seq < s.rank; d++) {
+      s.naxes[d + seq] = bs->naxes[d];
+      memcpy(s.axes[d + seq], bs->axes[d], bs->naxes[d]);
+    }
+    kdc_factor_shardings o;
+    kdc_rule_project_in(&p->m->mesh, r, t, &s, &o);
+    for (int f = 0; f < r->nfactors; f++)
+      if (o.n[f] > fs->n[f]) {
+        fs->n[f] = o.n[f];
+        memcpy(fs->axes[f], o.axes[f], o.n[f]);
+      }
+  }
 }
 
 /* Which operands may stay partial (linear ops, step 2); returns the kept
@@ -365,10 +397,14 @@ static kdc_status node(part *p, kdc_value_id v) {
   kdc_factor_shardings fs;
   kdc_status st = kdc_sharding_rule(p->f, v, &r);
   if (st) return located(p, v, st);
-  factors(p, v, &r, &fs);
   kdc_factor_shardings alt;
-  if (operand_first(p, v, &r, &fs, &alt) && cost_of(p, v, &r, &alt) < cost_of(p, v, &r, &fs))
-    fs = alt;
+  if (nd.op == KDC_OP_SCAN) {
+    scan_factors(p, v, &r, &fs);
+  } else {
+    factors(p, v, &r, &fs);
+    if (operand_first(p, v, &r, &fs, &alt) && cost_of(p, v, &r, &alt) < cost_of(p, v, &r, &fs))
+      fs = alt;
+  }
   bool halo = r.halo && kdc_partition_halo_check(p->f, mesh, v, &r, &fs);
   unsigned fs_axes = 0;
   for (int f = 0; f < r.nfactors; f++)
@@ -585,22 +621,7 @@ static kdc_status partition_func(kdc_module *m, kdc_func *f, const kdc_pass_opti
   return st;
 }
 
-/* A scan body runs inside its loop step on one device: no collectives. */
-static kdc_status check_body(const kdc_module *m, const kdc_func *f) {
-  if (!kdc_ir_func_is_body(m, f)) return NULL;
-  for (size_t v = 0; v < f->n_nodes; v++)
-    if (kdc_op_flags(f->nodes[v].op) & OPF_COLL) {
-      char where[256];
-      return KDC_ERR(KDC_UNSUPPORTED, "%s: this sharding of a recurrent (scan) body needs "
-                     "communication inside the loop, which is not supported: split only the "
-                     "batch of a recurrent layer", kdc_pass_where(f, (kdc_value_id)v, where,
-                                                                 sizeof where));
-    }
-  return NULL;
-}
-
 kdc_status kdc_pass_partition(kdc_module *m, const kdc_pass_options *opt) {
   for (size_t i = 0; i < m->n_funcs; i++) KDC_RETURN_IF_ERROR(partition_func(m, m->funcs[i], opt));
-  for (size_t i = 0; i < m->n_funcs; i++) KDC_RETURN_IF_ERROR(check_body(m, m->funcs[i]));
   return NULL;
 }

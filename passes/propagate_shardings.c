@@ -228,7 +228,9 @@ static kdc_value_id find_scan(kdc_module *m, const kdc_func *body, kdc_func **ou
 
 /* A scan body runs on the pieces its scan hands it: its parameters and
  * results are fixed (closed) to the scan's factor shardings -- the batch
- * split of carries, x_t and y_t, everything else replicated; in an
+ * split of carries, x_t and y_t, the feature split of their last dims and
+ * of the loop-invariant operands' (sharding_rules.c), everything else
+ * replicated; in an
  * accumulator scan the batch split of x_t only, with carries and y_t
  * partial over its axes -- and then the body propagates like any function.
  * The carries' shardings are fixed on both sides of the loop (parameter
@@ -244,16 +246,23 @@ static kdc_status propagate_body(kdc_module *m, kdc_func *body) {
   kdc_factor_shardings fs;
   kdc_rule_project_in(&m->mesh, &r, r.ntensors - 1, &n->sharding, &fs);
   int nc = (int)n->attr.scan.n_carry, nx = (int)n->attr.scan.n_xs;
-  /* an accumulator scan: the batch (a reduction factor) comes from the
-   * first sequence that splits it; carries and y are then partial */
+  /* an accumulator scan: the batch (a reduction factor) and a feature
+   * split the result lacks come from the first sequence that splits them;
+   * carries and y are then partial over the batch axes */
   uint16_t partial = 0;
   bool acc = kdc_scan_accumulates(g, n) && r.nfactors && r.kind[0] == KDC_FACTOR_REDUCTION;
-  for (int t = nc; acc && t < nc + nx && !fs.n[0]; t++) {
-    kdc_factor_shardings o;
-    kdc_rule_project_in(&m->mesh, &r, t, &g->nodes[n->in[t]].sharding, &o);
-    fs.n[0] = o.n[0];
-    memcpy(fs.axes[0], o.axes[0], o.n[0]);
-  }
+  for (int f = 0; acc && f < r.nfactors; f++)
+    for (int t = nc; r.kind[f] != KDC_FACTOR_NEED_REPL && t < nc + nx && !fs.n[f]; t++) {
+      kdc_factor_shardings o;
+      kdc_rule_project_in(&m->mesh, &r, t, &g->nodes[n->in[t]].sharding, &o);
+      unsigned used = 0;
+      for (int h = 0; h < r.nfactors; h++)
+        for (int k = 0; k < fs.n[h]; k++) used |= 1u << fs.axes[h][k];
+      int k = 0;
+      while (k < o.n[f] && !(used & (1u << o.axes[f][k]))) k++;
+      fs.n[f] = (uint8_t)k;
+      memcpy(fs.axes[f], o.axes[f], (size_t)k);
+    }
   for (int f = 0; f < r.nfactors; f++) {
     if (r.kind[f] == KDC_FACTOR_NEED_REPL) fs.n[f] = 0;
     if (r.kind[f] == KDC_FACTOR_REDUCTION)
@@ -262,7 +271,6 @@ static kdc_status propagate_body(kdc_module *m, kdc_func *body) {
   char text[256];
   for (int t = 0; t < r.ntensors; t++) {
     bool res = t == r.ntensors - 1, seq = res || (t >= nc && t < nc + nx);
-    if (!res && t >= nc + nx) continue; /* loop-invariant: stays replicated */
     kdc_sharding s = kdc_sharding_replicated(r.rank[t]), bs;
     kdc_rule_project_out(&m->mesh, &r, t, &fs, &s);
     bs = kdc_sharding_replicated(seq ? r.rank[t] - 1 : r.rank[t]);
@@ -283,7 +291,7 @@ static kdc_status propagate_body(kdc_module *m, kdc_func *body) {
       bs.origin = 0;
       body->nodes[u].sharding = bs;
       snprintf(text, sizeof text, "scan %%%u of @%s: %s %d", v, g->name ? g->name : "",
-               res ? "result" : t < nc ? "carry" : "sequence", t);
+               res ? "result" : t < nc ? "carry" : t < nc + nx ? "sequence" : "operand", t);
       body->nodes[u].sharding.origin = kdc_ir_prov_add_user(m, body, u, text);
     }
   }

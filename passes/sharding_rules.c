@@ -43,15 +43,19 @@
  *   collectives, shard_slice: need_replication everywhere (they only exist
  *     after partitioning).
  *   scan: one pass factor (the batch) on dim 0 of every carry, dim 1 of
- *     every sequence and of the result, when those sizes agree; every other
- *     dim (time, features, the loop-invariant operands) need_replication.
+ *     every sequence and of the result, when those sizes agree; a second
+ *     pass factor (the features: a recurrent layer's units) when every carry
+ *     has the same last dim F > 1, on the last dim of every carry, sequence,
+ *     loop-invariant operand and result whose last dim is F (and not its
+ *     time or batch dim); every other dim need_replication.
  *     An accumulator scan (kdc_scan_accumulates: zero-initialised carries
  *     that only add, y made of them -- the weight gradients of
  *     passes/grad_scan.c) has the batch on dim 1 of its sequences only, as
  *     a reduction factor: split, its carries and result are partial sums.
  *     The body is partitioned with its parameters fixed from the scan's
  *     operands (propagate_shardings.c), so the split is sound for any body;
- *     a body that would then need communication is refused by partition.
+ *     what the body then needs (an all_gather of a split h for h @ U) is
+ *     communication inside the loop, run once per iteration.
  * Also here: projecting a tensor's sharding onto factors and back.
  */
 #include <stdio.h>
@@ -336,10 +340,11 @@ bool kdc_scan_accumulates(const kdc_func *fn, const kdc_node *n) {
   return of_carries(b, b->results[nc], b->results, nc, 0);
 }
 
-/* scan: the batch factor (first, factor 0, when it exists), the rest
- * need_replication.  In an accumulator scan (kdc_scan_accumulates) the
- * batch lives in the sequences only and is a reduction factor: the
- * carries and y are sums over the batch. */
+/* scan: the batch factor (first, factor 0, when it exists), the feature
+ * factor (the carries' last dim), the rest need_replication.  In an
+ * accumulator scan (kdc_scan_accumulates) the batch lives in the sequences
+ * only and is a reduction factor: the carries and y are sums over the
+ * batch; the feature factor passes (a weight gradient split by units). */
 static void rule_scan(kdc_factor_rule *r, const kdc_node *n, const kdc_func *fn) {
   const kdc_attr_scan *a = &n->attr.scan;
   int res = r->ntensors - 1;
@@ -352,11 +357,25 @@ static void rule_scan(kdc_factor_rule *r, const kdc_node *n, const kdc_func *fn)
     if (i >= a->n_carry && i < a->n_carry + a->n_xs && (t->rank < 2 || t->dims[1] != b)) b = -1;
   }
   int fb = b > 1 ? new_factor(r, b, acc ? KDC_FACTOR_REDUCTION : KDC_FACTOR_PASS) : -1;
+  /* the feature factor: the carries' common last dim (a recurrent layer's
+   * units), on the last dim of every tensor whose last dim is neither its
+   * time nor its batch dim and has that size */
+  int64_t fsz = a->n_carry < 1 ? -1 : 0;
+  for (int i = 0; i < a->n_carry && fsz >= 0; i++) {
+    const kdc_type *t = kdc_ir_type(fn, n->in[i]);
+    int64_t l = t->rank >= 2 ? t->dims[t->rank - 1] : -1;
+    fsz = (fsz && l != fsz) || l <= 1 ? -1 : l;
+  }
+  int ff = fsz > 1 ? new_factor(r, fsz, KDC_FACTOR_PASS) : -1;
   for (int t = 0; t <= res; t++) {
     const kdc_type *ty = t == res ? &n->type : kdc_ir_type(fn, n->in[t]);
     int bd = t < a->n_carry ? (acc ? -1 : 0) : t < a->n_carry + a->n_xs ? 1 : t == res && !acc ? 1 : -1;
+    bool timed = t == res || (t >= a->n_carry && t < a->n_carry + a->n_xs);
+    int fd = ty->rank - 1;
+    if (fd <= (timed ? 1 : t < a->n_carry && !acc ? 0 : -1) || ty->dims[fd] != fsz) fd = -1;
     for (int d = 0; d < ty->rank; d++) {
       if (fb >= 0 && d == bd) add(r, t, d, fb);
+      else if (ff >= 0 && d == fd) add(r, t, d, ff);
       else if (ty->dims[d] > 1) add(r, t, d, new_factor(r, ty->dims[d], KDC_FACTOR_NEED_REPL));
     }
   }

@@ -23,8 +23,10 @@
  * A COLLECTIVE step: every device arrives at the communicator with its
  * buffers, then the call completes (comm.h); a device whose result buffer
  * an earlier device already brought (a shared replica, state.c) arrives
- * with NULL, so the result is written once.  Nothing here allocates; every
- * buffer reference was checked at load.
+ * with NULL, so the result is written once.  A LOOP whose body holds a
+ * collective (a recurrent layer split by units) runs iteration by
+ * iteration for all devices, its body scheduled like a function.  Nothing
+ * here allocates; every buffer reference was checked at load.
  */
 #include <string.h>
 #include <time.h>
@@ -237,7 +239,36 @@ bool rt_exec_output_shareable(const kdc_prog_func *f, uint32_t o) {
   return by_coll > 0;
 }
 
+/* Does the body of loop |l| hold a collective step?  Such a loop cannot
+ * run as one task per device: every iteration meets the other devices. */
+static bool loop_meets(const kdc_rt_plan *p, const kdc_prog_loop_step *l) {
+  const kdc_prog_func *b = &p->prog.funcs[l->body];
+  for (uint32_t s = 0; s < b->n_steps; s++)
+    if (b->steps[s].kind == KDC_STEP_COLLECTIVE) return true;
+  return false;
+}
+
+/* A step the devices meet at: a collective, or a loop whose body has one. */
+static bool meets(const kdc_rt_plan *p, const kdc_prog_step *st) {
+  return st->kind == KDC_STEP_COLLECTIVE || (st->kind == KDC_STEP_LOOP && loop_meets(p, &st->loop));
+}
+
 /* ---- device-parallel schedule ------------------------------------------------ */
+
+static kdc_status run_device_parallel(runner *r);
+
+/* A loop whose body meets the other devices: iteration by iteration for
+ * all devices, the body run like a function of its own (segments between
+ * its collectives). */
+static kdc_status run_loop_meeting(runner *r, const kdc_prog_loop_step *l) {
+  runner b = body_runner(r, l);
+  for (int64_t t = 0; t < l->length; t++) {
+    for (int64_t d = r->p->d0; d < r->p->d1; d++) bind_iteration(r, &b, l, d, t);
+    KDC_RETURN_IF_ERROR(run_device_parallel(&b));
+    for (int64_t d = r->p->d0; d < r->p->d1; d++) copy_carries(r, l, d);
+  }
+  return NULL;
+}
 
 static void segment_task(void *ctx, int64_t dev) {
   const runner *r = ctx;
@@ -253,17 +284,17 @@ static kdc_status run_device_parallel(runner *r) {
   const kdc_prog_func *f = r->f;
   set_blas_threads(1);
   for (uint32_t s = 0; s < f->n_steps;) {
-    if (f->steps[s].kind == KDC_STEP_COLLECTIVE) {
+    if (meets(r->p, &f->steps[s])) {
       uint64_t t0 = now_ns(r->p);
-      KDC_RETURN_IF_ERROR(run_collective(r, s));
+      if (f->steps[s].kind == KDC_STEP_LOOP) KDC_RETURN_IF_ERROR(run_loop_meeting(r, &f->steps[s].loop));
+      else KDC_RETURN_IF_ERROR(run_collective(r, s));
       charge(r, s, t0);
       s++;
       continue;
     }
     int64_t ops = 0;
     r->s0 = s;
-    while (s < f->n_steps && f->steps[s].kind != KDC_STEP_COLLECTIVE)
-      ops += step_ops(&f->steps[s++]);
+    while (s < f->n_steps && !meets(r->p, &f->steps[s])) ops += step_ops(&f->steps[s++]);
     r->s1 = s;
     int64_t nl = nlocal(r->p);
     if (ops * nl < PARALLEL_MIN_OPS || nl > RT_POOL_MAX_TASKS) {
@@ -307,17 +338,19 @@ static void run_kernel_split(runner *r, uint32_t s) {
 
 /* A LOOP step, iteration by iteration for all devices, each body step
  * split like a step of its own. */
-static void run_loop_stepwise(runner *r, const kdc_prog_loop_step *l) {
+static kdc_status run_loop_stepwise(runner *r, const kdc_prog_loop_step *l) {
   runner b = body_runner(r, l);
   for (int64_t t = 0; t < l->length; t++) {
     for (int64_t d = r->p->d0; d < r->p->d1; d++) bind_iteration(r, &b, l, d, t);
     for (uint32_t s = 0; s < b.f->n_steps; s++) {
       if (b.f->steps[s].kind == KDC_STEP_KERNEL) run_kernel_split(&b, s);
+      else if (b.f->steps[s].kind == KDC_STEP_COLLECTIVE) KDC_RETURN_IF_ERROR(run_collective(&b, s));
       else
         for (int64_t d = r->p->d0; d < r->p->d1; d++) run_local_step(&b, d, s);
     }
     for (int64_t d = r->p->d0; d < r->p->d1; d++) copy_carries(r, l, d);
   }
+  return NULL;
 }
 
 /* A GEMM step is split into blocks, each one single-threaded cblas_sgemm
@@ -376,7 +409,7 @@ static kdc_status run_stepwise(runner *r) {
     switch (f->steps[s].kind) {
     case KDC_STEP_KERNEL: run_kernel_split(r, s); break;
     case KDC_STEP_GEMM: run_gemm_split(r, s); break;
-    case KDC_STEP_LOOP: run_loop_stepwise(r, &f->steps[s].loop); break;
+    case KDC_STEP_LOOP: KDC_RETURN_IF_ERROR(run_loop_stepwise(r, &f->steps[s].loop)); break;
     case KDC_STEP_COLLECTIVE: KDC_RETURN_IF_ERROR(run_collective(r, s)); break;
     default:
       for (int64_t d = r->p->d0; d < r->p->d1; d++) run_local_step(r, d, s);

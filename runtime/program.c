@@ -497,9 +497,8 @@ static kdc_status check_loops(kdc_reader *r, const kdc_program *p) {
                                   (unsigned long long)want);
       }
       for (uint32_t j = 0; j < b->n_steps; j++)
-        if (b->steps[j].kind == KDC_STEP_LOOP || b->steps[j].kind == KDC_STEP_COLLECTIVE)
-          return kdc_reader_error(r, "body %s step %u: a loop body holds no loop or collective "
-                                  "step", b->name, j);
+        if (b->steps[j].kind == KDC_STEP_LOOP)
+          return kdc_reader_error(r, "body %s step %u: a loop body holds no loop step", b->name, j);
     }
   return NULL;
 }

@@ -159,7 +159,8 @@ typedef struct kdc_prog_coll_step {
  * and outputs i < n_carry have stride 0 and equal bytes; the carry inputs
  * are arena buffers).  A loc's |bytes| is one iteration's extent and equals
  * the body's LOCAL input/output size.  The body is a function flagged as a
- * scan body, holds no LOOP or COLLECTIVE step and addresses its own part of
+ * scan body, holds no LOOP step (collectives run once per iteration, on
+ * every device) and addresses its own part of
  * the arena (the caller placed it after everything live at the step). */
 typedef struct kdc_prog_loop_step {
   uint32_t body;            /* function index */

@@ -596,7 +596,8 @@ static kdc_status run_step(const cu_run *r, const cu_dev *d, uint32_t s);
 /* A LOOP step (scan) on one device: the body function runs |length| times
  * with its inputs and outputs bound as GPU buffers at iteration t's ranges
  * (in_dev / out_dev), then the carries are copied over their inputs
- * (exec.c's semantics; the body has no collective). */
+ * (exec.c's semantics; a collective inside the body is not supported on
+ * CUDA: run_step's located error). */
 static kdc_status run_loop(const cu_run *r, const cu_dev *d, const kdc_prog_loop_step *l) {
   const rt_cuda_api *api = r->c->api;
   cu_run b = {r->p, r->c, l->body, &r->p->prog.funcs[l->body], &r->p->funcs[l->body]};

@@ -61,15 +61,6 @@ static void load_data(void) {
   free(x), free(y);
 }
 
-static char *write_text(const char *name, const char *text) {
-  char *p = e2e_path(name);
-  FILE *f = fopen(p, "w");
-  assert_non_null(f);
-  fputs(text, f);
-  fclose(f);
-  return p;
-}
-
 /* Compiles |model| (a path) with weights |weights| and optimizer |opt|;
  * mesh/axes/layout may be NULL. */
 static char *compile(const char *model, const char *weights, const char *tag, const char *batch,
@@ -103,7 +94,7 @@ static char *cnn_sgd(const char *mesh, const char *axes, const char *layout) {
 }
 
 static char *cnn_layout(void) {
-  return write_text("cnn_layout.json",
+  return e2e_write_text("cnn_layout.json",
                     "{\"batch_dim_name\": \"data\", \"layout_map\": {"
                     "\"conv1/kernel\": [null, null, null, \"model\"], \"conv1/bias\": [\"model\"], "
                     "\"bn/gamma\": [\"model\"], \"bn/beta\": [\"model\"], "
@@ -482,7 +473,7 @@ static void test_normal_samples(void **s) {
   kdc_lower_options lo = {.batch = NB, .train_forward = true, .dropout_seed = 5};
   int64_t seed = 0;
   /* A one-layer model: Input(200) -> GaussianNoise */
-  char *one = write_text(
+  char *one = e2e_write_text(
       "noise_only.json",
       "{\"module\": \"keras\", \"class_name\": \"Sequential\", \"config\": {\"name\": \"seq\", "
       "\"trainable\": true, \"layers\": [{\"module\": \"keras.layers\", \"class_name\": "

@@ -153,10 +153,14 @@ static kdc_rt_plan *run(const real2_case *c, const char *path, void **in, size_t
   return p;
 }
 
+/* Collective steps of the plan, loop bodies included (a recurrent layer
+ * split by units gathers h inside its loop). */
 static int collectives(const kdc_rt_plan *p) {
   int n = 0;
-  const kdc_prog_func *pf = &p->prog.funcs[0];
-  for (uint32_t k = 0; k < pf->n_steps; k++) n += pf->steps[k].kind == KDC_STEP_COLLECTIVE;
+  for (uint32_t f = 0; f < p->prog.n_funcs; f++) {
+    const kdc_prog_func *pf = &p->prog.funcs[f];
+    for (uint32_t k = 0; k < pf->n_steps; k++) n += pf->steps[k].kind == KDC_STEP_COLLECTIVE;
+  }
   return n;
 }
 

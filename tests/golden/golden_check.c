@@ -4,6 +4,8 @@
  * A golden test is one self-contained .kir file:
  *
  *   # RUN: dce,cse            <- passes (comma-separated) or "pipeline"
+ *   # TRAIN: LOSS OPTIMIZER   <- optional: build_training's options (Keras
+ *                                defaults; e.g. mean_squared_error sgd)
  *   module @t {               <- the input IR (the parser skips # lines)
  *     ...
  *   }
@@ -209,11 +211,29 @@ static bool run_expected(const char *path, const lines *src, size_t begin, const
   return false;
 }
 
+/* The options of a "# TRAIN: LOSS OPTIMIZER" line (NULL: none). */
+static kdc_status train_options(const char *train, kdc_train_options *o) {
+  char loss[64] = "", opt[64] = "";
+  kdc_loss_kind lk;
+  kdc_optimizer_kind ok;
+  if (sscanf(train, "%63s %63s", loss, opt) != 2 || !kdc_loss_from_name(loss, &lk) ||
+      !kdc_optimizer_from_name(opt, &ok))
+    return KDC_ERR(KDC_INVALID_INPUT, "TRAIN: expected LOSS OPTIMIZER, got \"%s\"", train);
+  kdc_train_options_init(o, lk, ok);
+  return NULL;
+}
+
 /* Parses, runs the passes and prints; returns the malloc'd output text. */
-static char *produce(const char *path, const char *text, const char *run, bool *out_roundtrip_ok) {
+static char *produce(const char *path, const char *text, const char *run, const char *train,
+                     bool *out_roundtrip_ok) {
   kdc_module *m = NULL;
-  kdc_status st = kdc_ir_parse_module(text, path, &m);
-  if (!st) st = kdc_pass_run_list(m, run, NULL);
+  kdc_train_options to;
+  kdc_pass_options po;
+  memset(&po, 0, sizeof po);
+  kdc_status st = train ? train_options(train, &to) : NULL;
+  po.train = train ? &to : NULL;
+  if (!st) st = kdc_ir_parse_module(text, path, &m);
+  if (!st) st = kdc_pass_run_list(m, run, train ? &po : NULL);
   char *res = NULL;
   *out_roundtrip_ok = true;
   if (st) {
@@ -245,10 +265,11 @@ static bool run_file(const char *path) {
   char *copy = kdc_xstrdup(text);
   lines src = {0};
   split(&src, copy);
-  const char *run = NULL;
+  const char *run = NULL, *train = NULL;
   size_t expected = (size_t)-1;
   for (size_t i = 0; i < src.n; i++) {
     if (!run) run = directive(src.v[i], "RUN");
+    if (!train) train = directive(src.v[i], "TRAIN");
     if (expected == (size_t)-1 && strcmp(src.v[i], "# >>> expected") == 0) expected = i;
   }
   bool ok = false;
@@ -256,7 +277,7 @@ static bool run_file(const char *path) {
     fprintf(stderr, "%s: FAIL: no '# RUN:' line\n", path);
   } else {
     bool rt_ok;
-    char *res = produce(path, text, run, &rt_ok);
+    char *res = produce(path, text, run, train, &rt_ok);
     lines out = {0};
     size_t rl = strlen(res);
     if (rl > 0 && res[rl - 1] == '\n') res[rl - 1] = '\0'; /* no empty last line */

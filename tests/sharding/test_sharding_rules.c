@@ -140,8 +140,9 @@ static const char *const want[] = {
     "([j,k],[j,k,l])->([i,l]) {i=6,j=4,k=5,l=4} reduction={j,k}",  /* scatter_add */
     "([i,j])->([i,k]) {i=8,j=6,k=6} need_replication={j,k}",       /* reverse */
     "()->([i,j,k]) {i=3,j=8,k=6}",                                 /* parameter */
-    "([i,j],[k,i,l],[m,n])->([o,i,p]) {i=8,j=6,k=3,l=6,m=6,n=4,o=3,p=6} "
-    "need_replication={j,k,l,m,n,o,p}",                             /* scan: the batch passes */
+    /* scan: the batch and the carry's features (j, the last dim of x, xs and
+     * the result) pass; w's last dim is not 6, time dims need replication */
+    "([i,j],[k,i,j],[l,m])->([n,i,j]) {i=8,j=6,k=3,l=6,m=4,n=3} need_replication={k,l,m,n}",
 };
 
 static void test_rule_table(void **state) {
