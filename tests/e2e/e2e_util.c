@@ -12,6 +12,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <setjmp.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
 extern char **environ;
 
 static void slurp(const char *path, char *buf, size_t n) {
@@ -144,4 +149,20 @@ char *e2e_fit_losses(const char *model, const char *weights, const char *x, cons
   free(r);
   free(plan);
   return msg;
+}
+
+void e2e_fit_equal_1_vs_2x4(const char *what, const char *model, const char *weights,
+                            const char *x, const char *y, double atol) {
+  double loss[2][3];
+  const char *meshes[2] = {"1", "2x4"};
+  for (int m = 0; m < 2; m++) {
+    char *err = e2e_fit_losses(model, weights, x, y, "sparse_categorical_crossentropy", "16",
+                               meshes[m], 3, loss[m]);
+    if (err) fail_msg("%s: fit on %s: %s", what, meshes[m], err);
+  }
+  assert_true(loss[0][2] < loss[0][0]);
+  for (int e = 0; e < 3; e++)
+    if (fabs(loss[0][e] - loss[1][e]) > 1e-5 * fabs(loss[0][e]) + atol)
+      fail_msg("%s, epoch %d: loss %.7f on 1 device, %.7f on 2x4", what, e + 1, loss[0][e],
+               loss[1][e]);
 }

@@ -39,5 +39,11 @@ double e2e_f32_compare(const float *a, const float *b, size_t n, double atol, do
 char *e2e_fit_losses(const char *model, const char *weights, const char *x, const char *y,
                      const char *loss, const char *batch, const char *mesh, int epochs,
                      double *loss_out);
+/* 3 epochs of sparse_categorical_crossentropy fit at batch 16
+ * (e2e_fit_losses) on 1 device and on 2x4: fails the test unless the loss
+ * falls on 1 device and every epoch's losses agree within
+ * 1e-5 * |loss on 1 device| + |atol|.  |what| names the case in messages. */
+void e2e_fit_equal_1_vs_2x4(const char *what, const char *model, const char *weights,
+                            const char *x, const char *y, double atol);
 
 #endif

@@ -161,28 +161,12 @@ static void test_tagger_masked_loss(void **state) {
   free(model), free(w), free(in), free(ref), free(yp), free(plan), free(out);
 }
 
-/* 3 epochs of sparse-categorical fit at batch 16 on 1 device and on 2x4:
- * the loss falls, and the per-epoch losses agree (relative 1e-5). */
-static void fit_equal_on_meshes(const char *model, const char *w, const char *in, const char *yp) {
-  double loss[2][3];
-  const char *meshes[2] = {"1", "2x4"};
-  for (int m = 0; m < 2; m++) {
-    char *err = e2e_fit_losses(model, w, in, yp, "sparse_categorical_crossentropy", "16",
-                               meshes[m], 3, loss[m]);
-    if (err) fail_msg("fit %s", err);
-  }
-  assert_true(loss[0][2] < loss[0][0]);
-  for (int e = 0; e < 3; e++)
-    if (fabs(loss[0][e] - loss[1][e]) > 1e-5 * fabs(loss[0][e]))
-      fail_msg("epoch %d: loss %.7f on 1 device, %.7f on 2x4", e + 1, loss[0][e], loss[1][e]);
-}
-
 static void test_tagger_fit_meshes(void **state) {
   (void)state;
   char *model = ex("tagger.json"), *w = ex("tagger.safetensors"), *in = ex("input0.npy");
   float y[ROWS * T];
   char *yp = write_labels(y);
-  fit_equal_on_meshes(model, w, in, yp);
+  e2e_fit_equal_1_vs_2x4("tagger", model, w, in, yp, 0);
   free(model), free(w), free(in), free(yp);
 }
 
@@ -735,7 +719,7 @@ static void test_masked_layers_fit_meshes(void **state) {
   kdc_npy_free(&ids);
   char *yp = e2e_path("masked_layers_y.npy");
   assert_null(kdc_npy_write(yp, KDC_IO_DTYPE_F32, 1, (int64_t[]){ROWS}, y));
-  fit_equal_on_meshes(model, NULL, in, yp);
+  e2e_fit_equal_1_vs_2x4("masked layers", model, NULL, in, yp, 0);
   free(j), free(model), free(in), free(yp);
 }
 

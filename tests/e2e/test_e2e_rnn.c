@@ -171,18 +171,7 @@ static void fit_meshes(const char *dir, int L, int vocab) {
   char *model = e2e_src(rel);
   snprintf(rel, sizeof rel, "examples/%s/weights.safetensors", dir);
   char *w = e2e_src(rel);
-  double loss[2][3];
-  const char *meshes[2] = {"1", "2x4"};
-  for (int m = 0; m < 2; m++) {
-    char *err = e2e_fit_losses(model, w, xp, yp, "sparse_categorical_crossentropy", "16",
-                               meshes[m], 3, loss[m]);
-    if (err) fail_msg("%s: fit %s", dir, err);
-  }
-  assert_true(loss[0][2] < loss[0][0]);
-  for (int e = 0; e < 3; e++)
-    if (fabs(loss[0][e] - loss[1][e]) > 1e-5 * fabs(loss[0][e]) + 1e-4)
-      fail_msg("%s epoch %d: loss %.6f on 1 device, %.6f on 2x4", dir, e + 1, loss[0][e],
-               loss[1][e]);
+  e2e_fit_equal_1_vs_2x4(dir, model, w, xp, yp, 1e-4);
   free(xp), free(yp), free(model), free(w), free(x);
 }
 
@@ -280,18 +269,7 @@ static void fit_state_model(const char *rnn_cfg) {
   assert_null(kdc_npy_write(xp, KDC_IO_DTYPE_F32, 3, (int64_t[]){N, L, F}, x));
   assert_null(kdc_npy_write(yp, KDC_IO_DTYPE_F32, 1, (int64_t[]){N}, y));
   char *model = state_model("s2s.json", rnn_cfg);
-  double loss[2][3];
-  const char *meshes[2] = {"1", "2x4"};
-  for (int m = 0; m < 2; m++) {
-    char *err = e2e_fit_losses(model, NULL, xp, yp, "sparse_categorical_crossentropy", "16",
-                               meshes[m], 3, loss[m]);
-    if (err) fail_msg("initial states: fit %s", err);
-  }
-  assert_true(loss[0][2] < loss[0][0]);
-  for (int e = 0; e < 3; e++)
-    if (fabs(loss[0][e] - loss[1][e]) > 1e-5 * fabs(loss[0][e]) + 1e-4)
-      fail_msg("initial states, epoch %d: loss %.6f on 1 device, %.6f on 2x4", e + 1,
-               loss[0][e], loss[1][e]);
+  e2e_fit_equal_1_vs_2x4("initial states", model, NULL, xp, yp, 1e-4);
   free(xp), free(yp), free(model), free(x);
 }
 
