@@ -153,6 +153,7 @@ static kdc_status bind(lowerer *L, kdc_prog_func *pf) {
     kdc_sharding ps = nd->sharding;
     if (body) ps.partial = 0; /* an accumulator carry, partial inside its loop */
     KDC_RETURN_IF_ERROR(cg_tensor_of(L->P, name ? name : def, &nd->type, &ps, "parameter", &t));
+    t.gate_packed = nd->attr.param.gate_packed;
     if (nd->attr.param.kind == KDC_PARAM_WEIGHT && w && w->data) {
       bool same = w->type.rank == t.rank && cg_io_dtype(w->type.dtype) == t.dtype;
       for (int d = 0; same && d < t.rank; d++) same = w->type.dims[d] == t.dims[d];

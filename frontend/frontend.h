@@ -561,6 +561,12 @@ KDC_FE_LOWER_FN(kdc_fe_lower_rnn);
 kdc_status kdc_fe_lower_rnn_layer(struct kdc_lower_ctx *c, const kdc_keras_layer *l,
                                   kdc_value_id x, int n_states, const kdc_value_id *st,
                                   kdc_value_id *out);
+/* A recurrent layer's gate-packed weight |v| (parameter |p|, its user
+ * sharding set) whose layout splits the packed dim: |p| (and its module
+ * weight) becomes the per-gate form [.., G, u] split on u, marked
+ * gate_packed.  No-op for every other variable. */
+kdc_status kdc_fe_rnn_gate_weight(struct kdc_lower_ctx *c, const kdc_keras_var *v,
+                                  kdc_value_id p);
 /* lower_bidirectional.c: the Bidirectional wrapper (inference and lowering). */
 kdc_status kdc_fe_infer_bidirectional(kdc_infer_args *a);
 KDC_FE_LOWER_FN(kdc_fe_lower_bidirectional);

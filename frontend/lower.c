@@ -234,6 +234,7 @@ static kdc_status lower_func(const kdc_keras_model *m, kdc_module *mod,
     kdc_ir_set_origin(c.f, origin(v->layer));
     c.weight[i] = kdc_ir_parameter(c.f, KDC_PARAM_WEIGHT, v->path, &t);
     st = kdc_fe_shard_weight(&c, v, c.weight[i]);
+    if (!st) st = kdc_fe_rnn_gate_weight(&c, v, c.weight[i]);
   }
   if (!st && training) {
     kdc_type it = kdc_type_make(KDC_DTYPE_I32, 0, NULL);

@@ -5,11 +5,11 @@
  * [G*u] or GRU's [2, G*u]) are used through their per-gate view
  * [.., G, u] (a reshape, no copy), so the units are a dim of their own: a
  * layout that splits a packed dim over mesh axes (LayoutMap (None,
- * "model")) is taken per gate -- the weight parameter is replicated on that
- * dim and its view constrained split on u, so a device holds the same units
- * of every gate (a column split of [in, G*u] would hand it whole gates) and
- * the scan's feature factor (passes/sharding_rules.c) splits the loop by
- * units.  The input projection of every time step is one matmul outside
+ * "model")) is taken per gate -- the weight parameter is declared in its
+ * per-gate form, split on u (kdc_fe_rnn_gate_weight), so a device stores
+ * the same units of every gate (a column split of [in, G*u] would hand it
+ * whole gates) and the scan's feature factor (passes/sharding_rules.c)
+ * splits the loop by units.  The input projection of every time step is one matmul outside
  * the loop: xs = transpose(x @ kernel (+ input bias), [T, B, G, u])
  * (time-major, as scan wants it; go_backwards reverses the time dim first,
  * and the outputs then stay in processing order, as in Keras).  The loop
@@ -94,51 +94,77 @@ static kdc_value_id gate(kdc_func *f, kdc_value_id z, int k, int64_t u) {
   return kdc_ir_reshape(f, kdc_ir_slice(f, z, st, lim, str), 2, (int64_t[]){B, u});
 }
 
-/* The per-gate view [.., G, u] of the gate-packed weight |w| [.., G*u].  A
- * user sharding of the packed dim is taken per gate (file comment): the
- * parameter keeps its other dims' split, and the view is constrained to
- * the same axes on u, with a provenance entry saying so. */
-static kdc_status gate_view(kdc_lower_ctx *c, const kdc_keras_layer *l, kdc_value_id *wv,
-                            int64_t G, int64_t u) {
+/* A layout that splits the packed dim of a gate-packed weight is taken per
+ * gate (file comment): the weight parameter itself is declared as its
+ * per-gate form [.., G, u] (the same bytes, row-major), split on u by the
+ * axes the layout gave the packed dim, so each device STORES units
+ * [k u/n, (k+1) u/n) of every gate, and so do its gradient and optimizer
+ * slots (passes/train_step.c copies gate_packed to them).  The parameter is
+ * marked gate_packed: codegen passes the mark to the plan, and checkpoints
+ * read and write Keras' packed form [.., G*u] (runtime/checkpoint.c). */
+kdc_status kdc_fe_rnn_gate_weight(kdc_lower_ctx *c, const kdc_keras_var *v, kdc_value_id p) {
+  const kdc_keras_layer *l = v->layer;
+  if (p == KDC_NO_VALUE || !l || !c->mesh) return NULL;
+  if (strcmp(l->class_name, "LSTM") && strcmp(l->class_name, "GRU") &&
+      strcmp(l->class_name, "SimpleRNN"))
+    return NULL;
+  if (strcmp(v->name, "kernel") && strcmp(v->name, "recurrent_kernel") && strcmp(v->name, "bias"))
+    return NULL;
   kdc_func *f = c->f;
-  kdc_value_id w = *wv;
-  if (w == KDC_NO_VALUE) return NULL;
-  kdc_type t = *kdc_ir_type(f, w);
-  int r = t.rank, last = r - 1;
-  int64_t dims[KDC_MAX_RANK];
-  memcpy(dims, t.dims, sizeof dims);
-  dims[last] = G;
-  dims[r] = u;
-  kdc_sharding s = kdc_ir_node(f, w)->sharding;
-  kdc_value_id v = *wv = kdc_ir_reshape(f, w, r + 1, dims);
-  if (v == KDC_NO_VALUE || !s.present || !s.naxes[last]) return NULL;
-  int64_t k = c->mesh ? kdc_mesh_axes_size(c->mesh, s.naxes[last], s.axes[last]) : 1;
+  kdc_node *pn = kdc_ir_node(f, p);
+  kdc_sharding s = pn->sharding;
+  int r = pn->type.rank, last = r - 1;
+  if (!s.present || r < 1 || r >= KDC_MAX_RANK || !s.naxes[last]) return NULL;
+  rnn_cfg cfg;
+  KDC_RETURN_IF_ERROR(read_cfg(l, &cfg));
+  int64_t G = cfg.gates, u = cfg.units;
+  int64_t k = kdc_mesh_axes_size(c->mesh, s.naxes[last], s.axes[last]);
+  if (pn->type.dims[last] != G * u)
+    return kdc_fe_layer_err(l, KDC_INTERNAL, "\"%s\": packed dim %lld is not %lld gates of "
+                            "%lld units", v->path, (long long)pn->type.dims[last], (long long)G,
+                            (long long)u);
   if (u % k)
     return kdc_fe_layer_err(l, KDC_INVALID_INPUT, "the layout splits the gate-packed dim of "
                             "\"%s\" over %lld devices, which kdc takes per gate: its %lld units "
-                            "are not divisible by %lld (kdc never pads silently)",
-                            kdc_ir_node(f, w)->attr.param.name, (long long)k, (long long)u,
-                            (long long)k);
-  kdc_node *pn = kdc_ir_node(f, w);
-  pn->sharding.naxes[last] = 0;
-  uint32_t origin = pn->sharding.origin;
+                            "are not divisible by %lld (kdc never pads silently)", v->path,
+                            (long long)k, (long long)u, (long long)k);
+  uint32_t origin = s.origin;
   const char *rule = origin && origin < c->mod->n_prov && c->mod->prov[origin].text
                          ? c->mod->prov[origin].text : "user";
+  kdc_type t = pn->type;
+  t.rank = r + 1;
+  t.dims[last] = G;
+  t.dims[r] = u;
   kdc_sharding vs = s;
   vs.rank = r + 1;
   vs.naxes[last] = 0;
   vs.naxes[r] = s.naxes[last];
   memcpy(vs.axes[r], s.axes[last], s.naxes[last]);
   vs.open_mask = 0;
-  kdc_type vt = *kdc_ir_type(f, v);
-  kdc_value_id out = kdc_ir_append(f, KDC_OP_SHARDING_CONSTRAINT, &vt, 1, &v, NULL);
+  pn->type = t;
+  pn->sharding = vs;
+  pn->attr.param.gate_packed = true;
+  kdc_weight *w = kdc_ir_module_find_weight(c->mod, v->path);
+  if (w) w->type = t;
   char text[640];
   snprintf(text, sizeof text, "%s, per gate: [.., %lld, %lld] split on units", rule,
            (long long)G, (long long)u);
-  kdc_ir_node(f, out)->sharding = vs;
-  kdc_ir_node(f, out)->sharding.origin = kdc_ir_prov_add_user(c->mod, f, out, text);
-  *wv = out;
+  pn->sharding.origin = kdc_ir_prov_add_user(c->mod, f, p, text);
   return NULL;
+}
+
+/* The per-gate view [.., G, u] of the gate-packed weight |w| [.., G*u] (a
+ * reshape), or |w| itself when it is kept per gate (kdc_fe_rnn_gate_weight). */
+static void gate_view(kdc_func *f, kdc_value_id *wv, int64_t G, int64_t u) {
+  kdc_value_id w = *wv;
+  if (w == KDC_NO_VALUE) return;
+  const kdc_node *n = kdc_ir_node(f, w);
+  if (n->op == KDC_OP_PARAMETER && n->attr.param.gate_packed) return;
+  kdc_type t = n->type;
+  int r = t.rank;
+  t.dims[r - 1] = G;
+  t.dims[r] = u;
+  *wv = kdc_ir_reshape(f, w, r + 1, t.dims);
 }
 
 /* |v| [B, u] as [B, 1, u], to stack values of a y_t. */
@@ -369,9 +395,9 @@ kdc_status kdc_fe_lower_rnn_layer(kdc_lower_ctx *c, const kdc_keras_layer *l, kd
   if (x == KDC_NO_VALUE || W == KDC_NO_VALUE || U == KDC_NO_VALUE) return NULL;
   for (int i = 0; i < n_states; i++)
     if (states[i] == KDC_NO_VALUE) return NULL;
-  KDC_RETURN_IF_ERROR(gate_view(c, l, &W, r.gates, r.units));
-  KDC_RETURN_IF_ERROR(gate_view(c, l, &U, r.gates, r.units));
-  KDC_RETURN_IF_ERROR(gate_view(c, l, &b, r.gates, r.units));
+  gate_view(f, &W, r.gates, r.units);
+  gate_view(f, &U, r.gates, r.units);
+  gate_view(f, &b, r.gates, r.units);
   KDC_RETURN_IF_ERROR(kdc_ir_take_error(f));
   const kdc_type *xt = kdc_ir_type(f, x);
   if (xt->rank != 3 || xt->dtype != KDC_DTYPE_F32)

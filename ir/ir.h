@@ -152,6 +152,9 @@ typedef struct kdc_attr_param {
   int index;           /* position in the function's parameter list */
   kdc_param_kind kind;
   const char *name;    /* Keras variable path or input layer name */
+  bool gate_packed;    /* a recurrent weight kept per gate, [.., G, u], whose Keras (and
+                          checkpoint) form is [.., G*u]: the last two dims merged
+                          (frontend/lower_rnn.c); its optimizer slots too */
 } kdc_attr_param;
 
 typedef struct kdc_attr_const {

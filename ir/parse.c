@@ -417,6 +417,10 @@ static bool parse_prefix(parser *p, kdc_op op, kdc_attrs *a, literal *lit) {
     if (!next(p)) return false;
     if (p->tok.k == T_STRING) {
       a->param.name = str_value(p, &p->tok);
+      if (!next(p)) return false;
+    }
+    if (p->tok.k == T_IDENT && tok_text(p, w, sizeof w) && !strcmp(w, "gate_packed")) {
+      a->param.gate_packed = true;
       return next(p);
     }
     return true;

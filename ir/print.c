@@ -19,7 +19,8 @@
  *   }
  *
  * Node line: `%N = op [prefix] [operands] [kw=...]* : type [sharding]
- * [group=N] [mem=N] [loc "..."]`.  Prefixes: parameter `INDEX KIND ["name"]`,
+ * [group=N] [mem=N] [loc "..."]`.  Prefixes: parameter `INDEX KIND ["name"]
+ * [gate_packed]`,
  * constant `SCALAR` (splat) or `[a, b, ...]` (dense, row-major), compare
  * `DIR`, reduce, reduce_window and select_and_scatter `KIND`, scan `@body`, SPMD ops `[axis,...]` (mesh axis names, e.g.
  * `%9 = all_gather [data,model] %8 dim=0 : f32[32,10]`).  Floats print with %.9g, which strtof reads back
@@ -216,6 +217,7 @@ static void print_prefix(FILE *out, const kdc_node *n, const kdc_mesh *mesh) {
       fputc(' ', out);
       print_str(out, n->attr.param.name);
     }
+    if (n->attr.param.gate_packed) fputs(" gate_packed", out);
     break;
   case KDC_OP_CONSTANT: print_constant(out, n); break;
   case KDC_OP_COMPARE: fprintf(out, " %s", kdc_cmp_name(n->attr.cmp)); break;

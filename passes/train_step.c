@@ -378,6 +378,8 @@ static kdc_status build_train_step(kdc_module *m, const kdc_func *fwd, size_t n_
       const char *name = slot_name(m, opt, w->attr.param.name, b.slot_names[s]);
       f->cur_origin = w->origin;
       b.slot[(size_t)s * b.n_w + i] = kdc_ir_parameter(f, KDC_PARAM_STATE, name, &t);
+      f->nodes[b.slot[(size_t)s * b.n_w + i]].attr.param.gate_packed =
+          f->nodes[b.w[i]].attr.param.gate_packed;
       /* SHARDING.md 8: a slot has its weight's update's sharding (w may move:
        * re-read it) */
       kdc_sharding ss = f->nodes[b.w[i]].sharding;

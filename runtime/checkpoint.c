@@ -7,7 +7,9 @@
  * directory, fsync, rename: a crash leaves the previous file intact).  The
  * file says nothing about the mesh: load splits each global array by the
  * loading plan's shardings, so a checkpoint saved on 2x4 resumes on 1x8 or
- * on one device.
+ * on one device.  A recurrent weight kept per gate [.., G, u] (and its
+ * slots; kdc_rt_train_state_gate_packed) has the same bytes as Keras'
+ * gate-packed [.., G*u], the shape the file gives it, on every mesh.
  *
  * Test hook: with KDC_TEST_CRASH_IN_SAVE set in the environment, save writes
  * the first half of the checkpoint's bytes to the temporary file and calls
@@ -35,6 +37,19 @@ static void crash_midway(const char *path, const kdc_st_tensor *ts, size_t n) {
   abort();
 }
 
+/* The shape of state |k| in a checkpoint: the plan's global shape, with
+ * the last two dims merged for a weight kept per gate. */
+static int file_shape(const kdc_rt_train *t, size_t k, int64_t *dims) {
+  const kdc_rt_tensor_info *i = kdc_rt_train_state(t, k);
+  int rank = i->rank;
+  memcpy(dims, i->dims, sizeof i->dims);
+  if (kdc_rt_train_state_gate_packed(t, k) && rank >= 2) {
+    dims[rank - 2] *= dims[rank - 1];
+    dims[--rank] = 0;
+  }
+  return rank;
+}
+
 kdc_status kdc_rt_train_save(kdc_rt_train *t, const char *path) {
   KDC_RETURN_IF_ERROR(kdc_rt_train_gather(t));  /* processes: the pieces meet on process 0 */
   if (kdc_rt_train_process(t) != 0) return NULL;
@@ -47,8 +62,7 @@ kdc_status kdc_rt_train_save(kdc_rt_train *t, const char *path) {
     kdc_rt_train_state_get(t, k, bufs[k]);
     ts[k].name = i->name;
     ts[k].dtype = i->dtype;
-    ts[k].rank = i->rank;
-    memcpy(ts[k].dims, i->dims, sizeof ts[k].dims);
+    ts[k].rank = file_shape(t, k, ts[k].dims);
     ts[k].data = bufs[k];
     ts[k].nbytes = i->bytes;
   }
@@ -70,8 +84,10 @@ kdc_status kdc_rt_train_load(kdc_rt_train *t, const char *path) {
   for (size_t k = 0; k < n && !st; k++) {
     const kdc_rt_tensor_info *i = kdc_rt_train_state(t, k);
     const kdc_st_tensor *x = kdc_safetensors_find(sf, i->name);
-    bool ok = x && x->dtype == i->dtype && x->rank == i->rank && x->nbytes == i->bytes;
-    for (int d = 0; ok && d < i->rank; d++) ok = x->dims[d] == i->dims[d];
+    int64_t dims[KDC_IO_MAX_RANK];
+    int rank = file_shape(t, k, dims);
+    bool ok = x && x->dtype == i->dtype && x->rank == rank && x->nbytes == i->bytes;
+    for (int d = 0; ok && d < rank; d++) ok = x->dims[d] == dims[d];
     if (!x)
       st = KDC_ERR(KDC_INVALID_INPUT, "%s: no tensor \"%s\" (the plan's training state needs it)",
                    path, i->name);

@@ -86,6 +86,7 @@ static void put_tensor(kdc_buf *b, const kdc_prog_tensor *t) {
     kdc_buf_put_u8(b, t->sharding.naxes[d]);
     for (int i = 0; i < t->sharding.naxes[d]; i++) kdc_buf_put_u8(b, t->sharding.axes[d][i]);
   }
+  kdc_buf_put_u8(b, t->gate_packed);
 }
 
 static void put_loc(kdc_buf *b, const kdc_prog_loc *l) {
@@ -240,6 +241,11 @@ static kdc_status get_tensor(kdc_reader *r, kdc_arena *a, const kdc_prog_mesh *m
     t->sharding.naxes[d] = k;
     for (int i = 0; i < k; i++) KDC_RETURN_IF_ERROR(kdc_reader_u8(r, &t->sharding.axes[d][i]));
   }
+  uint8_t packed;
+  KDC_RETURN_IF_ERROR(kdc_reader_u8(r, &packed));
+  if (packed > 1 || (packed && rank < 2))
+    return BAD_AT(r, pos, "tensor \"%s\": gate_packed %u for rank %u", t->name, packed, rank);
+  t->gate_packed = packed;
   if (!kdc_prog_tensor_localize(t, mesh)) {
     char sh[256];
     return BAD_AT(r, pos, "tensor \"%s\": sharding %s does not fit the mesh or the shape",

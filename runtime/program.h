@@ -39,8 +39,9 @@
  *    COLLECTIVE steps.
  * 4: kernel steps carry their output count (multi-output kernels).
  * 5: LOOP steps (a scan body run |length| times) and a flags byte per
- *    function (bit 0: scan body). */
-#define KDC_PROG_VERSION 5u
+ *    function (bit 0: scan body).
+ * 6: a gate_packed byte per tensor (kdc_prog_tensor). */
+#define KDC_PROG_VERSION 6u
 
 /* Caps of the format: mesh axes (ir/ir.h KDC_MAX_MESH_AXES) and devices a
  * plan may ask for (a bound checked before anything per device is made). */
@@ -96,6 +97,9 @@ typedef struct kdc_prog_tensor {
   kdc_prog_sharding sharding;
   int64_t local_dims[KDC_IO_MAX_RANK]; /* set by kdc_prog_tensor_localize */
   uint64_t local_bytes;
+  bool gate_packed;         /* a recurrent weight (or its slot) kept per gate [.., G, u]:
+                               its checkpoint form, Keras', merges the last two dims
+                               [.., G*u] (frontend/lower_rnn.c, runtime/checkpoint.c) */
 } kdc_prog_tensor;
 
 typedef enum kdc_prog_step_kind {

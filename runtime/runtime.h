@@ -153,6 +153,9 @@ kdc_status kdc_rt_train_evaluate_metrics(kdc_rt_train *t, const void *const *dat
 size_t kdc_rt_train_state_count(const kdc_rt_train *t);
 const kdc_rt_tensor_info *kdc_rt_train_state(const kdc_rt_train *t, size_t k);
 bool kdc_rt_train_state_is_weight(const kdc_rt_train *t, size_t k);
+/* State |k| is a recurrent weight (or slot) kept per gate [.., G, u]
+ * (kdc_prog_tensor.gate_packed): checkpoints hold it as [.., G*u]. */
+bool kdc_rt_train_state_gate_packed(const kdc_rt_train *t, size_t k);
 /* Distinct buffers holding the current value of state |k| in this process:
  * one per local device, or one per distinct piece when its replicas share
  * (state.c, "Shared replicas"). */

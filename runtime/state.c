@@ -312,6 +312,12 @@ const kdc_rt_tensor_info *kdc_rt_train_state(const kdc_rt_train *t, size_t k) {
 
 bool kdc_rt_train_state_is_weight(const kdc_rt_train *t, size_t k) { return t->s[k].weight >= 0; }
 
+bool kdc_rt_train_state_gate_packed(const kdc_rt_train *t, size_t k) {
+  const st_tensor *s = &t->s[k];
+  if (s->in >= 0) return t->p->prog.funcs[t->step_fn].inputs[s->in].gate_packed;
+  return t->p->prog.weights[s->weight].gate_packed;
+}
+
 size_t kdc_rt_train_state_copies(const kdc_rt_train *t, size_t k) {
   size_t n = 0;
   for (int64_t d = t->p->d0; d < t->p->d1; d++) n += t->s[k].owner[d] == d;

@@ -150,6 +150,32 @@ static kdc_npy_array run(const char *plan, const char *x, const char *name) {
   return a;
 }
 
+/* Is |name| a gate-packed recurrent weight or one of its slots? */
+static bool recurrent(const char *name) {
+  return strstr(name, "_cell") && !strstr(name, "iteration") &&
+         (strstr(name, "kernel") || strstr(name, "bias"));
+}
+
+/* The plan's recurrent weights are stored per gate, |model| pieces of
+ * them (each device its units of every gate): their per-device bytes. */
+static void check_weight_pieces(const char *plan, int model) {
+  kdc_rt_plan *p = NULL;
+  kdc_rt_options ro = {.describe_only = 1};
+  assert_null(kdc_rt_plan_load_with(plan, &ro, &p));
+  int n = 0;
+  for (uint32_t i = 0; i < p->prog.n_weights; i++) {
+    const kdc_prog_tensor *w = &p->prog.weights[i];
+    if (!recurrent(w->name)) continue;
+    n++;
+    if (!w->gate_packed || w->local_bytes * (uint64_t)model != w->bytes)
+      fail_msg("%s: weight %s (gate_packed %d) holds %llu of %llu bytes per device", plan,
+               w->name, w->gate_packed, (unsigned long long)w->local_bytes,
+               (unsigned long long)w->bytes);
+  }
+  assert_true(n >= 3);
+  kdc_rt_plan_release(p);
+}
+
 /* Predictions and loop-body collectives of every example on every mesh. */
 static void test_predict_meshes(void **state) {
   (void)state;
@@ -161,6 +187,7 @@ static void test_predict_meshes(void **state) {
     kdc_npy_array want = run(p1, x, "one.npy");
     for (size_t m = 0; m < sizeof MESHES / sizeof *MESHES; m++) {
       char *pm = compile("mesh.plan", model, NULL, "8", MESHES[m], layout, NULL);
+      check_weight_pieces(pm, MESHES[m][2] - '0');
       kdc_npy_array got = run(pm, x, "mesh.npy");
       double err = e2e_npy_compare(&got, &want, 1e-6, 1e-5);
       if (err > 1) fail_msg("%s on %s: predictions differ from 1 device (%g)", ex->dir, MESHES[m], err);
@@ -236,6 +263,14 @@ static void test_spmd_interpreter(void **state) {
         if (st) fail_msg("%s on %s: %s: %s", ex->dir, meshes[m], passes[k], kdc_status_message(st));
       }
       assert_string_equal(mod->funcs[0]->name, "predict");
+      /* the split recurrent weights are kept per gate: the same bytes as
+       * the reference's packed ones, typed [.., G, u] */
+      for (size_t i = 0; i < rf->n_params; i++) {
+        const kdc_weight *w = kdc_ir_module_find_weight(mod, kdc_ir_node(rf, rf->params[i])->attr.param.name);
+        if (!w) continue;
+        assert_int_equal(kdc_type_numel(&w->type), kdc_type_numel(&args[i].type));
+        args[i].type = w->type;
+      }
       sh_spmd_check(mod, args, rf->n_params, want, ex->dir);
       kdc_ir_module_destroy(mod);
     }
@@ -284,6 +319,109 @@ static void test_fit_split_units(void **state) {
     e2e_same_run(&got, &want, 0, 1e-5, ex->dir);
     e2e_run_free(&want), e2e_run_free(&got);
     free(p1), free(p2), free(model), free(x);
+  }
+  free(layout);
+}
+
+/* The training state of |plan| (fresh, or loaded from |init|), its per
+ * device bytes checked: on 2x4 every recurrent weight and slot is kept per
+ * gate, 1/4 of it per device (units split over model), the rest as
+ * before; on one device nothing is kept per gate. */
+static void state_of(const char *plan, const char *init, int model_split, e2e_run *r) {
+  kdc_rt_plan *p = e2e_plan_load(plan);
+  kdc_rt_train *t = NULL;
+  assert_null(kdc_rt_train_create(p, &t));
+  if (init) assert_null(kdc_rt_train_load(t, init));
+  memset(r, 0, sizeof *r);
+  e2e_run_collect(t, r);
+  int split = 0;
+  for (size_t k = 0; k < r->n_state; k++) {
+    const kdc_rt_tensor_info *i = kdc_rt_train_state(t, k);
+    bool rec = recurrent(i->name) && model_split > 1;
+    if (kdc_rt_train_state_gate_packed(t, k) != rec)
+      fail_msg("%s: state %s gate_packed %d", plan, i->name, !rec);
+    if (rec && i->local_bytes * (uint64_t)model_split != i->bytes)
+      fail_msg("%s: state %s holds %llu of %llu bytes per device", plan, i->name,
+               (unsigned long long)i->local_bytes, (unsigned long long)i->bytes);
+    split += rec;
+  }
+  if (model_split > 1) assert_true(split >= 9);  /* 3 weights and 2 Adam slots, or more */
+  kdc_rt_train_destroy(t);
+  kdc_rt_plan_release(p);
+}
+
+/* A checkpoint saved on 2x4 (two Adam epochs, units split) holds Keras'
+ * packed shapes; it loads bitwise on one device and on 1x8, saves back
+ * from one device to the same tensors, and one more epoch from it on 1x8
+ * equals one device (relative 1e-5). */
+static void test_checkpoint_meshes(void **state) {
+  (void)state;
+  enum { N = 32 };
+  char *layout = e2e_write_text("layout.json", LAYOUT);
+  for (size_t e = 0; e < sizeof EXAMPLES / sizeof *EXAMPLES; e++) {
+    const example *ex = &EXAMPLES[e];
+    char *model = model_of(ex);
+    int64_t n;
+    float *x = inputs(ex, N, &n), y[N];
+    for (int i = 0; i < N; i++) y[i] = (float)(2 - i % 3);
+    const void *arrays[2] = {x, y};
+    const char *loss = "sparse_categorical_crossentropy";
+    char *p1 = compile("ck1.plan", model, NULL, "16", NULL, NULL, loss);
+    char *p24 = compile("ck24.plan", model, NULL, "16", "2x4", layout, loss);
+    char *p18 = compile("ck18.plan", model, NULL, "16", "1x8", layout, loss);
+    char *ck = e2e_path("ck.safetensors"), *ck1 = e2e_path("ck1.safetensors");
+    e2e_run trained, s1, s18, s24;
+    state_of(p24, NULL, 4, &s24);
+    e2e_run_free(&s24);
+    e2e_fit(p24, arrays, N, 0, 16, 2, NULL, ck, &trained);
+    /* the file: Keras' packed shapes (the weights of one device's plan) */
+    kdc_safetensors *sf = NULL;
+    assert_null(kdc_safetensors_open(ck, &sf));
+    kdc_rt_plan *one = e2e_plan_load(p1);
+    kdc_rt_train *t1 = NULL;
+    assert_null(kdc_rt_train_create(one, &t1));
+    for (size_t k = 0; k < kdc_rt_train_state_count(t1); k++) {
+      const kdc_rt_tensor_info *i = kdc_rt_train_state(t1, k);
+      const kdc_st_tensor *f = kdc_safetensors_find(sf, i->name);
+      assert_non_null(f);
+      assert_int_equal(f->rank, i->rank);
+      for (int d = 0; d < i->rank; d++) assert_int_equal(f->dims[d], i->dims[d]);
+    }
+    kdc_rt_train_destroy(t1);
+    kdc_rt_plan_release(one);
+    kdc_safetensors_close(sf);
+    state_of(p1, ck, 1, &s1);
+    state_of(p18, ck, 8, &s18);
+    assert_int_equal(s1.n_state, trained.n_state);
+    assert_int_equal(s18.n_state, trained.n_state);
+    for (size_t k = 0; k < trained.n_state; k++) {
+      assert_string_equal(s1.names[k], trained.names[k]);
+      assert_string_equal(s18.names[k], trained.names[k]);
+      assert_memory_equal(s1.state[k], trained.state[k], trained.bytes[k]);
+      assert_memory_equal(s18.state[k], trained.state[k], trained.bytes[k]);
+    }
+    /* saved back from one device: the same tensors */
+    e2e_run again, more1, more18;
+    e2e_fit(p1, arrays, N, 0, 16, 0, ck, ck1, &again);
+    kdc_safetensors *a = NULL, *b = NULL;
+    assert_null(kdc_safetensors_open(ck, &a));
+    assert_null(kdc_safetensors_open(ck1, &b));
+    for (size_t k = 0; k < trained.n_state; k++) {
+      const kdc_st_tensor *ta = kdc_safetensors_find(a, trained.names[k]);
+      const kdc_st_tensor *tb = kdc_safetensors_find(b, trained.names[k]);
+      assert_non_null(ta), assert_non_null(tb);
+      assert_int_equal(ta->rank, tb->rank);
+      assert_memory_equal(ta->dims, tb->dims, sizeof ta->dims);
+      assert_int_equal(ta->nbytes, tb->nbytes);
+      assert_memory_equal(ta->data, tb->data, ta->nbytes);
+    }
+    kdc_safetensors_close(a), kdc_safetensors_close(b);
+    e2e_fit(p1, arrays, N, 0, 16, 1, ck, NULL, &more1);
+    e2e_fit(p18, arrays, N, 0, 16, 1, ck, NULL, &more18);
+    e2e_same_run(&more18, &more1, 0, 1e-5, ex->dir);
+    e2e_run_free(&trained), e2e_run_free(&s1), e2e_run_free(&s18), e2e_run_free(&again);
+    e2e_run_free(&more1), e2e_run_free(&more18);
+    free(p1), free(p24), free(p18), free(ck), free(ck1), free(model), free(x);
   }
   free(layout);
 }
@@ -339,6 +477,7 @@ int main(void) {
       cmocka_unit_test(test_predict_meshes),
       cmocka_unit_test(test_spmd_interpreter),
       cmocka_unit_test(test_fit_split_units),
+      cmocka_unit_test(test_checkpoint_meshes),
       cmocka_unit_test(test_lstm_text_reference),
       cmocka_unit_test(test_indivisible_units),
   };
