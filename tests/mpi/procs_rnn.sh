@@ -37,7 +37,8 @@ in_body() {
 in_body "$T/p.plan" lstm.step all_gather
 "$KDC" run "$T/p.plan" --input "$D/input.npy" --output "$T/virt.npy" || exit 1
 (cd "$T" && launch "$MODE" "$NP" "$KDC" run "$T/p.plan" --input "$D/input.npy" \
-   --output "$T/procs.npy" --collective-timeout 30) || { echo "FAIL: predict: the job failed"; exit 1; }
+   --output "$T/procs.npy" --collective-timeout 30) ||
+  { echo "FAIL: predict: the job failed"; exit 1; }
 cmp "$T/virt.npy" "$T/procs.npy" || { echo "FAIL: predict $MODE np$NP differs"; exit 1; }
 echo "ok: predict: $MODE, $NP processes == 8 virtual devices (bitwise)"
 "$KDC" compile "$D/model.json" $FLAGS --loss sparse_categorical_crossentropy --optimizer adam \
