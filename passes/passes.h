@@ -186,7 +186,8 @@ typedef struct kdc_factor_rule {
   int rank[KDC_RULE_MAX_TENSORS];
   uint8_t nf[KDC_RULE_MAX_TENSORS][KDC_MAX_RANK];  /* factors of each dim */
   uint8_t f[KDC_RULE_MAX_TENSORS][KDC_MAX_RANK][KDC_RULE_MAX_DIM_FACTORS]; /* major to minor */
-  bool pass_through;   /* op priority class 0/1: elementwise, transpose, constraint */
+  bool pass_through;   /* op priority class 0/1: elementwise, transpose, constraint, pad,
+                          a reshape of unit dims only */
   bool broadcast;      /* op priority: forward only at the last level */
   uint64_t halo;       /* bit f: factor f is a windowed spatial dim (conv, pool) whose
                         * split needs a halo exchange (passes/partition_halo.c) */

@@ -8,8 +8,9 @@
  *       for op in reverse order:   step(op, backward)  result -> operands
  *
  * Levels (which ops and factors may move axes):
- *   0: pass-through ops (elementwise, transpose, sharding_constraint) whose
- *      operands have a single use;  1: pass-through ops;
+ *   0: pass-through ops (elementwise, transpose, sharding_constraint, pad,
+ *      a reshape of unit dims only) whose operands have a single use;
+ *   1: pass-through ops;
  *   2: every op, pass factors only; broadcast_in_dim backward only;
  *   3: every factor (reduction factors too); broadcast backward only;
  *   4: everything, broadcast forward too.

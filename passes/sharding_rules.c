@@ -381,6 +381,21 @@ static void rule_scan(kdc_factor_rule *r, const kdc_node *n, const kdc_func *fn)
   }
 }
 
+/* Does the reshape |x| -> |out| only insert or drop dims of size 1 (its
+ * other dims the same, in order)?  Then it moves shardings as a transpose
+ * does: a pass-through op (priority 0/1), like pad below, so that in a
+ * weight-gradient loop the accumulator's split reaches the per-gate
+ * pieces (pad(reshape(dot))) of a GRU's dU before the dot is decided. */
+static bool unit_dims_only(const kdc_type *x, const kdc_type *out) {
+  int i = 0, j = 0;
+  for (;;) {
+    while (i < x->rank && x->dims[i] == 1) i++;
+    while (j < out->rank && out->dims[j] == 1) j++;
+    if (i == x->rank || j == out->rank) return i == x->rank && j == out->rank;
+    if (x->dims[i++] != out->dims[j++]) return false;
+  }
+}
+
 kdc_status kdc_sharding_rule(const kdc_func *fn, kdc_value_id v, kdc_factor_rule *r) {
   const kdc_node *n = kdc_ir_node(fn, v);
   const kdc_type *out = &n->type, *x = n->n_in ? kdc_ir_type(fn, n->in[0]) : NULL;
@@ -423,7 +438,10 @@ kdc_status kdc_sharding_rule(const kdc_func *fn, kdc_value_id v, kdc_factor_rule
       if (x->dims[k] == out->dims[n->attr.dims.v[k]]) add(r, 0, k, fres[n->attr.dims.v[k]]);
     return NULL;
   }
-  case KDC_OP_RESHAPE: rule_reshape(r, x, out); return NULL;
+  case KDC_OP_RESHAPE:
+    rule_reshape(r, x, out);
+    r->pass_through = unit_dims_only(x, out);
+    return NULL;
   case KDC_OP_DOT: rule_dot(r, &n->attr.dot, x, kdc_ir_type(fn, n->in[1])); return NULL;
   case KDC_OP_REDUCE: {
     kdc_factor_kind k = n->attr.reduce.kind == KDC_RED_SUM ? KDC_FACTOR_REDUCTION
@@ -447,6 +465,7 @@ kdc_status kdc_sharding_rule(const kdc_func *fn, kdc_value_id v, kdc_factor_rule
       same[d] = n->attr.pad.low.v[d] == 0 && n->attr.pad.high.v[d] == 0 &&
                 n->attr.pad.interior.v[d] == 0;
     rule_same_or_repl(r, x, out, same, false);
+    r->pass_through = true; /* the padded dims need replication: the others pass */
     return NULL;
   case KDC_OP_CONVOLUTION: rule_conv(r, n, x, kdc_ir_type(fn, n->in[1])); return NULL;
   case KDC_OP_REDUCE_WINDOW:

@@ -6,7 +6,9 @@
  * SimpleRNN 7 -> 8) and bidir_rnn (Bidirectional LSTM 7 -> 8 and GRU 5 -> 8),
  * units changed so that every layer divides 8, weights from the Keras
  * initialisers (seed 3), batch 8, on meshes 1x8, 2x4 and 1x2:
- *   - predictions through the binary equal one device (relative 1e-5);
+ *   - predictions through the binary equal one device (relative 1e-5), and
+ *     the plan stores every recurrent weight per gate, 1/model of it per
+ *     device (gate_packed);
  *   - the plan's loop bodies hold exactly the expected collectives: one
  *     all_gather of h over `model` per step (two in a reset_after=false
  *     GRU: h and r*h, each an operand of a matmul with U);
@@ -16,7 +18,13 @@
  *     steps of 16) on 2x4 equal one device: batch and epoch losses and the
  *     final weights and slots (relative 1e-5, e2e_same_run); lstm_text's
  *     backward loops (residual scan, scan A, scan B) gather h once per step
- *     and scan A reduce_scatters h's cotangent, nothing else;
+ *     and scan A reduce_scatters h's cotangent, nothing else; gru_rnn's
+ *     GRU (reset_after=false) scan B gathers h and r*h and reduce_scatters
+ *     d(r*h), nothing else (its weight-gradient dots reuse the gathers);
+ *   - a checkpoint saved on 2x4 holds Keras' packed shapes, loads bitwise on
+ *     one device and on 1x8 (whose recurrent state is 1/8 per device), saves
+ *     back unchanged from one device, and one more epoch from it on 1x8
+ *     equals one device (relative 1e-5);
  * lstm_text with its own weights on 1x2 and 1x4 (batch 37, the TF.js
  * reference's) equals examples/lstm_text/expected.npy; and a layout whose
  * per-gate split does not divide the units (bidir_rnn's 7 over 4) is the
@@ -266,7 +274,8 @@ static void test_spmd_interpreter(void **state) {
       /* the split recurrent weights are kept per gate: the same bytes as
        * the reference's packed ones, typed [.., G, u] */
       for (size_t i = 0; i < rf->n_params; i++) {
-        const kdc_weight *w = kdc_ir_module_find_weight(mod, kdc_ir_node(rf, rf->params[i])->attr.param.name);
+        const char *name = kdc_ir_node(rf, rf->params[i])->attr.param.name;
+        const kdc_weight *w = kdc_ir_module_find_weight(mod, name);
         if (!w) continue;
         assert_int_equal(kdc_type_numel(&w->type), kdc_type_numel(&args[i].type));
         args[i].type = w->type;
@@ -313,6 +322,22 @@ static void test_fit_split_units(void **state) {
                      ex->dir, name, g, rs, all);
         }
       }
+    if (e == 1) { /* the GRU (reset_after=false) and SimpleRNN backward loops */
+      static const struct { const char *body; int gathers, scatters; } W[] = {
+          /* scan B: h and r*h gathered (the forward's), the weight-gradient dots
+           * use them; d(r*h) = dhh @ U_h^T (needed for dr) reduce_scattered */
+          {"gru.step2.wgrad", 2, 1}, {"gru.step2.vjp", 2, 2}, {"gru.step2.res", 2, 0},
+          {"simple_rnn.step2.wgrad", 1, 0}, {"simple_rnn.step2.vjp", 1, 1}};
+      for (size_t k = 0; k < sizeof W / sizeof *W; k++) {
+        int g = e2e_count_colls(p2, W[k].body, KDC_COLL_ALL_GATHER, "model", false);
+        int rs = e2e_count_colls(p2, W[k].body, KDC_COLL_REDUCE_SCATTER, "model", false);
+        int all = e2e_count_colls(p2, W[k].body, -1, NULL, false) +
+                  e2e_count_colls(p2, W[k].body, -1, NULL, true);
+        if (g != W[k].gathers || rs != W[k].scatters || all != g + rs)
+          fail_msg("%s: body %s has %d all_gathers, %d reduce_scatters, %d collectives", ex->dir,
+                   W[k].body, g, rs, all);
+      }
+    }
     e2e_run want, got;
     e2e_fit(p1, arrays, N, 0, 16, 2, NULL, NULL, &want);
     e2e_fit(p2, arrays, N, 0, 16, 2, NULL, NULL, &got);

@@ -97,7 +97,7 @@ static const char *const want[] = {
     "([i,j],[i,j],[i,j])->([i,j]) {i=8,j=6} pass_through",         /* select */
     "()->([i]) {i=6}",                                             /* parameter */
     "([j])->([i,j]) {i=8,j=6} broadcast",                          /* broadcast */
-    "([i])->([_,i]) {i=6}",                                        /* reshape [6]->[1,6] */
+    "([i])->([_,i]) {i=6} pass_through",                           /* reshape [6]->[1,6] */
     "([_,j])->([i,j]) {i=8,j=6} broadcast",                        /* broadcast of 1 */
     "([i,j])->([ij]) {i=8,j=6}",                                   /* reshape merge */
     "([ij,k])->([i,j,k]) {i=2,j=4,k=6}",                           /* reshape split */
@@ -107,7 +107,7 @@ static const char *const want[] = {
     "([j,i])->([i,j]) {i=6,j=8} pass_through",                     /* transpose */
     "([i,j])->([i,k]) {i=8,j=6,k=4} need_replication={j,k}",       /* slice */
     "()->([]) {}",                                                 /* scalar constant */
-    "([i,j],[])->([i,k]) {i=8,j=6,k=7} need_replication={j,k}",    /* pad */
+    "([i,j],[])->([i,k]) {i=8,j=6,k=7} need_replication={j,k} pass_through", /* pad */
     "([i,j],[i,j])->([i,j]) {i=16,j=6} need_replication={i}",      /* concatenate */
     "([i,j])->([i]) {i=8,j=6} reduction={j}",                      /* reduce sum */
     "([i,j])->([j]) {i=8,j=6} need_replication={i}",               /* reduce max */
