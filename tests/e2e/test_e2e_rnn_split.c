@@ -21,7 +21,7 @@
  *     and scan A reduce_scatters h's cotangent, nothing else; gru_rnn's
  *     GRU (reset_after=false) scan B gathers h and r*h and reduce_scatters
  *     d(r*h), nothing else (its weight-gradient dots reuse the gathers);
- *   - a checkpoint saved on 2x4 holds Keras' packed shapes, loads bitwise on
+ *   - that 2x4 run's checkpoint holds Keras' packed shapes, loads bitwise on
  *     one device and on 1x8 (whose recurrent state is 1/8 per device), saves
  *     back unchanged from one device, and one more epoch from it on 1x8
  *     equals one device (relative 1e-5);
@@ -50,7 +50,7 @@
 #include "runtime/runtime.h"
 #include "tests/sharding/sh_test.h"
 
-enum { BATCH = 8, MAX_BODIES = 4 };
+enum { BATCH = 8, MAX_BODIES = 4, N = 32 /* training rows */ };
 
 static const char *LAYOUT =
     "{\"batch_dim_name\": \"data\", \"layout_map\": {"
@@ -125,6 +125,13 @@ static char *input_file(const example *ex, int rows, const char *name) {
   assert_null(kdc_npy_write(p, KDC_IO_DTYPE_F32, ex->vocab ? 2 : 3, dims, x));
   free(x);
   return p;
+}
+
+/* The N training rows of |ex| (malloc'd) and their labels |y|: i mod 3. */
+static float *fit_rows(const example *ex, float *y) {
+  int64_t n;
+  for (int i = 0; i < N; i++) y[i] = (float)(i % 3);
+  return inputs(ex, N, &n);
 }
 
 /* kdc compile |model| (initialisers, seed 3) [--mesh |mesh| --layout |layout|]. */
@@ -291,17 +298,103 @@ static void test_spmd_interpreter(void **state) {
   kdc_layout_free(lay);
 }
 
-/* Two epochs of Adam on 2x4 with the units split equal one device. */
+/* The training state of |plan| (fresh, or loaded from |init|), its per
+ * device bytes checked: on 2x4 every recurrent weight and slot is kept per
+ * gate, 1/4 of it per device (units split over model), the rest as
+ * before; on one device nothing is kept per gate. */
+static void state_of(const char *plan, const char *init, int model_split, e2e_run *r) {
+  kdc_rt_plan *p = e2e_plan_load(plan);
+  kdc_rt_train *t = NULL;
+  assert_null(kdc_rt_train_create(p, &t));
+  if (init) assert_null(kdc_rt_train_load(t, init));
+  memset(r, 0, sizeof *r);
+  e2e_run_collect(t, r);
+  int split = 0;
+  for (size_t k = 0; k < r->n_state; k++) {
+    const kdc_rt_tensor_info *i = kdc_rt_train_state(t, k);
+    bool rec = recurrent(i->name) && model_split > 1;
+    if (kdc_rt_train_state_gate_packed(t, k) != rec)
+      fail_msg("%s: state %s gate_packed %d", plan, i->name, !rec);
+    if (rec && i->local_bytes * (uint64_t)model_split != i->bytes)
+      fail_msg("%s: state %s holds %llu of %llu bytes per device", plan, i->name,
+               (unsigned long long)i->local_bytes, (unsigned long long)i->bytes);
+    split += rec;
+  }
+  if (model_split > 1) assert_true(split >= 9);  /* 3 weights and 2 Adam slots, or more */
+  kdc_rt_train_destroy(t);
+  kdc_rt_plan_release(p);
+}
+
+/* |ck|, saved on 2x4 (|p24|, two Adam epochs with the units split; its
+ * final state |trained|), holds Keras' packed shapes (those of the
+ * one-device plan |p1|); it loads bitwise on one device and on 1x8, saves
+ * back unchanged from one device, and one more epoch from it on 1x8 equals
+ * one device (relative 1e-5). */
+static void check_checkpoint(const example *ex, const char *model, const char *layout,
+                             const char *p1, const char *ck, const e2e_run *trained,
+                             const void *const *arrays) {
+  char *p18 = compile("fit18.plan", model, NULL, "16", "1x8", layout,
+                      "sparse_categorical_crossentropy");
+  char *ck1 = e2e_path("ck1.safetensors");
+  kdc_safetensors *sf = NULL;
+  assert_null(kdc_safetensors_open(ck, &sf));
+  kdc_rt_plan *one = e2e_plan_load(p1);
+  kdc_rt_train *t1 = NULL;
+  assert_null(kdc_rt_train_create(one, &t1));
+  for (size_t k = 0; k < kdc_rt_train_state_count(t1); k++) {
+    const kdc_rt_tensor_info *i = kdc_rt_train_state(t1, k);
+    const kdc_st_tensor *f = kdc_safetensors_find(sf, i->name);
+    assert_non_null(f);
+    assert_int_equal(f->rank, i->rank);
+    for (int d = 0; d < i->rank; d++) assert_int_equal(f->dims[d], i->dims[d]);
+  }
+  kdc_rt_train_destroy(t1);
+  kdc_rt_plan_release(one);
+  kdc_safetensors_close(sf);
+  e2e_run s1, s18, again, more1, more18;
+  state_of(p1, ck, 1, &s1);
+  state_of(p18, ck, 8, &s18);
+  assert_int_equal(s1.n_state, trained->n_state);
+  assert_int_equal(s18.n_state, trained->n_state);
+  for (size_t k = 0; k < trained->n_state; k++) {
+    assert_string_equal(s1.names[k], trained->names[k]);
+    assert_string_equal(s18.names[k], trained->names[k]);
+    assert_memory_equal(s1.state[k], trained->state[k], trained->bytes[k]);
+    assert_memory_equal(s18.state[k], trained->state[k], trained->bytes[k]);
+  }
+  /* saved back from one device: the same tensors */
+  e2e_fit(p1, arrays, N, 0, 16, 0, ck, ck1, &again);
+  kdc_safetensors *a = NULL, *b = NULL;
+  assert_null(kdc_safetensors_open(ck, &a));
+  assert_null(kdc_safetensors_open(ck1, &b));
+  for (size_t k = 0; k < trained->n_state; k++) {
+    const kdc_st_tensor *ta = kdc_safetensors_find(a, trained->names[k]);
+    const kdc_st_tensor *tb = kdc_safetensors_find(b, trained->names[k]);
+    assert_non_null(ta), assert_non_null(tb);
+    assert_int_equal(ta->rank, tb->rank);
+    assert_memory_equal(ta->dims, tb->dims, sizeof ta->dims);
+    assert_int_equal(ta->nbytes, tb->nbytes);
+    assert_memory_equal(ta->data, tb->data, ta->nbytes);
+  }
+  kdc_safetensors_close(a), kdc_safetensors_close(b);
+  e2e_fit(p1, arrays, N, 0, 16, 1, ck, NULL, &more1);
+  e2e_fit(p18, arrays, N, 0, 16, 1, ck, NULL, &more18);
+  e2e_same_run(&more18, &more1, 0, 1e-5, ex->dir);
+  e2e_run_free(&s1), e2e_run_free(&s18), e2e_run_free(&again);
+  e2e_run_free(&more1), e2e_run_free(&more18);
+  free(p18), free(ck1);
+}
+
+/* Two epochs of Adam on 2x4 with the units split equal one device, with
+ * 1/4 of every recurrent weight and slot per device; the checkpoint of
+ * the 2x4 run moves to other meshes (check_checkpoint). */
 static void test_fit_split_units(void **state) {
   (void)state;
-  enum { N = 32 };
   char *layout = e2e_write_text("layout.json", LAYOUT);
   for (size_t e = 0; e < sizeof EXAMPLES / sizeof *EXAMPLES; e++) {
     const example *ex = &EXAMPLES[e];
     char *model = model_of(ex);
-    int64_t n;
-    float *x = inputs(ex, N, &n), y[N];
-    for (int i = 0; i < N; i++) y[i] = (float)(i % 3);
+    float y[N], *x = fit_rows(ex, y);
     const void *arrays[2] = {x, y};
     const char *loss = "sparse_categorical_crossentropy";
     char *p1 = compile("fit1.plan", model, NULL, "16", NULL, NULL, loss);
@@ -338,115 +431,16 @@ static void test_fit_split_units(void **state) {
                    W[k].body, g, rs, all);
       }
     }
-    e2e_run want, got;
+    e2e_run want, got, fresh;
+    state_of(p2, NULL, 4, &fresh);
+    e2e_run_free(&fresh);
+    char *ck = e2e_path("ck.safetensors");
     e2e_fit(p1, arrays, N, 0, 16, 2, NULL, NULL, &want);
-    e2e_fit(p2, arrays, N, 0, 16, 2, NULL, NULL, &got);
+    e2e_fit(p2, arrays, N, 0, 16, 2, NULL, ck, &got);
     e2e_same_run(&got, &want, 0, 1e-5, ex->dir);
+    check_checkpoint(ex, model, layout, p1, ck, &got, arrays);
     e2e_run_free(&want), e2e_run_free(&got);
-    free(p1), free(p2), free(model), free(x);
-  }
-  free(layout);
-}
-
-/* The training state of |plan| (fresh, or loaded from |init|), its per
- * device bytes checked: on 2x4 every recurrent weight and slot is kept per
- * gate, 1/4 of it per device (units split over model), the rest as
- * before; on one device nothing is kept per gate. */
-static void state_of(const char *plan, const char *init, int model_split, e2e_run *r) {
-  kdc_rt_plan *p = e2e_plan_load(plan);
-  kdc_rt_train *t = NULL;
-  assert_null(kdc_rt_train_create(p, &t));
-  if (init) assert_null(kdc_rt_train_load(t, init));
-  memset(r, 0, sizeof *r);
-  e2e_run_collect(t, r);
-  int split = 0;
-  for (size_t k = 0; k < r->n_state; k++) {
-    const kdc_rt_tensor_info *i = kdc_rt_train_state(t, k);
-    bool rec = recurrent(i->name) && model_split > 1;
-    if (kdc_rt_train_state_gate_packed(t, k) != rec)
-      fail_msg("%s: state %s gate_packed %d", plan, i->name, !rec);
-    if (rec && i->local_bytes * (uint64_t)model_split != i->bytes)
-      fail_msg("%s: state %s holds %llu of %llu bytes per device", plan, i->name,
-               (unsigned long long)i->local_bytes, (unsigned long long)i->bytes);
-    split += rec;
-  }
-  if (model_split > 1) assert_true(split >= 9);  /* 3 weights and 2 Adam slots, or more */
-  kdc_rt_train_destroy(t);
-  kdc_rt_plan_release(p);
-}
-
-/* A checkpoint saved on 2x4 (two Adam epochs, units split) holds Keras'
- * packed shapes; it loads bitwise on one device and on 1x8, saves back
- * from one device to the same tensors, and one more epoch from it on 1x8
- * equals one device (relative 1e-5). */
-static void test_checkpoint_meshes(void **state) {
-  (void)state;
-  enum { N = 32 };
-  char *layout = e2e_write_text("layout.json", LAYOUT);
-  for (size_t e = 0; e < sizeof EXAMPLES / sizeof *EXAMPLES; e++) {
-    const example *ex = &EXAMPLES[e];
-    char *model = model_of(ex);
-    int64_t n;
-    float *x = inputs(ex, N, &n), y[N];
-    for (int i = 0; i < N; i++) y[i] = (float)(2 - i % 3);
-    const void *arrays[2] = {x, y};
-    const char *loss = "sparse_categorical_crossentropy";
-    char *p1 = compile("ck1.plan", model, NULL, "16", NULL, NULL, loss);
-    char *p24 = compile("ck24.plan", model, NULL, "16", "2x4", layout, loss);
-    char *p18 = compile("ck18.plan", model, NULL, "16", "1x8", layout, loss);
-    char *ck = e2e_path("ck.safetensors"), *ck1 = e2e_path("ck1.safetensors");
-    e2e_run trained, s1, s18, s24;
-    state_of(p24, NULL, 4, &s24);
-    e2e_run_free(&s24);
-    e2e_fit(p24, arrays, N, 0, 16, 2, NULL, ck, &trained);
-    /* the file: Keras' packed shapes (the weights of one device's plan) */
-    kdc_safetensors *sf = NULL;
-    assert_null(kdc_safetensors_open(ck, &sf));
-    kdc_rt_plan *one = e2e_plan_load(p1);
-    kdc_rt_train *t1 = NULL;
-    assert_null(kdc_rt_train_create(one, &t1));
-    for (size_t k = 0; k < kdc_rt_train_state_count(t1); k++) {
-      const kdc_rt_tensor_info *i = kdc_rt_train_state(t1, k);
-      const kdc_st_tensor *f = kdc_safetensors_find(sf, i->name);
-      assert_non_null(f);
-      assert_int_equal(f->rank, i->rank);
-      for (int d = 0; d < i->rank; d++) assert_int_equal(f->dims[d], i->dims[d]);
-    }
-    kdc_rt_train_destroy(t1);
-    kdc_rt_plan_release(one);
-    kdc_safetensors_close(sf);
-    state_of(p1, ck, 1, &s1);
-    state_of(p18, ck, 8, &s18);
-    assert_int_equal(s1.n_state, trained.n_state);
-    assert_int_equal(s18.n_state, trained.n_state);
-    for (size_t k = 0; k < trained.n_state; k++) {
-      assert_string_equal(s1.names[k], trained.names[k]);
-      assert_string_equal(s18.names[k], trained.names[k]);
-      assert_memory_equal(s1.state[k], trained.state[k], trained.bytes[k]);
-      assert_memory_equal(s18.state[k], trained.state[k], trained.bytes[k]);
-    }
-    /* saved back from one device: the same tensors */
-    e2e_run again, more1, more18;
-    e2e_fit(p1, arrays, N, 0, 16, 0, ck, ck1, &again);
-    kdc_safetensors *a = NULL, *b = NULL;
-    assert_null(kdc_safetensors_open(ck, &a));
-    assert_null(kdc_safetensors_open(ck1, &b));
-    for (size_t k = 0; k < trained.n_state; k++) {
-      const kdc_st_tensor *ta = kdc_safetensors_find(a, trained.names[k]);
-      const kdc_st_tensor *tb = kdc_safetensors_find(b, trained.names[k]);
-      assert_non_null(ta), assert_non_null(tb);
-      assert_int_equal(ta->rank, tb->rank);
-      assert_memory_equal(ta->dims, tb->dims, sizeof ta->dims);
-      assert_int_equal(ta->nbytes, tb->nbytes);
-      assert_memory_equal(ta->data, tb->data, ta->nbytes);
-    }
-    kdc_safetensors_close(a), kdc_safetensors_close(b);
-    e2e_fit(p1, arrays, N, 0, 16, 1, ck, NULL, &more1);
-    e2e_fit(p18, arrays, N, 0, 16, 1, ck, NULL, &more18);
-    e2e_same_run(&more18, &more1, 0, 1e-5, ex->dir);
-    e2e_run_free(&trained), e2e_run_free(&s1), e2e_run_free(&s18), e2e_run_free(&again);
-    e2e_run_free(&more1), e2e_run_free(&more18);
-    free(p1), free(p24), free(p18), free(ck), free(ck1), free(model), free(x);
+    free(p1), free(p2), free(ck), free(model), free(x);
   }
   free(layout);
 }
@@ -502,7 +496,6 @@ int main(void) {
       cmocka_unit_test(test_predict_meshes),
       cmocka_unit_test(test_spmd_interpreter),
       cmocka_unit_test(test_fit_split_units),
-      cmocka_unit_test(test_checkpoint_meshes),
       cmocka_unit_test(test_lstm_text_reference),
       cmocka_unit_test(test_indivisible_units),
   };
