@@ -3,7 +3,8 @@
  * "Recurrent layers"): the LayoutMap {".*_cell/(recurrent_)?kernel":
  * (None, "model"), ".*_cell/bias": ("model",)} on examples/lstm_text (LSTM
  * 12 -> 16 units and LSTM 8), gru_rnn (GRU reset_after=false 10 -> 8 and
- * SimpleRNN 7 -> 8) and bidir_rnn (Bidirectional LSTM 7 -> 8 and GRU 5 -> 8),
+ * SimpleRNN 7 -> 8; again with reset_after=true) and bidir_rnn
+ * (Bidirectional LSTM 7 -> 8 and GRU 5 -> 8),
  * units changed so that every layer divides 8, weights from the Keras
  * initialisers (seed 3), batch 8, on meshes 1x8, 2x4 and 1x2:
  *   - predictions through the binary equal one device (relative 1e-5), and
@@ -55,26 +56,53 @@ enum { BATCH = 8, MAX_BODIES = 4, N = 32 /* training rows */ };
 static const char *LAYOUT =
     "{\"batch_dim_name\": \"data\", \"layout_map\": {"
     "\".*_cell/(recurrent_)?kernel\": [null, \"model\"], \".*_cell/bias\": [\"model\"]}}";
+/* A reset_after GRU's bias is [2, 3u]: its packed dim is the second */
+static const char *LAYOUT_RESET_AFTER =
+    "{\"batch_dim_name\": \"data\", \"layout_map\": {"
+    "\".*_cell/(recurrent_)?kernel\": [null, \"model\"], \".*_cell/bias\": [\"model\"], "
+    "\"gru/gru_cell/bias\": [null, \"model\"]}}";
 
 typedef struct example {
   const char *dir;
   int T, vocab, feat;                /* ids in [0, vocab) over T steps, or floats [T, feat] */
   const char *units[4][2];           /* "\"units\": a" -> "\"units\": b" */
+  bool reset_after;                  /* GRUs "reset_after": false -> true */
   const char *bodies[MAX_BODIES];    /* loop bodies and their all_gathers over model */
   int gathers[MAX_BODIES];
 } example;
 
 static const example EXAMPLES[] = {
-    {"lstm_text", 10, 50, 0, {{"12", "16"}}, {"lstm.step", "lstm_1.step"}, {1, 1}},
-    {"gru_rnn", 8, 0, 6, {{"10", "8"}, {"7", "8"}}, {"gru.step", "simple_rnn.step"}, {2, 1}},
-    {"bidir_rnn", 9, 40, 0, {{"7", "8"}, {"5", "8"}},
+    {"lstm_text", 10, 50, 0, {{"12", "16"}}, false, {"lstm.step", "lstm_1.step"}, {1, 1}},
+    {"gru_rnn", 8, 0, 6, {{"10", "8"}, {"7", "8"}}, false, {"gru.step", "simple_rnn.step"},
+     {2, 1}},
+    {"bidir_rnn", 9, 40, 0, {{"7", "8"}, {"5", "8"}}, false,
      {"forward_lstm.step", "backward_lstm.step", "forward_gru.step", "backward_gru.step"},
      {1, 1, 2, 2}},
+    /* a reset_after GRU: h @ U once per step for all gates, bias [2, 3u] */
+    {"gru_rnn", 8, 0, 6, {{"10", "8"}, {"7", "8"}}, true, {"gru.step", "simple_rnn.step"},
+     {1, 1}},
 };
 static const char *MESHES[] = {"1x8", "2x4", "1x2"};
 
 
-/* The example's model.json with its recurrent units changed (malloc'd path). */
+/* Replaces every |from| in the malloc'd string *|s| by |to|; at least once. */
+static void replace_all(char **s, const char *from, const char *to) {
+  int hits = 0;
+  for (char *p = strstr(*s, from); p; p = strstr(p + 1, from), hits++) {
+    size_t lf = strlen(from), lt = strlen(to), n = strlen(*s);
+    char *t = malloc(n + lt + 1);
+    memcpy(t, *s, (size_t)(p - *s));
+    memcpy(t + (p - *s), to, lt);
+    memcpy(t + (p - *s) + lt, p + lf, n - (size_t)(p - *s) - lf + 1);
+    p = t + (p - *s);
+    free(*s);
+    *s = t;
+  }
+  assert_true(hits >= 1);
+}
+
+/* The example's model.json with its recurrent units (and reset_after)
+ * changed (malloc'd path). */
 static char *model_of(const example *ex) {
   char rel[128];
   snprintf(rel, sizeof rel, "examples/%s/model.json", ex->dir);
@@ -85,19 +113,9 @@ static char *model_of(const example *ex) {
     char from[32], to[32];
     snprintf(from, sizeof from, "\"units\": %s,", ex->units[k][0]);
     snprintf(to, sizeof to, "\"units\": %s,", ex->units[k][1]);
-    int hits = 0;
-    for (char *p = strstr(s, from); p; p = strstr(p + 1, from), hits++) {
-      size_t lf = strlen(from), lt = strlen(to), n = strlen(s);
-      char *t = malloc(n + lt + 1);
-      memcpy(t, s, (size_t)(p - s));
-      memcpy(t + (p - s), to, lt);
-      memcpy(t + (p - s) + lt, p + lf, n - (size_t)(p - s) - lf + 1);
-      p = t + (p - s);
-      free(s);
-      s = t;
-    }
-    assert_true(hits >= 1);
+    replace_all(&s, from, to);
   }
+  if (ex->reset_after) replace_all(&s, "\"reset_after\": false", "\"reset_after\": true");
   snprintf(rel, sizeof rel, "%s_units.json", ex->dir);
   char *out = e2e_write_text(rel, s);
   free(s), free(src);
@@ -191,12 +209,17 @@ static void check_weight_pieces(const char *plan, int model) {
   kdc_rt_plan_release(p);
 }
 
+/* The layout of |ex| as text. */
+static const char *layout_of(const example *ex) {
+  return ex->reset_after ? LAYOUT_RESET_AFTER : LAYOUT;
+}
+
 /* Predictions and loop-body collectives of every example on every mesh. */
 static void test_predict_meshes(void **state) {
   (void)state;
-  char *layout = e2e_write_text("layout.json", LAYOUT);
   for (size_t e = 0; e < sizeof EXAMPLES / sizeof *EXAMPLES; e++) {
     const example *ex = &EXAMPLES[e];
+    char *layout = e2e_write_text("layout.json", layout_of(ex));
     char *model = model_of(ex), *x = input_file(ex, BATCH, "x.npy");
     char *p1 = compile("one.plan", model, NULL, "8", NULL, NULL, NULL);
     kdc_npy_array want = run(p1, x, "one.npy");
@@ -218,9 +241,8 @@ static void test_predict_meshes(void **state) {
       free(pm);
     }
     kdc_npy_free(&want);
-    free(p1), free(model), free(x);
+    free(p1), free(model), free(x), free(layout);
   }
-  free(layout);
 }
 
 static kdc_module *lower(const char *model, const kdc_mesh *mesh, const kdc_layout *lay) {
@@ -239,11 +261,12 @@ static kdc_module *lower(const char *model, const kdc_mesh *mesh, const kdc_layo
  * interpreter on the unpartitioned one. */
 static void test_spmd_interpreter(void **state) {
   (void)state;
-  kdc_layout *lay = NULL;
-  assert_null(kdc_layout_parse(LAYOUT, strlen(LAYOUT), "layout.json", &lay));
   const char *meshes[] = {"data=1,model=8", "data=2,model=4", "data=1,model=2"};
   for (size_t e = 0; e < sizeof EXAMPLES / sizeof *EXAMPLES; e++) {
     const example *ex = &EXAMPLES[e];
+    kdc_layout *lay = NULL;
+    const char *text = layout_of(ex);
+    assert_null(kdc_layout_parse(text, strlen(text), "layout.json", &lay));
     char *model = model_of(ex);
     kdc_module *ref = lower(model, NULL, NULL);
     kdc_func *rf = kdc_ir_module_find_func(ref, "predict");
@@ -293,9 +316,9 @@ static void test_spmd_interpreter(void **state) {
     free(want[0].data);
     sh_free_tensors(args, rf->n_params);
     kdc_ir_module_destroy(ref);
+    kdc_layout_free(lay);
     free(model), free(x);
   }
-  kdc_layout_free(lay);
 }
 
 /* The training state of |plan| (fresh, or loaded from |init|), its per
@@ -390,9 +413,9 @@ static void check_checkpoint(const example *ex, const char *model, const char *l
  * the 2x4 run moves to other meshes (check_checkpoint). */
 static void test_fit_split_units(void **state) {
   (void)state;
-  char *layout = e2e_write_text("layout.json", LAYOUT);
   for (size_t e = 0; e < sizeof EXAMPLES / sizeof *EXAMPLES; e++) {
     const example *ex = &EXAMPLES[e];
+    char *layout = e2e_write_text("layout.json", layout_of(ex));
     char *model = model_of(ex);
     float y[N], *x = fit_rows(ex, y);
     const void *arrays[2] = {x, y};
@@ -440,9 +463,8 @@ static void test_fit_split_units(void **state) {
     e2e_same_run(&got, &want, 0, 1e-5, ex->dir);
     check_checkpoint(ex, model, layout, p1, ck, &got, arrays);
     e2e_run_free(&want), e2e_run_free(&got);
-    free(p1), free(p2), free(ck), free(model), free(x);
+    free(p1), free(p2), free(ck), free(model), free(x), free(layout);
   }
-  free(layout);
 }
 
 /* lstm_text with its own weights, split by units, against its TF.js
