@@ -69,10 +69,17 @@ static void *resolve(const runner *r, int64_t dev, const kdc_prog_loc *l) {
   return base + l->offset;
 }
 
+/* |l| as step |s| sees it: redirected into a shared result when the step
+ * computes the operand of an all_gather made in place (gather_inplace.c). */
+static void *resolve_at(const runner *r, int64_t dev, uint32_t s, const kdc_prog_loc *l) {
+  void *to = r->rf->inplace_of ? rt_inplace_redirect(r->rf, r->f, dev, s, l) : NULL;
+  return to ? to : resolve(r, dev, l);
+}
+
 static void **bind_kernel(const runner *r, int64_t dev, uint32_t s) {
   const kdc_prog_kernel_step *k = &r->f->steps[s].kernel;
   void **args = r->rf->step_args[dev * r->f->n_steps + s];
-  for (uint32_t a = 0; a < k->n_args; a++) args[a] = resolve(r, dev, &k->args[a]);
+  for (uint32_t a = 0; a < k->n_args; a++) args[a] = resolve_at(r, dev, s, &k->args[a]);
   return args;
 }
 
@@ -84,12 +91,13 @@ static const int64_t *coords(const kdc_rt_plan *p, int64_t dev) {
   return p->coords + dev * KDC_PROG_MAX_AXES;
 }
 
-/* Rows [m0, m1) and columns [n0, n1) of batch entry |i| of GEMM |g|. */
-static void gemm_block(const runner *r, int64_t dev, const kdc_prog_gemm_step *g, int64_t i,
-                       int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
-  const float *A = (const float *)resolve(r, dev, &g->a) + i * g->stride_a;
-  const float *B = (const float *)resolve(r, dev, &g->b) + i * g->stride_b;
-  float *C = (float *)resolve(r, dev, &g->c) + i * g->stride_c;
+/* Rows [m0, m1) and columns [n0, n1) of batch entry |i| of GEMM step |s|. */
+static void gemm_block(const runner *r, int64_t dev, uint32_t s, int64_t i, int64_t m0,
+                       int64_t m1, int64_t n0, int64_t n1) {
+  const kdc_prog_gemm_step *g = &r->f->steps[s].gemm;
+  const float *A = (const float *)resolve_at(r, dev, s, &g->a) + i * g->stride_a;
+  const float *B = (const float *)resolve_at(r, dev, s, &g->b) + i * g->stride_b;
+  float *C = (float *)resolve_at(r, dev, s, &g->c) + i * g->stride_c;
   A += g->trans_a ? m0 : m0 * g->lda;  /* op(A) is M x K: A is K x M when transposed */
   B += g->trans_b ? n0 * g->ldb : n0;  /* op(B) is K x N: B is N x K when transposed */
   C += m0 * g->ldc + n0;
@@ -99,8 +107,9 @@ static void gemm_block(const runner *r, int64_t dev, const kdc_prog_gemm_step *g
               (blasint)g->ldc);
 }
 
-static void run_gemm(const runner *r, int64_t dev, const kdc_prog_gemm_step *g) {
-  for (int64_t i = 0; i < g->batch; i++) gemm_block(r, dev, g, i, 0, g->m, 0, g->n);
+static void run_gemm(const runner *r, int64_t dev, uint32_t s) {
+  const kdc_prog_gemm_step *g = &r->f->steps[s].gemm;
+  for (int64_t i = 0; i < g->batch; i++) gemm_block(r, dev, s, i, 0, g->m, 0, g->n);
 }
 
 /* LOOP steps (a scan): the body is a function of the plan whose inputs and
@@ -144,7 +153,7 @@ static void run_local_step(const runner *r, int64_t dev, uint32_t s) {
     r->p->kernels[st->kernel.kernel](bind_kernel(r, dev, s), coords(r->p, dev), 0,
                                      st->kernel.extent);
     break;
-  case KDC_STEP_GEMM: run_gemm(r, dev, &st->gemm); break;
+  case KDC_STEP_GEMM: run_gemm(r, dev, s); break;
   case KDC_STEP_COPY:
     memmove(resolve(r, dev, &st->dst), resolve(r, dev, &st->src), st->src.bytes);
     break;
@@ -195,6 +204,7 @@ static bool dst_seen(kdc_rt_plan *p, uint64_t seq, const void *dst) {
 static kdc_status run_collective(runner *r, uint32_t s) {
   kdc_rt_plan *p = r->p;
   const kdc_prog_coll_step *c = &r->f->steps[s].coll;
+  if (r->rf->inplace_skip && r->rf->inplace_skip[s]) return NULL; /* made in place */
   rt_coll_call call = {c, &r->rf->groups[s], ++p->coll_seq, r->f->name, s};
   /* Only an output can be one buffer for several devices (state.c shares
    * replicas of training state); every arena is the device's own. */
@@ -366,7 +376,7 @@ static void gemm_task(void *ctx, int64_t task) {
   int64_t dev = r->p->d0 + task / r->chunks, c = task % r->chunks;
   if (g->batch >= r->chunks) { /* a range of whole batch entries */
     for (int64_t i = g->batch * c / r->chunks; i < g->batch * (c + 1) / r->chunks; i++)
-      gemm_block(r, dev, g, i, 0, g->m, 0, g->n);
+      gemm_block(r, dev, r->step, i, 0, g->m, 0, g->n);
     return;
   }
   int64_t per = r->chunks / g->batch, i = c / per, b = c % per; /* block b of entry i */
@@ -375,8 +385,8 @@ static void gemm_task(void *ctx, int64_t task) {
   int64_t lo = units * b / per * GEMM_ALIGN, hi = units * (b + 1) / per * GEMM_ALIGN;
   if (hi > len) hi = len;
   if (lo >= hi) return;
-  if (rows) gemm_block(r, dev, g, i, lo, hi, 0, g->n);
-  else gemm_block(r, dev, g, i, 0, g->m, lo, hi);
+  if (rows) gemm_block(r, dev, r->step, i, lo, hi, 0, g->n);
+  else gemm_block(r, dev, r->step, i, 0, g->m, lo, hi);
 }
 
 static void run_gemm_split(runner *r, uint32_t s) {
@@ -393,7 +403,7 @@ static void run_gemm_split(runner *r, uint32_t s) {
   if (chunks > RT_POOL_MAX_TASKS / nl) chunks = RT_POOL_MAX_TASKS / nl;
   if (threads <= 1 || step_ops(&r->f->steps[s]) * nl < GEMM_PARALLEL_MIN_FLOPS ||
       chunks * nl < 2 || (g->batch < threads && chunks % g->batch)) {
-    for (int64_t d = p->d0; d < p->d1; d++) run_gemm(r, d, g);
+    for (int64_t d = p->d0; d < p->d1; d++) run_gemm(r, d, s);
     return;
   }
   r->step = s;
@@ -426,10 +436,15 @@ kdc_status rt_exec_steps(kdc_rt_plan *p, size_t func) {
     return KDC_ERR(KDC_INVALID_INPUT, "%s: loaded to be described only (no code): it cannot "
                    "run", p->path);
   runner r = {.p = p, .f = &p->prog.funcs[func], .rf = &p->funcs[func]};
+  r.rf->inplace_made = rt_inplace_bind(p, r.f, r.rf);
   kdc_status st = p->device_parallel ? run_device_parallel(&r) : run_stepwise(&r);
   r.rf->prof_runs += p->profile;
   if (st) st = kdc_status_annotate(st, "%s: %s", p->path, r.f->name);
   return st;
+}
+
+size_t rt_exec_inplace_gathers(const kdc_rt_plan *p, size_t func) {
+  return func < p->prog.n_funcs ? p->funcs[func].inplace_made : 0;
 }
 
 /* ---- the API -------------------------------------------------------------------- */

@@ -372,6 +372,13 @@ typedef struct rt_coll_groups {
   int64_t *peer;            /* collective_permute: per device, its source or -1 */
 } rt_coll_groups;
 
+/* An all_gather made in place (gather_inplace.c): the steps [first, coll)
+ * that touch the operand of COLLECTIVE step |coll| (a GEMM writing it, the
+ * kernels updating it) are redirected into the shared result. */
+typedef struct rt_inplace {
+  uint32_t first, coll;
+} rt_inplace;
+
 typedef struct rt_func {
   void ***step_args;        /* [device * n_steps + step]: a kernel step's argument array */
   void **argv;              /* storage for all of them */
@@ -383,6 +390,14 @@ typedef struct rt_func {
                                in_ptr / out_ptr (training state), or NULL (cuda/exec.c) */
   uint64_t *prof_ns;        /* profiling: per step, nanoseconds summed over prof_runs runs */
   uint64_t prof_runs;
+  /* all_gathers into a shared replica made in place (gather_inplace.c): */
+  rt_inplace *inplace;      /* the candidates, found at load */
+  size_t n_inplace;
+  uint32_t *inplace_of;     /* per step: 1 + the candidate whose operand it touches, or 0 */
+  bool *inplace_skip;       /* per step, this run: a collective made in place (moves nothing) */
+  char **inplace_dst;       /* [device * n_steps + candidate], this run: where the device's
+                               operand goes instead, or NULL */
+  size_t inplace_made;      /* collectives made in place in the last run */
 } rt_func;
 
 struct rt_comm;
@@ -468,6 +483,24 @@ kdc_status rt_exec_steps(kdc_rt_plan *p, size_t func);
  * executor hands the backend NULL for every later device (comm.h), so the
  * result is written once (state.c's shared replicas). */
 bool rt_exec_output_shareable(const kdc_prog_func *f, uint32_t o);
+
+/* ---- gather_inplace.c: all_gathers into a shared replica made in place ---- */
+
+/* Finds |f|'s candidates (an all_gather into a whole output whose operand
+ * a GEMM and kernels after it compute) and allocates the per-run arrays. */
+void rt_inplace_create(const kdc_rt_plan *p, const kdc_prog_func *f, rt_func *rf);
+void rt_inplace_destroy(rt_func *rf);
+/* Before a run of |f| (out_ptr bound): makes in place every candidate whose
+ * groups are local and bind one result buffer each; returns how many. */
+size_t rt_inplace_bind(kdc_rt_plan *p, const kdc_prog_func *f, rt_func *rf);
+/* Where step |s| of device |dev| finds |l| this run instead of its own
+ * place (the device's piece of a shared result), or NULL. */
+void *rt_inplace_redirect(const rt_func *rf, const kdc_prog_func *f, int64_t dev, uint32_t s,
+                          const kdc_prog_loc *l);
+/* Tests: |on| false runs every all_gather as a collective (default on). */
+void rt_exec_test_inplace(bool on);
+/* All_gathers of |func| made in place during its last run. */
+size_t rt_exec_inplace_gathers(const kdc_rt_plan *p, size_t func);
 
 /* ---- blas_core.c: OpenBLAS's kernels for this CPU ----------------------------- */
 

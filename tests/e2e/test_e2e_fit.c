@@ -33,6 +33,11 @@
  *   - shared replicas: on 8 devices d1/kernel (rebuilt by an all_gather) is
  *     one buffer in the process, 4 on 2x4 Megatron, state written by
  *     kernels one per device; training with them = the 1-device run.
+ *   - in-place all_gathers (runtime/gather_inplace.c): on 8 devices and on
+ *     2x4 Megatron the update kernel writes d1/kernel's pieces straight
+ *     into the shared buffer (one all_gather made in place per step, none
+ *     under --no-shard-update), and 2 epochs give bitwise the run with
+ *     every all_gather run as a collective.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -273,6 +278,46 @@ static void test_shared_replicas(void **s) {
   same_run(&rmg, &r1, 0, "mesh 2x4 Megatron, shared replicas");
   e2e_run_free(&r1), e2e_run_free(&r8), e2e_run_free(&rmg);
   free(p1), free(p8), free(pmg), free(u8), free(mg);
+}
+
+/* All_gathers of train_step made in place in |plan|'s last run (the plan
+ * e2e_fit loaded: e2e_plan_load hands back the same load). */
+static size_t inplace_gathers(const char *plan) {
+  kdc_rt_plan *p = e2e_plan_load(plan);
+  size_t n = rt_exec_inplace_gathers(p, (size_t)kdc_rt_plan_find_func(p, "train_step"));
+  kdc_rt_plan_release(p);
+  return n;
+}
+
+/* 2 epochs of |plan| with in-place all_gathers (|want| of them per step)
+ * and with every all_gather a collective: bitwise the same run. */
+static void same_inplace(const char *plan, size_t want, const char *what) {
+  run on, off;
+  train(plan, 2, NULL, NULL, &on);
+  assert_int_equal(inplace_gathers(plan), want);
+  rt_exec_test_inplace(false);
+  train(plan, 2, NULL, NULL, &off);
+  rt_exec_test_inplace(true);
+  assert_int_equal(inplace_gathers(plan), 0);
+  e2e_same_run(&on, &off, 0, 0, what);
+  e2e_run_free(&on), e2e_run_free(&off);
+}
+
+/* In-place all_gathers (runtime/gather_inplace.c): d1/kernel's all_gather
+ * after its sharded update writes into the shared replica (8 devices: one
+ * group; 2x4 Megatron: 4 groups over data, each its own buffer), and the
+ * results are bitwise those of the collective.  --no-shard-update has no
+ * all_gather of a weight: nothing is made in place. */
+static void test_inplace_gather(void **s) {
+  (void)s;
+  char *mg = megatron_layout();
+  char *p8 = compile("adam", "8", NULL, NULL, "16");
+  char *pmg = compile("adam", "2x4", "data,model", mg, "16");
+  char *u8 = compile_unsharded("adam", "8", NULL, NULL);
+  same_inplace(p8, 1, "mesh 8, in-place all_gather");
+  same_inplace(pmg, 1, "mesh 2x4 Megatron, in-place all_gather");
+  same_inplace(u8, 0, "mesh 8, --no-shard-update");
+  free(p8), free(pmg), free(u8), free(mg);
 }
 
 /* evaluate, and one train_step, of rows [0, n) through |plan| (padded and
@@ -623,6 +668,7 @@ int main(void) {
       cmocka_unit_test(test_crash_in_save),       cmocka_unit_test(test_cli),
       cmocka_unit_test(test_compile_config),      cmocka_unit_test(test_keras_reference),
       cmocka_unit_test(test_compile_config_schedule), cmocka_unit_test(test_shared_replicas),
+      cmocka_unit_test(test_inplace_gather),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   free(x_npy), free(y_npy);
