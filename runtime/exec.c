@@ -206,11 +206,11 @@ static kdc_status run_collective(runner *r, uint32_t s) {
   const kdc_prog_coll_step *c = &r->f->steps[s].coll;
   if (r->rf->inplace_skip && r->rf->inplace_skip[s]) return NULL; /* made in place */
   rt_coll_call call = {c, &r->rf->groups[s], ++p->coll_seq, r->f->name, s};
-  /* Only an output can be one buffer for several devices (state.c shares
-   * replicas of training state); every arena is the device's own. */
-  bool may_share = c->dst.buf == KDC_PROG_BUF_OUTPUT && nlocal(p) > 1;
+  /* Only an output (state.c shares replicas of training state) or a shared
+   * result (gather_inplace.c) can be one buffer for several devices. */
+  bool may_share = (c->dst.buf == KDC_PROG_BUF_OUTPUT || r->rf->inplace_of) && nlocal(p) > 1;
   for (int64_t d = p->d0; d < p->d1; d++) {
-    void *dst = resolve(r, d, &c->dst);
+    void *dst = resolve_at(r, d, s, &c->dst); /* a shared result: gather_inplace.c */
     if (may_share && dst_seen(p, call.seq, dst)) dst = NULL; /* written by an earlier device */
     KDC_RETURN_IF_ERROR(p->comm->vt->arrive(p->comm, &call, d, resolve(r, d, &c->src), dst));
   }
@@ -436,15 +436,15 @@ kdc_status rt_exec_steps(kdc_rt_plan *p, size_t func) {
     return KDC_ERR(KDC_INVALID_INPUT, "%s: loaded to be described only (no code): it cannot "
                    "run", p->path);
   runner r = {.p = p, .f = &p->prog.funcs[func], .rf = &p->funcs[func]};
-  r.rf->inplace_made = rt_inplace_bind(p, r.f, r.rf);
+  rt_inplace_bind(p, r.f, r.rf);
   kdc_status st = p->device_parallel ? run_device_parallel(&r) : run_stepwise(&r);
   r.rf->prof_runs += p->profile;
   if (st) st = kdc_status_annotate(st, "%s: %s", p->path, r.f->name);
   return st;
 }
 
-size_t rt_exec_inplace_gathers(const kdc_rt_plan *p, size_t func) {
-  return func < p->prog.n_funcs ? p->funcs[func].inplace_made : 0;
+size_t rt_exec_inplace_count(const kdc_rt_plan *p, size_t func, bool shared) {
+  return func < p->prog.n_funcs ? p->funcs[func].inplace_made[shared] : 0;
 }
 
 /* ---- the API -------------------------------------------------------------------- */

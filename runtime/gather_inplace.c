@@ -30,6 +30,7 @@
  * compute the same bytes.
  */
 #include <stdlib.h>
+#include <string.h>
 
 #include "runtime/runtime.h"
 
@@ -49,11 +50,12 @@ static bool same_loc(const kdc_prog_loc *a, const kdc_prog_loc *b) {
 
 /* How step |st| meets |l|: *reads / *writes set when it may read / write
  * an overlapping range; *whole when it writes all of |l| without reading
- * it.  A kernel may read any of its outputs (codegen passes an operand
- * placed where the output goes only once: the kernel updates it in place),
- * so kernel outputs count as read too; a GEMM's C (beta 0), a copy's or a
- * collective's destination only as written.  A LOOP step reads and writes
- * everything (its body addresses the arena). */
+ * it.  Codegen hands a kernel an operand placed where its output goes
+ * (same buffer and offset) only as that output, which the kernel then
+ * updates in place: a kernel output starting where |l| starts may read
+ * it.  A GEMM's C (beta 0), a copy's or a collective's destination are
+ * only written.  A LOOP step reads and writes everything (its body
+ * addresses the arena). */
 static void touches(const kdc_prog_step *st, const kdc_prog_loc *l, bool *reads, bool *writes,
                     bool *whole) {
   *reads = *writes = *whole = false;
@@ -64,8 +66,10 @@ static void touches(const kdc_prog_step *st, const kdc_prog_loc *l, bool *reads,
   switch (st->kind) {
   case KDC_STEP_KERNEL:
     for (uint32_t a = 0; a < st->kernel.n_args; a++) {
-      R(st->kernel.args[a]);
-      if (a < st->kernel.n_out) *writes |= overlaps(&st->kernel.args[a], l);
+      const kdc_prog_loc *x = &st->kernel.args[a];
+      if (a >= st->kernel.n_out) R(*x);
+      else if (x->buf == l->buf && x->index == l->index && x->offset == l->offset) R(*x), W(*x);
+      else W(*x);
     }
     break;
   case KDC_STEP_GEMM: R(st->gemm.a), R(st->gemm.b), W(st->gemm.c); break;
@@ -104,10 +108,10 @@ static bool exact_refs(const kdc_prog_step *st, const kdc_prog_loc *l) {
   return true;
 }
 
-/* Is all_gather |s| a candidate (file comment)?  Its chain is the steps
- * from the GEMM that writes its operand afresh to |s|, each touching the
- * operand only as exactly that range: *|first| is that GEMM. */
-static bool candidate(const kdc_prog_func *f, uint32_t s, uint32_t *first) {
+/* Is all_gather |s| an in-place candidate (file comment)?  Its chain is
+ * the steps from the GEMM that writes its operand afresh to |s|, each
+ * touching the operand only as exactly that range: *|first| is that GEMM. */
+static bool gather_candidate(const kdc_prog_func *f, uint32_t s, uint32_t *first) {
   const kdc_prog_coll_step *c = &f->steps[s].coll;
   if (c->kind != KDC_COLL_ALL_GATHER || c->dst.buf != KDC_PROG_BUF_OUTPUT ||
       c->src.buf != KDC_PROG_BUF_ARENA || c->dst.offset != 0 ||
@@ -136,46 +140,111 @@ static bool candidate(const kdc_prog_func *f, uint32_t s, uint32_t *first) {
   return false;
 }
 
+/* Is collective |s| (an all_gather or all_reduce: every member of a group
+ * gets the same result) into the arena a shared-result candidate (file
+ * comment)?  *|last| is the last step reading its result. */
+static bool shared_candidate(const kdc_prog_func *f, uint32_t s, uint32_t *last) {
+  const kdc_prog_coll_step *c = &f->steps[s].coll;
+  if ((c->kind != KDC_COLL_ALL_GATHER && c->kind != KDC_COLL_ALL_REDUCE) ||
+      c->dst.buf != KDC_PROG_BUF_ARENA || !c->dst.bytes)
+    return false;
+  *last = s;
+  bool clobbered = false; /* written in part: nothing may read it any more */
+  for (uint32_t i = s + 1; i < f->n_steps; i++) {
+    const kdc_prog_step *st = &f->steps[i];
+    bool r, w, whole;
+    touches(st, &c->dst, &r, &w, &whole);
+    if (whole) break;
+    if (!r) {
+      clobbered |= w;
+      continue;
+    }
+    /* only read, as exactly that range: a kernel's input or a GEMM's A or B */
+    if (w || clobbered || !exact_refs(st, &c->dst)) return false;
+    *last = i;
+  }
+  return *last > s;
+}
+
+/* Marks steps [first, last] that touch |l| as steps of candidate |n| (at
+ * most RT_INPLACE_PER_STEP per step); false, nothing marked, when a step
+ * has no slot left. */
+static bool mark(const kdc_prog_func *f, rt_func *rf, uint32_t first, uint32_t last,
+                 const kdc_prog_loc *l, uint32_t n) {
+  for (int pass = 0; pass < 2; pass++)
+    for (uint32_t i = first; i <= last; i++) {
+      bool r, w, whole;
+      touches(&f->steps[i], l, &r, &w, &whole);
+      if (!r && !w) continue;
+      uint32_t *slot = &rf->inplace_of[i * RT_INPLACE_PER_STEP], k = 0;
+      while (k < RT_INPLACE_PER_STEP && slot[k]) k++;
+      if (k == RT_INPLACE_PER_STEP) return false;
+      if (pass) slot[k] = n;
+    }
+  return true;
+}
+
+static void add(const kdc_rt_plan *p, const kdc_prog_func *f, rt_func *rf, rt_inplace c) {
+  if (!rf->n_inplace) {
+    rf->inplace = kdc_xcalloc(f->n_steps, sizeof *rf->inplace);
+    rf->inplace_of = kdc_xcalloc((size_t)f->n_steps * RT_INPLACE_PER_STEP, sizeof *rf->inplace_of);
+    rf->inplace_skip = kdc_xcalloc(f->n_steps, sizeof *rf->inplace_skip);
+    rf->inplace_dst = kdc_xcalloc((size_t)p->nd * f->n_steps, sizeof *rf->inplace_dst);
+  }
+  const rt_coll_groups *g = &rf->groups[c.coll];
+  uint64_t room = (c.loc.bytes + 63) / 64 * 64;
+  if (c.shared) { /* one result buffer per group, device d reads its group's */
+    c.buf = aligned_alloc(64, room * (uint64_t)g->n_groups);
+    if (!c.buf) return; /* no room: the collective writes every arena, as without it */
+  }
+  if (!mark(f, rf, c.first, c.last, &c.loc, (uint32_t)rf->n_inplace + 1)) {
+    free(c.buf);
+    return;
+  }
+  if (c.shared) {
+    memset(c.buf, 0, room * (uint64_t)g->n_groups);
+    for (int64_t d = 0; d < p->nd; d++)
+      rf->inplace_dst[(size_t)d * f->n_steps + rf->n_inplace] = c.buf + room * (uint64_t)g->group_of[d];
+  }
+  rf->inplace[rf->n_inplace++] = c;
+}
+
 void rt_inplace_create(const kdc_rt_plan *p, const kdc_prog_func *f, rt_func *rf) {
   rf->n_inplace = 0;
-  if (f->is_body) return; /* bound per iteration by its loop, never per run */
+  if (f->is_body || p->cuda) return; /* a body is bound per iteration, never per run */
   for (uint32_t s = 0; s < f->n_steps; s++) {
-    uint32_t first = 0;
-    if (f->steps[s].kind != KDC_STEP_COLLECTIVE || !candidate(f, s, &first)) continue;
-    if (!rf->n_inplace) {
-      rf->inplace = kdc_xcalloc(f->n_steps, sizeof *rf->inplace);
-      rf->inplace_of = kdc_xcalloc(f->n_steps, sizeof *rf->inplace_of);
-      rf->inplace_skip = kdc_xcalloc(f->n_steps, sizeof *rf->inplace_skip);
-      rf->inplace_dst = kdc_xcalloc((size_t)p->nd * f->n_steps, sizeof *rf->inplace_dst);
-    }
-    bool taken = false; /* a step of two chains: keep the first candidate only */
-    for (uint32_t i = first; i < s; i++) taken |= rf->inplace_of[i] != 0;
-    if (taken) continue;
-    rf->inplace[rf->n_inplace++] = (rt_inplace){first, s};
-    for (uint32_t i = first; i < s; i++) {
-      bool r, w, whole;
-      touches(&f->steps[i], &f->steps[s].coll.src, &r, &w, &whole);
-      if (r || w) rf->inplace_of[i] = (uint32_t)rf->n_inplace;
-    }
+    uint32_t at = 0;
+    if (f->steps[s].kind != KDC_STEP_COLLECTIVE) continue;
+    if (gather_candidate(f, s, &at))
+      add(p, f, rf, (rt_inplace){.first = at, .last = s - 1, .coll = s, .loc = f->steps[s].coll.src});
+    else if (shared_candidate(f, s, &at))
+      add(p, f, rf, (rt_inplace){.first = s, .last = at, .coll = s, .loc = f->steps[s].coll.dst,
+                                 .shared = true});
   }
 }
 
 void rt_inplace_destroy(rt_func *rf) {
+  for (size_t i = 0; i < rf->n_inplace; i++) free(rf->inplace[i].buf);
   free(rf->inplace), free(rf->inplace_of), free(rf->inplace_skip), free(rf->inplace_dst);
 }
 
 void *rt_inplace_redirect(const rt_func *rf, const kdc_prog_func *f, int64_t dev, uint32_t s,
                           const kdc_prog_loc *l) {
-  uint32_t i = rf->inplace_of ? rf->inplace_of[s] : 0;
-  if (!i || !same_loc(l, &f->steps[rf->inplace[i - 1].coll].coll.src)) return NULL;
-  return rf->inplace_dst[(size_t)dev * f->n_steps + i - 1];
+  const uint32_t *slot = &rf->inplace_of[s * RT_INPLACE_PER_STEP];
+  for (int k = 0; k < RT_INPLACE_PER_STEP && slot[k]; k++) {
+    const rt_inplace *c = &rf->inplace[slot[k] - 1];
+    if (c->on && same_loc(l, &c->loc)) return rf->inplace_dst[(size_t)dev * f->n_steps + slot[k] - 1];
+  }
+  return NULL;
 }
 
-/* Candidate |c| this run: every group local and bound to one buffer?
- * Then each writer group's members get their place in it. */
-static bool bind_one(kdc_rt_plan *p, const kdc_prog_func *f, rt_func *rf, const rt_inplace *c) {
+/* In-place candidate |c| this run: every group local and bound to one
+ * buffer?  Then each writer group's members get their place in it. */
+static bool bind_gather(kdc_rt_plan *p, const kdc_prog_func *f, rt_func *rf, const rt_inplace *c) {
   const kdc_prog_coll_step *cs = &f->steps[c->coll].coll;
   const rt_coll_groups *g = &rf->groups[c->coll];
+  size_t n = (size_t)(c - rf->inplace);
+  for (int64_t d = 0; d < p->nd; d++) rf->inplace_dst[d * f->n_steps + n] = NULL;
   for (int64_t gi = 0; gi < g->n_groups; gi++) {
     const int64_t *m = &g->members[gi * g->k];
     char *buf = rf->out_ptr[m[0] * f->n_outputs + cs->dst.index];
@@ -192,18 +261,18 @@ static bool bind_one(kdc_rt_plan *p, const kdc_prog_func *f, rt_func *rf, const 
       earlier = rf->out_ptr[g->members[e * g->k] * f->n_outputs + cs->dst.index] == buf;
     if (earlier) continue;
     for (int64_t j = 0; j < g->k; j++)
-      rf->inplace_dst[m[j] * f->n_steps + (c - rf->inplace)] = buf + (uint64_t)j * cs->src.bytes;
+      rf->inplace_dst[m[j] * f->n_steps + n] = buf + (uint64_t)j * cs->src.bytes;
   }
   return true;
 }
 
-size_t rt_inplace_bind(kdc_rt_plan *p, const kdc_prog_func *f, rt_func *rf) {
-  size_t made = 0;
+void rt_inplace_bind(kdc_rt_plan *p, const kdc_prog_func *f, rt_func *rf) {
+  rf->inplace_made[0] = rf->inplace_made[1] = 0;
+  bool all_local = p->d0 == 0 && p->d1 == p->nd && p->nd > 1;
   for (size_t i = 0; i < rf->n_inplace; i++) {
-    const rt_inplace *c = &rf->inplace[i];
-    for (int64_t d = 0; d < p->nd; d++) rf->inplace_dst[d * f->n_steps + i] = NULL;
-    rf->inplace_skip[c->coll] = !rt_inplace_off && !p->cuda && bind_one(p, f, rf, c);
-    made += rf->inplace_skip[c->coll];
+    rt_inplace *c = &rf->inplace[i];
+    c->on = !rt_inplace_off && (c->shared ? all_local : bind_gather(p, f, rf, c));
+    rf->inplace_skip[c->coll] = c->on && !c->shared;
+    rf->inplace_made[c->shared] += c->on;
   }
-  return made;
 }

@@ -372,12 +372,20 @@ typedef struct rt_coll_groups {
   int64_t *peer;            /* collective_permute: per device, its source or -1 */
 } rt_coll_groups;
 
-/* An all_gather made in place (gather_inplace.c): the steps [first, coll)
- * that touch the operand of COLLECTIVE step |coll| (a GEMM writing it, the
- * kernels updating it) are redirected into the shared result. */
+/* A collective whose result is shared (gather_inplace.c): the steps
+ * [first, last] that touch |loc| (an arena range) are redirected.  An
+ * all_gather made in place: |loc| is its operand, which the steps from the
+ * GEMM computing it compute in the device's slice of the shared result
+ * (an output) instead; |shared|: |loc| is its result, which one buffer per
+ * group (|buf|, allocated at load) holds for every member. */
 typedef struct rt_inplace {
-  uint32_t first, coll;
+  uint32_t first, last, coll;
+  kdc_prog_loc loc;
+  bool shared;
+  bool on;                  /* this run */
+  char *buf;
 } rt_inplace;
+enum { RT_INPLACE_PER_STEP = 2 };
 
 typedef struct rt_func {
   void ***step_args;        /* [device * n_steps + step]: a kernel step's argument array */
@@ -393,11 +401,12 @@ typedef struct rt_func {
   /* all_gathers into a shared replica made in place (gather_inplace.c): */
   rt_inplace *inplace;      /* the candidates, found at load */
   size_t n_inplace;
-  uint32_t *inplace_of;     /* per step: 1 + the candidate whose operand it touches, or 0 */
+  uint32_t *inplace_of;     /* [step * RT_INPLACE_PER_STEP + k]: 1 + a candidate whose range
+                               the step touches, or 0 */
   bool *inplace_skip;       /* per step, this run: a collective made in place (moves nothing) */
-  char **inplace_dst;       /* [device * n_steps + candidate], this run: where the device's
-                               operand goes instead, or NULL */
-  size_t inplace_made;      /* collectives made in place in the last run */
+  char **inplace_dst;       /* [device * n_steps + candidate]: where the device's range is
+                               instead, or NULL */
+  size_t inplace_made[2];   /* candidates on in the last run: in place, shared results */
 } rt_func;
 
 struct rt_comm;
@@ -487,20 +496,26 @@ bool rt_exec_output_shareable(const kdc_prog_func *f, uint32_t o);
 /* ---- gather_inplace.c: all_gathers into a shared replica made in place ---- */
 
 /* Finds |f|'s candidates (an all_gather into a whole output whose operand
- * a GEMM and kernels after it compute) and allocates the per-run arrays. */
+ * a GEMM and kernels after it compute; an all_gather or all_reduce into the
+ * arena that only kernels and GEMMs read) and allocates their arrays and
+ * shared buffers. */
 void rt_inplace_create(const kdc_rt_plan *p, const kdc_prog_func *f, rt_func *rf);
 void rt_inplace_destroy(rt_func *rf);
-/* Before a run of |f| (out_ptr bound): makes in place every candidate whose
- * groups are local and bind one result buffer each; returns how many. */
-size_t rt_inplace_bind(kdc_rt_plan *p, const kdc_prog_func *f, rt_func *rf);
+/* Before a run of |f| (out_ptr bound): turns on every in-place candidate
+ * whose groups are local and bind one result buffer each, and every
+ * shared-result candidate when all devices are local; counts them in
+ * rf->inplace_made. */
+void rt_inplace_bind(kdc_rt_plan *p, const kdc_prog_func *f, rt_func *rf);
 /* Where step |s| of device |dev| finds |l| this run instead of its own
  * place (the device's piece of a shared result), or NULL. */
 void *rt_inplace_redirect(const rt_func *rf, const kdc_prog_func *f, int64_t dev, uint32_t s,
                           const kdc_prog_loc *l);
 /* Tests: |on| false runs every all_gather as a collective (default on). */
 void rt_exec_test_inplace(bool on);
-/* All_gathers of |func| made in place during its last run. */
-size_t rt_exec_inplace_gathers(const kdc_rt_plan *p, size_t func);
+/* Collectives of |func| made in place (|shared| false: all_gathers that
+ * moved nothing) or with one shared result per group (|shared| true)
+ * during its last run (rt_inplace_bind). */
+size_t rt_exec_inplace_count(const kdc_rt_plan *p, size_t func, bool shared);
 
 /* ---- blas_core.c: OpenBLAS's kernels for this CPU ----------------------------- */
 

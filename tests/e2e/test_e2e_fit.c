@@ -33,11 +33,12 @@
  *   - shared replicas: on 8 devices d1/kernel (rebuilt by an all_gather) is
  *     one buffer in the process, 4 on 2x4 Megatron, state written by
  *     kernels one per device; training with them = the 1-device run.
- *   - in-place all_gathers (runtime/gather_inplace.c): on 8 devices and on
- *     2x4 Megatron the update kernel writes d1/kernel's pieces straight
- *     into the shared buffer (one all_gather made in place per step, none
- *     under --no-shard-update), and 2 epochs give bitwise the run with
- *     every all_gather run as a collective.
+ *   - shared collective results (runtime/gather_inplace.c): on 8 devices
+ *     and on 2x4 Megatron the dW GEMM and update kernel compute
+ *     d1/kernel's pieces straight in the shared buffer (its all_gather
+ *     made in place, none under --no-shard-update), gradient all_reduces
+ *     write one result per group, and 2 epochs give bitwise the run with
+ *     every collective writing every device's buffer.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -280,43 +281,52 @@ static void test_shared_replicas(void **s) {
   free(p1), free(p8), free(pmg), free(u8), free(mg);
 }
 
-/* All_gathers of train_step made in place in |plan|'s last run (the plan
+/* Collectives of train_step made in place (|shared| false) or with one
+ * shared result per group (|shared| true) in |plan|'s last run (the plan
  * e2e_fit loaded: e2e_plan_load hands back the same load). */
-static size_t inplace_gathers(const char *plan) {
+static size_t inplace_count(const char *plan, bool shared) {
   kdc_rt_plan *p = e2e_plan_load(plan);
-  size_t n = rt_exec_inplace_gathers(p, (size_t)kdc_rt_plan_find_func(p, "train_step"));
+  size_t n = rt_exec_inplace_count(p, (size_t)kdc_rt_plan_find_func(p, "train_step"), shared);
   kdc_rt_plan_release(p);
   return n;
 }
 
-/* 2 epochs of |plan| with in-place all_gathers (|want| of them per step)
- * and with every all_gather a collective: bitwise the same run. */
-static void same_inplace(const char *plan, size_t want, const char *what) {
+/* 2 epochs of |plan| with |in_place| all_gathers made in place and
+ * |shared| shared results per step, and with every collective writing
+ * every device's buffer: bitwise the same run. */
+static void same_inplace(const char *plan, size_t in_place, size_t shared, const char *what) {
   run on, off;
   train(plan, 2, NULL, NULL, &on);
-  assert_int_equal(inplace_gathers(plan), want);
+  assert_int_equal(inplace_count(plan, false), in_place);
+  assert_int_equal(inplace_count(plan, true), shared);
   rt_exec_test_inplace(false);
   train(plan, 2, NULL, NULL, &off);
   rt_exec_test_inplace(true);
-  assert_int_equal(inplace_gathers(plan), 0);
+  assert_int_equal(inplace_count(plan, false) + inplace_count(plan, true), 0);
   e2e_same_run(&on, &off, 0, 0, what);
   e2e_run_free(&on), e2e_run_free(&off);
 }
 
-/* In-place all_gathers (runtime/gather_inplace.c): d1/kernel's all_gather
- * after its sharded update writes into the shared replica (8 devices: one
- * group; 2x4 Megatron: 4 groups over data, each its own buffer), and the
- * results are bitwise those of the collective.  --no-shard-update has no
- * all_gather of a weight: nothing is made in place. */
+/* Collective results shared between devices (runtime/gather_inplace.c).
+ * In place: d1/kernel's all_gather after its sharded update, whose pieces
+ * the dW GEMM and the update kernel compute straight in the shared replica
+ * (8 devices: one group; 2x4 Megatron: 4 groups over data, each its own
+ * buffer).  Shared results (all_reduces into the arena that only kernel
+ * inputs and GEMM operands read): the combined small gradients' (8
+ * devices), two on 2x4 Megatron, and under --no-shard-update both gradient
+ * all_reduces (d1/kernel's 627 KB, the combined d2 one; the loss's is not:
+ * a kernel then writes where it starts, and may read it in place).
+ * Results bitwise those of the collectives writing every device's
+ * buffer. */
 static void test_inplace_gather(void **s) {
   (void)s;
   char *mg = megatron_layout();
   char *p8 = compile("adam", "8", NULL, NULL, "16");
   char *pmg = compile("adam", "2x4", "data,model", mg, "16");
   char *u8 = compile_unsharded("adam", "8", NULL, NULL);
-  same_inplace(p8, 1, "mesh 8, in-place all_gather");
-  same_inplace(pmg, 1, "mesh 2x4 Megatron, in-place all_gather");
-  same_inplace(u8, 0, "mesh 8, --no-shard-update");
+  same_inplace(p8, 1, 1, "mesh 8, in-place all_gather");
+  same_inplace(pmg, 1, 2, "mesh 2x4 Megatron, in-place all_gather");
+  same_inplace(u8, 0, 2, "mesh 8, --no-shard-update");
   free(p8), free(pmg), free(u8), free(mg);
 }
 
