@@ -41,6 +41,9 @@
  * thread: waking workers costs a few microseconds, about what 64K simple
  * ops take. */
 enum { PARALLEL_MIN_OPS = 1 << 16, OPS_PER_CHUNK = 1 << 14 };
+/* GEMM blocks are multiples of this many rows or columns: such blocks gave
+ * results bitwise equal to the whole single-threaded GEMM (docs/runtime.md). */
+enum { GEMM_ALIGN = 64 };
 
 /* OpenBLAS's thread count is process-wide: set it only when it changes
  * (read back every run: the embedding program may have changed it). */
@@ -290,10 +293,54 @@ static void segment_task(void *ctx, int64_t dev) {
   }
 }
 
+/* A GEMM whose B every local device reads from one buffer (a replicated
+ * weight, a shared replica, a shared collective result) and that is
+ * larger than a core's cache: run as one pool job of column blocks of
+ * op(B) (64-column multiples of ~1 MiB of B), block after block, each
+ * block for every device, so that the devices read each block of B from
+ * memory once instead of once each (memory traffic, not flops, is what 8
+ * devices of 1/8 of the batch multiply). */
+enum { SHARED_B_MIN_BYTES = 512 << 10, SHARED_B_MIN_FLOPS = 1 << 19,
+       SHARED_B_BLOCK_BYTES = 1 << 20 };
+
+static int64_t shared_b_block(const runner *r, uint32_t s) {
+  const kdc_prog_step *st = &r->f->steps[s];
+  const kdc_prog_gemm_step *g = &st->gemm;
+  int64_t nl = nlocal(r->p);
+  if (st->kind != KDC_STEP_GEMM || g->batch != 1 || nl < 2 || !rt_inplace_on() ||
+      (uint64_t)g->k * (uint64_t)g->n * 4 < SHARED_B_MIN_BYTES || step_ops(st) < SHARED_B_MIN_FLOPS)
+    return 0;
+  const void *b = resolve_at(r, r->p->d0, s, &g->b);
+  for (int64_t d = r->p->d0 + 1; d < r->p->d1; d++)
+    if (resolve_at(r, d, s, &g->b) != b) return 0;
+  int64_t cols = SHARED_B_BLOCK_BYTES / (g->k * 4) / GEMM_ALIGN * GEMM_ALIGN;
+  cols = cols < GEMM_ALIGN ? GEMM_ALIGN : cols;
+  if ((g->n + cols - 1) / cols * nl > RT_POOL_MAX_TASKS) return 0;
+  return cols;
+}
+
+static void shared_b_task(void *ctx, int64_t task) {
+  const runner *r = ctx;
+  const kdc_prog_gemm_step *g = &r->f->steps[r->step].gemm;
+  int64_t nl = nlocal(r->p), n0 = task / nl * r->chunks, n1 = n0 + r->chunks;
+  gemm_block(r, r->p->d0 + task % nl, r->step, 0, 0, g->m, n0, n1 < g->n ? n1 : g->n);
+}
+
 static kdc_status run_device_parallel(runner *r) {
   const kdc_prog_func *f = r->f;
   set_blas_threads(1);
   for (uint32_t s = 0; s < f->n_steps;) {
+    int64_t cols = shared_b_block(r, s);
+    if (cols) {
+      uint64_t t0 = now_ns(r->p);
+      r->step = s;
+      r->chunks = cols;
+      rt_pool_run(r->p->pool, shared_b_task, r, (f->steps[s].gemm.n + cols - 1) / cols * nlocal(r->p));
+      r->rf->inplace_made[RT_SHARE_GEMM_B]++;
+      charge(r, s, t0);
+      s++;
+      continue;
+    }
     if (meets(r->p, &f->steps[s])) {
       uint64_t t0 = now_ns(r->p);
       if (f->steps[s].kind == KDC_STEP_LOOP) KDC_RETURN_IF_ERROR(run_loop_meeting(r, &f->steps[s].loop));
@@ -304,7 +351,8 @@ static kdc_status run_device_parallel(runner *r) {
     }
     int64_t ops = 0;
     r->s0 = s;
-    while (s < f->n_steps && !meets(r->p, &f->steps[s])) ops += step_ops(&f->steps[s++]);
+    while (s < f->n_steps && !meets(r->p, &f->steps[s]) && !shared_b_block(r, s))
+      ops += step_ops(&f->steps[s++]);
     r->s1 = s;
     int64_t nl = nlocal(r->p);
     if (ops * nl < PARALLEL_MIN_OPS || nl > RT_POOL_MAX_TASKS) {
@@ -368,7 +416,7 @@ static kdc_status run_loop_stepwise(runner *r, const kdc_prog_loop_step *l) {
  * row (or column, whichever is longer) blocks of GEMM_ALIGN multiples.  The
  * pool is then the only set of threads (OpenBLAS's own never start, so they
  * never spin against the pool's workers on a small machine). */
-enum { GEMM_ALIGN = 64, GEMM_PARALLEL_MIN_FLOPS = 1 << 20 };
+enum { GEMM_PARALLEL_MIN_FLOPS = 1 << 20 };
 
 static void gemm_task(void *ctx, int64_t task) {
   const runner *r = ctx;
@@ -443,8 +491,8 @@ kdc_status rt_exec_steps(kdc_rt_plan *p, size_t func) {
   return st;
 }
 
-size_t rt_exec_inplace_count(const kdc_rt_plan *p, size_t func, bool shared) {
-  return func < p->prog.n_funcs ? p->funcs[func].inplace_made[shared] : 0;
+size_t rt_exec_inplace_count(const kdc_rt_plan *p, size_t func, rt_share kind) {
+  return func < p->prog.n_funcs ? p->funcs[func].inplace_made[kind] : 0;
 }
 
 /* ---- the API -------------------------------------------------------------------- */

@@ -38,6 +38,8 @@ static bool rt_inplace_off; /* rt_exec_test_inplace */
 
 void rt_exec_test_inplace(bool on) { rt_inplace_off = !on; }
 
+bool rt_inplace_on(void) { return !rt_inplace_off; }
+
 static bool overlaps(const kdc_prog_loc *a, const kdc_prog_loc *b) {
   return a->buf == b->buf && a->index == b->index && a->offset < b->offset + b->bytes &&
          b->offset < a->offset + a->bytes && a->bytes && b->bytes;
@@ -267,12 +269,12 @@ static bool bind_gather(kdc_rt_plan *p, const kdc_prog_func *f, rt_func *rf, con
 }
 
 void rt_inplace_bind(kdc_rt_plan *p, const kdc_prog_func *f, rt_func *rf) {
-  rf->inplace_made[0] = rf->inplace_made[1] = 0;
+  memset(rf->inplace_made, 0, sizeof rf->inplace_made);
   bool all_local = p->d0 == 0 && p->d1 == p->nd && p->nd > 1;
   for (size_t i = 0; i < rf->n_inplace; i++) {
     rt_inplace *c = &rf->inplace[i];
     c->on = !rt_inplace_off && (c->shared ? all_local : bind_gather(p, f, rf, c));
     rf->inplace_skip[c->coll] = c->on && !c->shared;
-    rf->inplace_made[c->shared] += c->on;
+    rf->inplace_made[c->shared ? RT_SHARE_RESULT : RT_SHARE_INPLACE] += c->on;
   }
 }

@@ -406,7 +406,7 @@ typedef struct rt_func {
   bool *inplace_skip;       /* per step, this run: a collective made in place (moves nothing) */
   char **inplace_dst;       /* [device * n_steps + candidate]: where the device's range is
                                instead, or NULL */
-  size_t inplace_made[2];   /* candidates on in the last run: in place, shared results */
+  size_t inplace_made[3];   /* in the last run, per rt_share kind */
 } rt_func;
 
 struct rt_comm;
@@ -512,10 +512,14 @@ void *rt_inplace_redirect(const rt_func *rf, const kdc_prog_func *f, int64_t dev
                           const kdc_prog_loc *l);
 /* Tests: |on| false runs every all_gather as a collective (default on). */
 void rt_exec_test_inplace(bool on);
-/* Collectives of |func| made in place (|shared| false: all_gathers that
- * moved nothing) or with one shared result per group (|shared| true)
- * during its last run (rt_inplace_bind). */
-size_t rt_exec_inplace_count(const kdc_rt_plan *p, size_t func, bool shared);
+/* Tests: |on| false also runs every GEMM device by device (exec.c). */
+bool rt_inplace_on(void);
+/* What one buffer for several devices saved in the last run of |func|:
+ * all_gathers made in place (moved nothing), collectives with one result
+ * per group, GEMM steps run block by block over a B that every device
+ * reads from one buffer (exec.c). */
+typedef enum rt_share { RT_SHARE_INPLACE, RT_SHARE_RESULT, RT_SHARE_GEMM_B } rt_share;
+size_t rt_exec_inplace_count(const kdc_rt_plan *p, size_t func, rt_share kind);
 
 /* ---- blas_core.c: OpenBLAS's kernels for this CPU ----------------------------- */
 

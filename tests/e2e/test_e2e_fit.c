@@ -284,25 +284,29 @@ static void test_shared_replicas(void **s) {
 /* Collectives of train_step made in place (|shared| false) or with one
  * shared result per group (|shared| true) in |plan|'s last run (the plan
  * e2e_fit loaded: e2e_plan_load hands back the same load). */
-static size_t inplace_count(const char *plan, bool shared) {
+static size_t inplace_count(const char *plan, rt_share shared) {
   kdc_rt_plan *p = e2e_plan_load(plan);
   size_t n = rt_exec_inplace_count(p, (size_t)kdc_rt_plan_find_func(p, "train_step"), shared);
   kdc_rt_plan_release(p);
   return n;
 }
 
-/* 2 epochs of |plan| with |in_place| all_gathers made in place and
- * |shared| shared results per step, and with every collective writing
- * every device's buffer: bitwise the same run. */
-static void same_inplace(const char *plan, size_t in_place, size_t shared, const char *what) {
+/* 2 epochs of |plan| with |in_place| all_gathers made in place, |shared|
+ * shared results and |gemm_b| GEMMs run block by block over a shared B
+ * per step, and with every collective writing every device's buffer and
+ * every GEMM run device by device: bitwise the same run. */
+static void same_inplace(const char *plan, size_t in_place, size_t shared, size_t gemm_b,
+                         const char *what) {
   run on, off;
   train(plan, 2, NULL, NULL, &on);
-  assert_int_equal(inplace_count(plan, false), in_place);
-  assert_int_equal(inplace_count(plan, true), shared);
+  assert_int_equal(inplace_count(plan, RT_SHARE_INPLACE), in_place);
+  assert_int_equal(inplace_count(plan, RT_SHARE_RESULT), shared);
+  assert_int_equal(inplace_count(plan, RT_SHARE_GEMM_B), gemm_b);
   rt_exec_test_inplace(false);
   train(plan, 2, NULL, NULL, &off);
   rt_exec_test_inplace(true);
-  assert_int_equal(inplace_count(plan, false) + inplace_count(plan, true), 0);
+  assert_int_equal(inplace_count(plan, RT_SHARE_INPLACE) + inplace_count(plan, RT_SHARE_RESULT) +
+                   inplace_count(plan, RT_SHARE_GEMM_B), 0);
   e2e_same_run(&on, &off, 0, 0, what);
   e2e_run_free(&on), e2e_run_free(&off);
 }
@@ -316,17 +320,20 @@ static void same_inplace(const char *plan, size_t in_place, size_t shared, const
  * devices), two on 2x4 Megatron, and under --no-shard-update both gradient
  * all_reduces (d1/kernel's 627 KB, the combined d2 one; the loss's is not:
  * a kernel then writes where it starts, and may read it in place).
- * Results bitwise those of the collectives writing every device's
- * buffer. */
+ * GEMM block by block over a shared B (runtime/exec.c): the forward GEMM
+ * of d1 on 8 devices (d1/kernel, 627 KB, one shared replica); not on 2x4
+ * Megatron (a 157 KB piece) nor under --no-shard-update (8 copies).
+ * Results bitwise those of the collectives writing every device's buffer
+ * and every GEMM run whole per device. */
 static void test_inplace_gather(void **s) {
   (void)s;
   char *mg = megatron_layout();
   char *p8 = compile("adam", "8", NULL, NULL, "16");
   char *pmg = compile("adam", "2x4", "data,model", mg, "16");
   char *u8 = compile_unsharded("adam", "8", NULL, NULL);
-  same_inplace(p8, 1, 1, "mesh 8, in-place all_gather");
-  same_inplace(pmg, 1, 2, "mesh 2x4 Megatron, in-place all_gather");
-  same_inplace(u8, 0, 2, "mesh 8, --no-shard-update");
+  same_inplace(p8, 1, 1, 1, "mesh 8, in-place all_gather");
+  same_inplace(pmg, 1, 2, 0, "mesh 2x4 Megatron, in-place all_gather");
+  same_inplace(u8, 0, 2, 0, "mesh 8, --no-shard-update");
   free(p8), free(pmg), free(u8), free(mg);
 }
 
