@@ -149,7 +149,7 @@ void rt_devices_destroy(kdc_rt_plan *p) {
         if (f->steps[s].kind == KDC_STEP_COLLECTIVE) free_groups(&rf->groups[s]);
       free(rf->groups), free(rf->argv), free(rf->step_args), free(rf->in_ptr), free(rf->out_ptr);
       free(rf->in_dev), free(rf->out_dev), free(rf->prof_ns);
-      rt_inplace_destroy(rf);
+      rt_inplace_destroy(rf, f->n_steps);
     }
   free(p->funcs);
   for (size_t i = 0; i < p->n_weight_pieces; i++) free(p->weight_pieces[i]);

@@ -294,49 +294,70 @@ static void segment_task(void *ctx, int64_t dev) {
 }
 
 /* A GEMM whose B every local device reads from one buffer (a replicated
- * weight, a shared replica, a shared collective result) and that is
- * larger than a core's cache: run as one pool job of column blocks of
- * op(B) (64-column multiples of ~1 MiB of B), block after block, each
- * block for every device, so that the devices read each block of B from
- * memory once instead of once each (memory traffic, not flops, is what 8
- * devices of 1/8 of the batch multiply). */
-enum { SHARED_B_MIN_BYTES = 512 << 10, SHARED_B_MIN_FLOPS = 1 << 19,
-       SHARED_B_BLOCK_BYTES = 1 << 20 };
-
-static int64_t shared_b_block(const runner *r, uint32_t s) {
-  const kdc_prog_step *st = &r->f->steps[s];
-  const kdc_prog_gemm_step *g = &st->gemm;
-  int64_t nl = nlocal(r->p);
-  if (st->kind != KDC_STEP_GEMM || g->batch != 1 || nl < 2 || !rt_inplace_on() ||
-      (uint64_t)g->k * (uint64_t)g->n * 4 < SHARED_B_MIN_BYTES || step_ops(st) < SHARED_B_MIN_FLOPS)
-    return 0;
+ * weight, a shared replica, a shared collective result), with op(A) = A
+ * (not transposed) and a stacking buffer made at load
+ * (gather_inplace.c): the devices' A are stacked into one (nl x m) x k
+ * matrix, ONE GEMM on it runs in column blocks of 64-multiples on the pool,
+ * and each device's rows of the result are copied back.  8 devices each
+ * with 1/8 of the batch otherwise pack and stream the whole of B 8 times,
+ * each GEMM with 1/8 of the rows to amortise it over (docs/runtime.md,
+ * "Threads"). */
+static bool stacked_gemm(const runner *r, uint32_t s) {
+  if (!r->rf->stack_a || !r->rf->stack_a[s] || nlocal(r->p) != r->p->nd || !rt_inplace_on())
+    return false;
+  const kdc_prog_gemm_step *g = &r->f->steps[s].gemm;
   const void *b = resolve_at(r, r->p->d0, s, &g->b);
   for (int64_t d = r->p->d0 + 1; d < r->p->d1; d++)
-    if (resolve_at(r, d, s, &g->b) != b) return 0;
-  int64_t cols = SHARED_B_BLOCK_BYTES / (g->k * 4) / GEMM_ALIGN * GEMM_ALIGN;
-  cols = cols < GEMM_ALIGN ? GEMM_ALIGN : cols;
-  if ((g->n + cols - 1) / cols * nl > RT_POOL_MAX_TASKS) return 0;
-  return cols;
+    if (resolve_at(r, d, s, &g->b) != b) return false;
+  return true;
 }
 
-static void shared_b_task(void *ctx, int64_t task) {
+/* task < nl: copy device task's A into the stack (r->chunks: 0) or the
+ * stack's rows back into its C (1) */
+static void stack_copy_task(void *ctx, int64_t task) {
   const runner *r = ctx;
   const kdc_prog_gemm_step *g = &r->f->steps[r->step].gemm;
-  int64_t nl = nlocal(r->p), n0 = task / nl * r->chunks, n1 = n0 + r->chunks;
-  gemm_block(r, r->p->d0 + task % nl, r->step, 0, 0, g->m, n0, n1 < g->n ? n1 : g->n);
+  int64_t dev = r->p->d0 + task;
+  if (r->chunks == 0)
+    memcpy(r->rf->stack_a[r->step] + task * g->m * g->k, resolve_at(r, dev, r->step, &g->a),
+           (size_t)(g->m * g->k) * sizeof(float));
+  else
+    memcpy(resolve_at(r, dev, r->step, &g->c), r->rf->stack_c[r->step] + task * g->m * g->n,
+           (size_t)(g->m * g->n) * sizeof(float));
+}
+
+static void stack_gemm_task(void *ctx, int64_t task) {
+  const runner *r = ctx;
+  const kdc_prog_gemm_step *g = &r->f->steps[r->step].gemm;
+  int64_t units = (g->n + GEMM_ALIGN - 1) / GEMM_ALIGN, tasks = r->p->n_threads;
+  int64_t n0 = units * task / tasks * GEMM_ALIGN, n1 = units * (task + 1) / tasks * GEMM_ALIGN;
+  if (n1 > g->n) n1 = g->n;
+  if (n0 >= n1) return;
+  const float *B = resolve_at(r, r->p->d0, r->step, &g->b);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, g->trans_b ? CblasTrans : CblasNoTrans,
+              (blasint)(g->m * nlocal(r->p)), (blasint)(n1 - n0), (blasint)g->k, 1.0f,
+              r->rf->stack_a[r->step], (blasint)g->k, B + (g->trans_b ? n0 * g->ldb : n0),
+              (blasint)g->ldb, 0.0f, r->rf->stack_c[r->step] + n0, (blasint)g->n);
+}
+
+static void run_stacked_gemm(runner *r, uint32_t s) {
+  kdc_rt_plan *p = r->p;
+  r->step = s;
+  r->chunks = 0;
+  rt_pool_run(p->pool, stack_copy_task, r, nlocal(p));
+  rt_pool_run(p->pool, stack_gemm_task, r, p->n_threads);
+  r->chunks = 1;
+  rt_pool_run(p->pool, stack_copy_task, r, nlocal(p));
+  r->rf->inplace_made[RT_SHARE_GEMM_B]++;
 }
 
 static kdc_status run_device_parallel(runner *r) {
   const kdc_prog_func *f = r->f;
   set_blas_threads(1);
   for (uint32_t s = 0; s < f->n_steps;) {
-    int64_t cols = shared_b_block(r, s);
-    if (cols) {
+    if (stacked_gemm(r, s)) {
       uint64_t t0 = now_ns(r->p);
-      r->step = s;
-      r->chunks = cols;
-      rt_pool_run(r->p->pool, shared_b_task, r, (f->steps[s].gemm.n + cols - 1) / cols * nlocal(r->p));
-      r->rf->inplace_made[RT_SHARE_GEMM_B]++;
+      run_stacked_gemm(r, s);
       charge(r, s, t0);
       s++;
       continue;
@@ -351,7 +372,7 @@ static kdc_status run_device_parallel(runner *r) {
     }
     int64_t ops = 0;
     r->s0 = s;
-    while (s < f->n_steps && !meets(r->p, &f->steps[s]) && !shared_b_block(r, s))
+    while (s < f->n_steps && !meets(r->p, &f->steps[s]) && !stacked_gemm(r, s))
       ops += step_ops(&f->steps[s++]);
     r->s1 = s;
     int64_t nl = nlocal(r->p);

@@ -211,9 +211,39 @@ static void add(const kdc_rt_plan *p, const kdc_prog_func *f, rt_func *rf, rt_in
   rf->inplace[rf->n_inplace++] = c;
 }
 
+/* GEMMs that may run stacked over the devices (exec.c): op(A) = A with
+ * its rows contiguous, C likewise, B at least STACK_MIN_B bytes (larger
+ * than a core's L2: each device would stream it) and at least
+ * STACK_MIN_FLOPS per device.  Whether every device reads B from one
+ * buffer is checked per run. */
+enum { STACK_MIN_B = 512 << 10, STACK_MIN_FLOPS = 1 << 19 };
+
+static void stack_create(const kdc_rt_plan *p, const kdc_prog_func *f, rt_func *rf) {
+  for (uint32_t s = 0; s < f->n_steps; s++) {
+    const kdc_prog_gemm_step *g = &f->steps[s].gemm;
+    if (f->steps[s].kind != KDC_STEP_GEMM || g->batch != 1 || g->trans_a || g->lda != g->k ||
+        g->ldc != g->n || (uint64_t)g->k * (uint64_t)g->n * 4 < STACK_MIN_B ||
+        2 * g->m * g->n * g->k < STACK_MIN_FLOPS)
+      continue;
+    if (!rf->stack_a) {
+      rf->stack_a = kdc_xcalloc(f->n_steps, sizeof *rf->stack_a);
+      rf->stack_c = kdc_xcalloc(f->n_steps, sizeof *rf->stack_c);
+    }
+    size_t a = (size_t)(p->nd * g->m * g->k) * sizeof(float);
+    size_t c = (size_t)(p->nd * g->m * g->n) * sizeof(float);
+    rf->stack_a[s] = aligned_alloc(64, (a + 63) / 64 * 64);
+    rf->stack_c[s] = aligned_alloc(64, (c + 63) / 64 * 64);
+    if (!rf->stack_a[s] || !rf->stack_c[s]) { /* no room: the GEMM runs per device */
+      free(rf->stack_a[s]), free(rf->stack_c[s]);
+      rf->stack_a[s] = rf->stack_c[s] = NULL;
+    }
+  }
+}
+
 void rt_inplace_create(const kdc_rt_plan *p, const kdc_prog_func *f, rt_func *rf) {
   rf->n_inplace = 0;
   if (f->is_body || p->cuda) return; /* a body is bound per iteration, never per run */
+  if (p->nd > 1) stack_create(p, f, rf);
   for (uint32_t s = 0; s < f->n_steps; s++) {
     uint32_t at = 0;
     if (f->steps[s].kind != KDC_STEP_COLLECTIVE) continue;
@@ -225,7 +255,9 @@ void rt_inplace_create(const kdc_rt_plan *p, const kdc_prog_func *f, rt_func *rf
   }
 }
 
-void rt_inplace_destroy(rt_func *rf) {
+void rt_inplace_destroy(rt_func *rf, uint32_t n_steps) {
+  for (uint32_t s = 0; rf->stack_a && s < n_steps; s++) free(rf->stack_a[s]), free(rf->stack_c[s]);
+  free(rf->stack_a), free(rf->stack_c);
   for (size_t i = 0; i < rf->n_inplace; i++) free(rf->inplace[i].buf);
   free(rf->inplace), free(rf->inplace_of), free(rf->inplace_skip), free(rf->inplace_dst);
 }

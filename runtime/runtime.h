@@ -407,6 +407,8 @@ typedef struct rt_func {
   char **inplace_dst;       /* [device * n_steps + candidate]: where the device's range is
                                instead, or NULL */
   size_t inplace_made[3];   /* in the last run, per rt_share kind */
+  float **stack_a, **stack_c; /* per step, or NULL: a GEMM that may run stacked over the
+                               devices (exec.c): nd x m x k and nd x m x n floats */
 } rt_func;
 
 struct rt_comm;
@@ -500,7 +502,7 @@ bool rt_exec_output_shareable(const kdc_prog_func *f, uint32_t o);
  * arena that only kernels and GEMMs read) and allocates their arrays and
  * shared buffers. */
 void rt_inplace_create(const kdc_rt_plan *p, const kdc_prog_func *f, rt_func *rf);
-void rt_inplace_destroy(rt_func *rf);
+void rt_inplace_destroy(rt_func *rf, uint32_t n_steps);
 /* Before a run of |f| (out_ptr bound): turns on every in-place candidate
  * whose groups are local and bind one result buffer each, and every
  * shared-result candidate when all devices are local; counts them in
@@ -516,8 +518,8 @@ void rt_exec_test_inplace(bool on);
 bool rt_inplace_on(void);
 /* What one buffer for several devices saved in the last run of |func|:
  * all_gathers made in place (moved nothing), collectives with one result
- * per group, GEMM steps run block by block over a B that every device
- * reads from one buffer (exec.c). */
+ * per group, GEMM steps over a B that every device reads from one buffer
+ * run as one GEMM on the devices' stacked A (exec.c). */
 typedef enum rt_share { RT_SHARE_INPLACE, RT_SHARE_RESULT, RT_SHARE_GEMM_B } rt_share;
 size_t rt_exec_inplace_count(const kdc_rt_plan *p, size_t func, rt_share kind);
 
