@@ -43,7 +43,7 @@
 enum { PARALLEL_MIN_OPS = 1 << 16, OPS_PER_CHUNK = 1 << 14 };
 /* GEMM blocks are multiples of this many rows or columns: such blocks gave
  * results bitwise equal to the whole single-threaded GEMM (docs/runtime.md). */
-enum { GEMM_ALIGN = 64 };
+enum { GEMM_ALIGN = RT_GEMM_ALIGN };
 
 /* OpenBLAS's thread count is process-wide: set it only when it changes
  * (read back every run: the embedding program may have changed it). */
@@ -329,15 +329,8 @@ static void stack_copy_task(void *ctx, int64_t task) {
 static void stack_gemm_task(void *ctx, int64_t task) {
   const runner *r = ctx;
   const kdc_prog_gemm_step *g = &r->f->steps[r->step].gemm;
-  int64_t units = (g->n + GEMM_ALIGN - 1) / GEMM_ALIGN, tasks = r->p->n_threads;
-  int64_t n0 = units * task / tasks * GEMM_ALIGN, n1 = units * (task + 1) / tasks * GEMM_ALIGN;
-  if (n1 > g->n) n1 = g->n;
-  if (n0 >= n1) return;
-  const float *B = resolve_at(r, r->p->d0, r->step, &g->b);
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, g->trans_b ? CblasTrans : CblasNoTrans,
-              (blasint)(g->m * nlocal(r->p)), (blasint)(n1 - n0), (blasint)g->k, 1.0f,
-              r->rf->stack_a[r->step], (blasint)g->k, B + (g->trans_b ? n0 * g->ldb : n0),
-              (blasint)g->ldb, 0.0f, r->rf->stack_c[r->step] + n0, (blasint)g->n);
+  rt_stack_gemm_block(g, nlocal(r->p), r->p->n_threads, task, r->rf->stack_a[r->step],
+                      resolve_at(r, r->p->d0, r->step, &g->b), r->rf->stack_c[r->step]);
 }
 
 static void run_stacked_gemm(runner *r, uint32_t s) {

@@ -32,6 +32,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cblas.h>
+
 #include "runtime/runtime.h"
 
 static bool rt_inplace_off; /* rt_exec_test_inplace */
@@ -211,12 +213,50 @@ static void add(const kdc_rt_plan *p, const kdc_prog_func *f, rt_func *rf, rt_in
   rf->inplace[rf->n_inplace++] = c;
 }
 
+void rt_stack_gemm_block(const kdc_prog_gemm_step *g, int64_t nl, int threads, int64_t t,
+                         const float *A, const float *B, float *C) {
+  int64_t units = (g->n + RT_GEMM_ALIGN - 1) / RT_GEMM_ALIGN;
+  int64_t n0 = units * t / threads * RT_GEMM_ALIGN, n1 = units * (t + 1) / threads * RT_GEMM_ALIGN;
+  if (n1 > g->n) n1 = g->n;
+  if (n0 >= n1) return;
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, g->trans_b ? CblasTrans : CblasNoTrans,
+              (blasint)(g->m * nl), (blasint)(n1 - n0), (blasint)g->k, 1.0f, A, (blasint)g->k,
+              B + (g->trans_b ? n0 * g->ldb : n0), (blasint)g->ldb, 0.0f, C + n0, (blasint)g->n);
+}
+
 /* GEMMs that may run stacked over the devices (exec.c): op(A) = A with
  * its rows contiguous, C likewise, B at least STACK_MIN_B bytes (larger
  * than a core's L2: each device would stream it) and at least
  * STACK_MIN_FLOPS per device.  Whether every device reads B from one
  * buffer is checked per run. */
 enum { STACK_MIN_B = 512 << 10, STACK_MIN_FLOPS = 1 << 19 };
+
+/* Does the stacked GEMM give, on this OpenBLAS and its kernels, bitwise
+ * the rows of the devices' own GEMMs?  Not for every shape (a kernel for
+ * small matrices may take one and not the other): tried once at load on
+ * made-up values of the step's shape, in the stacked buffers. */
+static bool stack_exact(const kdc_rt_plan *p, const kdc_prog_gemm_step *g, float *sa, float *sc) {
+  int64_t nl = p->nd, mk = g->m * g->k, mn = g->m * g->n;
+  size_t nb = (size_t)(g->k * g->n);
+  float *B = malloc(nb * sizeof *B + 4), *C = malloc((size_t)mn * sizeof *C + 4);
+  bool same = B && C;
+  for (size_t i = 0; same && i < nb; i++) B[i] = (float)((i * 2654435761u) % 1999) / 999.f - 1;
+  for (int64_t i = 0; same && i < nl * mk; i++)
+    sa[i] = (float)(((uint64_t)i * 40503u) % 2003) / 1001.f - 1;
+  int threads = openblas_get_num_threads();
+  if (same) openblas_set_num_threads(1); /* as the executor runs them */
+  for (int64_t t = 0; same && t < p->n_threads; t++)
+    rt_stack_gemm_block(g, nl, p->n_threads, t, sa, B, sc);
+  for (int64_t d = 0; same && d < nl; d++) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, g->trans_b ? CblasTrans : CblasNoTrans,
+                (blasint)g->m, (blasint)g->n, (blasint)g->k, 1.0f, sa + d * mk, (blasint)g->k, B,
+                (blasint)g->ldb, 0.0f, C, (blasint)g->n);
+    same = !memcmp(C, sc + d * mn, (size_t)mn * sizeof *C);
+  }
+  if (B && C) openblas_set_num_threads(threads);
+  free(B), free(C);
+  return same;
+}
 
 static void stack_create(const kdc_rt_plan *p, const kdc_prog_func *f, rt_func *rf) {
   for (uint32_t s = 0; s < f->n_steps; s++) {
@@ -233,7 +273,8 @@ static void stack_create(const kdc_rt_plan *p, const kdc_prog_func *f, rt_func *
     size_t c = (size_t)(p->nd * g->m * g->n) * sizeof(float);
     rf->stack_a[s] = aligned_alloc(64, (a + 63) / 64 * 64);
     rf->stack_c[s] = aligned_alloc(64, (c + 63) / 64 * 64);
-    if (!rf->stack_a[s] || !rf->stack_c[s]) { /* no room: the GEMM runs per device */
+    /* no room, or not bitwise the devices' GEMMs: the GEMM runs per device */
+    if (!rf->stack_a[s] || !rf->stack_c[s] || !stack_exact(p, g, rf->stack_a[s], rf->stack_c[s])) {
       free(rf->stack_a[s]), free(rf->stack_c[s]);
       rf->stack_a[s] = rf->stack_c[s] = NULL;
     }

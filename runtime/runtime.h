@@ -514,6 +514,11 @@ void *rt_inplace_redirect(const rt_func *rf, const kdc_prog_func *f, int64_t dev
                           const kdc_prog_loc *l);
 /* Tests: |on| false runs every all_gather as a collective (default on). */
 void rt_exec_test_inplace(bool on);
+/* Column block |t| of |threads| (multiples of RT_GEMM_ALIGN) of the
+ * stacked GEMM |g| over |nl| devices: C = A op(B), A (nl m) x k. */
+enum { RT_GEMM_ALIGN = 64 };
+void rt_stack_gemm_block(const kdc_prog_gemm_step *g, int64_t nl, int threads, int64_t t,
+                         const float *A, const float *B, float *C);
 /* Tests: |on| false also runs every GEMM device by device (exec.c). */
 bool rt_inplace_on(void);
 /* What one buffer for several devices saved in the last run of |func|:

@@ -292,7 +292,7 @@ static size_t inplace_count(const char *plan, rt_share shared) {
 }
 
 /* 2 epochs of |plan| with |in_place| all_gathers made in place, |shared|
- * shared results and |gemm_b| GEMMs run block by block over a shared B
+ * shared results and up to |gemm_b| GEMMs over a shared B run stacked
  * per step, and with every collective writing every device's buffer and
  * every GEMM run device by device: bitwise the same run. */
 static void same_inplace(const char *plan, size_t in_place, size_t shared, size_t gemm_b,
@@ -301,7 +301,9 @@ static void same_inplace(const char *plan, size_t in_place, size_t shared, size_
   train(plan, 2, NULL, NULL, &on);
   assert_int_equal(inplace_count(plan, RT_SHARE_INPLACE), in_place);
   assert_int_equal(inplace_count(plan, RT_SHARE_RESULT), shared);
-  assert_int_equal(inplace_count(plan, RT_SHARE_GEMM_B), gemm_b);
+  /* at most: the load refuses a stacked GEMM not bitwise the per-device
+   * ones with the OpenBLAS kernels in use (gather_inplace.c) */
+  assert_true(inplace_count(plan, RT_SHARE_GEMM_B) <= gemm_b);
   rt_exec_test_inplace(false);
   train(plan, 2, NULL, NULL, &off);
   rt_exec_test_inplace(true);
@@ -320,9 +322,10 @@ static void same_inplace(const char *plan, size_t in_place, size_t shared, size_
  * devices), two on 2x4 Megatron, and under --no-shard-update both gradient
  * all_reduces (d1/kernel's 627 KB, the combined d2 one; the loss's is not:
  * a kernel then writes where it starts, and may read it in place).
- * GEMM block by block over a shared B (runtime/exec.c): the forward GEMM
- * of d1 on 8 devices (d1/kernel, 627 KB, one shared replica); not on 2x4
- * Megatron (a 157 KB piece) nor under --no-shard-update (8 copies).
+ * A GEMM over a shared B run stacked (runtime/exec.c): the forward GEMM
+ * of d1 on 8 devices (d1/kernel, 627 KB, one shared replica; when its
+ * load-time check finds it bitwise); not on 2x4 Megatron (a 157 KB
+ * piece) nor under --no-shard-update (8 copies).
  * Results bitwise those of the collectives writing every device's buffer
  * and every GEMM run whole per device. */
 static void test_inplace_gather(void **s) {
