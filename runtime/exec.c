@@ -41,6 +41,9 @@
  * thread: waking workers costs a few microseconds, about what 64K simple
  * ops take. */
 enum { PARALLEL_MIN_OPS = 1 << 16, OPS_PER_CHUNK = 1 << 14 };
+/* GEMM blocks are multiples of this many rows or columns: such blocks gave
+ * results bitwise equal to the whole single-threaded GEMM (docs/runtime.md). */
+enum { GEMM_ALIGN = RT_GEMM_ALIGN };
 
 /* OpenBLAS's thread count is process-wide: set it only when it changes
  * (read back every run: the embedding program may have changed it). */
@@ -69,10 +72,17 @@ static void *resolve(const runner *r, int64_t dev, const kdc_prog_loc *l) {
   return base + l->offset;
 }
 
+/* |l| as step |s| sees it: redirected into a shared result when the step
+ * computes the operand of an all_gather made in place (gather_inplace.c). */
+static void *resolve_at(const runner *r, int64_t dev, uint32_t s, const kdc_prog_loc *l) {
+  void *to = r->rf->inplace_of ? rt_inplace_redirect(r->rf, r->f, dev, s, l) : NULL;
+  return to ? to : resolve(r, dev, l);
+}
+
 static void **bind_kernel(const runner *r, int64_t dev, uint32_t s) {
   const kdc_prog_kernel_step *k = &r->f->steps[s].kernel;
   void **args = r->rf->step_args[dev * r->f->n_steps + s];
-  for (uint32_t a = 0; a < k->n_args; a++) args[a] = resolve(r, dev, &k->args[a]);
+  for (uint32_t a = 0; a < k->n_args; a++) args[a] = resolve_at(r, dev, s, &k->args[a]);
   return args;
 }
 
@@ -84,12 +94,13 @@ static const int64_t *coords(const kdc_rt_plan *p, int64_t dev) {
   return p->coords + dev * KDC_PROG_MAX_AXES;
 }
 
-/* Rows [m0, m1) and columns [n0, n1) of batch entry |i| of GEMM |g|. */
-static void gemm_block(const runner *r, int64_t dev, const kdc_prog_gemm_step *g, int64_t i,
-                       int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
-  const float *A = (const float *)resolve(r, dev, &g->a) + i * g->stride_a;
-  const float *B = (const float *)resolve(r, dev, &g->b) + i * g->stride_b;
-  float *C = (float *)resolve(r, dev, &g->c) + i * g->stride_c;
+/* Rows [m0, m1) and columns [n0, n1) of batch entry |i| of GEMM step |s|. */
+static void gemm_block(const runner *r, int64_t dev, uint32_t s, int64_t i, int64_t m0,
+                       int64_t m1, int64_t n0, int64_t n1) {
+  const kdc_prog_gemm_step *g = &r->f->steps[s].gemm;
+  const float *A = (const float *)resolve_at(r, dev, s, &g->a) + i * g->stride_a;
+  const float *B = (const float *)resolve_at(r, dev, s, &g->b) + i * g->stride_b;
+  float *C = (float *)resolve_at(r, dev, s, &g->c) + i * g->stride_c;
   A += g->trans_a ? m0 : m0 * g->lda;  /* op(A) is M x K: A is K x M when transposed */
   B += g->trans_b ? n0 * g->ldb : n0;  /* op(B) is K x N: B is N x K when transposed */
   C += m0 * g->ldc + n0;
@@ -99,8 +110,9 @@ static void gemm_block(const runner *r, int64_t dev, const kdc_prog_gemm_step *g
               (blasint)g->ldc);
 }
 
-static void run_gemm(const runner *r, int64_t dev, const kdc_prog_gemm_step *g) {
-  for (int64_t i = 0; i < g->batch; i++) gemm_block(r, dev, g, i, 0, g->m, 0, g->n);
+static void run_gemm(const runner *r, int64_t dev, uint32_t s) {
+  const kdc_prog_gemm_step *g = &r->f->steps[s].gemm;
+  for (int64_t i = 0; i < g->batch; i++) gemm_block(r, dev, s, i, 0, g->m, 0, g->n);
 }
 
 /* LOOP steps (a scan): the body is a function of the plan whose inputs and
@@ -144,7 +156,7 @@ static void run_local_step(const runner *r, int64_t dev, uint32_t s) {
     r->p->kernels[st->kernel.kernel](bind_kernel(r, dev, s), coords(r->p, dev), 0,
                                      st->kernel.extent);
     break;
-  case KDC_STEP_GEMM: run_gemm(r, dev, &st->gemm); break;
+  case KDC_STEP_GEMM: run_gemm(r, dev, s); break;
   case KDC_STEP_COPY:
     memmove(resolve(r, dev, &st->dst), resolve(r, dev, &st->src), st->src.bytes);
     break;
@@ -195,12 +207,13 @@ static bool dst_seen(kdc_rt_plan *p, uint64_t seq, const void *dst) {
 static kdc_status run_collective(runner *r, uint32_t s) {
   kdc_rt_plan *p = r->p;
   const kdc_prog_coll_step *c = &r->f->steps[s].coll;
+  if (r->rf->inplace_skip && r->rf->inplace_skip[s]) return NULL; /* made in place */
   rt_coll_call call = {c, &r->rf->groups[s], ++p->coll_seq, r->f->name, s};
-  /* Only an output can be one buffer for several devices (state.c shares
-   * replicas of training state); every arena is the device's own. */
-  bool may_share = c->dst.buf == KDC_PROG_BUF_OUTPUT && nlocal(p) > 1;
+  /* Only an output (state.c shares replicas of training state) or a shared
+   * result (gather_inplace.c) can be one buffer for several devices. */
+  bool may_share = (c->dst.buf == KDC_PROG_BUF_OUTPUT || r->rf->inplace_of) && nlocal(p) > 1;
   for (int64_t d = p->d0; d < p->d1; d++) {
-    void *dst = resolve(r, d, &c->dst);
+    void *dst = resolve_at(r, d, s, &c->dst); /* a shared result: gather_inplace.c */
     if (may_share && dst_seen(p, call.seq, dst)) dst = NULL; /* written by an earlier device */
     KDC_RETURN_IF_ERROR(p->comm->vt->arrive(p->comm, &call, d, resolve(r, d, &c->src), dst));
   }
@@ -280,10 +293,68 @@ static void segment_task(void *ctx, int64_t dev) {
   }
 }
 
+/* A GEMM whose B every local device reads from one buffer (a replicated
+ * weight, a shared replica, a shared collective result), with op(A) = A
+ * (not transposed) and a stacking buffer made at load
+ * (gather_inplace.c): the devices' A are stacked into one (nl x m) x k
+ * matrix, ONE GEMM on it runs in column blocks of 64-multiples on the pool,
+ * and each device's rows of the result are copied back.  8 devices each
+ * with 1/8 of the batch otherwise pack and stream the whole of B 8 times,
+ * each GEMM with 1/8 of the rows to amortise it over (docs/runtime.md,
+ * "Threads"). */
+static bool stacked_gemm(const runner *r, uint32_t s) {
+  if (!r->rf->stack_a || !r->rf->stack_a[s] || nlocal(r->p) != r->p->nd || !rt_inplace_on())
+    return false;
+  const kdc_prog_gemm_step *g = &r->f->steps[s].gemm;
+  const void *b = resolve_at(r, r->p->d0, s, &g->b);
+  for (int64_t d = r->p->d0 + 1; d < r->p->d1; d++)
+    if (resolve_at(r, d, s, &g->b) != b) return false;
+  return true;
+}
+
+/* task < nl: copy device task's A into the stack (r->chunks: 0) or the
+ * stack's rows back into its C (1) */
+static void stack_copy_task(void *ctx, int64_t task) {
+  const runner *r = ctx;
+  const kdc_prog_gemm_step *g = &r->f->steps[r->step].gemm;
+  int64_t dev = r->p->d0 + task;
+  if (r->chunks == 0)
+    memcpy(r->rf->stack_a[r->step] + task * g->m * g->k, resolve_at(r, dev, r->step, &g->a),
+           (size_t)(g->m * g->k) * sizeof(float));
+  else
+    memcpy(resolve_at(r, dev, r->step, &g->c), r->rf->stack_c[r->step] + task * g->m * g->n,
+           (size_t)(g->m * g->n) * sizeof(float));
+}
+
+static void stack_gemm_task(void *ctx, int64_t task) {
+  const runner *r = ctx;
+  const kdc_prog_gemm_step *g = &r->f->steps[r->step].gemm;
+  rt_stack_gemm_block(g, nlocal(r->p), r->p->n_threads, task, r->rf->stack_a[r->step],
+                      resolve_at(r, r->p->d0, r->step, &g->b), r->rf->stack_c[r->step]);
+}
+
+static void run_stacked_gemm(runner *r, uint32_t s) {
+  kdc_rt_plan *p = r->p;
+  r->step = s;
+  r->chunks = 0;
+  rt_pool_run(p->pool, stack_copy_task, r, nlocal(p));
+  rt_pool_run(p->pool, stack_gemm_task, r, p->n_threads);
+  r->chunks = 1;
+  rt_pool_run(p->pool, stack_copy_task, r, nlocal(p));
+  r->rf->inplace_made[RT_SHARE_GEMM_B]++;
+}
+
 static kdc_status run_device_parallel(runner *r) {
   const kdc_prog_func *f = r->f;
   set_blas_threads(1);
   for (uint32_t s = 0; s < f->n_steps;) {
+    if (stacked_gemm(r, s)) {
+      uint64_t t0 = now_ns(r->p);
+      run_stacked_gemm(r, s);
+      charge(r, s, t0);
+      s++;
+      continue;
+    }
     if (meets(r->p, &f->steps[s])) {
       uint64_t t0 = now_ns(r->p);
       if (f->steps[s].kind == KDC_STEP_LOOP) KDC_RETURN_IF_ERROR(run_loop_meeting(r, &f->steps[s].loop));
@@ -294,7 +365,8 @@ static kdc_status run_device_parallel(runner *r) {
     }
     int64_t ops = 0;
     r->s0 = s;
-    while (s < f->n_steps && !meets(r->p, &f->steps[s])) ops += step_ops(&f->steps[s++]);
+    while (s < f->n_steps && !meets(r->p, &f->steps[s]) && !stacked_gemm(r, s))
+      ops += step_ops(&f->steps[s++]);
     r->s1 = s;
     int64_t nl = nlocal(r->p);
     if (ops * nl < PARALLEL_MIN_OPS || nl > RT_POOL_MAX_TASKS) {
@@ -358,7 +430,7 @@ static kdc_status run_loop_stepwise(runner *r, const kdc_prog_loop_step *l) {
  * row (or column, whichever is longer) blocks of GEMM_ALIGN multiples.  The
  * pool is then the only set of threads (OpenBLAS's own never start, so they
  * never spin against the pool's workers on a small machine). */
-enum { GEMM_ALIGN = 64, GEMM_PARALLEL_MIN_FLOPS = 1 << 20 };
+enum { GEMM_PARALLEL_MIN_FLOPS = 1 << 20 };
 
 static void gemm_task(void *ctx, int64_t task) {
   const runner *r = ctx;
@@ -366,7 +438,7 @@ static void gemm_task(void *ctx, int64_t task) {
   int64_t dev = r->p->d0 + task / r->chunks, c = task % r->chunks;
   if (g->batch >= r->chunks) { /* a range of whole batch entries */
     for (int64_t i = g->batch * c / r->chunks; i < g->batch * (c + 1) / r->chunks; i++)
-      gemm_block(r, dev, g, i, 0, g->m, 0, g->n);
+      gemm_block(r, dev, r->step, i, 0, g->m, 0, g->n);
     return;
   }
   int64_t per = r->chunks / g->batch, i = c / per, b = c % per; /* block b of entry i */
@@ -375,8 +447,8 @@ static void gemm_task(void *ctx, int64_t task) {
   int64_t lo = units * b / per * GEMM_ALIGN, hi = units * (b + 1) / per * GEMM_ALIGN;
   if (hi > len) hi = len;
   if (lo >= hi) return;
-  if (rows) gemm_block(r, dev, g, i, lo, hi, 0, g->n);
-  else gemm_block(r, dev, g, i, 0, g->m, lo, hi);
+  if (rows) gemm_block(r, dev, r->step, i, lo, hi, 0, g->n);
+  else gemm_block(r, dev, r->step, i, 0, g->m, lo, hi);
 }
 
 static void run_gemm_split(runner *r, uint32_t s) {
@@ -393,7 +465,7 @@ static void run_gemm_split(runner *r, uint32_t s) {
   if (chunks > RT_POOL_MAX_TASKS / nl) chunks = RT_POOL_MAX_TASKS / nl;
   if (threads <= 1 || step_ops(&r->f->steps[s]) * nl < GEMM_PARALLEL_MIN_FLOPS ||
       chunks * nl < 2 || (g->batch < threads && chunks % g->batch)) {
-    for (int64_t d = p->d0; d < p->d1; d++) run_gemm(r, d, g);
+    for (int64_t d = p->d0; d < p->d1; d++) run_gemm(r, d, s);
     return;
   }
   r->step = s;
@@ -426,10 +498,15 @@ kdc_status rt_exec_steps(kdc_rt_plan *p, size_t func) {
     return KDC_ERR(KDC_INVALID_INPUT, "%s: loaded to be described only (no code): it cannot "
                    "run", p->path);
   runner r = {.p = p, .f = &p->prog.funcs[func], .rf = &p->funcs[func]};
+  rt_inplace_bind(p, r.f, r.rf);
   kdc_status st = p->device_parallel ? run_device_parallel(&r) : run_stepwise(&r);
   r.rf->prof_runs += p->profile;
   if (st) st = kdc_status_annotate(st, "%s: %s", p->path, r.f->name);
   return st;
+}
+
+size_t rt_exec_inplace_count(const kdc_rt_plan *p, size_t func, rt_share kind) {
+  return func < p->prog.n_funcs ? p->funcs[func].inplace_made[kind] : 0;
 }
 
 /* ---- the API -------------------------------------------------------------------- */

@@ -375,6 +375,21 @@ typedef struct rt_coll_groups {
   int64_t *peer;            /* collective_permute: per device, its source or -1 */
 } rt_coll_groups;
 
+/* A collective whose result is shared (gather_inplace.c): the steps
+ * [first, last] that touch |loc| (an arena range) are redirected.  An
+ * all_gather made in place: |loc| is its operand, which the steps from the
+ * GEMM computing it compute in the device's slice of the shared result
+ * (an output) instead; |shared|: |loc| is its result, which one buffer per
+ * group (|buf|, allocated at load) holds for every member. */
+typedef struct rt_inplace {
+  uint32_t first, last, coll;
+  kdc_prog_loc loc;
+  bool shared;
+  bool on;                  /* this run */
+  char *buf;
+} rt_inplace;
+enum { RT_INPLACE_PER_STEP = 2 };
+
 typedef struct rt_func {
   void ***step_args;        /* [device * n_steps + step]: a kernel step's argument array */
   void **argv;              /* storage for all of them */
@@ -386,6 +401,17 @@ typedef struct rt_func {
                                in_ptr / out_ptr (training state), or NULL (cuda/exec.c) */
   uint64_t *prof_ns;        /* profiling: per step, nanoseconds summed over prof_runs runs */
   uint64_t prof_runs;
+  /* all_gathers into a shared replica made in place (gather_inplace.c): */
+  rt_inplace *inplace;      /* the candidates, found at load */
+  size_t n_inplace;
+  uint32_t *inplace_of;     /* [step * RT_INPLACE_PER_STEP + k]: 1 + a candidate whose range
+                               the step touches, or 0 */
+  bool *inplace_skip;       /* per step, this run: a collective made in place (moves nothing) */
+  char **inplace_dst;       /* [device * n_steps + candidate]: where the device's range is
+                               instead, or NULL */
+  size_t inplace_made[3];   /* in the last run, per rt_share kind */
+  float **stack_a, **stack_c; /* per step, or NULL: a GEMM that may run stacked over the
+                               devices (exec.c): nd x m x k and nd x m x n floats */
 } rt_func;
 
 struct rt_comm;
@@ -471,6 +497,39 @@ kdc_status rt_exec_steps(kdc_rt_plan *p, size_t func);
  * executor hands the backend NULL for every later device (comm.h), so the
  * result is written once (state.c's shared replicas). */
 bool rt_exec_output_shareable(const kdc_prog_func *f, uint32_t o);
+
+/* ---- gather_inplace.c: all_gathers into a shared replica made in place ---- */
+
+/* Finds |f|'s candidates (an all_gather into a whole output whose operand
+ * a GEMM and kernels after it compute; an all_gather or all_reduce into the
+ * arena that only kernels and GEMMs read) and allocates their arrays and
+ * shared buffers. */
+void rt_inplace_create(const kdc_rt_plan *p, const kdc_prog_func *f, rt_func *rf);
+void rt_inplace_destroy(rt_func *rf, uint32_t n_steps);
+/* Before a run of |f| (out_ptr bound): turns on every in-place candidate
+ * whose groups are local and bind one result buffer each, and every
+ * shared-result candidate when all devices are local; counts them in
+ * rf->inplace_made. */
+void rt_inplace_bind(kdc_rt_plan *p, const kdc_prog_func *f, rt_func *rf);
+/* Where step |s| of device |dev| finds |l| this run instead of its own
+ * place (the device's piece of a shared result), or NULL. */
+void *rt_inplace_redirect(const rt_func *rf, const kdc_prog_func *f, int64_t dev, uint32_t s,
+                          const kdc_prog_loc *l);
+/* Tests: |on| false runs every all_gather as a collective (default on). */
+void rt_exec_test_inplace(bool on);
+/* Column block |t| of |threads| (multiples of RT_GEMM_ALIGN) of the
+ * stacked GEMM |g| over |nl| devices: C = A op(B), A (nl m) x k. */
+enum { RT_GEMM_ALIGN = 64 };
+void rt_stack_gemm_block(const kdc_prog_gemm_step *g, int64_t nl, int threads, int64_t t,
+                         const float *A, const float *B, float *C);
+/* Tests: |on| false also runs every GEMM device by device (exec.c). */
+bool rt_inplace_on(void);
+/* What one buffer for several devices saved in the last run of |func|:
+ * all_gathers made in place (moved nothing), collectives with one result
+ * per group, GEMM steps over a B that every device reads from one buffer
+ * run as one GEMM on the devices' stacked A (exec.c). */
+typedef enum rt_share { RT_SHARE_INPLACE, RT_SHARE_RESULT, RT_SHARE_GEMM_B } rt_share;
+size_t rt_exec_inplace_count(const kdc_rt_plan *p, size_t func, rt_share kind);
 
 /* ---- blas_core.c: OpenBLAS's kernels for this CPU ----------------------------- */
 

@@ -33,6 +33,12 @@
  *   - shared replicas: on 8 devices d1/kernel (rebuilt by an all_gather) is
  *     one buffer in the process, 4 on 2x4 Megatron, state written by
  *     kernels one per device; training with them = the 1-device run.
+ *   - shared collective results (runtime/gather_inplace.c): on 8 devices
+ *     and on 2x4 Megatron the dW GEMM and update kernel compute
+ *     d1/kernel's pieces straight in the shared buffer (its all_gather
+ *     made in place, none under --no-shard-update), gradient all_reduces
+ *     write one result per group, and 2 epochs give bitwise the run with
+ *     every collective writing every device's buffer.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -273,6 +279,65 @@ static void test_shared_replicas(void **s) {
   same_run(&rmg, &r1, 0, "mesh 2x4 Megatron, shared replicas");
   e2e_run_free(&r1), e2e_run_free(&r8), e2e_run_free(&rmg);
   free(p1), free(p8), free(pmg), free(u8), free(mg);
+}
+
+/* Collectives of train_step made in place (|shared| false) or with one
+ * shared result per group (|shared| true) in |plan|'s last run (the plan
+ * e2e_fit loaded: e2e_plan_load hands back the same load). */
+static size_t inplace_count(const char *plan, rt_share shared) {
+  kdc_rt_plan *p = e2e_plan_load(plan);
+  size_t n = rt_exec_inplace_count(p, (size_t)kdc_rt_plan_find_func(p, "train_step"), shared);
+  kdc_rt_plan_release(p);
+  return n;
+}
+
+/* 2 epochs of |plan| with |in_place| all_gathers made in place, |shared|
+ * shared results and up to |gemm_b| GEMMs over a shared B run stacked
+ * per step, and with every collective writing every device's buffer and
+ * every GEMM run device by device: bitwise the same run. */
+static void same_inplace(const char *plan, size_t in_place, size_t shared, size_t gemm_b,
+                         const char *what) {
+  run on, off;
+  train(plan, 2, NULL, NULL, &on);
+  assert_int_equal(inplace_count(plan, RT_SHARE_INPLACE), in_place);
+  assert_int_equal(inplace_count(plan, RT_SHARE_RESULT), shared);
+  /* at most: the load refuses a stacked GEMM not bitwise the per-device
+   * ones with the OpenBLAS kernels in use (gather_inplace.c) */
+  assert_true(inplace_count(plan, RT_SHARE_GEMM_B) <= gemm_b);
+  rt_exec_test_inplace(false);
+  train(plan, 2, NULL, NULL, &off);
+  rt_exec_test_inplace(true);
+  assert_int_equal(inplace_count(plan, RT_SHARE_INPLACE) + inplace_count(plan, RT_SHARE_RESULT) +
+                   inplace_count(plan, RT_SHARE_GEMM_B), 0);
+  e2e_same_run(&on, &off, 0, 0, what);
+  e2e_run_free(&on), e2e_run_free(&off);
+}
+
+/* Collective results shared between devices (runtime/gather_inplace.c).
+ * In place: d1/kernel's all_gather after its sharded update, whose pieces
+ * the dW GEMM and the update kernel compute straight in the shared replica
+ * (8 devices: one group; 2x4 Megatron: 4 groups over data, each its own
+ * buffer).  Shared results (all_reduces into the arena that only kernel
+ * inputs and GEMM operands read): the combined small gradients' (8
+ * devices), two on 2x4 Megatron, and under --no-shard-update both gradient
+ * all_reduces (d1/kernel's 627 KB, the combined d2 one; the loss's is not:
+ * a kernel then writes where it starts, and may read it in place).
+ * A GEMM over a shared B run stacked (runtime/exec.c): the forward GEMM
+ * of d1 on 8 devices (d1/kernel, 627 KB, one shared replica; when its
+ * load-time check finds it bitwise); not on 2x4 Megatron (a 157 KB
+ * piece) nor under --no-shard-update (8 copies).
+ * Results bitwise those of the collectives writing every device's buffer
+ * and every GEMM run whole per device. */
+static void test_inplace_gather(void **s) {
+  (void)s;
+  char *mg = megatron_layout();
+  char *p8 = compile("adam", "8", NULL, NULL, "16");
+  char *pmg = compile("adam", "2x4", "data,model", mg, "16");
+  char *u8 = compile_unsharded("adam", "8", NULL, NULL);
+  same_inplace(p8, 1, 1, 1, "mesh 8, in-place all_gather");
+  same_inplace(pmg, 1, 2, 0, "mesh 2x4 Megatron, in-place all_gather");
+  same_inplace(u8, 0, 2, 0, "mesh 8, --no-shard-update");
+  free(p8), free(pmg), free(u8), free(mg);
 }
 
 /* evaluate, and one train_step, of rows [0, n) through |plan| (padded and
@@ -623,6 +688,7 @@ int main(void) {
       cmocka_unit_test(test_crash_in_save),       cmocka_unit_test(test_cli),
       cmocka_unit_test(test_compile_config),      cmocka_unit_test(test_keras_reference),
       cmocka_unit_test(test_compile_config_schedule), cmocka_unit_test(test_shared_replicas),
+      cmocka_unit_test(test_inplace_gather),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   free(x_npy), free(y_npy);
