@@ -284,7 +284,7 @@ static void stack_create(const kdc_rt_plan *p, const kdc_prog_func *f, rt_func *
 void rt_inplace_create(const kdc_rt_plan *p, const kdc_prog_func *f, rt_func *rf) {
   rf->n_inplace = 0;
   if (f->is_body || p->cuda) return; /* a body is bound per iteration, never per run */
-  if (p->nd > 1) stack_create(p, f, rf);
+  if (p->nd > 1 && !p->describe_only) stack_create(p, f, rf); /* it runs GEMMs */
   for (uint32_t s = 0; s < f->n_steps; s++) {
     uint32_t at = 0;
     if (f->steps[s].kind != KDC_STEP_COLLECTIVE) continue;

@@ -102,7 +102,8 @@ static kdc_status load(kdc_rt_plan *p, const kdc_rt_options *opt) {
    * CPU code it also carries; the GPUs need no JIT and no host arenas. */
   bool cuda = (!opt || opt->target != KDC_RT_TARGET_CPU) &&
               kdc_plan_file_find(p->file, KDC_PLAN_SECTION_CUDA, &data, &size);
-  if (!cuda && !(opt && opt->describe_only)) KDC_RETURN_IF_ERROR(load_code(p));
+  p->describe_only = opt && opt->describe_only;
+  if (!cuda && !p->describe_only) KDC_RETURN_IF_ERROR(load_code(p));
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   p->n_threads = opt && opt->n_threads > 0 ? opt->n_threads : cores > 0 ? (int)cores : 1;
   KDC_RETURN_IF_ERROR(rt_pool_create(p->n_threads, &p->pool));

@@ -437,6 +437,7 @@ struct kdc_rt_plan {
   rt_pool *pool;
   int n_threads;
   bool device_parallel;     /* devices >= threads: one task per device, BLAS 1 thread */
+  bool describe_only;       /* loaded to be described: no code, nothing runs */
   bool check_replicas;
   bool profile;             /* kdc_rt_options.profile (exec.c times every step) */
   double timeout_s;
