@@ -233,27 +233,34 @@ static kdc_status object_for(const void *bitcode, size_t size, const char *file,
                              const char *cache_dir, const host *h, LLVMTargetMachineRef tm,
                              LLVMMemoryBufferRef *out_obj, rt_jit_stats *out_stats,
                              bool *out_cached) {
-  rt_jit_key key;
   *out_cached = false;
-  if (cache_dir) {
-    char *desc = compile_desc(h);
-    rt_jit_cache_key(bitcode, size, desc, &key);
-    free(desc);
+  if (!cache_dir) return compile(bitcode, size, file, off, tm, out_obj, out_stats);
+  rt_jit_key key;
+  char *desc = compile_desc(h);
+  rt_jit_cache_key(bitcode, size, desc, &key);
+  free(desc);
+  int lock = -1;
+  /* Look, then (on a miss) lock and look again: another process may have
+   * compiled this code while we waited for the lock. */
+  for (int attempt = 0; attempt < 2; attempt++) {
     void *entry;
     const void *obj;
     size_t n;
     if (rt_jit_cache_get(cache_dir, &key, &entry, &obj, &n, out_stats)) {
       *out_obj = LLVMCreateMemoryBufferWithMemoryRangeCopy(obj, n, "kdc-code");
       free(entry);
+      rt_jit_cache_unlock(lock);
       *out_cached = true;
       return NULL;
     }
+    if (attempt == 0) lock = rt_jit_cache_lock(cache_dir, &key);
   }
-  KDC_RETURN_IF_ERROR(compile(bitcode, size, file, off, tm, out_obj, out_stats));
-  if (cache_dir)
+  kdc_status st = compile(bitcode, size, file, off, tm, out_obj, out_stats);
+  if (!st)
     rt_jit_cache_put(cache_dir, &key, LLVMGetBufferStart(*out_obj), LLVMGetBufferSize(*out_obj),
                      out_stats);
-  return NULL;
+  rt_jit_cache_unlock(lock);
+  return st;
 }
 
 kdc_status rt_jit_create(const void *bitcode, size_t size, const char *file, uint64_t off,

@@ -27,15 +27,26 @@
  * Writes are atomic (common/files.c: "<path>.tmp.XXXXXX" in the same
  * directory, fsync, rename): a reader sees no entry or a whole one, and
  * processes writing the same key at once each rename a complete, identical
- * file over it.  The cache is an optimisation and never an error: a
+ * file over it.  Loads that miss take an flock on "DIR/<key>.lock" before
+ * compiling, and look again once they hold it: the processes of one job
+ * (mpirun -np 8) load the same plan at the same moment, and this way one
+ * of them compiles it while the others wait and then read its entry,
+ * instead of all of them compiling it at once.  The lock is only an
+ * optimisation: without it (a file system without flock) every process
+ * compiles and the atomic rename keeps the entry whole.  flock locks go
+ * with the process's open file, so they are released when it exits, even
+ * if it crashes; lock files are empty and stay.  The cache is an optimisation and never an error: a
  * directory that cannot be created, read or written means compiling, as
  * without a cache.  Nothing is ever evicted; removing the directory (or any
  * file in it) at any time is safe.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "common/io.h"
 #include "runtime/runtime.h"
@@ -60,12 +71,12 @@ void rt_jit_cache_key(const void *code, size_t size, const char *desc, rt_jit_ke
   }
 }
 
-/* "DIR/<key>.kdcobj" (heap). */
-static char *entry_path(const char *dir, const rt_jit_key *key) {
-  size_t n = strlen(dir) + 48;
+/* "DIR/<key><ext>" (heap). */
+static char *entry_path(const char *dir, const rt_jit_key *key, const char *ext) {
+  size_t n = strlen(dir) + strlen(ext) + 40;
   char *p = kdc_xmalloc(n);
-  snprintf(p, n, "%s/%016llx%016llx.kdcobj", dir, (unsigned long long)key->w[0],
-           (unsigned long long)key->w[1]);
+  snprintf(p, n, "%s/%016llx%016llx%s", dir, (unsigned long long)key->w[0],
+           (unsigned long long)key->w[1], ext);
   return p;
 }
 
@@ -83,7 +94,7 @@ static void header(uint64_t h[HEADER_WORDS], const rt_jit_key *key, const rt_jit
 
 bool rt_jit_cache_get(const char *dir, const rt_jit_key *key, void **out_file,
                       const void **out_obj, size_t *out_size, rt_jit_stats *out_stats) {
-  char *path = entry_path(dir, key);
+  char *path = entry_path(dir, key, ".kdcobj");
   void *data = NULL;
   size_t n = 0;
   kdc_status st = kdc_file_read_all(path, &data, &n);
@@ -110,6 +121,25 @@ bad:
   return false;
 }
 
+int rt_jit_cache_lock(const char *dir, const rt_jit_key *key) {
+  if (mkdir(dir, 0777) != 0 && errno != EEXIST) return -1;
+  char *path = entry_path(dir, key, ".lock");
+  int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+  free(path);
+  if (fd < 0) return -1;
+  int r;
+  while ((r = flock(fd, LOCK_EX)) != 0 && errno == EINTR) {}
+  if (r != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+void rt_jit_cache_unlock(int lock) {
+  if (lock >= 0) close(lock);  /* releases the flock */
+}
+
 void rt_jit_cache_put(const char *dir, const rt_jit_key *key, const void *obj, size_t size,
                       const rt_jit_stats *stats) {
   if (mkdir(dir, 0777) != 0 && errno != EEXIST) return;  /* no cache, no error */
@@ -119,7 +149,7 @@ void rt_jit_cache_put(const char *dir, const rt_jit_key *key, const void *obj, s
   char *buf = kdc_xmalloc(hb + size);
   memcpy(buf, h, hb);
   memcpy(buf + hb, obj, size);
-  char *path = entry_path(dir, key);
+  char *path = entry_path(dir, key, ".kdcobj");
   kdc_status_free(kdc_file_write_atomic(path, buf, hb + size));  /* unwritable: no cache */
   free(path);
   free(buf);

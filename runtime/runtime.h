@@ -309,6 +309,11 @@ void rt_jit_cache_key(const void *code, size_t size, const char *desc, rt_jit_ke
  * it; false when there is none or it is truncated, corrupt or foreign. */
 bool rt_jit_cache_get(const char *dir, const rt_jit_key *key, void **out_file,
                       const void **out_obj, size_t *out_size, rt_jit_stats *out_stats);
+/* Waits for, then holds, the exclusive lock of |key| in |dir| (creating
+ * the directory), so that one process compiles what others are about to
+ * load: a handle for rt_jit_cache_unlock, or -1 (no lock, no error). */
+int rt_jit_cache_lock(const char *dir, const rt_jit_key *key);
+void rt_jit_cache_unlock(int lock);
 /* Stores |obj| under |key|, atomically; any failure means no entry. */
 void rt_jit_cache_put(const char *dir, const rt_jit_key *key, const void *obj, size_t size,
                       const rt_jit_stats *stats);

@@ -3,10 +3,12 @@
  * the cache runs the same machine code as a compiled load (bitwise-equal
  * outputs, same JIT statistics); truncated, corrupt and foreign entries are
  * recompiled and overwritten; a directory that cannot be created means no
- * cache and no error; loads racing to write one key (threads of one
- * process, as the processes of an mpirun job do) all succeed and leave one
- * valid entry and no temporary files; the key changes with the code and
- * with the compilation's description.
+ * cache and no error; loads racing for one key (threads of one process,
+ * as the processes of an mpirun job do) all succeed, one of them compiles
+ * and the others wait for its lock and read its entry, leaving one valid
+ * entry and no temporary files; writers racing below the lock never show a
+ * reader a torn entry; the key changes with the code and with the
+ * compilation's description.
  */
 #include <dirent.h>
 #include <pthread.h>
@@ -69,8 +71,8 @@ static void assert_same(const result *a, const result *b) {
   assert_int_equal(a->nontemporal, b->nontemporal);
 }
 
-/* The entries in |dir| (every file, temporary ones included); *|out_one|
- * receives the path of the last one. */
+/* The entries in |dir| (every file but the empty lock files, temporary
+ * ones included); *|out_one| receives the path of the last one. */
 static int count_files(const char *dir, char *out_one, size_t n) {
   DIR *d = opendir(dir);
   assert_non_null(d);
@@ -78,6 +80,8 @@ static int count_files(const char *dir, char *out_one, size_t n) {
   for (struct dirent *e; (e = readdir(d));) {
     if (e->d_name[0] == '.' && (!e->d_name[1] || (e->d_name[1] == '.' && !e->d_name[2])))
       continue;
+    size_t len = strlen(e->d_name);
+    if (len > 5 && strcmp(e->d_name + len - 5, ".lock") == 0) continue;
     count++;
     if (out_one) snprintf(out_one, n, "%s/%s", dir, e->d_name);
   }
@@ -208,17 +212,71 @@ static void test_concurrent_writers(void **state) {
     rc[i] = (racer){.dir = dir, .go = &go};
     assert_int_equal(pthread_create(&t[i], NULL, race, &rc[i]), 0);
   }
+  int compiled = 0;
   for (int i = 0; i < N_RACERS; i++) {
     pthread_join(t[i], NULL);
     assert_null(rc[i].st);
     assert_same(&ref, &rc[i].r);
+    compiled += !rc[i].r.cached;
   }
   pthread_barrier_destroy(&go);
+  assert_int_equal(compiled, 1);  /* the others waited for its lock, then read its entry */
   assert_int_equal(count_files(dir, NULL, 0), 1);  /* no temporary file left */
   result r;
   assert_null(load_run(plan_path, dir, &r));
   assert_true(r.cached);
   assert_same(&ref, &r);
+}
+
+/* Writers of one key racing a reader, below the lock (as when flock is
+ * unavailable): every read finds no entry or the whole one. */
+enum { N_PUTS = 20 };
+typedef struct putter {
+  const char *dir;
+  const rt_jit_key *key;
+  const unsigned char *obj;
+  size_t size;
+  int torn;  /* reader: entries that were neither absent nor whole */
+} putter;
+
+static void *put_many(void *arg) {
+  putter *p = arg;
+  rt_jit_stats st = {3, 4};
+  for (int i = 0; i < N_PUTS; i++) rt_jit_cache_put(p->dir, p->key, p->obj, p->size, &st);
+  return NULL;
+}
+
+static void *get_many(void *arg) {
+  putter *p = arg;
+  for (int i = 0; i < 4 * N_PUTS; i++) {
+    void *file;
+    const void *obj;
+    size_t n;
+    rt_jit_stats st;
+    if (!rt_jit_cache_get(p->dir, p->key, &file, &obj, &n, &st)) continue;
+    p->torn += n != p->size || memcmp(obj, p->obj, n) != 0 || st.n_merged != 4;
+    free(file);
+  }
+  return NULL;
+}
+
+static void test_racing_puts(void **state) {
+  (void)state;
+  const char *dir = fresh_dir("c4");
+  enum { SIZE = 1 << 20 };
+  unsigned char *obj = malloc(SIZE);
+  for (size_t i = 0; i < SIZE; i++) obj[i] = (unsigned char)(i * 131 + (i >> 9));
+  rt_jit_key key = {{1, 2}};
+  putter p = {.dir = dir, .key = &key, .obj = obj, .size = SIZE};
+  pthread_t t[4];
+  for (int i = 0; i < 4; i++)
+    assert_int_equal(pthread_create(&t[i], NULL, i ? put_many : get_many, &p), 0);
+  for (int i = 0; i < 4; i++) pthread_join(t[i], NULL);
+  assert_int_equal(p.torn, 0);
+  assert_int_equal(count_files(dir, NULL, 0), 1);
+  get_many(&p);
+  assert_int_equal(p.torn, 0);
+  free(obj);
 }
 
 static void test_key(void **state) {
@@ -253,6 +311,7 @@ int main(void) {
       cmocka_unit_test(test_bad_entries),
       cmocka_unit_test(test_unusable_dir),
       cmocka_unit_test(test_concurrent_writers),
+      cmocka_unit_test(test_racing_puts),
   };
   int rc = cmocka_run_group_tests(tests, setup, NULL);
   free(plan_path);
