@@ -12,6 +12,12 @@
  * and identical wrappers become a tail call to the first, before O3 and
  * the backend spend their time on each copy (small_cnn's training plan:
  * 332 functions, 152 distinct).
+ * The optimised module is compiled here into one object file in memory
+ * (the same TargetMachine options LLJIT would use) and the object is added
+ * to the LLJIT; with a cache directory the object is looked up first and
+ * stored after (jit_cache.c), so a plan loaded again on the same kind of
+ * machine skips the optimiser and the backend, which are nearly all of a
+ * load's time.
  * This is JIT-at-load: the build never looks at the host (STYLE
  * anti-pattern 5), and one plan runs on any x86-64 or arm64 machine.
  *
@@ -42,6 +48,7 @@ struct rt_jit {
   LLVMOrcLLJITRef jit;
   size_t n_nontemporal;  /* stores mark_nontemporal marked */
   size_t n_merged;       /* function bodies MergeFunctions removed */
+  bool from_cache;       /* the object came from the compiled-code cache */
 };
 
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
@@ -68,19 +75,45 @@ static kdc_status llvm_err(LLVMErrorRef e, const char *file, uint64_t off, const
   return st;
 }
 
-static LLVMTargetMachineRef host_tm(char **out_err) {
-  char *triple = LLVMGetDefaultTargetTriple();
-  char *cpu = LLVMGetHostCPUName();
-  char *features = LLVMGetHostCPUFeatures();
+/* Bump when anything that shapes the machine code changes without changing
+ * the bitcode or the strings of compile_desc(): the passes of optimise(),
+ * mark_nontemporal, the TargetMachine's options.  It is part of the key of
+ * every compiled-code cache entry (jit_cache.c). */
+enum { RT_JIT_CODE_VERSION = 1 };
+
+typedef struct host { char *triple, *cpu, *features; } host;
+
+static host host_get(void) {
+  return (host){LLVMGetDefaultTargetTriple(), LLVMGetHostCPUName(), LLVMGetHostCPUFeatures()};
+}
+
+static void host_free(host *h) {
+  LLVMDisposeMessage(h->triple);
+  LLVMDisposeMessage(h->cpu);
+  LLVMDisposeMessage(h->features);
+}
+
+static LLVMTargetMachineRef host_tm(const host *h, char **out_err) {
   LLVMTargetRef target;
-  LLVMTargetMachineRef tm = NULL;
-  if (!LLVMGetTargetFromTriple(triple, &target, out_err))
-    tm = LLVMCreateTargetMachine(target, triple, cpu, features, LLVMCodeGenLevelAggressive,
-                                 LLVMRelocDefault, LLVMCodeModelJITDefault);
-  LLVMDisposeMessage(triple);
-  LLVMDisposeMessage(cpu);
-  LLVMDisposeMessage(features);
-  return tm;
+  if (LLVMGetTargetFromTriple(h->triple, &target, out_err)) return NULL;
+  return LLVMCreateTargetMachine(target, h->triple, h->cpu, h->features,
+                                 LLVMCodeGenLevelAggressive, LLVMRelocDefault,
+                                 LLVMCodeModelJITDefault);
+}
+
+/* Everything besides the bitcode that determines the object file: the
+ * compiled-code cache's key (heap). */
+static char *compile_desc(const host *h) {
+  unsigned major, minor, patch;
+  LLVMGetVersion(&major, &minor, &patch);
+  const char *fmt = "triple=%s cpu=%s features=%s passes=mergefunc,default<O3>,nontemporal "
+                    "codegen=aggressive,reloc-default,jit-code-model llvm=%u.%u.%u kdc-code=%d";
+  int n = snprintf(NULL, 0, fmt, h->triple, h->cpu, h->features, major, minor, patch,
+                   (int)RT_JIT_CODE_VERSION);
+  char *d = kdc_xmalloc((size_t)n + 1);
+  snprintf(d, (size_t)n + 1, fmt, h->triple, h->cpu, h->features, major, minor, patch,
+           (int)RT_JIT_CODE_VERSION);
+  return d;
 }
 
 /* Parses and verifies the bitcode in |ctx|. */
@@ -106,6 +139,7 @@ static kdc_status parse(LLVMContextRef ctx, const void *bc, size_t size, const c
                             "module: %.300s", file, (unsigned long long)off, msg);
     LLVMDisposeMessage(msg);
     LLVMDisposeModule(*out);
+    *out = NULL;
     return st;
   }
   LLVMDisposeMessage(msg);
@@ -172,32 +206,87 @@ static kdc_status optimise(LLVMModuleRef mod, LLVMTargetMachineRef tm, const cha
   return NULL;
 }
 
+/* Bitcode -> optimised module -> object file in memory. */
+static kdc_status compile(const void *bitcode, size_t size, const char *file, uint64_t off,
+                          LLVMTargetMachineRef tm, LLVMMemoryBufferRef *out_obj,
+                          rt_jit_stats *out_stats) {
+  LLVMContextRef ctx = LLVMContextCreate();
+  LLVMModuleRef mod = NULL;
+  size_t n_nontemporal = 0, n_merged = 0;
+  kdc_status st = parse(ctx, bitcode, size, file, off, &mod);
+  if (!st) st = optimise(mod, tm, file, off, &n_nontemporal, &n_merged);
+  char *msg = NULL;
+  if (!st && LLVMTargetMachineEmitToMemoryBuffer(tm, mod, LLVMObjectFile, &msg, out_obj)) {
+    st = KDC_ERR(KDC_INVALID_INPUT, "%s: section code: byte %llu: code generation failed: "
+                 "%.300s", file, (unsigned long long)off, msg ? msg : "?");
+  }
+  LLVMDisposeMessage(msg);
+  if (mod) LLVMDisposeModule(mod);
+  LLVMContextDispose(ctx);
+  *out_stats = (rt_jit_stats){n_nontemporal, n_merged};
+  return st;
+}
+
+/* The object for |bitcode|: from the cache in |cache_dir| when it has a
+ * valid entry, else compiled (and stored there). */
+static kdc_status object_for(const void *bitcode, size_t size, const char *file, uint64_t off,
+                             const char *cache_dir, const host *h, LLVMTargetMachineRef tm,
+                             LLVMMemoryBufferRef *out_obj, rt_jit_stats *out_stats,
+                             bool *out_cached) {
+  *out_cached = false;
+  if (!cache_dir) return compile(bitcode, size, file, off, tm, out_obj, out_stats);
+  rt_jit_key key;
+  char *desc = compile_desc(h);
+  rt_jit_cache_key(bitcode, size, desc, &key);
+  free(desc);
+  int lock = -1;
+  /* Look, then (on a miss) lock and look again: another process may have
+   * compiled this code while we waited for the lock. */
+  for (int attempt = 0; attempt < 2; attempt++) {
+    void *entry;
+    const void *obj;
+    size_t n;
+    if (rt_jit_cache_get(cache_dir, &key, &entry, &obj, &n, out_stats)) {
+      *out_obj = LLVMCreateMemoryBufferWithMemoryRangeCopy(obj, n, "kdc-code");
+      free(entry);
+      rt_jit_cache_unlock(lock);
+      *out_cached = true;
+      return NULL;
+    }
+    if (attempt == 0) lock = rt_jit_cache_lock(cache_dir, &key);
+  }
+  kdc_status st = compile(bitcode, size, file, off, tm, out_obj, out_stats);
+  if (!st)
+    rt_jit_cache_put(cache_dir, &key, LLVMGetBufferStart(*out_obj), LLVMGetBufferSize(*out_obj),
+                     out_stats);
+  rt_jit_cache_unlock(lock);
+  return st;
+}
+
 kdc_status rt_jit_create(const void *bitcode, size_t size, const char *file, uint64_t off,
-                         rt_jit **out) {
+                         const char *cache_dir, rt_jit **out) {
   *out = NULL;
   pthread_once(&init_once, init_llvm);
   if (init_failed) return KDC_ERR(KDC_UNAVAILABLE, "LLVM has no native target for this host");
   char *err = NULL;
-  LLVMTargetMachineRef tm = host_tm(&err), tm_jit = host_tm(NULL);
+  host h = host_get();
+  LLVMTargetMachineRef tm = host_tm(&h, &err), tm_jit = host_tm(&h, NULL);
   if (!tm || !tm_jit) {
     kdc_status st = KDC_ERR(KDC_UNAVAILABLE, "LLVM cannot target this host: %s", err ? err : "?");
     LLVMDisposeMessage(err);
     if (tm) LLVMDisposeTargetMachine(tm);
     if (tm_jit) LLVMDisposeTargetMachine(tm_jit);
+    host_free(&h);
     return st;
   }
-  LLVMOrcThreadSafeContextRef tsc = LLVMOrcCreateNewThreadSafeContext();
-  LLVMModuleRef mod = NULL;
-  size_t n_nontemporal = 0, n_merged = 0;
-  kdc_status st = parse(LLVMOrcThreadSafeContextGetContext(tsc), bitcode, size, file, off, &mod);
-  if (!st) {
-    st = optimise(mod, tm, file, off, &n_nontemporal, &n_merged);
-    if (st) LLVMDisposeModule(mod);
-  }
+  LLVMMemoryBufferRef obj = NULL;
+  rt_jit_stats stats;
+  bool cached;
+  kdc_status st = object_for(bitcode, size, file, off, cache_dir, &h, tm, &obj, &stats, &cached);
   LLVMDisposeTargetMachine(tm);
+  host_free(&h);
   if (st) {
     LLVMDisposeTargetMachine(tm_jit);
-    LLVMOrcDisposeThreadSafeContext(tsc);
     return st;
   }
   LLVMOrcLLJITBuilderRef jb = LLVMOrcCreateLLJITBuilder();
@@ -206,27 +295,25 @@ kdc_status rt_jit_create(const void *bitcode, size_t size, const char *file, uin
   LLVMOrcLLJITRef jit;
   LLVMErrorRef e = LLVMOrcCreateLLJIT(&jit, jb);  /* takes jb */
   if (e) {
-    LLVMDisposeModule(mod);
-    LLVMOrcDisposeThreadSafeContext(tsc);
+    LLVMDisposeMemoryBuffer(obj);
     return llvm_err(e, file, off, "cannot create the JIT");
   }
   LLVMOrcDefinitionGeneratorRef gen;
   e = LLVMOrcCreateDynamicLibrarySearchGeneratorForProcess(&gen, LLVMOrcLLJITGetGlobalPrefix(jit),
                                                            NULL, NULL);
   if (!e) LLVMOrcJITDylibAddGenerator(LLVMOrcLLJITGetMainJITDylib(jit), gen);
-  LLVMOrcThreadSafeModuleRef tsm = LLVMOrcCreateNewThreadSafeModule(mod, tsc);
-  LLVMOrcDisposeThreadSafeContext(tsc);  /* the module keeps it alive */
-  if (!e) e = LLVMOrcLLJITAddLLVMIRModule(jit, LLVMOrcLLJITGetMainJITDylib(jit), tsm);
-  else LLVMOrcDisposeThreadSafeModule(tsm);
+  if (!e) e = LLVMOrcLLJITAddObjectFile(jit, LLVMOrcLLJITGetMainJITDylib(jit), obj);  /* takes obj */
+  else LLVMDisposeMemoryBuffer(obj);
   if (e) {
-    st = llvm_err(e, file, off, "cannot add the module to the JIT");
+    st = llvm_err(e, file, off, "cannot add the object to the JIT");
     LLVMOrcDisposeLLJIT(jit);
     return st;
   }
   rt_jit *j = kdc_xcalloc(1, sizeof *j);
   j->jit = jit;
-  j->n_nontemporal = n_nontemporal;
-  j->n_merged = n_merged;
+  j->n_nontemporal = stats.n_nontemporal;
+  j->n_merged = stats.n_merged;
+  j->from_cache = cached;
   *out = j;
   return NULL;
 }
@@ -247,6 +334,8 @@ kdc_rt_kernel_fn rt_jit_lookup(rt_jit *j, const char *name) {
 size_t rt_jit_nontemporal_stores(const rt_jit *j) { return j ? j->n_nontemporal : 0; }
 
 size_t rt_jit_merged_functions(const rt_jit *j) { return j ? j->n_merged : 0; }
+
+bool rt_jit_from_cache(const rt_jit *j) { return j && j->from_cache; }
 
 void rt_jit_destroy(rt_jit *j) {
   if (!j) return;

@@ -65,11 +65,12 @@ static uint64_t arena_used(const kdc_program *p) {
   return used;
 }
 
-static kdc_status load_code(kdc_rt_plan *p) {
+static kdc_status load_code(kdc_rt_plan *p, const kdc_rt_options *opt) {
   for (size_t i = 0; i < kdc_plan_file_count(p->file); i++) {
     kdc_plan_section_info si = kdc_plan_file_info(p->file, i);
     if (si.kind != KDC_PLAN_SECTION_CODE) continue;
-    KDC_RETURN_IF_ERROR(rt_jit_create(si.data, si.size, p->path, si.offset, &p->jit));
+    KDC_RETURN_IF_ERROR(rt_jit_create(si.data, si.size, p->path, si.offset,
+                                      rt_jit_cache_dir(opt), &p->jit));
     p->kernels = kdc_xcalloc(p->prog.n_kernels + 1, sizeof *p->kernels);
     for (uint32_t k = 0; k < p->prog.n_kernels; k++)
       if (!(p->kernels[k] = rt_jit_lookup(p->jit, p->prog.kernels[k].name)))
@@ -103,7 +104,7 @@ static kdc_status load(kdc_rt_plan *p, const kdc_rt_options *opt) {
   bool cuda = (!opt || opt->target != KDC_RT_TARGET_CPU) &&
               kdc_plan_file_find(p->file, KDC_PLAN_SECTION_CUDA, &data, &size);
   p->describe_only = opt && opt->describe_only;
-  if (!cuda && !p->describe_only) KDC_RETURN_IF_ERROR(load_code(p));
+  if (!cuda && !p->describe_only) KDC_RETURN_IF_ERROR(load_code(p, opt));
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   p->n_threads = opt && opt->n_threads > 0 ? opt->n_threads : cores > 0 ? (int)cores : 1;
   KDC_RETURN_IF_ERROR(rt_pool_create(p->n_threads, &p->pool));

@@ -54,6 +54,9 @@ typedef struct kdc_rt_options {
   int describe_only;           /* 1: read and check the plan without JIT-compiling its
                                   code (`kdc inspect`, tests that count steps): every
                                   run of it fails */
+  const char *cache_dir;       /* the compiled-code cache (jit_cache.c): NULL = the
+                                  environment variable KDC_CACHE_DIR, "" or unset =
+                                  no cache; `kdc run/fit --cache-dir DIR` */
 } kdc_rt_options;
 
 enum {
@@ -276,11 +279,13 @@ typedef void (*kdc_rt_kernel_fn)(void **args, const int64_t *coords, int64_t beg
 /* ---- jit.c: LLVM ORC LLJIT over the CODE section ----------------------------- */
 
 typedef struct rt_jit rt_jit;
-/* Parses, verifies, optimises (MergeFunctions, then O3 for the host CPU)
- * and JITs |bitcode|.
+/* Parses, verifies, optimises (MergeFunctions, then O3 for the host CPU),
+ * compiles to an object file and JITs |bitcode|.  With |cache_dir| (NULL =
+ * none) the object comes from, or goes to, the compiled-code cache
+ * (jit_cache.c); the code is the same either way.
  * Errors name |file|, the "code" section and its byte |offset|. */
 kdc_status rt_jit_create(const void *bitcode, size_t size, const char *file, uint64_t offset,
-                         rt_jit **out);
+                         const char *cache_dir, rt_jit **out);
 /* The address of kernel |name|, or NULL. */
 kdc_rt_kernel_fn rt_jit_lookup(rt_jit *j, const char *name);
 /* Vector stores the optimiser made non-temporal (streaming kernels). */
@@ -288,7 +293,33 @@ size_t rt_jit_nontemporal_stores(const rt_jit *j);
 /* Function bodies MergeFunctions removed as identical to another one (the
  * wrappers of identical kernels stay, as tail calls to the first). */
 size_t rt_jit_merged_functions(const rt_jit *j);
+/* true if the object came from the compiled-code cache (nothing compiled). */
+bool rt_jit_from_cache(const rt_jit *j);
 void rt_jit_destroy(rt_jit *j);
+
+/* ---- jit_cache.c: the persistent compiled-code cache ------------------------ */
+
+typedef struct rt_jit_key { uint64_t w[2]; } rt_jit_key;
+typedef struct rt_jit_stats { uint64_t n_nontemporal, n_merged; } rt_jit_stats;
+/* The cache directory for a load: |opt|->cache_dir if set, else
+ * $KDC_CACHE_DIR; NULL when that is unset or empty (no cache). */
+const char *rt_jit_cache_dir(const kdc_rt_options *opt);
+/* The key of |code| compiled as |desc| says (triple, CPU, features,
+ * pipeline, LLVM and kdc code-generation versions). */
+void rt_jit_cache_key(const void *code, size_t size, const char *desc, rt_jit_key *out);
+/* A valid entry of |key| in |dir|: true with *out_obj (inside *out_file,
+ * which the caller frees) of *out_size bytes and the statistics stored with
+ * it; false when there is none or it is truncated, corrupt or foreign. */
+bool rt_jit_cache_get(const char *dir, const rt_jit_key *key, void **out_file,
+                      const void **out_obj, size_t *out_size, rt_jit_stats *out_stats);
+/* Waits for, then holds, the exclusive lock of |key| in |dir| (creating
+ * the directory), so that one process compiles what others are about to
+ * load: a handle for rt_jit_cache_unlock, or -1 (no lock, no error). */
+int rt_jit_cache_lock(const char *dir, const rt_jit_key *key);
+void rt_jit_cache_unlock(int lock);
+/* Stores |obj| under |key|, atomically; any failure means no entry. */
+void rt_jit_cache_put(const char *dir, const rt_jit_key *key, const void *obj, size_t size,
+                      const rt_jit_stats *stats);
 
 /* ---- pool.c: a small persistent thread pool -------------------------------- */
 

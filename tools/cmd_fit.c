@@ -38,6 +38,7 @@ typedef struct fit_opts {
   uint64_t seed;
   double validation_split;
   double collective_timeout;  /* seconds, 0 = the runtime's default (60) */
+  const char *cache_dir;      /* --cache-dir: the compiled-code cache (NULL: $KDC_CACHE_DIR) */
   run_place place;            /* --coordinator ... (run_place.c, docs/processes.md) */
 } fit_opts;
 
@@ -65,6 +66,7 @@ static kdc_status parse(int argc, char **argv, fit_opts *o) {
       if (!st) st = cli_parse_i64("--epochs", v, 0, 1 << 30, &o->epochs);
     } else if (cli_flag_value(&a, "--batch-size", &v, &st)) {
       if (!st) st = cli_parse_i64("--batch-size", v, 1, (int64_t)1 << 30, &o->batch);
+    } else if (cli_flag_value(&a, "--cache-dir", &o->cache_dir, &st)) {
     } else if (cli_flag_value(&a, "--threads", &v, &st)) {
       if (!st) st = cli_parse_i64("--threads", v, 1, 4096, &o->threads);
     } else if (cli_flag_value(&a, "--seed", &v, &st)) {
@@ -314,7 +316,8 @@ static kdc_status label_path(const fit_opts *o, const kdc_rt_tensor_info *t, siz
 
 static kdc_status fit(const fit_opts *o, fit_state *s) {
   kdc_rt_options ro = {.n_threads = (int)o->threads,
-                       .collective_timeout_s = o->collective_timeout};
+                       .collective_timeout_s = o->collective_timeout,
+                       .cache_dir = o->cache_dir};
   KDC_RETURN_IF_ERROR(run_place_start(&o->place, o->plan, &ro));
   KDC_RETURN_IF_ERROR(kdc_rt_plan_load_with(o->plan, &ro, &s->plan));
   KDC_RETURN_IF_ERROR(kdc_rt_train_create(s->plan, &s->train));

@@ -28,6 +28,7 @@ typedef struct run_opts {
   bool print;
   int64_t threads;
   double collective_timeout;  /* seconds, 0 = the runtime's default (60) */
+  const char *cache_dir;      /* --cache-dir: the compiled-code cache (NULL: $KDC_CACHE_DIR) */
   run_place place;            /* --coordinator ... (run_place.c, docs/processes.md) */
 } run_opts;
 
@@ -46,6 +47,7 @@ static kdc_status parse(int argc, char **argv, run_opts *o) {
       if (st) break;
       if (o->n_outputs == MAX_IO) st = KDC_ERR(KDC_INVALID_INPUT, "run: more than %d --output", MAX_IO);
       else o->outputs[o->n_outputs++] = v;
+    } else if (cli_flag_value(&a, "--cache-dir", &o->cache_dir, &st)) {
     } else if (cli_flag_value(&a, "--threads", &v, &st)) {
       if (!st) st = cli_parse_i64("--threads", v, 1, 4096, &o->threads);
     } else if (cli_flag_value(&a, "--collective-timeout", &v, &st)) {
@@ -219,7 +221,8 @@ static kdc_status run_batches(run_state *s, int64_t rows) {
 
 static kdc_status run(const run_opts *o, run_state *s) {
   kdc_rt_options ro = {.n_threads = (int)o->threads,
-                       .collective_timeout_s = o->collective_timeout};
+                       .collective_timeout_s = o->collective_timeout,
+                       .cache_dir = o->cache_dir};
   KDC_RETURN_IF_ERROR(run_place_start(&o->place, o->plan, &ro));
   KDC_RETURN_IF_ERROR(kdc_rt_plan_load_with(o->plan, &ro, &s->plan));
   if (kdc_rt_plan_func_count(s->plan) == 0 || kdc_rt_plan_find_func(s->plan, "predict") != 0)

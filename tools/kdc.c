@@ -55,6 +55,8 @@ static const char usage[] =
     "      --output Y.npy        where to write an output (repeat, in order)\n"
     "      --print               print the outputs\n"
     "      --threads N           threads for kernels and BLAS (default: all cores)\n"
+    "      --cache-dir DIR       keep the compiled code of plans in DIR and reuse it (default:\n"
+    "                            $KDC_CACHE_DIR; none when unset; docs/runtime.md)\n"
     "      --collective-timeout S  fail a collective whose members do not all arrive\n"
     "                            within S seconds, naming the missing device (default 60)\n"
     "      --coordinator H:P --num-processes N --process-id I\n"

@@ -1,10 +1,12 @@
 #!/bin/sh
-# tests/gpu/ptx_examples.sh KDC PTXAS EXAMPLES: every example model compiled
-# with --target cuda for sm_80 and sm_90 (data-parallel on 2 devices too);
+# tests/gpu/ptx_examples.sh KDC PTXAS EXAMPLES [ARCHS]: every example model
+# compiled with --target cuda for each of ARCHS (default "80 90": sm_80 and
+# sm_90; KDC_FULL_SWEEP=1 forces both), data-parallel on 2 devices too;
 # `kdc inspect --ptx` gives the PTX and ptxas accepts it, one .entry per
 # kernel.  Skipped (exit 77, with the reason) when ptxas is absent.
 set -eu
-KDC=$1 PTXAS=$2 EX=$3
+KDC=$1 PTXAS=$2 EX=$3 ARCHS=${4:-80 90}
+[ "${KDC_FULL_SWEEP:-}" != 1 ] || ARCHS="80 90"
 if [ -z "$PTXAS" ] || [ ! -x "$PTXAS" ]; then
   echo "SKIP: ptxas not found (install the CUDA toolkit to validate the PTX)"
   exit 77
@@ -14,7 +16,7 @@ trap 'rm -rf "$T"' EXIT
 n=0
 for m in "$EX"/*/model.json; do
   e=$(basename "$(dirname "$m")")
-  for sm in 80 90; do
+  for sm in $ARCHS; do
     for mesh in "" "--mesh 2"; do
       "$KDC" compile "$m" -o "$T/p.plan" --target cuda --sm $sm $mesh --batch 8 2>"$T/err" ||
         { cat "$T/err"; echo "FAIL: $e sm_$sm $mesh: compile"; exit 1; }
