@@ -174,7 +174,9 @@ kdc_status cg_body_emit(cg_plan *P, cg_kernel *k, uint32_t index, LLVMValueRef *
 /* CPU loop forms (cpu_wrap.c; the CUDA wrapper uses kdc_body_<k> only):
  *  - a root concatenate along the last dim: one loop per piece, each
  *    calling a body |name| that evaluates only piece |piece| (the generic
- *    body evaluates every piece per element and selects);
+ *    body evaluates every piece per element and selects); rank 1 (e.g. the
+ *    gradients packed for one all_reduce): each piece loops over its part
+ *    of the kernel's rows [begin, end), which are its elements;
  *  - a column reduction (a root reduce over the operand's leading dims
  *    [0, p)): the reduced dims outermost, the kept elements innermost,
  *    folding into the output (every output still accumulates in increasing

@@ -154,6 +154,28 @@ void cg_cpu_wrap(cg_plan *P, const cg_kernel *k, LLVMValueRef body, const char *
   }
   LLVMTypeRef bt = LLVMGlobalGetValueType(body);
   wloop rows, cols;
+  if (rank == 1 && np) {  /* rows are elements: each piece loops over its part of them */
+    LLVMValueRef begin = LLVMGetParam(fn, 2), end = LLVMGetParam(fn, 3);
+    const kdc_node *nd = &k->f->nodes[k->root];
+    int64_t off = 0;
+    for (int j = 0; j < np; j++) {
+      int64_t len = k->f->nodes[nd->in[j]].type.dims[0];
+      if (len == 0) continue;
+      LLVMValueRef a = I64(P, off), z = I64(P, off + len);
+      LLVMValueRef lo =
+          LLVMBuildSelect(P->b, LLVMBuildICmp(P->b, LLVMIntSGT, begin, a, ""), begin, a, "");
+      LLVMValueRef hi =
+          LLVMBuildSelect(P->b, LLVMBuildICmp(P->b, LLVMIntSLT, end, z, ""), end, z, "");
+      cargs[nc] = open_loop(P, fn, col_slot, &cols, lo, hi);
+      LLVMBuildCall2(P->b, LLVMGlobalGetValueType(piece[j]), piece[j], cargs, nc + 1, "");
+      close_loop(P, &cols);
+      off += len;
+    }
+    LLVMBuildRetVoid(P->b);
+    *out_extent = t->dims[0];
+    *out_unit_cost = k->cost;
+    return;
+  }
   LLVMValueRef r = open_loop(P, fn, row_slot, &rows, LLVMGetParam(fn, 2), LLVMGetParam(fn, 3));
   int64_t extent = 1, inner = 1;
   if (rank == 1) {

@@ -556,12 +556,12 @@ int cg_kernel_column_reduce(const cg_kernel *k) {
   return p;
 }
 
-/* Pieces of a root concatenate along the last dim (rank >= 2, at most
- * CG_MAX_PIECES), else 0. */
+/* Pieces of a root concatenate along the last dim (at most CG_MAX_PIECES),
+ * else 0. */
 int cg_kernel_concat_pieces(const cg_kernel *k) {
   if (k->transpose) return 0;
   const kdc_node *nd = &k->f->nodes[k->root];
-  if (nd->op != KDC_OP_CONCAT || nd->type.rank < 2 || nd->attr.dim != nd->type.rank - 1 ||
+  if (nd->op != KDC_OP_CONCAT || nd->type.rank < 1 || nd->attr.dim != nd->type.rank - 1 ||
       nd->n_in < 2 || nd->n_in > CG_MAX_PIECES)
     return 0;
   return nd->n_in;

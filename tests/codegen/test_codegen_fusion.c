@@ -148,8 +148,9 @@ static void test_column_reduction(void **state) {
 
 /* A root concatenate along the last dim runs one loop per piece
  * (codegen.h): an im2col-like patch matrix (pad, 3x3 stride-2 slices, a
- * fused exp on one piece, concatenated on channels) and uneven pieces of
- * a plain concatenate; 1 and 3 threads; bit for bit. */
+ * fused exp on one piece, concatenated on channels), uneven pieces of
+ * a plain concatenate and a rank-1 concatenate; 1 and 3 threads; bit for
+ * bit. */
 static void test_concat_pieces(void **state) {
   (void)state;
   int64_t d[4] = {3, 17, 15, 5}, lo[4] = {0, 1, 1, 0}, hi[4] = {0, 1, 1, 0}, in[4] = {0};
@@ -170,6 +171,13 @@ static void test_concat_pieces(void **state) {
     kdc_value_id u[3] = {param(f, "a", 2, a), param(f, "b", 2, b), param(f, "c", 2, c)};
     u[1] = kdc_ir_unary(f, KDC_OP_TANH, u[1]);
     kdc_ir_add_result(f, kdc_ir_concat(f, 3, u, 1), "cat");
+    /* rank 1 (gradients packed for one all_reduce): a flattened matrix, a
+     * short vector and a fused exp long enough to be split across threads,
+     * so a thread's rows start and end inside pieces */
+    int64_t mat[2] = {20, 10}, flat[1] = {200}, sv[1] = {7}, lv[1] = {70001};
+    kdc_value_id w[3] = {kdc_ir_reshape(f, param(f, "m", 2, mat), 1, flat), param(f, "s", 1, sv),
+                         kdc_ir_unary(f, KDC_OP_EXP, param(f, "l", 1, lv))};
+    kdc_ir_add_result(f, kdc_ir_concat(f, 3, w, 0), "flat");
     cgt_opts o = {.threads = th};
     cgt_check(m, f, &o);
     kdc_ir_module_destroy(m);
