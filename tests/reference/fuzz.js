@@ -734,7 +734,10 @@ function randomLayout(r, wlist, b, outputsInfo, MODEL = 4, DATA = 2, EXTRA = 0) 
 }
 
 function varPath(b, w) {
-  const wn = b.depthwise.has(w.layer) && w.wname === 'depthwise_kernel' ? 'kernel' : w.wname;
+  let wn = b.depthwise.has(w.layer) && w.wname === 'depthwise_kernel' ? 'kernel' : w.wname;
+  // Keras 3 keeps a recurrent layer's weights under its cell (lstm/lstm_cell/kernel)
+  const e = b.entries.find(x => x.name === w.layer);
+  if (e && G.RNN_CELL[e.cls]) wn = `${G.RNN_CELL[e.cls]}/${wn}`;
   if (b.nested && b.nested[w.layer]) return `${b.nested[w.layer]}/${w.layer}/${wn}`;
   return `${b.kind === 'sequential' ? b.name + '/' : ''}${w.layer}/${wn}`;
 }
@@ -1092,4 +1095,4 @@ async function main() {
 }
 
 if (require.main === module) main().catch(e => { console.error(e); process.exit(1); });
-module.exports = { genCase, runCase, RUNS };
+module.exports = { genCase, runCase, RUNS, Rand, setWeights, randomLayout, varPath, tfAct, pruneNodes };
