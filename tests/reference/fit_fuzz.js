@@ -19,9 +19,10 @@
 //   x.npy, y.npy         ROWS rows; y: float targets, or class ids (f32)
 //                        of shape [ROWS] (or [ROWS, T]) for sparse losses
 //   layout.json          a random valid ModelParallel for mesh 2x4
-//   history.json         {"loss": per epoch, "batch_loss": per step}
+//   history.json         {"loss": per epoch, "batch_loss": per step,
+//                        "val_loss": per epoch when validation_split > 0}
 //   final.safetensors    every weight after training (moving statistics too)
-//   case.json            {seed, batch, epochs, rows, loss, from_logits,
+//   case.json            {seed, batch, epochs, rows, validation_split, loss, from_logits,
 //                         optimizer, cli, layers}; cli: the same training
 //                         by `--loss/--optimizer/--learning-rate` flags, when
 //                         they can say it (else null)
@@ -221,7 +222,8 @@ function generate(seed) {
       out = op === 'add' ? add('Add', n, {}, tf.layers.add({ name: n }), [cur, other])
         : add('Concatenate', n, { axis: -1 }, tf.layers.concatenate({ axis: -1, name: n }), [cur, other]);
     } else if (op === 'conv1d') {
-      const k = r.int(1, Math.min(3, s[1])), d = k > 1 && r.chance(0.3) ? 2 : 1, st = d > 1 ? 1 : r.int(1, 2);
+      // (no dilation: tfjs 4.22 has no conv gradient with dilation > 1)
+      const k = r.int(1, Math.min(3, s[1])), d = 1, st = r.int(1, 2);
       const pad = r.pick(['valid', 'same']);
       if (pad === 'valid' && (k - 1) * d + 1 > s[1]) continue;
       const filters = r.int(1, 6), a = act(), bias = r.chance(0.8), n = uname('conv1d');
@@ -314,7 +316,9 @@ function generate(seed) {
   b.entries = FZ.pruneNodes(b.entries, [outH]);
   b.classes = b.entries.filter(e => e.cls !== 'InputLayer').map(e => e.cls);
   const model = tf.model({ inputs: b.inputs, outputs: outH.sym, name: 'functional' });
-  return { b, model, outputs: [outH], family, range, loss, fromLogits, classes, opt, batch, rows, r };
+  // Keras' validation_split: the last rows validate after each epoch
+  const valSplit = r.chance(0.4) ? r.pick([0.2, 0.25]) : 0;
+  return { b, model, outputs: [outH], family, range, loss, fromLogits, classes, opt, batch, rows, valSplit, r };
 }
 
 function convCfg(o) {
@@ -471,14 +475,17 @@ function train(g, x, y, xShape, yShape) {
   const vars = model.trainableWeights.map(w => w.val);
   const update = makeOptimizer(g.opt);
   const rowX = prod(xShape.slice(1)), rowY = prod(yShape.slice(1));
-  const batchLoss = [], epochLoss = [];
+  const batchLoss = [], epochLoss = [], valLoss = [];
+  // Keras' train_validation_split: split_at = floor(rows * (1 - split))
+  const split = g.valSplit ? Math.floor(g.rows * (1 - g.valSplit)) : g.rows;
+  const slice = (r0, n) => [tf.tensor(x.subarray(r0 * rowX, (r0 + n) * rowX), [n, ...xShape.slice(1)]),
+    tf.tensor(y.subarray(r0 * rowY, (r0 + n) * rowY), [n, ...yShape.slice(1)])];
   let iteration = 0;
   for (let e = 0; e < EPOCHS; e++) {
     let total = 0, count = 0;
-    for (let r0 = 0; r0 < g.rows; r0 += g.batch) {
-      const n = Math.min(g.batch, g.rows - r0);
-      const xb = tf.tensor(x.subarray(r0 * rowX, (r0 + n) * rowX), [n, ...xShape.slice(1)]);
-      const yb = tf.tensor(y.subarray(r0 * rowY, (r0 + n) * rowY), [n, ...yShape.slice(1)]);
+    for (let r0 = 0; r0 < split; r0 += g.batch) {
+      const n = Math.min(g.batch, split - r0);
+      const [xb, yb] = slice(r0, n);
       const { value, grads } = tf.variableGrads(() => kerasLoss(g, yb, model.apply(xb, { training: true })), vars);
       const loss = value.dataSync()[0];
       if (!Number.isFinite(loss)) throw new Error(`non-finite loss at step ${iteration}`);
@@ -495,8 +502,22 @@ function train(g, x, y, xShape, yShape) {
       tf.dispose([xb, yb, value, ...Object.values(grads)]);
     }
     epochLoss.push(f(total / count));
+    if (split === g.rows) continue;
+    // validation (Keras' evaluate: inference mode, the same tracker)
+    let vt = 0, vc = 0;
+    for (let r0 = split; r0 < g.rows; r0 += g.batch) {
+      const n = Math.min(g.batch, g.rows - r0);
+      const [xb, yb] = slice(r0, n);
+      const l = kerasLoss(g, yb, model.apply(xb, { training: false }));
+      vt = f(vt + f(l.dataSync()[0] * n));
+      vc = f(vc + n);
+      tf.dispose([xb, yb, l]);
+    }
+    valLoss.push(f(vt / vc));
   }
-  return { loss: epochLoss, batch_loss: batchLoss };
+  const hist = { loss: epochLoss, batch_loss: batchLoss };
+  if (valLoss.length) hist.val_loss = valLoss;
+  return hist;
 }
 
 async function genCase(seed, dir) {
@@ -544,7 +565,7 @@ async function genCase(seed, dir) {
     }
   }
   fs.writeFileSync(path.join(dir, 'final.safetensors'), L.safetensorsBytes(finals));
-  const desc = { seed, batch: g.batch, epochs: EPOCHS, rows: g.rows, loss: LOSSES[g.loss].name,
+  const desc = { seed, batch: g.batch, epochs: EPOCHS, rows: g.rows, validation_split: g.valSplit, loss: LOSSES[g.loss].name,
     from_logits: g.fromLogits, optimizer: g.opt, cli: cliFlags(g), layers: b.classes };
   fs.writeFileSync(path.join(dir, 'case.json'), JSON.stringify(desc) + '\n');
   model.dispose();
@@ -598,13 +619,15 @@ function runCase(kdc, dir, desc) {
     try {
       execFileSync(kdc, ['run', plan, '--fit', '--x', path.join(dir, 'x.npy'), '--y', path.join(dir, 'y.npy'),
         '--epochs', String(desc.epochs), '--batch-size', String(desc.batch), '--history', hout,
+        '--validation-split', String(desc.validation_split),
         '--save-weights', wout, '--quiet', '--threads', '1'], { stdio: ['ignore', 'pipe', 'pipe'] });
     } catch (e) {
       fails.push(`${tag}: run exit ${e.status}: ${String(e.stderr).trim().split('\n')[0]}`);
       continue;
     }
     const got = JSON.parse(fs.readFileSync(hout, 'utf8'));
-    for (const k of ['loss', 'batch_loss']) {
+    for (const k of ['loss', 'batch_loss', 'val_loss']) {
+      if (!hist[k] && !got[k]) continue;
       if (!got[k] || got[k].length !== hist[k].length) { fails.push(`${tag}: ${k}: length`); continue; }
       let worst = 0, at = 0;
       hist[k].forEach((v, i) => {
