@@ -15,7 +15,6 @@
  * weight and moving statistic within 1e-4 + 1e-3 |ref|.  The sanitizer
  * build trains two cases (tests/test_sampling.h).
  */
-#include <dirent.h>
 #include <json-c/json.h>
 #include <math.h>
 #include <setjmp.h>
@@ -154,31 +153,12 @@ static void check_run(const char *name, const char *dir, json_object *desc, cons
   free(plan), free(hist), free(final), free(model), free(weights), free(layout), free(x), free(y);
 }
 
-static int cmp_names(const void *a, const void *b) {
-  return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
 static void test_fit_fuzz_cases(void **state) {
   (void)state;
   char *root = e2e_src("tests/e2e/fit_fuzz_cases");
-  DIR *d = opendir(root);
-  assert_non_null(d);
   char *names[MAX_CASES];
-  int n = 0;
-  for (struct dirent *e; (e = readdir(d)) != NULL;) {
-    if (e->d_name[0] == '.') continue;
-    assert_true(n < MAX_CASES);
-    names[n] = strdup(e->d_name);
-    assert_non_null(names[n]);
-    n++;
-  }
-  closedir(d);
-  assert_true(n >= 1);
-  qsort(names, (size_t)n, sizeof names[0], cmp_names);
-  if (kdc_test_sampled()) { /* checks memory, not numerics: two cases */
-    for (int c = 2; c < n; c++) free(names[c]);
-    if (n > 2) n = 2;
-  }
+  /* the sanitizer build checks memory, not numerics: two cases */
+  int n = e2e_case_names("tests/e2e/fit_fuzz_cases", names, MAX_CASES, kdc_test_sampled() ? 2 : 0);
   double worst_loss = 0, worst_w = 0;
   for (int c = 0; c < n; c++) {
     char *dir = case_file(root, names[c]), *cj = case_file(dir, "case.json");

@@ -9,7 +9,6 @@
  * TF.js output: |d| <= 1e-5 + 1e-4 |ref|.  The big sweep is documented in
  * tests/reference/README.md.
  */
-#include <dirent.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -150,31 +149,12 @@ static void check_run(const char *name, const char *dir, const fz_run *run) {
   free(layout);
 }
 
-static int cmp_names(const void *a, const void *b) {
-  return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
 static void test_fuzz_cases(void **state) {
   (void)state;
   char *root = e2e_src("tests/e2e/fuzz_cases");
-  DIR *d = opendir(root);
-  assert_non_null(d);
   char *names[MAX_CASES];
-  int n = 0;
-  for (struct dirent *e; (e = readdir(d)) != NULL;) {
-    if (e->d_name[0] == '.') continue;
-    assert_true(n < MAX_CASES);
-    names[n] = strdup(e->d_name);
-    assert_non_null(names[n]);
-    n++;
-  }
-  closedir(d);
-  assert_true(n >= 1);
-  qsort(names, (size_t)n, sizeof names[0], cmp_names);
-  if (kdc_test_sampled()) { /* checks memory, not numerics: two cases */
-    for (int c = 2; c < n; c++) free(names[c]);
-    if (n > 2) n = 2;
-  }
+  /* the sanitizer build checks memory, not numerics: two cases */
+  int n = e2e_case_names("tests/e2e/fuzz_cases", names, MAX_CASES, kdc_test_sampled() ? 2 : 0);
   for (int c = 0; c < n; c++) {
     char *dir = case_file(root, names[c]);
     for (size_t k = 0; k < sizeof runs / sizeof runs[0]; k++) check_run(names[c], dir, &runs[k]);

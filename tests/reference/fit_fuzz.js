@@ -6,9 +6,9 @@
 //   node fit_fuzz.js gen SEED OUTDIR       one case into OUTDIR (see below)
 //   node fit_fuzz.js run FIRST COUNT [--kdc PATH] [--keep DIR] [--quiet]
 //        generates seeds FIRST .. FIRST+COUNT-1, runs each through `kdc
-//        compile` + `kdc run --fit` on mesh 1, 8 (DataParallel) and 2x4 (the
-//        case's layout.json); one line per failing run, a summary, exit 1
-//        on any failure.
+//        compile` + `kdc run --fit` on mesh 1, 8 (DataParallel), 2x4 (the
+//        case's layout.json) and a random mesh (layout_mesh.json); one line
+//        per failing run, a summary, exit 1 on any failure.
 //
 // A seed fixes everything (mulberry32, lib.js).  Each case directory holds
 //   model.json           Keras 3 to_json() plus the compile_config that
@@ -19,6 +19,7 @@
 //   x.npy, y.npy         ROWS rows; y: float targets, or class ids (f32)
 //                        of shape [ROWS] (or [ROWS, T]) for sparse losses
 //   layout.json          a random valid ModelParallel for mesh 2x4
+//   layout_mesh.json     one for case.json's `mesh` (4x2, 1x8, 8x1, 2x2x2)
 //   history.json         {"loss": per epoch, "batch_loss": per step,
 //                        "val_loss": per epoch when validation_split > 0}
 //   final.safetensors    every weight after training (moving statistics too)
@@ -165,14 +166,8 @@ function generate(seed) {
   let cur = input;
   const pool = [];
   if (family === 'text') {
-    const dim = r.int(2, 6);
-    b.denseInit.embedding = 1;
     b.classes.push('Embedding');
-    cur = b.layer('Embedding', 'embedding', {
-      input_dim: 20, output_dim: dim, embeddings_initializer: initOf('RandomUniform'),
-      embeddings_regularizer: null, activity_regularizer: null, embeddings_constraint: null, mask_zero: false,
-      lora_rank: null,
-    }, tf.layers.embedding({ inputDim: 20, outputDim: dim, name: 'embedding' }), cur);
+    cur = G.embedding(b, cur, 20, r.int(2, 6));
   }
   pool.push(cur);
   // a layer that feeds a normalisation gets no bias: the loss does not
@@ -555,6 +550,10 @@ async function genCase(seed, dir) {
   const outsInfo = b.entries.filter(e => e.cls !== 'InputLayer').map(e => ({ name: e.name, shape: e.outShape,
     final: e.name === 'head', prefix: '' }));
   fs.writeFileSync(path.join(dir, 'layout.json'), JSON.stringify(FZ.randomLayout(lr, wlist, b, outsInfo), null, 1) + '\n');
+  // one more mesh for the sweep, with its own layout (not checked in)
+  const mesh = lr.pick(['4x2', '1x8', '8x1', '2x2x2']), sizes = mesh.split('x').map(Number);
+  fs.writeFileSync(path.join(dir, 'layout_mesh.json'),
+    JSON.stringify(FZ.randomLayout(lr, wlist, b, outsInfo, sizes[1], sizes[0], sizes[2] || 0), null, 1) + '\n');
   const hist = train(g, x, y, xShape, yShape);
   fs.writeFileSync(path.join(dir, 'history.json'), JSON.stringify(hist) + '\n');
   const finals = [];
@@ -565,7 +564,7 @@ async function genCase(seed, dir) {
     }
   }
   fs.writeFileSync(path.join(dir, 'final.safetensors'), L.safetensorsBytes(finals));
-  const desc = { seed, batch: g.batch, epochs: EPOCHS, rows: g.rows, validation_split: g.valSplit, loss: LOSSES[g.loss].name,
+  const desc = { seed, mesh, batch: g.batch, epochs: EPOCHS, rows: g.rows, validation_split: g.valSplit, loss: LOSSES[g.loss].name,
     from_logits: g.fromLogits, optimizer: g.opt, cli: cliFlags(g), layers: b.classes };
   fs.writeFileSync(path.join(dir, 'case.json'), JSON.stringify(desc) + '\n');
   model.dispose();
@@ -580,7 +579,10 @@ const LOSS_RTOL = 1e-4, W_ATOL = 1e-4, W_RTOL = 1e-3;
 const RUNS = [
   { mesh: '1', cli: true },
   { mesh: '8' },
-  { mesh: '2x4', layout: true },
+  { mesh: '2x4', layout: 'layout.json' },
+  // only in the sweep: a random mesh among 4x2, 1x8, 8x1, 2x2x2 (axes
+  // data,model,extra) with its own layout
+  { mesh: 'random', layout: 'layout_mesh.json' },
 ];
 
 // Refusals kdc documents (one located line, exit 2) that a random layout
@@ -600,10 +602,11 @@ function runCase(kdc, dir, desc) {
     const plan = path.join(dir, 'plan.bin'), hout = path.join(dir, 'got_history.json');
     const wout = path.join(dir, 'got_final.safetensors');
     const args = ['compile', path.join(dir, 'model.json'), '--weights', path.join(dir, 'weights.safetensors'),
-      '-o', plan, '--batch', String(desc.batch), '--mesh', run.mesh];
+      '-o', plan, '--batch', String(desc.batch), '--mesh', run.mesh === 'random' ? desc.mesh : run.mesh];
     if (run.cli && desc.cli) args.push(...desc.cli);
-    if (run.layout) args.push('--layout', path.join(dir, 'layout.json'));
-    const tag = `mesh ${run.mesh}${run.layout ? ' layout' : ''}${run.cli && desc.cli ? ' cli' : ''}`;
+    if (run.layout) args.push('--layout', path.join(dir, run.layout));
+    if (run.mesh === 'random' && desc.mesh.split('x').length === 3) args.push('--axes', 'data,model,extra');
+    const tag = `mesh ${run.mesh === 'random' ? desc.mesh : run.mesh}${run.layout ? ' ' + run.layout : ''}${run.cli && desc.cli ? ' cli' : ''}`;
     try {
       execFileSync(kdc, args, { stdio: ['ignore', 'pipe', 'pipe'] });
     } catch (e) {
