@@ -7,8 +7,9 @@
 //   node fit_fuzz.js run FIRST COUNT [--kdc PATH] [--keep DIR] [--quiet]
 //        generates seeds FIRST .. FIRST+COUNT-1, runs each through `kdc
 //        compile` + `kdc run --fit` on mesh 1, 8 (DataParallel), 2x4 (the
-//        case's layout.json) and a random mesh (layout_mesh.json); one line
-//        per failing run, a summary, exit 1 on any failure.
+//        case's layout.json), a random mesh (layout_mesh.json) and 2x4 with
+//        a plan compiled for twice the batch; one line per failing run, a
+//        summary, exit 1 on any failure.
 //
 // A seed fixes everything (mulberry32, lib.js).  Each case directory holds
 //   model.json           Keras 3 to_json() plus the compile_config that
@@ -583,6 +584,9 @@ const RUNS = [
   // only in the sweep: a random mesh among 4x2, 1x8, 8x1, 2x2x2 (axes
   // data,model,extra) with its own layout
   { mesh: 'random', layout: 'layout_mesh.json' },
+  // and the plan compiled for twice the batch, fit in steps of `batch`
+  // rows: every step is a masked partial one (docs/training.md "Batches")
+  { mesh: '2x4', layout: 'layout.json', doubleBatch: true },
 ];
 
 // Refusals kdc documents (one located line, exit 2) that a random layout
@@ -602,11 +606,11 @@ function runCase(kdc, dir, desc) {
     const plan = path.join(dir, 'plan.bin'), hout = path.join(dir, 'got_history.json');
     const wout = path.join(dir, 'got_final.safetensors');
     const args = ['compile', path.join(dir, 'model.json'), '--weights', path.join(dir, 'weights.safetensors'),
-      '-o', plan, '--batch', String(desc.batch), '--mesh', run.mesh === 'random' ? desc.mesh : run.mesh];
+      '-o', plan, '--batch', String(desc.batch * (run.doubleBatch ? 2 : 1)), '--mesh', run.mesh === 'random' ? desc.mesh : run.mesh];
     if (run.cli && desc.cli) args.push(...desc.cli);
     if (run.layout) args.push('--layout', path.join(dir, run.layout));
     if (run.mesh === 'random' && desc.mesh.split('x').length === 3) args.push('--axes', 'data,model,extra');
-    const tag = `mesh ${run.mesh === 'random' ? desc.mesh : run.mesh}${run.layout ? ' ' + run.layout : ''}${run.cli && desc.cli ? ' cli' : ''}`;
+    const tag = `mesh ${run.mesh === 'random' ? desc.mesh : run.mesh}${run.layout ? ' ' + run.layout : ''}${run.cli && desc.cli ? ' cli' : ''}${run.doubleBatch ? ' compiled batch x2' : ''}`;
     try {
       execFileSync(kdc, args, { stdio: ['ignore', 'pipe', 'pipe'] });
     } catch (e) {
