@@ -2,8 +2,9 @@
  * End to end on the checked-in cases of the randomized differential tester
  * for training (tests/reference/fit_fuzz.js; tests/e2e/fit_fuzz_cases/<seed>/
  * holds what `node fit_fuzz.js gen SEED DIR` wrote: a random trainable Keras
- * model whose model.json carries the compile_config (loss, optimizer), its
- * initial weights, x.npy / y.npy, a random layout for mesh 2x4, and the
+ * model (one input, or two: the fit with one --x per input) whose
+ * model.json carries the compile_config (loss, optimizer), its initial
+ * weights, x.npy (x0.npy, x1.npy) / y.npy, a random layout for mesh 2x4, and the
  * Keras 3 reference training -- 3 epochs, shuffle off, a partial last batch
  * -- with a validation split in some -- as history.json and
  * final.safetensors).  Each case trains through the
@@ -33,7 +34,7 @@
 #include "e2e_util.h"
 #include "test_sampling.h"
 
-enum { MAX_CASES = 32, MAX_ARGS = 48, MAX_LOSSES = 512 };
+enum { MAX_CASES = 32, MAX_ARGS = 48, MAX_LOSSES = 512, MAX_INPUTS = 4 };
 
 static const double LOSS_RTOL = 1e-4, W_ATOL = 1e-4, W_RTOL = 1e-3;
 
@@ -117,7 +118,18 @@ static void check_run(const char *name, const char *dir, json_object *desc, cons
   snprintf(plan_name, sizeof plan_name, "ff-%s-%s.plan", name, run->mesh);
   char *plan = e2e_path(plan_name), *hist = e2e_path("ff-history.json"), *final = e2e_path("ff-final.safetensors");
   char *model = case_file(dir, "model.json"), *weights = case_file(dir, "weights.safetensors");
-  char *layout = case_file(dir, "layout.json"), *x = case_file(dir, "x.npy"), *y = case_file(dir, "y.npy");
+  char *layout = case_file(dir, "layout.json"), *y = case_file(dir, "y.npy");
+  /* x.npy, or x0.npy, x1.npy ... (one --x per model input) */
+  assert_true(json_object_object_get_ex(desc, "n_in", &v));
+  int n_in = json_object_get_int(v);
+  assert_true(n_in >= 1 && n_in <= MAX_INPUTS);
+  char *x[MAX_INPUTS];
+  for (int i = 0; i < n_in; i++) {
+    char xn[32];
+    if (n_in == 1) snprintf(xn, sizeof xn, "x.npy");
+    else snprintf(xn, sizeof xn, "x%d.npy", i);
+    x[i] = case_file(dir, xn);
+  }
   const char *argv[MAX_ARGS];
   int n = 0;
   argv[n++] = "compile", argv[n++] = model, argv[n++] = "--weights", argv[n++] = weights;
@@ -132,9 +144,14 @@ static void check_run(const char *name, const char *dir, json_object *desc, cons
   e2e_kdcv(&r, argv);
   if (r.status != 0) fprintf(stderr, "%s: compile: %s", tag, r.err);
   assert_int_equal(r.status, 0);
-  e2e_kdc(&r, "run", plan, "--fit", "--x", x, "--y", y, "--epochs", epochs, "--batch-size", batch,
-          "--validation-split", split, "--history", hist, "--save-weights", final, "--quiet", "--threads", "1",
-          NULL);
+  n = 0;
+  argv[n++] = "run", argv[n++] = plan, argv[n++] = "--fit";
+  for (int i = 0; i < n_in; i++) argv[n++] = "--x", argv[n++] = x[i];
+  argv[n++] = "--y", argv[n++] = y, argv[n++] = "--epochs", argv[n++] = epochs;
+  argv[n++] = "--batch-size", argv[n++] = batch, argv[n++] = "--validation-split", argv[n++] = split;
+  argv[n++] = "--history", argv[n++] = hist, argv[n++] = "--save-weights", argv[n++] = final;
+  argv[n++] = "--quiet", argv[n++] = "--threads", argv[n++] = "1", argv[n] = NULL;
+  e2e_kdcv(&r, argv);
   if (r.status != 0) fprintf(stderr, "%s: fit: %s", tag, r.err);
   assert_int_equal(r.status, 0);
 
@@ -150,7 +167,8 @@ static void check_run(const char *name, const char *dir, json_object *desc, cons
   *worst_loss = fmax(*worst_loss, le), *worst_w = fmax(*worst_w, we);
   remove(plan);
   free(a), free(b), free(ref_hist), free(ref_final);
-  free(plan), free(hist), free(final), free(model), free(weights), free(layout), free(x), free(y);
+  free(plan), free(hist), free(final), free(model), free(weights), free(layout), free(y);
+  for (int i = 0; i < n_in; i++) free(x[i]);
 }
 
 static void test_fit_fuzz_cases(void **state) {

@@ -17,14 +17,15 @@
 //                        the loss (class + from_logits) and the optimizer
 //                        (class + its whole config)
 //   weights.safetensors  the initial weights (Keras 3 variable paths)
-//   x.npy, y.npy         ROWS rows; y: float targets, or class ids (f32)
+//   x.npy, y.npy         ROWS rows (x0.npy, x1.npy with a second input);
+//                        y: float targets, or class ids (f32)
 //                        of shape [ROWS] (or [ROWS, T]) for sparse losses
 //   layout.json          a random valid ModelParallel for mesh 2x4
 //   layout_mesh.json     one for case.json's `mesh` (4x2, 1x8, 8x1, 2x2x2)
 //   history.json         {"loss": per epoch, "batch_loss": per step,
 //                        "val_loss": per epoch when validation_split > 0}
 //   final.safetensors    every weight after training (moving statistics too)
-//   case.json            {seed, batch, epochs, rows, validation_split, loss, from_logits,
+//   case.json            {seed, mesh, n_in, batch, epochs, rows, validation_split, loss, from_logits,
 //                         optimizer, cli, layers}; cli: the same training
 //                         by `--loss/--optimizer/--learning-rate` flags, when
 //                         they can say it (else null)
@@ -164,6 +165,10 @@ function generate(seed) {
   else if (family === 'img') shape = [r.int(4, 8), r.int(4, 8), r.int(1, 3)];
   else { shape = [r.int(3, 8)]; range = [0, 20]; }
   const input = b.input('input_layer', shape);
+  // a second input in 30% of the non-token cases (its own stream, so that
+  // the rest of a seed's model does not depend on it), merged before the head
+  const r2 = new FZ.Rand((seed ^ 0x2b1e7) >>> 0);
+  const inputB = family !== 'text' && r2.chance(0.3) ? b.input('input_b', shape.slice(0, -1).concat([r2.int(2, 5)])) : null;
   let cur = input;
   const pool = [];
   if (family === 'text') {
@@ -274,6 +279,20 @@ function generate(seed) {
     return add('Conv2D', n, convCfg({ filters, k, s: st, pad, d: [1, 1], act: a, bias }),
       tf.layers.conv2d({ filters, kernelSize: k, strides: st, padding: pad, activation: FZ.tfAct(a, 'keras3'),
         useBias: bias, name: n }), h);
+  }
+
+  if (inputB) {
+    const other = dense(inputB, r2.int(1, 6), r2.pick(ACTS));
+    let parts = [cur, other];
+    if (!(cur.shape.length === other.shape.length && cur.shape.slice(0, -1).every((d, i) => d === other.shape[i]))) {
+      parts = parts.map(h => {
+        if (h.shape.length === 2) return h;
+        const n = uname('flatten');
+        return add('Flatten', n, { data_format: 'channels_last' }, tf.layers.flatten({ name: n }), h);
+      });
+    }
+    const n = uname('concatenate');
+    cur = add('Concatenate', n, { axis: -1 }, tf.layers.concatenate({ axis: -1, name: n }), parts);
   }
 
   // ---- the head, the loss and the labels
@@ -467,16 +486,22 @@ function fdCheck(g, vars, grads, xb, yb) {
 }
 
 // Keras 3 fit, shuffle off (see the header).
-function train(g, x, y, xShape, yShape) {
+function train(g, xs, y, xShapes, yShape) {
   const { model } = g;
   const vars = model.trainableWeights.map(w => w.val);
   const update = makeOptimizer(g.opt);
-  const rowX = prod(xShape.slice(1)), rowY = prod(yShape.slice(1));
+  const rowY = prod(yShape.slice(1));
   const batchLoss = [], epochLoss = [], valLoss = [];
   // Keras' train_validation_split: split_at = floor(rows * (1 - split))
   const split = g.valSplit ? Math.floor(g.rows * (1 - g.valSplit)) : g.rows;
-  const slice = (r0, n) => [tf.tensor(x.subarray(r0 * rowX, (r0 + n) * rowX), [n, ...xShape.slice(1)]),
-    tf.tensor(y.subarray(r0 * rowY, (r0 + n) * rowY), [n, ...yShape.slice(1)])];
+  // [model input (one tensor, or a list with two inputs), labels]
+  const slice = (r0, n) => {
+    const xb = xs.map((x, i) => {
+      const row = prod(xShapes[i].slice(1));
+      return tf.tensor(x.subarray(r0 * row, (r0 + n) * row), [n, ...xShapes[i].slice(1)]);
+    });
+    return [xb.length > 1 ? xb : xb[0], tf.tensor(y.subarray(r0 * rowY, (r0 + n) * rowY), [n, ...yShape.slice(1)])];
+  };
   let iteration = 0;
   for (let e = 0; e < EPOCHS; e++) {
     let total = 0, count = 0;
@@ -496,7 +521,7 @@ function train(g, x, y, xShape, yShape) {
       batchLoss.push(loss);
       total = f(total + f(loss * n));
       count = f(count + n);
-      tf.dispose([xb, yb, value, ...Object.values(grads)]);
+      tf.dispose([xb, yb, value, ...Object.values(grads)].flat());
     }
     epochLoss.push(f(total / count));
     if (split === g.rows) continue;
@@ -508,7 +533,7 @@ function train(g, x, y, xShape, yShape) {
       const l = kerasLoss(g, yb, model.apply(xb, { training: false }));
       vt = f(vt + f(l.dataSync()[0] * n));
       vc = f(vc + n);
-      tf.dispose([xb, yb, l]);
+      tf.dispose([xb, yb, l].flat());
     }
     valLoss.push(f(vt / vc));
   }
@@ -529,9 +554,11 @@ async function genCase(seed, dir) {
     wlist.map(w => ({ name: FZ.varPath(b, w), shape: w.shape, data: w.data, dtype: 'F32' }))));
   // data
   const drng = L.mulberry32((seed ^ 0x1a2b3c4d) >>> 0);
-  const xShape = [g.rows, ...model.inputs[0].shape.slice(1)];
-  let x = L.uniformArray(drng, prod(xShape), g.range[0], g.range[1]);
-  if (g.family === 'text') x = x.map(Math.floor);
+  const xShapes = model.inputs.map(t => [g.rows, ...t.shape.slice(1)]);
+  const xs = xShapes.map((sh, i) => {
+    const x = L.uniformArray(drng, prod(sh), i ? -1 : g.range[0], i ? 1 : g.range[1]);
+    return g.family === 'text' ? x.map(Math.floor) : x;
+  });
   const outShape = model.outputs[0].shape;
   const lead = [g.rows, ...outShape.slice(1, -1)], nLead = prod(lead);
   let y, yShape;
@@ -545,7 +572,7 @@ async function genCase(seed, dir) {
     else if (g.loss === 'bce') for (let i = 0; i < y.length; i++) y[i] = drng() < 0.5 ? 0 : 1;
     else for (let i = 0; i < y.length; i++) y[i] = f(drng() * 2 - 1);
   }
-  fs.writeFileSync(path.join(dir, 'x.npy'), L.npyBytes(xShape, x));
+  xs.forEach((x, i) => fs.writeFileSync(path.join(dir, xs.length > 1 ? `x${i}.npy` : 'x.npy'), L.npyBytes(xShapes[i], x)));
   fs.writeFileSync(path.join(dir, 'y.npy'), L.npyBytes(yShape, y));
   // the layout, before training (it only looks at names and shapes)
   const lr = new FZ.Rand((seed ^ 0x1a7007) >>> 0);
@@ -556,7 +583,7 @@ async function genCase(seed, dir) {
   const mesh = lr.pick(['4x2', '1x8', '8x1', '2x2x2']), sizes = mesh.split('x').map(Number);
   fs.writeFileSync(path.join(dir, 'layout_mesh.json'),
     JSON.stringify(FZ.randomLayout(lr, wlist, b, outsInfo, sizes[1], sizes[0], sizes[2] || 0), null, 1) + '\n');
-  const hist = train(g, x, y, xShape, yShape);
+  const hist = train(g, xs, y, xShapes, yShape);
   fs.writeFileSync(path.join(dir, 'history.json'), JSON.stringify(hist) + '\n');
   const finals = [];
   for (const layer of model.layers) {
@@ -566,7 +593,7 @@ async function genCase(seed, dir) {
     }
   }
   fs.writeFileSync(path.join(dir, 'final.safetensors'), L.safetensorsBytes(finals));
-  const desc = { seed, mesh, batch: g.batch, epochs: EPOCHS, rows: g.rows, validation_split: g.valSplit, loss: LOSSES[g.loss].name,
+  const desc = { seed, mesh, n_in: xs.length, batch: g.batch, epochs: EPOCHS, rows: g.rows, validation_split: g.valSplit, loss: LOSSES[g.loss].name,
     from_logits: g.fromLogits, optimizer: g.opt, cli: cliFlags(g), layers: b.classes };
   fs.writeFileSync(path.join(dir, 'case.json'), JSON.stringify(desc) + '\n');
   model.dispose();
@@ -625,7 +652,9 @@ function runCase(kdc, dir, desc) {
       continue;
     }
     try {
-      execFileSync(kdc, ['run', plan, '--fit', '--x', path.join(dir, 'x.npy'), '--y', path.join(dir, 'y.npy'),
+      const xargs = desc.n_in > 1 ? [...Array(desc.n_in).keys()].flatMap(i => ['--x', path.join(dir, `x${i}.npy`)])
+        : ['--x', path.join(dir, 'x.npy')];
+      execFileSync(kdc, ['run', plan, '--fit', ...xargs, '--y', path.join(dir, 'y.npy'),
         '--epochs', String(desc.epochs), '--batch-size', String(desc.batch), '--history', hout,
         '--validation-split', String(desc.validation_split),
         '--save-weights', wout, '--quiet', '--threads', '1'], { stdio: ['ignore', 'pipe', 'pipe'] });
