@@ -192,9 +192,29 @@ static void test_fit_fuzz_cases(void **state) {
   free(root);
 }
 
+/* A two-input case fit with one --x: exit 2, one line naming the plan and
+ * the counts, no history written. */
+static void test_x_count(void **state) {
+  (void)state;
+  char *dir = e2e_src("tests/e2e/fit_fuzz_cases/3"), *model = case_file(dir, "model.json");
+  char *w = case_file(dir, "weights.safetensors"), *x0 = case_file(dir, "x0.npy"), *y = case_file(dir, "y.npy");
+  char *plan = e2e_path("ff-xcount.plan"), *hist = e2e_path("ff-xcount.json");
+  e2e_result r;
+  e2e_kdc(&r, "compile", model, "--weights", w, "--batch", "8", "-o", plan, NULL);
+  assert_int_equal(r.status, 0);
+  e2e_kdc(&r, "run", plan, "--fit", "--x", x0, "--y", y, "--history", hist, NULL);
+  assert_int_equal(r.status, 2);
+  assert_int_equal(e2e_lines(r.err), 1);
+  assert_non_null(strstr(r.err, plan));
+  assert_non_null(strstr(r.err, "the model has 2 inputs but 1 --x were given"));
+  assert_false(e2e_exists(hist));
+  free(dir), free(model), free(w), free(x0), free(y), free(plan), free(hist);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_fit_fuzz_cases),
+      cmocka_unit_test(test_x_count),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
