@@ -648,7 +648,7 @@ function runCase(kdc, dir, desc) {
         measured.refused++;
         continue;
       }
-      fails.push(`${tag}: compile exit ${e.status}: ${line}`);
+      fails.push(`${tag}: compile exit ${e.status ?? e.signal ?? e.code}: ${line}`);
       continue;
     }
     try {
@@ -659,7 +659,7 @@ function runCase(kdc, dir, desc) {
         '--validation-split', String(desc.validation_split),
         '--save-weights', wout, '--quiet', '--threads', '1'], { stdio: ['ignore', 'pipe', 'pipe'] });
     } catch (e) {
-      fails.push(`${tag}: run exit ${e.status}: ${String(e.stderr).trim().split('\n')[0]}`);
+      fails.push(`${tag}: run exit ${e.status ?? e.signal ?? e.code}: ${String(e.stderr).trim().split('\n')[0]}`);
       continue;
     }
     const got = JSON.parse(fs.readFileSync(hout, 'utf8'));
