@@ -704,8 +704,13 @@ async function main() {
   const opt = k => { const i = rest.indexOf(k); return i >= 0 ? rest[i + 1] : undefined; };
   const kdc = opt('--kdc') || path.resolve(__dirname, '..', '..', 'build', 'tools', 'kdc');
   const keep = opt('--keep'), quiet = rest.includes('--quiet');
-  let failed = 0, genFailed = 0;
-  for (let seed = Number(a1); seed < Number(a1) + Number(a2); seed++) {
+  let failed = 0, genFailed = 0, done = 0;
+  const summary = () => console.log(`${done} cases, ${failed} failing, ${genFailed} not generated, ${measured.refused} runs refused ` +
+    `(documented); worst passing-or-not: losses ${measured.loss.toExponential(2)} relative, weights ` +
+    `${measured.weights.toExponential(2)} x (${W_ATOL} + ${W_RTOL} |ref|)`);
+  // a sweep cut short (kill) still reports what it did
+  process.on('SIGTERM', () => { console.log(`stopped after seed ${Number(a1) + done - 1}`); summary(); process.exit(failed ? 1 : 0); });
+  for (let seed = Number(a1); seed < Number(a1) + Number(a2); seed++, done++) {
     const dir = keep ? path.join(keep, `case_${seed}`) : fs.mkdtempSync(path.join(os.tmpdir(), 'kdcfitfuzz-'));
     let desc;
     try {
@@ -725,9 +730,7 @@ async function main() {
     } else if (!quiet) console.log(`seed ${seed} ok ${what}`);
     if (!keep || !fails.length) fs.rmSync(dir, { recursive: true, force: true });
   }
-  console.log(`${Number(a2)} cases, ${failed} failing, ${genFailed} not generated, ${measured.refused} runs refused ` +
-    `(documented); worst passing-or-not: losses ${measured.loss.toExponential(2)} relative, weights ` +
-    `${measured.weights.toExponential(2)} x (${W_ATOL} + ${W_RTOL} |ref|)`);
+  summary();
   process.exit(failed ? 1 : 0);
 }
 
