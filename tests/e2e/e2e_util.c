@@ -194,3 +194,11 @@ int e2e_case_names(const char *rel, char **names, int cap, int keep) {
   }
   return n;
 }
+
+char *e2e_join(const char *dir, const char *name) {
+  size_t n = strlen(dir) + strlen(name) + 2;
+  char *p = malloc(n);
+  assert_non_null(p);
+  snprintf(p, n, "%s/%s", dir, name);
+  return p;
+}

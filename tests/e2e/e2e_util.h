@@ -24,6 +24,7 @@ void e2e_kdcv(e2e_result *r, const char *const *args);
 const char *e2e_tmpdir(void);
 char *e2e_path(const char *name); /* malloc'd tmpdir/name */
 char *e2e_src(const char *rel);   /* malloc'd KDC_SOURCE_DIR/rel */
+char *e2e_join(const char *dir, const char *name); /* malloc'd dir/name */
 bool e2e_exists(const char *path);
 /* The entries of KDC_SOURCE_DIR/|rel| (checked-in fuzz cases), sorted by
  * name, at most |cap| (more fails the test), malloc'd into |names|; only

@@ -46,14 +46,6 @@ typedef struct ff_run {
 
 static const ff_run runs[] = {{"1", true, false}, {"8", false, false}, {"2x4", false, true}};
 
-static char *case_file(const char *dir, const char *name) {
-  size_t n = strlen(dir) + strlen(name) + 2;
-  char *p = malloc(n);
-  assert_non_null(p);
-  snprintf(p, n, "%s/%s", dir, name);
-  return p;
-}
-
 /* Epoch, batch and validation losses of |got| against the reference
  * |want| (history JSON texts): the worst relative difference.  val_loss is
  * in both or in neither. */
@@ -117,8 +109,8 @@ static void check_run(const char *name, const char *dir, json_object *desc, cons
            cli ? " (flags)" : "");
   snprintf(plan_name, sizeof plan_name, "ff-%s-%s.plan", name, run->mesh);
   char *plan = e2e_path(plan_name), *hist = e2e_path("ff-history.json"), *final = e2e_path("ff-final.safetensors");
-  char *model = case_file(dir, "model.json"), *weights = case_file(dir, "weights.safetensors");
-  char *layout = case_file(dir, "layout.json"), *y = case_file(dir, "y.npy");
+  char *model = e2e_join(dir, "model.json"), *weights = e2e_join(dir, "weights.safetensors");
+  char *layout = e2e_join(dir, "layout.json"), *y = e2e_join(dir, "y.npy");
   /* x.npy, or x0.npy, x1.npy ... (one --x per model input) */
   assert_true(json_object_object_get_ex(desc, "n_in", &v));
   int n_in = json_object_get_int(v);
@@ -128,7 +120,7 @@ static void check_run(const char *name, const char *dir, json_object *desc, cons
     char xn[32];
     if (n_in == 1) snprintf(xn, sizeof xn, "x.npy");
     else snprintf(xn, sizeof xn, "x%d.npy", i);
-    x[i] = case_file(dir, xn);
+    x[i] = e2e_join(dir, xn);
   }
   const char *argv[MAX_ARGS];
   int n = 0;
@@ -155,7 +147,7 @@ static void check_run(const char *name, const char *dir, json_object *desc, cons
   if (r.status != 0) fprintf(stderr, "%s: fit: %s", tag, r.err);
   assert_int_equal(r.status, 0);
 
-  char *ref_hist = case_file(dir, "history.json"), *ref_final = case_file(dir, "final.safetensors");
+  char *ref_hist = e2e_join(dir, "history.json"), *ref_final = e2e_join(dir, "final.safetensors");
   void *a = NULL, *b = NULL;
   size_t na, nb;
   assert_null(kdc_file_read_all(hist, &a, &na));
@@ -179,7 +171,7 @@ static void test_fit_fuzz_cases(void **state) {
   int n = e2e_case_names("tests/e2e/fit_fuzz_cases", names, MAX_CASES, kdc_test_sampled() ? 2 : 0);
   double worst_loss = 0, worst_w = 0;
   for (int c = 0; c < n; c++) {
-    char *dir = case_file(root, names[c]), *cj = case_file(dir, "case.json");
+    char *dir = e2e_join(root, names[c]), *cj = e2e_join(dir, "case.json");
     json_object *desc = json_object_from_file(cj);
     assert_non_null(desc);
     for (size_t k = 0; k < sizeof runs / sizeof runs[0]; k++)
@@ -196,8 +188,8 @@ static void test_fit_fuzz_cases(void **state) {
  * the counts, no history written. */
 static void test_x_count(void **state) {
   (void)state;
-  char *dir = e2e_src("tests/e2e/fit_fuzz_cases/3"), *model = case_file(dir, "model.json");
-  char *w = case_file(dir, "weights.safetensors"), *x0 = case_file(dir, "x0.npy"), *y = case_file(dir, "y.npy");
+  char *dir = e2e_src("tests/e2e/fit_fuzz_cases/3"), *model = e2e_join(dir, "model.json");
+  char *w = e2e_join(dir, "weights.safetensors"), *x0 = e2e_join(dir, "x0.npy"), *y = e2e_join(dir, "y.npy");
   char *plan = e2e_path("ff-xcount.plan"), *hist = e2e_path("ff-xcount.json");
   e2e_result r;
   e2e_kdc(&r, "compile", model, "--weights", w, "--batch", "8", "-o", plan, NULL);

@@ -43,7 +43,6 @@
 // different summation orders, see README.md.
 
 const fs = require('fs');
-const os = require('os');
 const path = require('path');
 const { execFileSync } = require('child_process');
 const tf = require('@tensorflow/tfjs');
@@ -701,37 +700,13 @@ async function main() {
     console.error('usage: node fit_fuzz.js gen SEED DIR | run FIRST COUNT [--kdc PATH] [--keep DIR] [--quiet]');
     process.exit(2);
   }
-  const opt = k => { const i = rest.indexOf(k); return i >= 0 ? rest[i + 1] : undefined; };
-  const kdc = opt('--kdc') || path.resolve(__dirname, '..', '..', 'build', 'tools', 'kdc');
-  const keep = opt('--keep'), quiet = rest.includes('--quiet');
-  let failed = 0, genFailed = 0, done = 0;
-  const summary = () => console.log(`${done} cases, ${failed} failing, ${genFailed} not generated, ${measured.refused} runs refused ` +
-    `(documented); worst passing-or-not: losses ${measured.loss.toExponential(2)} relative, weights ` +
-    `${measured.weights.toExponential(2)} x (${W_ATOL} + ${W_RTOL} |ref|)`);
-  // a sweep cut short (kill) still reports what it did
-  process.on('SIGTERM', () => { console.log(`stopped after seed ${Number(a1) + done - 1}`); summary(); process.exit(failed ? 1 : 0); });
-  for (let seed = Number(a1); seed < Number(a1) + Number(a2); seed++, done++) {
-    const dir = keep ? path.join(keep, `case_${seed}`) : fs.mkdtempSync(path.join(os.tmpdir(), 'kdcfitfuzz-'));
-    let desc;
-    try {
-      desc = await genCase(seed, dir);
-    } catch (e) {
-      genFailed++;
-      console.log(`seed ${seed}: generator: ${e.message.split('\n')[0]}`);
-      fs.rmSync(dir, { recursive: true, force: true });
-      continue;
-    }
-    const fails = runCase(kdc, dir, desc);
+  const c = await FZ.sweep(Number(a1), Number(a2), rest, 'kdcfitfuzz-', genCase, runCase, desc => {
     const what = `[${desc.layers.join(' ')}] ${desc.loss}${desc.from_logits ? '(logits)' : ''} ${desc.optimizer.cls}`;
-    if (fails.length) {
-      failed++;
-      console.log(`seed ${seed} ${what}`);
-      for (const x of fails) console.log('   ' + x);
-    } else if (!quiet) console.log(`seed ${seed} ok ${what}`);
-    if (!keep || !fails.length) fs.rmSync(dir, { recursive: true, force: true });
-  }
-  summary();
-  process.exit(failed ? 1 : 0);
+    return { failing: what, ok: what };
+  }, () => `, ${measured.refused} runs refused (documented); worst passing-or-not: losses ` +
+    `${measured.loss.toExponential(2)} relative, weights ${measured.weights.toExponential(2)} x ` +
+    `(${W_ATOL} + ${W_RTOL} |ref|)`);
+  process.exit(c.failed ? 1 : 0);
 }
 
 if (require.main === module) main().catch(e => { console.error(e); process.exit(1); });
