@@ -1089,6 +1089,7 @@ async function sweep(first, count, rest, tmpPrefix, gen, check, describe, extra)
     process.exit(c.failed ? 1 : 0);
   });
   for (let seed = first; seed < first + count; seed++, c.done++) {
+    await new Promise(res => setImmediate(res));  // (lets a SIGTERM in)
     const dir = keep ? path.join(keep, `case_${seed}`) : fs.mkdtempSync(path.join(os.tmpdir(), tmpPrefix));
     let desc;
     try {
