@@ -7,8 +7,10 @@
  *       [--save-weights W.safetensors] [--initial-weights W.safetensors]
  *   kdc run plan.bin --evaluate --x X.npy --y Y.npy [--initial-weights W]
  *
- * A plan trained on several outputs takes one --y per trained output, in
- * output order, or --y NAME=path for each (docs/training.md).
+ * A model with several inputs takes one --x per input, in input order (as
+ * Keras' fit(x=[...])); a plan trained on several outputs takes one --y
+ * per trained output, in output order, or --y NAME=path for each
+ * (docs/training.md).
  *
  * The plan's train_step does the work on the plan's devices (runtime/
  * state.c, fit.c); this file reads and converts the arrays, prints Keras-
@@ -30,9 +32,10 @@
 #include "tools/run_place.h"
 
 typedef struct fit_opts {
-  const char *plan, *x, *history, *save, *initial;
+  const char *plan, *history, *save, *initial;
+  const char *x[32];          /* --x per model input, in input order */
   const char *y[32];          /* --y per trained output, in output order, or NAME=path */
-  size_t n_y;
+  size_t n_x, n_y;
   bool fit, evaluate, shuffle, quiet;
   int64_t epochs, batch, threads;
   uint64_t seed;
@@ -57,8 +60,13 @@ static kdc_status parse(int argc, char **argv, fit_opts *o) {
       if (!st) o->y[o->n_y++] = v;
       continue;
     }
-    if (cli_flag_value(&a, "--x", &o->x, &st) ||
-        cli_flag_value(&a, "--history", &o->history, &st) ||
+    if (cli_flag_value(&a, "--x", &v, &st)) {
+      if (!st && o->n_x == sizeof o->x / sizeof o->x[0])
+        st = KDC_ERR(KDC_INVALID_INPUT, "run: more than %zu --x", sizeof o->x / sizeof o->x[0]);
+      if (!st) o->x[o->n_x++] = v;
+      continue;
+    }
+    if (cli_flag_value(&a, "--history", &o->history, &st) ||
         cli_flag_value(&a, "--save-weights", &o->save, &st) ||
         cli_flag_value(&a, "--initial-weights", &o->initial, &st))
       continue;
@@ -97,7 +105,7 @@ static kdc_status parse(int argc, char **argv, fit_opts *o) {
   if (!st && !o->plan) st = KDC_ERR(KDC_INVALID_INPUT, "run: no plan given (see kdc --help)");
   if (!st && o->fit == o->evaluate)
     st = KDC_ERR(KDC_INVALID_INPUT, "run: give one of --fit and --evaluate");
-  if (!st && (!o->x || !o->n_y)) st = KDC_ERR(KDC_INVALID_INPUT, "run: --fit/--evaluate need --x X.npy and --y Y.npy");
+  if (!st && (!o->n_x || !o->n_y)) st = KDC_ERR(KDC_INVALID_INPUT, "run: --fit/--evaluate need --x X.npy and --y Y.npy");
   if (!st && o->evaluate && (o->history || o->save || o->shuffle || o->validation_split > 0))
     st = KDC_ERR(KDC_INVALID_INPUT, "run: --history, --save-weights, --shuffle and "
                  "--validation-split are --fit options");
@@ -330,14 +338,21 @@ static kdc_status fit(const fit_opts *o, fit_state *s) {
       return KDC_ERR(KDC_UNSUPPORTED, "%s: train_step takes more than 33 data arrays", o->plan);
     info[n_arrays++] = t;
   }
-  if (n_arrays < 2)
-    return KDC_ERR(KDC_UNSUPPORTED, "%s: --fit needs one model input and its labels (the plan's "
+  /* train_step's data: the model inputs (predict's, in order), then the
+   * labels */
+  int predict = kdc_rt_plan_find_func(s->plan, "predict");
+  size_t n_in = predict >= 0 ? kdc_rt_plan_input_count(s->plan, (size_t)predict) : 1;
+  if (n_arrays < n_in + 1)
+    return KDC_ERR(KDC_UNSUPPORTED, "%s: --fit needs the model inputs and their labels (the plan's "
                    "train_step takes %zu data arrays)", o->plan, n_arrays);
+  if (o->n_x != n_in)
+    return KDC_ERR(KDC_INVALID_INPUT, "%s: the model has %zu inputs but %zu --x were given (one per "
+                   "input, in input order)", o->plan, n_in, o->n_x);
   /* named --y must each name a label */
   for (size_t i = 0; i < o->n_y; i++) {
     const char *eq = strchr(o->y[i], '=');
     bool found = !eq;
-    for (size_t k = 1; k < n_arrays && !found; k++)
+    for (size_t k = n_in; k < n_arrays && !found; k++)
       found = (size_t)(eq - o->y[i]) == strlen(info[k]->name) &&
               !strncmp(o->y[i], info[k]->name, strlen(info[k]->name));
     if (!found)
@@ -349,16 +364,17 @@ static kdc_status fit(const fit_opts *o, fit_state *s) {
     return KDC_ERR(KDC_UNSUPPORTED, "%s: --batch-size %" PRId64 " is larger than the plan's "
                    "compiled batch %" PRId64 ": recompile with --batch %" PRId64,
                    o->plan, o->batch, batch, o->batch);
-  const char *paths[33] = {o->x};
-  for (size_t k = 1; k < n_arrays; k++)
-    KDC_RETURN_IF_ERROR(label_path(o, info[k], k - 1, n_arrays - 1, &paths[k]));
+  const char *paths[33];
+  for (size_t k = 0; k < n_in; k++) paths[k] = o->x[k];
+  for (size_t k = n_in; k < n_arrays; k++)
+    KDC_RETURN_IF_ERROR(label_path(o, info[k], k - n_in, n_arrays - n_in, &paths[k]));
   const void *arrays[33];
   for (size_t k = 0; k < n_arrays; k++) {
     KDC_RETURN_IF_ERROR(kdc_npy_read(paths[k], &s->a[k]));
     s->n_a = k + 1;
     KDC_RETURN_IF_ERROR(check_rows(paths[k], info[k], &s->a[k]));
     if (s->a[k].dims[0] != s->a[0].dims[0])
-      return KDC_ERR(KDC_INVALID_INPUT, "%s has %" PRId64 " rows but %s has %" PRId64, o->x,
+      return KDC_ERR(KDC_INVALID_INPUT, "%s has %" PRId64 " rows but %s has %" PRId64, paths[0],
                      s->a[0].dims[0], paths[k], s->a[k].dims[0]);
     arrays[k] = s->a[k].data;
   }

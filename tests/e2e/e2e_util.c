@@ -1,6 +1,7 @@
 /* End-to-end test helpers (see e2e_util.h). */
 #include "e2e_util.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <math.h>
 #include <spawn.h>
@@ -165,4 +166,39 @@ void e2e_fit_equal_1_vs_2x4(const char *what, const char *model, const char *wei
     if (fabs(loss[0][e] - loss[1][e]) > 1e-5 * fabs(loss[0][e]) + atol)
       fail_msg("%s, epoch %d: loss %.7f on 1 device, %.7f on 2x4", what, e + 1, loss[0][e],
                loss[1][e]);
+}
+
+static int cmp_names(const void *a, const void *b) {
+  return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+int e2e_case_names(const char *rel, char **names, int cap, int keep) {
+  char *root = e2e_src(rel);
+  DIR *d = opendir(root);
+  assert_non_null(d);
+  int n = 0;
+  for (struct dirent *e; (e = readdir(d)) != NULL;) {
+    if (e->d_name[0] == '.') continue;
+    assert_true(n < cap);
+    names[n] = strdup(e->d_name);
+    assert_non_null(names[n]);
+    n++;
+  }
+  closedir(d);
+  free(root);
+  assert_true(n >= 1);
+  qsort(names, (size_t)n, sizeof names[0], cmp_names);
+  if (keep > 0 && n > keep) {
+    for (int c = keep; c < n; c++) free(names[c]);
+    n = keep;
+  }
+  return n;
+}
+
+char *e2e_join(const char *dir, const char *name) {
+  size_t n = strlen(dir) + strlen(name) + 2;
+  char *p = malloc(n);
+  assert_non_null(p);
+  snprintf(p, n, "%s/%s", dir, name);
+  return p;
 }

@@ -24,7 +24,12 @@ void e2e_kdcv(e2e_result *r, const char *const *args);
 const char *e2e_tmpdir(void);
 char *e2e_path(const char *name); /* malloc'd tmpdir/name */
 char *e2e_src(const char *rel);   /* malloc'd KDC_SOURCE_DIR/rel */
+char *e2e_join(const char *dir, const char *name); /* malloc'd dir/name */
 bool e2e_exists(const char *path);
+/* The entries of KDC_SOURCE_DIR/|rel| (checked-in fuzz cases), sorted by
+ * name, at most |cap| (more fails the test), malloc'd into |names|; only
+ * the first |keep| when |keep| > 0.  Returns the count (>= 1). */
+int e2e_case_names(const char *rel, char **names, int cap, int keep);
 /* Lines in |s| (a trailing newline does not start a new line). */
 int e2e_lines(const char *s);
 /* Max over elements of |a-b| / (atol + rtol*|b|); > 1 means out of tolerance.

@@ -9,7 +9,6 @@
  * TF.js output: |d| <= 1e-5 + 1e-4 |ref|.  The big sweep is documented in
  * tests/reference/README.md.
  */
-#include <dirent.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -37,20 +36,12 @@ static const fz_run runs[] = {
     {"model.json", "8", false},      {"model_tfjs.json", "2x4", true}, {"model.json", "2x4", true},
 };
 
-static char *case_file(const char *dir, const char *name) {
-  size_t n = strlen(dir) + strlen(name) + 2;
-  char *p = malloc(n);
-  assert_non_null(p);
-  snprintf(p, n, "%s/%s", dir, name);
-  return p;
-}
-
 /* dir/base.npy when there is one such file (n == 1), else dir/base<i>.npy. */
 static char *io_file(const char *dir, const char *base, int n, int i) {
   char name[64];
   if (n == 1) snprintf(name, sizeof name, "%s.npy", base);
   else snprintf(name, sizeof name, "%s%d.npy", base, i);
-  return case_file(dir, name);
+  return e2e_join(dir, name);
 }
 
 /* Counts x0.npy, x1.npy ... (or 1 for a lone x.npy). */
@@ -78,8 +69,8 @@ static void check_run(const char *name, const char *dir, const fz_run *run) {
   char plan_name[128];
   snprintf(plan_name, sizeof plan_name, "%s-%.6s-%s-%d.plan", name, run->model + 6, run->mesh, run->layout);
   char *plan = e2e_path(plan_name);
-  char *model = case_file(dir, run->model);
-  char *weights = case_file(dir, "weights.safetensors"), *layout = case_file(dir, "layout.json");
+  char *model = e2e_join(dir, run->model);
+  char *weights = e2e_join(dir, "weights.safetensors"), *layout = e2e_join(dir, "layout.json");
   const char *argv[32];
   int n = 0;
   argv[n++] = "compile";
@@ -150,33 +141,14 @@ static void check_run(const char *name, const char *dir, const fz_run *run) {
   free(layout);
 }
 
-static int cmp_names(const void *a, const void *b) {
-  return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
 static void test_fuzz_cases(void **state) {
   (void)state;
   char *root = e2e_src("tests/e2e/fuzz_cases");
-  DIR *d = opendir(root);
-  assert_non_null(d);
   char *names[MAX_CASES];
-  int n = 0;
-  for (struct dirent *e; (e = readdir(d)) != NULL;) {
-    if (e->d_name[0] == '.') continue;
-    assert_true(n < MAX_CASES);
-    names[n] = strdup(e->d_name);
-    assert_non_null(names[n]);
-    n++;
-  }
-  closedir(d);
-  assert_true(n >= 1);
-  qsort(names, (size_t)n, sizeof names[0], cmp_names);
-  if (kdc_test_sampled()) { /* checks memory, not numerics: two cases */
-    for (int c = 2; c < n; c++) free(names[c]);
-    if (n > 2) n = 2;
-  }
+  /* the sanitizer build checks memory, not numerics: two cases */
+  int n = e2e_case_names("tests/e2e/fuzz_cases", names, MAX_CASES, kdc_test_sampled() ? 2 : 0);
   for (int c = 0; c < n; c++) {
-    char *dir = case_file(root, names[c]);
+    char *dir = e2e_join(root, names[c]);
     for (size_t k = 0; k < sizeof runs / sizeof runs[0]; k++) check_run(names[c], dir, &runs[k]);
     free(dir);
     free(names[c]);
@@ -218,8 +190,8 @@ static void test_user_layouts(void **state) {
     assert_non_null(f);
     fputs(user_layouts[l].text, f);
     fclose(f);
-    char *model = case_file(dir, "model.json"), *w = case_file(dir, "weights.safetensors");
-    char *in = case_file(dir, "input.npy"), *want_p = case_file(dir, "expected.npy");
+    char *model = e2e_join(dir, "model.json"), *w = e2e_join(dir, "weights.safetensors");
+    char *in = e2e_join(dir, "input.npy"), *want_p = e2e_join(dir, "expected.npy");
     for (size_t m = 0; m < n_meshes; m++) {
       char *plan = e2e_path("user.plan"), *out = e2e_path("user.npy");
       e2e_result r;

@@ -802,6 +802,6 @@ async function main() {
 
 // fuzz.js reuses the Keras 3 JSON builder and the weight conventions.
 module.exports = { Builder, DP, GU, ZE, ON, HAS_BUILD_CONFIG, denseSpecific, normSpecific, convSpecific,
-  poolSpecific, STATE_INIT, tfjsArtifacts, rnnSpecific, bidirSpecific, RNN_CELL };
+  poolSpecific, STATE_INIT, tfjsArtifacts, rnnSpecific, bidirSpecific, RNN_CELL, embedding };
 
 if (require.main === module) main().catch(e => { console.error(e); process.exit(1); });
