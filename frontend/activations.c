@@ -95,8 +95,16 @@ static kdc_value_id softplus(kdc_func *f, kdc_value_id x) {
   return bin(f, KDC_OP_ADD, sc(f, KDC_OP_MAX, x, 0), t);
 }
 
-static kdc_value_id elu(kdc_func *f, kdc_value_id x, double alpha) {
-  return where0(f, KDC_CMP_GT, x, x, sc(f, KDC_OP_MUL, un(f, KDC_OP_EXPM1, x), alpha));
+/* expm1 of x where x <= 0, else expm1(0) = 0: the exponential branch of
+ * elu/selu/celu reads x only where it is taken (JAX's "double where"), so
+ * its zero cotangent elsewhere never meets exp(x) = inf (x > 88 in f32) as
+ * 0 * inf = NaN in the gradient. */
+static kdc_value_id expm1_nonpos(kdc_func *f, kdc_value_id x) {
+  return un(f, KDC_OP_EXPM1, where0(f, KDC_CMP_GT, x, splat_like(f, x, 0), x));
+}
+
+kdc_value_id kdc_fe_elu(kdc_func *f, kdc_value_id x, double alpha) {
+  return where0(f, KDC_CMP_GT, x, x, sc(f, KDC_OP_MUL, expm1_nonpos(f, x), alpha));
 }
 
 static kdc_value_id gelu(kdc_func *f, kdc_value_id x, bool approximate) {
@@ -196,9 +204,9 @@ kdc_status kdc_fe_activation(struct kdc_lower_ctx *c, const kdc_keras_layer *l, 
   else if (!strcmp(name, "gelu")) y = gelu(f, x, false);
   else if (!strcmp(name, "silu") || !strcmp(name, "swish"))
     y = bin(f, KDC_OP_MUL, x, un(f, KDC_OP_LOGISTIC, x));
-  else if (!strcmp(name, "elu")) y = elu(f, x, 1.0);
+  else if (!strcmp(name, "elu")) y = kdc_fe_elu(f, x, 1.0);
   else if (!strcmp(name, "selu"))
-    y = sc(f, KDC_OP_MUL, elu(f, x, 1.6732632423543772848170429916717),
+    y = sc(f, KDC_OP_MUL, kdc_fe_elu(f, x, 1.6732632423543772848170429916717),
            1.0507009873554804934193349852946);
   else if (!strcmp(name, "softplus")) y = softplus(f, x);
   else if (!strcmp(name, "softsign"))
@@ -212,7 +220,7 @@ kdc_status kdc_fe_activation(struct kdc_lower_ctx *c, const kdc_keras_layer *l, 
   else if (!strcmp(name, "mish")) y = bin(f, KDC_OP_MUL, x, un(f, KDC_OP_TANH, softplus(f, x)));
   else if (!strcmp(name, "log_sigmoid")) y = un(f, KDC_OP_NEG, softplus(f, un(f, KDC_OP_NEG, x)));
   else if (!strcmp(name, "celu"))
-    y = bin(f, KDC_OP_ADD, sc(f, KDC_OP_MAX, x, 0), sc(f, KDC_OP_MIN, un(f, KDC_OP_EXPM1, x), 0));
+    y = bin(f, KDC_OP_ADD, sc(f, KDC_OP_MAX, x, 0), sc(f, KDC_OP_MIN, expm1_nonpos(f, x), 0));
   else if (!strcmp(name, "hard_tanh")) y = sc(f, KDC_OP_MIN, sc(f, KDC_OP_MAX, x, -1), 1);
   else if (!strcmp(name, "soft_shrink"))
     y = where_c(f, KDC_CMP_GT, x, 0.5, sc(f, KDC_OP_SUB, x, 0.5),

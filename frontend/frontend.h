@@ -620,6 +620,9 @@ bool kdc_fe_activation_known(const char *name);
 /* softmax / log_softmax of |x| over |n_axes| axes (max-subtracted). */
 kdc_value_id kdc_fe_softmax(kdc_func *f, kdc_value_id x, int n_axes, const int64_t *axes,
                             bool log);
+/* keras.activations.elu(x, alpha): x > 0 ? x : alpha * expm1(x), with a
+ * gradient free of NaN for large x (activations.c). */
+kdc_value_id kdc_fe_elu(kdc_func *f, kdc_value_id x, double alpha);
 /* keras.activations.relu(x, negative_slope, max_value (<0: None), threshold). */
 kdc_value_id kdc_fe_relu(kdc_func *f, kdc_value_id x, double negative_slope,
                          double max_value, bool has_max, double threshold);

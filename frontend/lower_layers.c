@@ -183,11 +183,7 @@ kdc_status kdc_fe_lower_activation_layer(struct kdc_lower_ctx *c, const kdc_kera
   if (!strcmp(cls, "ELU")) {
     double alpha;
     KDC_RETURN_IF_ERROR(kdc_fe_cfg_double(l, "alpha", 1.0, &alpha));
-    kdc_value_id x = in[0];
-    const kdc_type *t = kdc_ir_type(f, x);
-    kdc_value_id z = kdc_ir_splat(f, t->dtype, t->rank, t->dims, 0);
-    kdc_value_id neg = kdc_ir_binary_scalar(f, KDC_OP_MUL, kdc_ir_unary(f, KDC_OP_EXPM1, x), alpha);
-    out[0] = kdc_ir_select(f, kdc_ir_compare(f, KDC_CMP_GT, x, z), x, neg);
+    out[0] = kdc_fe_elu(f, in[0], alpha);
     return NULL;
   }
   /* Softmax */

@@ -105,15 +105,21 @@ static kdc_value_id clip_eps(kdc_func *f, kdc_value_id x) {
  * = max(z, 0) + log1p(exp(-|z|)) written as the select of its two smooth
  * branches: z > 0 ? z + log1p(exp(-z)) : log1p(exp(z)).  The values are the
  * same bits, and the gradient at z == 0 is the true 1/2 instead of depending
- * on how max and abs split their kinks (grad_rules.c gives relu'(0) = 0). */
+ * on how max and abs split their kinks (grad_rules.c gives relu'(0) = 0).
+ * Each branch reads z only where it is selected (0 elsewhere, JAX's "double
+ * where"): the branch not taken gets a zero cotangent, and zero times its
+ * derivative must not be 0 * inf = NaN (log1p(exp(z)) for z > 88 in f32,
+ * e.g. the logits of a padded row, which the sample mask then multiplies by
+ * 0 and cannot clean). */
 static kdc_value_id log_sigmoid(kdc_func *f, kdc_value_id x) {
   kdc_value_id z = un(f, KDC_OP_NEG, x);
   const kdc_type *t = kdc_ir_type(f, z);
   kdc_value_id zero = kdc_ir_splat(f, t->dtype, t->rank, t->dims, 0);
   kdc_value_id pos = kdc_ir_compare(f, KDC_CMP_GT, z, zero);
-  kdc_value_id e = un(f, KDC_OP_EXP, un(f, KDC_OP_NEG, z));
-  kdc_value_id hi = bin(f, KDC_OP_ADD, z, un(f, KDC_OP_LOG1P, e));
-  kdc_value_id lo = un(f, KDC_OP_LOG1P, un(f, KDC_OP_EXP, z));
+  kdc_value_id zp = kdc_ir_select(f, pos, z, zero), zn = kdc_ir_select(f, pos, zero, z);
+  kdc_value_id e = un(f, KDC_OP_EXP, un(f, KDC_OP_NEG, zp));
+  kdc_value_id hi = bin(f, KDC_OP_ADD, zp, un(f, KDC_OP_LOG1P, e));
+  kdc_value_id lo = un(f, KDC_OP_LOG1P, un(f, KDC_OP_EXP, zn));
   return un(f, KDC_OP_NEG, kdc_ir_select(f, pos, hi, lo));
 }
 

@@ -439,6 +439,28 @@ static void test_activations(void **s FE_UNUSED) {
                 KDC_UNSUPPORTED, "config.layers[1].config.activation", "\"glu\"", NULL);
 }
 
+/* elu, selu, celu and the ELU layer far beyond exp's f32 range (x > 88):
+ * the exponential branch, not taken there, once computed expm1(x) = inf,
+ * and its zero cotangent times exp(x) made the gradient 0 * inf = NaN. */
+static void test_exp_branch_gradients(void **s FE_UNUSED) {
+  static const char *const acts[] = {"elu", "selu", "celu", NULL};
+  enum { N = 2 * 6 };
+  const float xs[N] = {100, 200, 1000, 89, -0.7f, 0.4f, -3, 95.5f, 1.5f, -100, 300, 0.2f};
+  for (int a = 0; a < 4; a++) {
+    char cfg[64], tag[64];
+    snprintf(cfg, sizeof cfg, acts[a] ? "\"activation\": \"%s\"" : "\"alpha\": 0.7",
+             acts[a] ? acts[a] : "");
+    snprintf(tag, sizeof tag, "exp_%s.json", acts[a] ? acts[a] : "ELU");
+    const char *p = fe_model_file(tag, "6", acts[a] ? "Activation" : "ELU", cfg, NULL, NULL);
+    const char *xf = fe_tmp("exp_x.npy"); /* after fe_model_file, as test_activations */
+    assert_null(kdc_npy_write(xf, KDC_IO_DTYPE_F32, 2, (int64_t[]){2, 6}, xs));
+    lowered L;
+    lower_example(p, NULL, (const char *[]){xf}, 2, &L);
+    grad_check(&L, NULL, 1, N);
+    lowered_free(&L);
+  }
+}
+
 /* ---- RandomFlip in training ------------------------------------------------ */
 
 static void test_random_flip_training(void **s FE_UNUSED) {
@@ -674,7 +696,7 @@ int main(void) {
       cmocka_unit_test(test_attention_causal_forms), cmocka_unit_test(test_rms_norm),
       cmocka_unit_test(test_spectral_norm),        cmocka_unit_test(test_value_augment_training),
       cmocka_unit_test(test_encodings),            cmocka_unit_test(test_adaptive_pool),
-      cmocka_unit_test(test_masked_gradients),
+      cmocka_unit_test(test_masked_gradients),    cmocka_unit_test(test_exp_branch_gradients),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
