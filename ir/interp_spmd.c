@@ -35,37 +35,56 @@
 
 /* ---- blocks of row-major tensors ------------------------------------------ */
 
+/* dst[0, n) += src[0, n) (numeric dtypes; bool is or; integers wrap). */
+static void add_run(char *dp, const char *sp, kdc_dtype dt, int64_t n) {
+  if (dt == KDC_DTYPE_F32) {
+    float *d = (float *)dp;
+    const float *x = (const float *)sp;
+    for (int64_t i = 0; i < n; i++) d[i] += x[i];
+  } else if (dt == KDC_DTYPE_I32) {
+    int32_t *d = (int32_t *)dp;
+    const int32_t *x = (const int32_t *)sp;
+    for (int64_t i = 0; i < n; i++) d[i] = (int32_t)((uint32_t)d[i] + (uint32_t)x[i]);
+  } else if (dt == KDC_DTYPE_I64) {
+    int64_t *d = (int64_t *)dp;
+    const int64_t *x = (const int64_t *)sp;
+    for (int64_t i = 0; i < n; i++) d[i] = (int64_t)((uint64_t)d[i] + (uint64_t)x[i]);
+  } else {
+    uint8_t *d = (uint8_t *)dp;
+    const uint8_t *x = (const uint8_t *)sp;
+    for (int64_t i = 0; i < n; i++) d[i] = d[i] || x[i];
+  }
+}
+
 /* Copies the block of shape |b| at |so| in |src| (type |st|) to |do_| in
- * |dst| (type |dt|); |add| accumulates instead (numeric dtypes). */
+ * |dst| (type |dt|); |add| accumulates instead (numeric dtypes).  Row by
+ * row: the last dim is contiguous in both (row-major), the leading dims
+ * advance like an odometer. */
 static void block(void *dst, const kdc_type *dt, const int64_t *do_, const void *src,
                   const kdc_type *st, const int64_t *so, const kdc_type *b, bool add) {
-  int64_t n = kdc_type_numel(b), idx[KDC_MAX_RANK], ss[KDC_MAX_RANK], ds[KDC_MAX_RANK];
+  int64_t idx[KDC_MAX_RANK] = {0}, ss[KDC_MAX_RANK], ds[KDC_MAX_RANK];
   size_t es = kdc_dtype_size(dt->dtype);
+  if (kdc_type_numel(b) == 0) return;
   kdc_type_strides(st, ss);
   kdc_type_strides(dt, ds);
-  for (int64_t i = 0; i < n; i++) {
-    int64_t r = i, si = 0, di = 0;
-    for (int d = b->rank - 1; d >= 0; d--) {
-      idx[d] = r % b->dims[d];
-      r /= b->dims[d];
-    }
-    for (int d = 0; d < b->rank; d++) {
+  int r = b->rank;
+  int64_t run = r ? b->dims[r - 1] : 1;
+  for (;;) {
+    int64_t si = 0, di = 0;
+    for (int d = 0; d < r; d++) {
       si += (so[d] + idx[d]) * ss[d];
       di += (do_[d] + idx[d]) * ds[d];
     }
     char *dp = (char *)dst + (size_t)di * es;
     const char *sp = (const char *)src + (size_t)si * es;
-    if (!add) {
-      memcpy(dp, sp, es);
-    } else if (dt->dtype == KDC_DTYPE_F32) {
-      *(float *)dp += *(const float *)sp;
-    } else if (dt->dtype == KDC_DTYPE_I32) {
-      *(int32_t *)dp = (int32_t)((uint32_t) * (int32_t *)dp + (uint32_t) * (const int32_t *)sp);
-    } else if (dt->dtype == KDC_DTYPE_I64) {
-      *(int64_t *)dp = (int64_t)((uint64_t) * (int64_t *)dp + (uint64_t) * (const int64_t *)sp);
-    } else {
-      *(uint8_t *)dp = *(uint8_t *)dp || *(const uint8_t *)sp;
+    if (!add) memcpy(dp, sp, es * (size_t)run);
+    else add_run(dp, sp, dt->dtype, run);
+    int d = r - 2;
+    for (; d >= 0; d--) {
+      if (++idx[d] < b->dims[d]) break;
+      idx[d] = 0;
     }
+    if (d < 0) return;
   }
 }
 
