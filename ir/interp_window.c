@@ -102,12 +102,13 @@ static void run_conv(const kdc_func *f, const kdc_node *n, const float *x, const
         wi[d] = k[d];
       }
       if (!ok) continue;
-      for (int64_t ci = 0; ci < cig; ci++) {
-        xi[ns + 1] = g * cig + ci;
-        wi[ns] = ci;
-        wi[ns + 1] = c;
-        acc += x[ravel(xi, xt)] * w[ravel(wi, wt)];
-      }
+      /* channels are the last dim of x (stride 1) and w's input-channel
+       * dim has stride co: the row's start, then steps */
+      xi[ns + 1] = g * cig;
+      wi[ns] = 0;
+      wi[ns + 1] = c;
+      const float *xr = x + ravel(xi, xt), *wr = w + ravel(wi, wt);
+      for (int64_t ci = 0; ci < cig; ci++) acc += xr[ci] * wr[ci * co];
     }
     out[i] = acc;
   }
