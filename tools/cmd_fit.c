@@ -252,15 +252,24 @@ static void on_epoch(void *user, const kdc_rt_fit_progress *pr) {
 }
 
 /* ", "KEY": [v(0), v(1), ...]" over the epochs: |v| with a stride. */
+/* One history number after |sep|: "%.9g" (f32 values round-trip), a
+ * non-finite one as Python's json.dumps writes it (NaN, Infinity,
+ * -Infinity), which json.load reads back; printf's "nan" no JSON reader
+ * accepts. */
+static void history_number(FILE *o, const char *sep, double v) {
+  if (isnan(v)) fprintf(o, "%sNaN", sep);
+  else if (isinf(v)) fprintf(o, "%s%sInfinity", sep, v < 0 ? "-" : "");
+  else fprintf(o, "%s%.9g", sep, v);
+}
+
 static void history_entry(FILE *o, const char *prefix, const char *key, const kdc_rt_history *h,
                           const double *v, size_t stride) {
   fprintf(o, ", \"%s%s\": [", prefix, key);
-  for (int64_t e = 0; e < h->epochs; e++)
-    fprintf(o, "%s%.9g", e ? ", " : "", v[(size_t)e * stride]);
+  for (int64_t e = 0; e < h->epochs; e++) history_number(o, e ? ", " : "", v[(size_t)e * stride]);
   fprintf(o, "]");
 }
 
-/* Keras' History.history as JSON ("%.9g": the f32 values round-trip):
+/* Keras' History.history as JSON (history_number):
  * "loss", each "<output>_loss", then the "val_" ones, then kdc's
  * "batch_loss". */
 static kdc_status write_history(const char *path, const kdc_rt_history *h,
@@ -269,7 +278,7 @@ static kdc_status write_history(const char *path, const kdc_rt_history *h,
   KDC_RETURN_IF_ERROR(kdc_atomic_file_open(path, &f));
   FILE *o = kdc_atomic_file_stream(f);
   fprintf(o, "{\"loss\": [");
-  for (int64_t e = 0; e < h->epochs; e++) fprintf(o, "%s%.9g", e ? ", " : "", h->loss[e]);
+  for (int64_t e = 0; e < h->epochs; e++) history_number(o, e ? ", " : "", h->loss[e]);
   fprintf(o, "]");
   for (size_t j = 0; j < h->n_metrics; j++)
     history_entry(o, "", kdc_rt_train_metric_name(t, j), h, h->metrics + j, h->n_metrics);
@@ -281,7 +290,7 @@ static kdc_status write_history(const char *path, const kdc_rt_history *h,
   }
   fprintf(o, ", \"batch_loss\": [");
   for (int64_t i = 0; i < h->epochs * h->steps; i++)
-    fprintf(o, "%s%.9g", i ? ", " : "", (double)h->batch_loss[i]);
+    history_number(o, i ? ", " : "", (double)h->batch_loss[i]);
   fprintf(o, "]}\n");
   return kdc_atomic_file_commit(f);
 }

@@ -49,6 +49,7 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <json-c/json.h>
 #include <math.h>
 
 #include "e2e_util.h"
@@ -481,6 +482,36 @@ static void test_cli(void **s) {
   free(p1), free(hist);
 }
 
+/* A diverging fit (SGD at learning rate 1e30) writes its non-finite
+ * losses as Python's json.dumps does (NaN, Infinity), which Python's
+ * json.load and json-c read back as numbers; printf's "nan" is read by
+ * neither. */
+static void test_history_non_finite(void **s) {
+  (void)s;
+  char *model = e2e_src("examples/mnist_mlp/model.json");
+  char *w = e2e_src("examples/mnist_mlp/weights.safetensors");
+  char *plan = e2e_compile_cce("mlp-sgd-diverge.plan", model, w, "16", "sgd", "1e30", NULL, NULL,
+                               NULL);
+  char *hist = e2e_path("diverge.json");
+  e2e_result r;
+  e2e_kdc(&r, "run", plan, "--fit", "--x", x_npy, "--y", y_npy, "--epochs", "3", "--batch-size",
+          "16", "--history", hist, NULL);
+  if (r.status) fprintf(stderr, "%s", r.err);
+  assert_int_equal(r.status, 0);
+  void *raw = NULL;
+  size_t n = 0;
+  assert_null(kdc_file_read_all(hist, &raw, &n));
+  assert_null(strstr(raw, "nan"));
+  assert_null(strstr(raw, "inf"));
+  json_object *j = json_tokener_parse(raw), *loss = NULL;
+  assert_non_null(j);
+  assert_true(json_object_object_get_ex(j, "loss", &loss));
+  assert_int_equal(json_object_array_length(loss), 3);
+  assert_false(isfinite(json_object_get_double(json_object_array_get_idx(loss, 2))));
+  json_object_put(j);
+  free(raw), free(model), free(w), free(plan), free(hist);
+}
+
 /* kdc compile reads the Keras 3 compile_config when there is no --loss;
  * flags override it. */
 static void test_compile_config(void **s) {
@@ -686,6 +717,7 @@ int main(void) {
       cmocka_unit_test(test_sgd_meshes),          cmocka_unit_test(test_collective_counts),
       cmocka_unit_test(test_partial_batch),       cmocka_unit_test(test_checkpoint_resume),
       cmocka_unit_test(test_crash_in_save),       cmocka_unit_test(test_cli),
+      cmocka_unit_test(test_history_non_finite),
       cmocka_unit_test(test_compile_config),      cmocka_unit_test(test_keras_reference),
       cmocka_unit_test(test_compile_config_schedule), cmocka_unit_test(test_shared_replicas),
       cmocka_unit_test(test_inplace_gather),

@@ -661,10 +661,11 @@ function runCase(kdc, dir, desc) {
       fails.push(`${tag}: run exit ${e.status ?? e.signal ?? e.code}: ${String(e.stderr).trim().split('\n')[0]}`);
       continue;
     }
-    // (kdc writes a non-finite loss as nan, which is not JSON: kept as NaN,
-    // so that the comparison below reports it)
-    const got = JSON.parse(fs.readFileSync(hout, 'utf8').replace(/-?\b(nan|inf)\b/g, '"$&"'),
-      (k, v) => (typeof v === 'string' ? Number(v.replace('inf', 'Infinity')) : v));
+    // (kdc writes a non-finite loss as Python's json does, NaN / Infinity,
+    // which JSON.parse refuses: read as numbers, so that the comparison
+    // below reports them)
+    const got = JSON.parse(fs.readFileSync(hout, 'utf8').replace(/-?\b(NaN|Infinity)\b/g, '"$&"'),
+      (k, v) => (typeof v === 'string' ? Number(v) : v));
     for (const k of ['loss', 'batch_loss', 'val_loss']) {
       if (!hist[k] && !got[k]) continue;
       if (!got[k] || got[k].length !== hist[k].length) { fails.push(`${tag}: ${k}: length`); continue; }
