@@ -237,7 +237,7 @@ enum { STACK_MIN_B = 512 << 10, STACK_MIN_FLOPS = 1 << 19 };
  * made-up values of the step's shape, in the stacked buffers. */
 static bool stack_exact(const kdc_rt_plan *p, const kdc_prog_gemm_step *g, float *sa, float *sc) {
   int64_t nl = p->nd, mk = g->m * g->k, mn = g->m * g->n;
-  size_t nb = (size_t)(g->k * g->n);
+  size_t nb = (size_t)((g->trans_b ? g->n : g->k) * g->ldb); /* B as the step reads it */
   float *B = malloc(nb * sizeof *B + 4), *C = malloc((size_t)mn * sizeof *C + 4);
   bool same = B && C;
   for (size_t i = 0; same && i < nb; i++) B[i] = (float)((i * 2654435761u) % 1999) / 999.f - 1;
