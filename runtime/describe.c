@@ -164,6 +164,17 @@ static void put_devices(FILE *o, const kdc_rt_plan *plan) {
     fprintf(o, "): %" PRIu64 " bytes\n", total);
   }
   if (nd > 64) fprintf(o, "  ... (every device: %" PRIu64 " bytes)\n", total);
+  uint64_t stack = 0; /* per process, the largest function's, when all devices are local */
+  for (uint32_t i = 0; i < p->n_funcs && nd > 1; i++) {
+    uint64_t b = 0;
+    for (uint32_t s = 0; s < p->funcs[i].n_steps && !p->funcs[i].is_body; s++)
+      if (rt_stack_candidate(&p->funcs[i].steps[s]))
+        b += rt_stack_bytes(&p->funcs[i].steps[s].gemm, nd);
+    if (b > stack) stack = b;
+  }
+  if (stack)
+    fprintf(o, "stacking buffers (one process running every device, GEMMs stacked where bitwise "
+               "equal, gemm_stack.c): up to %" PRIu64 " bytes\n", stack);
 }
 
 /* Collectives of |f|: count and bytes per device per call of the function. */
@@ -258,6 +269,11 @@ void kdc_rt_plan_profile_print(kdc_rt_plan *plan, size_t func, FILE *o) {
     by_kind[f->steps[s].kind <= KDC_STEP_LOOP ? f->steps[s].kind : 0] += t;
     fprintf(o, "%9.3f %5.1f%%", t / runs * 1e-6, total > 0 ? 100 * t / total : 0);
     put_step(o, p, f, s, &f->steps[s]);
+    if (rf->stack && rf->stack[s].a) {
+      const kdc_prog_gemm_step *g = &f->steps[s].gemm;
+      fprintf(o, "          stacked over %" PRId64 " devices: %" PRId64 " rows, %" PRId64
+              " per call\n", plan->nd, plan->nd * g->m, rf->stack[s].chunk);
+    }
     rf->prof_ns[s] = 0;
   }
   static const struct { int kind; const char *name; } kinds[] = {

@@ -84,6 +84,7 @@ static void make_func(kdc_rt_plan *p, const kdc_prog_func *f, rt_func *rf) {
   rf->out_dev = kdc_xcalloc(nd * f->n_outputs + 1, sizeof *rf->out_dev);
   rt_io_create(p, f, rf);
   rt_inplace_create(p, f, rf);
+  rt_stack_create(p, f, rf);
 }
 
 /* Each device's pointer to every weight (see the file comment). */
@@ -149,7 +150,8 @@ void rt_devices_destroy(kdc_rt_plan *p) {
         if (f->steps[s].kind == KDC_STEP_COLLECTIVE) free_groups(&rf->groups[s]);
       free(rf->groups), free(rf->argv), free(rf->step_args), free(rf->in_ptr), free(rf->out_ptr);
       free(rf->in_dev), free(rf->out_dev), free(rf->prof_ns);
-      rt_inplace_destroy(rf, f->n_steps);
+      rt_inplace_destroy(rf);
+      rt_stack_destroy(rf, f->n_steps);
     }
   free(p->funcs);
   for (size_t i = 0; i < p->n_weight_pieces; i++) free(p->weight_pieces[i]);

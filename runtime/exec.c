@@ -296,14 +296,15 @@ static void segment_task(void *ctx, int64_t dev) {
 /* A GEMM whose B every local device reads from one buffer (a replicated
  * weight, a shared replica, a shared collective result), with op(A) = A
  * (not transposed) and a stacking buffer made at load
- * (gather_inplace.c): the devices' A are stacked into one (nl x m) x k
- * matrix, ONE GEMM on it runs in column blocks of 64-multiples on the pool,
+ * (gemm_stack.c): the devices' A are stacked into one (nl x m) x k
+ * matrix, ONE GEMM on it runs in column blocks of 64-multiples on the pool
+ * (or, where only that is bitwise the devices' GEMMs, in chunks of rows),
  * and each device's rows of the result are copied back.  8 devices each
  * with 1/8 of the batch otherwise pack and stream the whole of B 8 times,
  * each GEMM with 1/8 of the rows to amortise it over (docs/runtime.md,
  * "Threads"). */
 static bool stacked_gemm(const runner *r, uint32_t s) {
-  if (!r->rf->stack_a || !r->rf->stack_a[s] || nlocal(r->p) != r->p->nd || !rt_inplace_on())
+  if (!r->rf->stack || !r->rf->stack[s].a || nlocal(r->p) != r->p->nd || !rt_inplace_on())
     return false;
   const kdc_prog_gemm_step *g = &r->f->steps[s].gemm;
   const void *b = resolve_at(r, r->p->d0, s, &g->b);
@@ -319,18 +320,19 @@ static void stack_copy_task(void *ctx, int64_t task) {
   const kdc_prog_gemm_step *g = &r->f->steps[r->step].gemm;
   int64_t dev = r->p->d0 + task;
   if (r->chunks == 0)
-    memcpy(r->rf->stack_a[r->step] + task * g->m * g->k, resolve_at(r, dev, r->step, &g->a),
+    memcpy(r->rf->stack[r->step].a + task * g->m * g->k, resolve_at(r, dev, r->step, &g->a),
            (size_t)(g->m * g->k) * sizeof(float));
   else
-    memcpy(resolve_at(r, dev, r->step, &g->c), r->rf->stack_c[r->step] + task * g->m * g->n,
+    memcpy(resolve_at(r, dev, r->step, &g->c), r->rf->stack[r->step].c + task * g->m * g->n,
            (size_t)(g->m * g->n) * sizeof(float));
 }
 
 static void stack_gemm_task(void *ctx, int64_t task) {
   const runner *r = ctx;
   const kdc_prog_gemm_step *g = &r->f->steps[r->step].gemm;
-  rt_stack_gemm_block(g, nlocal(r->p), r->p->n_threads, task, r->rf->stack_a[r->step],
-                      resolve_at(r, r->p->d0, r->step, &g->b), r->rf->stack_c[r->step]);
+  const rt_gemm_stack *st = &r->rf->stack[r->step];
+  rt_stack_gemm_block(g, st->chunk, nlocal(r->p), r->p->n_threads, task, st->a,
+                      resolve_at(r, r->p->d0, r->step, &g->b), st->c);
 }
 
 static void run_stacked_gemm(runner *r, uint32_t s) {

@@ -32,8 +32,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <cblas.h>
-
 #include "runtime/runtime.h"
 
 static bool rt_inplace_off; /* rt_exec_test_inplace */
@@ -213,78 +211,9 @@ static void add(const kdc_rt_plan *p, const kdc_prog_func *f, rt_func *rf, rt_in
   rf->inplace[rf->n_inplace++] = c;
 }
 
-void rt_stack_gemm_block(const kdc_prog_gemm_step *g, int64_t nl, int threads, int64_t t,
-                         const float *A, const float *B, float *C) {
-  int64_t units = (g->n + RT_GEMM_ALIGN - 1) / RT_GEMM_ALIGN;
-  int64_t n0 = units * t / threads * RT_GEMM_ALIGN, n1 = units * (t + 1) / threads * RT_GEMM_ALIGN;
-  if (n1 > g->n) n1 = g->n;
-  if (n0 >= n1) return;
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, g->trans_b ? CblasTrans : CblasNoTrans,
-              (blasint)(g->m * nl), (blasint)(n1 - n0), (blasint)g->k, 1.0f, A, (blasint)g->k,
-              B + (g->trans_b ? n0 * g->ldb : n0), (blasint)g->ldb, 0.0f, C + n0, (blasint)g->n);
-}
-
-/* GEMMs that may run stacked over the devices (exec.c): op(A) = A with
- * its rows contiguous, C likewise, B at least STACK_MIN_B bytes (larger
- * than a core's L2: each device would stream it) and at least
- * STACK_MIN_FLOPS per device.  Whether every device reads B from one
- * buffer is checked per run. */
-enum { STACK_MIN_B = 512 << 10, STACK_MIN_FLOPS = 1 << 19 };
-
-/* Does the stacked GEMM give, on this OpenBLAS and its kernels, bitwise
- * the rows of the devices' own GEMMs?  Not for every shape (a kernel for
- * small matrices may take one and not the other): tried once at load on
- * made-up values of the step's shape, in the stacked buffers. */
-static bool stack_exact(const kdc_rt_plan *p, const kdc_prog_gemm_step *g, float *sa, float *sc) {
-  int64_t nl = p->nd, mk = g->m * g->k, mn = g->m * g->n;
-  size_t nb = (size_t)((g->trans_b ? g->n : g->k) * g->ldb); /* B as the step reads it */
-  float *B = malloc(nb * sizeof *B + 4), *C = malloc((size_t)mn * sizeof *C + 4);
-  bool same = B && C;
-  for (size_t i = 0; same && i < nb; i++) B[i] = (float)((i * 2654435761u) % 1999) / 999.f - 1;
-  for (int64_t i = 0; same && i < nl * mk; i++)
-    sa[i] = (float)(((uint64_t)i * 40503u) % 2003) / 1001.f - 1;
-  int threads = openblas_get_num_threads();
-  if (same) openblas_set_num_threads(1); /* as the executor runs them */
-  for (int64_t t = 0; same && t < p->n_threads; t++)
-    rt_stack_gemm_block(g, nl, p->n_threads, t, sa, B, sc);
-  for (int64_t d = 0; same && d < nl; d++) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, g->trans_b ? CblasTrans : CblasNoTrans,
-                (blasint)g->m, (blasint)g->n, (blasint)g->k, 1.0f, sa + d * mk, (blasint)g->k, B,
-                (blasint)g->ldb, 0.0f, C, (blasint)g->n);
-    same = !memcmp(C, sc + d * mn, (size_t)mn * sizeof *C);
-  }
-  if (B && C) openblas_set_num_threads(threads);
-  free(B), free(C);
-  return same;
-}
-
-static void stack_create(const kdc_rt_plan *p, const kdc_prog_func *f, rt_func *rf) {
-  for (uint32_t s = 0; s < f->n_steps; s++) {
-    const kdc_prog_gemm_step *g = &f->steps[s].gemm;
-    if (f->steps[s].kind != KDC_STEP_GEMM || g->batch != 1 || g->trans_a || g->lda != g->k ||
-        g->ldc != g->n || (uint64_t)g->k * (uint64_t)g->n * 4 < STACK_MIN_B ||
-        2 * g->m * g->n * g->k < STACK_MIN_FLOPS)
-      continue;
-    if (!rf->stack_a) {
-      rf->stack_a = kdc_xcalloc(f->n_steps, sizeof *rf->stack_a);
-      rf->stack_c = kdc_xcalloc(f->n_steps, sizeof *rf->stack_c);
-    }
-    size_t a = (size_t)(p->nd * g->m * g->k) * sizeof(float);
-    size_t c = (size_t)(p->nd * g->m * g->n) * sizeof(float);
-    rf->stack_a[s] = aligned_alloc(64, (a + 63) / 64 * 64);
-    rf->stack_c[s] = aligned_alloc(64, (c + 63) / 64 * 64);
-    /* no room, or not bitwise the devices' GEMMs: the GEMM runs per device */
-    if (!rf->stack_a[s] || !rf->stack_c[s] || !stack_exact(p, g, rf->stack_a[s], rf->stack_c[s])) {
-      free(rf->stack_a[s]), free(rf->stack_c[s]);
-      rf->stack_a[s] = rf->stack_c[s] = NULL;
-    }
-  }
-}
-
 void rt_inplace_create(const kdc_rt_plan *p, const kdc_prog_func *f, rt_func *rf) {
   rf->n_inplace = 0;
   if (f->is_body || p->cuda) return; /* a body is bound per iteration, never per run */
-  if (p->nd > 1 && !p->describe_only) stack_create(p, f, rf); /* it runs GEMMs */
   for (uint32_t s = 0; s < f->n_steps; s++) {
     uint32_t at = 0;
     if (f->steps[s].kind != KDC_STEP_COLLECTIVE) continue;
@@ -296,9 +225,7 @@ void rt_inplace_create(const kdc_rt_plan *p, const kdc_prog_func *f, rt_func *rf
   }
 }
 
-void rt_inplace_destroy(rt_func *rf, uint32_t n_steps) {
-  for (uint32_t s = 0; rf->stack_a && s < n_steps; s++) free(rf->stack_a[s]), free(rf->stack_c[s]);
-  free(rf->stack_a), free(rf->stack_c);
+void rt_inplace_destroy(rt_func *rf) {
   for (size_t i = 0; i < rf->n_inplace; i++) free(rf->inplace[i].buf);
   free(rf->inplace), free(rf->inplace_of), free(rf->inplace_skip), free(rf->inplace_dst);
 }

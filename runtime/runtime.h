@@ -421,6 +421,15 @@ typedef struct rt_inplace {
 } rt_inplace;
 enum { RT_INPLACE_PER_STEP = 2 };
 
+/* A GEMM step run once over every local device's rows (gemm_stack.c):
+ * the stacked A (nd m x k) and C (nd m x n), and the rows per OpenBLAS
+ * call (nd m: one call, split by columns over the threads; fewer: chunks
+ * of rows spread over the threads). */
+typedef struct rt_gemm_stack {
+  float *a, *c;
+  int64_t chunk;
+} rt_gemm_stack;
+
 typedef struct rt_func {
   void ***step_args;        /* [device * n_steps + step]: a kernel step's argument array */
   void **argv;              /* storage for all of them */
@@ -441,8 +450,8 @@ typedef struct rt_func {
   char **inplace_dst;       /* [device * n_steps + candidate]: where the device's range is
                                instead, or NULL */
   size_t inplace_made[3];   /* in the last run, per rt_share kind */
-  float **stack_a, **stack_c; /* per step, or NULL: a GEMM that may run stacked over the
-                               devices (exec.c): nd x m x k and nd x m x n floats */
+  rt_gemm_stack *stack;     /* per step, or NULL: GEMMs that may run stacked over the
+                               devices (gemm_stack.c); a NULL |a|: not that step */
 } rt_func;
 
 struct rt_comm;
@@ -537,7 +546,7 @@ bool rt_exec_output_shareable(const kdc_prog_func *f, uint32_t o);
  * arena that only kernels and GEMMs read) and allocates their arrays and
  * shared buffers. */
 void rt_inplace_create(const kdc_rt_plan *p, const kdc_prog_func *f, rt_func *rf);
-void rt_inplace_destroy(rt_func *rf, uint32_t n_steps);
+void rt_inplace_destroy(rt_func *rf);
 /* Before a run of |f| (out_ptr bound): turns on every in-place candidate
  * whose groups are local and bind one result buffer each, and every
  * shared-result candidate when all devices are local; counts them in
@@ -549,13 +558,26 @@ void *rt_inplace_redirect(const rt_func *rf, const kdc_prog_func *f, int64_t dev
                           const kdc_prog_loc *l);
 /* Tests: |on| false runs every all_gather as a collective (default on). */
 void rt_exec_test_inplace(bool on);
-/* Column block |t| of |threads| (multiples of RT_GEMM_ALIGN) of the
- * stacked GEMM |g| over |nl| devices: C = A op(B), A (nl m) x k. */
-enum { RT_GEMM_ALIGN = 64 };
-void rt_stack_gemm_block(const kdc_prog_gemm_step *g, int64_t nl, int threads, int64_t t,
-                         const float *A, const float *B, float *C);
 /* Tests: |on| false also runs every GEMM device by device (exec.c). */
 bool rt_inplace_on(void);
+
+/* ---- gemm_stack.c: GEMMs stacked over the local devices ----------------------- */
+
+/* Is |st| a GEMM that may run stacked: op(A) = A, contiguous rows, B of at
+ * least 512 KiB, at least 2^19 flops per device? */
+bool rt_stack_candidate(const kdc_prog_step *st);
+/* The stacking buffers of candidate |g| over |nd| devices, in bytes. */
+uint64_t rt_stack_bytes(const kdc_prog_gemm_step *g, int64_t nd);
+/* At load, per function of a multi-device CPU plan: the candidates that
+ * give bitwise the devices' own GEMMs (whole or in chunks of rows), with
+ * their buffers; the others stay per device. */
+void rt_stack_create(const kdc_rt_plan *p, const kdc_prog_func *f, rt_func *rf);
+void rt_stack_destroy(rt_func *rf, uint32_t n_steps);
+/* Share |t| of |threads| of stacked GEMM |g| over |nl| devices, |chunk|
+ * rows per call: C = A op(B), A (nl m) x k. */
+enum { RT_GEMM_ALIGN = 64 };
+void rt_stack_gemm_block(const kdc_prog_gemm_step *g, int64_t chunk, int64_t nl, int threads,
+                         int64_t t, const float *A, const float *B, float *C);
 /* What one buffer for several devices saved in the last run of |func|:
  * all_gathers made in place (moved nothing), collectives with one result
  * per group, GEMM steps over a B that every device reads from one buffer
