@@ -234,6 +234,9 @@ static kdc_status emit_kernel(lowerer *L, cg_kernel *k, const kdc_prog_loc *args
   P->ktype[idx] = k->out_type;  /* for the CUDA wrapper (ptx_wrap.c) */
   s.kernel.n_args = k->n_args;
   s.kernel.n_out = 1 + k->n_extra;
+  for (size_t v = 0; v < L->n; v++) /* an input placed where an output goes: read in place */
+    if (k->slot[v] >= 0 && (uint32_t)k->slot[v] < s.kernel.n_out && k->slot[v] < 64)
+      s.kernel.in_place |= 1ull << k->slot[v];
   s.kernel.args = kdc_arena_memdup(P->a, args, k->n_args * sizeof *args);
   KDC_GROW(P->prog.kernels, P->cap_kernels, P->prog.n_kernels + 1);
   P->prog.kernels[P->prog.n_kernels++] = (kdc_prog_kernel){kdc_arena_strdup(P->a, name), k->n_args};

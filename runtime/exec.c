@@ -60,16 +60,20 @@ typedef struct runner {
   int64_t chunks;     /* step mode: chunks per device */
 } runner;
 
-static void *resolve(const runner *r, int64_t dev, const kdc_prog_loc *l) {
-  const kdc_rt_plan *p = r->p;
+void *rt_exec_resolve(const kdc_rt_plan *p, const kdc_prog_func *f, const rt_func *rf,
+                      int64_t dev, const kdc_prog_loc *l) {
   char *base;
   switch (l->buf) {
   case KDC_PROG_BUF_ARENA: base = p->scratch + (uint64_t)dev * p->arena_stride; break;
-  case KDC_PROG_BUF_INPUT: base = (char *)r->rf->in_ptr[dev * r->f->n_inputs + l->index]; break;
-  case KDC_PROG_BUF_OUTPUT: base = r->rf->out_ptr[dev * r->f->n_outputs + l->index]; break;
+  case KDC_PROG_BUF_INPUT: base = (char *)rf->in_ptr[dev * f->n_inputs + l->index]; break;
+  case KDC_PROG_BUF_OUTPUT: base = rf->out_ptr[dev * f->n_outputs + l->index]; break;
   default: base = (char *)p->dev_weights[dev * p->prog.n_weights + l->index]; break;
   }
   return base + l->offset;
+}
+
+static void *resolve(const runner *r, int64_t dev, const kdc_prog_loc *l) {
+  return rt_exec_resolve(r->p, r->f, r->rf, dev, l);
 }
 
 /* |l| as step |s| sees it: redirected into a shared result when the step
@@ -94,20 +98,27 @@ static const int64_t *coords(const kdc_rt_plan *p, int64_t dev) {
   return p->coords + dev * KDC_PROG_MAX_AXES;
 }
 
+/* The leading dimension step |s| reads operand |l| with (|ld| unless a
+ * view of an all_to_all result, gather_inplace.c). */
+static int64_t ld_at(const runner *r, uint32_t s, const kdc_prog_loc *l, int64_t ld) {
+  int64_t v = r->rf->inplace_of ? rt_inplace_ld(r->rf, s, l) : 0;
+  return v ? v : ld;
+}
+
 /* Rows [m0, m1) and columns [n0, n1) of batch entry |i| of GEMM step |s|. */
 static void gemm_block(const runner *r, int64_t dev, uint32_t s, int64_t i, int64_t m0,
                        int64_t m1, int64_t n0, int64_t n1) {
   const kdc_prog_gemm_step *g = &r->f->steps[s].gemm;
+  int64_t lda = ld_at(r, s, &g->a, g->lda), ldb = ld_at(r, s, &g->b, g->ldb);
   const float *A = (const float *)resolve_at(r, dev, s, &g->a) + i * g->stride_a;
   const float *B = (const float *)resolve_at(r, dev, s, &g->b) + i * g->stride_b;
   float *C = (float *)resolve_at(r, dev, s, &g->c) + i * g->stride_c;
-  A += g->trans_a ? m0 : m0 * g->lda;  /* op(A) is M x K: A is K x M when transposed */
-  B += g->trans_b ? n0 * g->ldb : n0;  /* op(B) is K x N: B is N x K when transposed */
+  A += g->trans_a ? m0 : m0 * lda;  /* op(A) is M x K: A is K x M when transposed */
+  B += g->trans_b ? n0 * ldb : n0;  /* op(B) is K x N: B is N x K when transposed */
   C += m0 * g->ldc + n0;
   cblas_sgemm(CblasRowMajor, g->trans_a ? CblasTrans : CblasNoTrans,
               g->trans_b ? CblasTrans : CblasNoTrans, (blasint)(m1 - m0), (blasint)(n1 - n0),
-              (blasint)g->k, 1.0f, A, (blasint)g->lda, B, (blasint)g->ldb, 0.0f, C,
-              (blasint)g->ldc);
+              (blasint)g->k, 1.0f, A, (blasint)lda, B, (blasint)ldb, 0.0f, C, (blasint)g->ldc);
 }
 
 static void run_gemm(const runner *r, int64_t dev, uint32_t s) {
@@ -307,6 +318,7 @@ static bool stacked_gemm(const runner *r, uint32_t s) {
   if (!r->rf->stack || !r->rf->stack[s].a || nlocal(r->p) != r->p->nd || !rt_inplace_on())
     return false;
   const kdc_prog_gemm_step *g = &r->f->steps[s].gemm;
+  if (ld_at(r, s, &g->a, 0) || ld_at(r, s, &g->b, 0)) return false; /* a strided view */
   const void *b = resolve_at(r, r->p->d0, s, &g->b);
   for (int64_t d = r->p->d0 + 1; d < r->p->d1; d++)
     if (resolve_at(r, d, s, &g->b) != b) return false;

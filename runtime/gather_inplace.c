@@ -28,6 +28,12 @@
  * would be identical).  Otherwise the collective runs as always -- in
  * particular on processes (p2p), so 8 virtual devices and 8 processes
  * compute the same bytes.
+ *
+ * Two more kinds (docs/runtime.md, "Collectives"): shared results (an
+ * all_gather or all_reduce into the arena that only kernels and GEMMs
+ * read: one buffer per group, shared_candidate) and views (an all_to_all
+ * whose members' operands lie one after another, read by GEMMs as a
+ * column block of them, view_candidate / bind_view).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -52,12 +58,11 @@ static bool same_loc(const kdc_prog_loc *a, const kdc_prog_loc *b) {
 
 /* How step |st| meets |l|: *reads / *writes set when it may read / write
  * an overlapping range; *whole when it writes all of |l| without reading
- * it.  Codegen hands a kernel an operand placed where its output goes
- * (same buffer and offset) only as that output, which the kernel then
- * updates in place: a kernel output starting where |l| starts may read
- * it.  A GEMM's C (beta 0), a copy's or a collective's destination are
- * only written.  A LOOP step reads and writes everything (its body
- * addresses the arena). */
+ * it.  A kernel reads an output's range only when the plan marks that
+ * output in place (codegen hands a kernel an operand placed where its
+ * output goes only as that output); a GEMM's C (beta 0), a copy's or a
+ * collective's destination are only written.  A LOOP step reads and
+ * writes everything (its body addresses the arena). */
 static void touches(const kdc_prog_step *st, const kdc_prog_loc *l, bool *reads, bool *writes,
                     bool *whole) {
   *reads = *writes = *whole = false;
@@ -70,7 +75,7 @@ static void touches(const kdc_prog_step *st, const kdc_prog_loc *l, bool *reads,
     for (uint32_t a = 0; a < st->kernel.n_args; a++) {
       const kdc_prog_loc *x = &st->kernel.args[a];
       if (a >= st->kernel.n_out) R(*x);
-      else if (x->buf == l->buf && x->index == l->index && x->offset == l->offset) R(*x), W(*x);
+      else if (a < 64 && (st->kernel.in_place >> a & 1)) R(*x), W(*x);
       else W(*x);
     }
     break;
@@ -82,6 +87,71 @@ static void touches(const kdc_prog_step *st, const kdc_prog_loc *l, bool *reads,
   if (*reads) *whole = false;
 #undef R
 #undef W
+}
+
+/* The bytes of a range that later steps overwrote with other values
+ * (shared_candidate): a union of at most 8 intervals. */
+typedef struct dead_bytes {
+  uint64_t lo[8], hi[8];
+  int n;
+} dead_bytes;
+
+/* Adds |w| ∩ |l|; false when there is no room. */
+static bool dead_add(dead_bytes *d, const kdc_prog_loc *w, const kdc_prog_loc *l) {
+  if (!overlaps(w, l)) return true;
+  uint64_t lo = w->offset > l->offset ? w->offset : l->offset;
+  uint64_t hi = w->offset + w->bytes < l->offset + l->bytes ? w->offset + w->bytes
+                                                             : l->offset + l->bytes;
+  if (d->n == 8) return false;
+  d->lo[d->n] = lo, d->hi[d->n++] = hi;
+  return true;
+}
+
+/* Does |x| read a byte of |l| that is not dead (still the collective's)? */
+static bool reads_live(const kdc_prog_loc *x, const kdc_prog_loc *l, const dead_bytes *d) {
+  if (!overlaps(x, l)) return false;
+  uint64_t at = x->offset > l->offset ? x->offset : l->offset;
+  uint64_t end = x->offset + x->bytes < l->offset + l->bytes ? x->offset + x->bytes
+                                                              : l->offset + l->bytes;
+  for (bool moved = true; at < end && moved;) { /* walk the covered prefix */
+    moved = false;
+    for (int i = 0; i < d->n; i++)
+      if (d->lo[i] <= at && at < d->hi[i]) at = d->hi[i], moved = true;
+  }
+  return at < end;
+}
+
+/* Does step |st| read live bytes of |l| (see reads_live)?  A LOOP reads
+ * everything. */
+static bool step_reads_live(const kdc_prog_step *st, const kdc_prog_loc *l, const dead_bytes *d) {
+  switch (st->kind) {
+  case KDC_STEP_KERNEL:
+    for (uint32_t a = 0; a < st->kernel.n_args; a++)
+      if ((a >= st->kernel.n_out || (a < 64 && (st->kernel.in_place >> a & 1))) &&
+          reads_live(&st->kernel.args[a], l, d))
+        return true;
+    return false;
+  case KDC_STEP_GEMM: return reads_live(&st->gemm.a, l, d) || reads_live(&st->gemm.b, l, d);
+  case KDC_STEP_COPY: return reads_live(&st->src, l, d);
+  case KDC_STEP_COLLECTIVE: return reads_live(&st->coll.src, l, d);
+  case KDC_STEP_LOOP: return true;
+  }
+  return true;
+}
+
+/* Marks what step |st| writes of |l| dead; false when out of room. */
+static bool step_kills(const kdc_prog_step *st, const kdc_prog_loc *l, dead_bytes *d) {
+  switch (st->kind) {
+  case KDC_STEP_KERNEL:
+    for (uint32_t a = 0; a < st->kernel.n_out; a++)
+      if (!dead_add(d, &st->kernel.args[a], l)) return false;
+    return true;
+  case KDC_STEP_GEMM: return dead_add(d, &st->gemm.c, l);
+  case KDC_STEP_COPY: return dead_add(d, &st->dst, l);
+  case KDC_STEP_COLLECTIVE: return dead_add(d, &st->coll.dst, l);
+  case KDC_STEP_LOOP: return false;
+  }
+  return false;
 }
 
 /* Does no step of |f| but |s| read or write output |o|? */
@@ -144,26 +214,69 @@ static bool gather_candidate(const kdc_prog_func *f, uint32_t s, uint32_t *first
 
 /* Is collective |s| (an all_gather or all_reduce: every member of a group
  * gets the same result) into the arena a shared-result candidate (file
- * comment)?  *|last| is the last step reading its result. */
+ * comment)?  *|last| is the last step reading its result.  Steps after it
+ * may overwrite parts of the range with other values and read those
+ * (dead bytes); a step reading the result must read all of it, exactly as
+ * that range, before any of it died. */
 static bool shared_candidate(const kdc_prog_func *f, uint32_t s, uint32_t *last) {
   const kdc_prog_coll_step *c = &f->steps[s].coll;
   if ((c->kind != KDC_COLL_ALL_GATHER && c->kind != KDC_COLL_ALL_REDUCE) ||
       c->dst.buf != KDC_PROG_BUF_ARENA || !c->dst.bytes)
     return false;
   *last = s;
-  bool clobbered = false; /* written in part: nothing may read it any more */
+  dead_bytes dead = {.n = 0};
   for (uint32_t i = s + 1; i < f->n_steps; i++) {
     const kdc_prog_step *st = &f->steps[i];
     bool r, w, whole;
     touches(st, &c->dst, &r, &w, &whole);
     if (whole) break;
-    if (!r) {
-      clobbered |= w;
+    if (r && step_reads_live(st, &c->dst, &dead)) {
+      /* only read, as exactly that range: a kernel's input or a GEMM's A or B */
+      if (w || dead.n || !exact_refs(st, &c->dst)) return false;
+      *last = i;
       continue;
     }
-    /* only read, as exactly that range: a kernel's input or a GEMM's A or B */
-    if (w || clobbered || !exact_refs(st, &c->dst)) return false;
-    *last = i;
+    if (w && !step_kills(st, &c->dst, &dead)) return false;
+  }
+  return *last > s;
+}
+
+/* Is all_to_all |s| a view candidate (file comment)?  Rank 2, split over
+ * columns and concatenated over rows, f32 into the arena, read only by
+ * GEMMs (batch 1) as their A or B, exactly that range with its dense
+ * leading dimension, while nothing after it writes its operand; *|last| is
+ * the last reader. */
+static bool view_candidate(const kdc_prog_func *f, uint32_t s, uint32_t *last) {
+  const kdc_prog_coll_step *c = &f->steps[s].coll;
+  if (c->kind != KDC_COLL_ALL_TO_ALL || c->rank != 2 || c->dim != 1 || c->dim2 != 0 ||
+      c->dtype != KDC_IO_DTYPE_F32 || c->dst.buf != KDC_PROG_BUF_ARENA || !c->dst.bytes ||
+      c->out_dims[1] * c->group_size != c->in_dims[1])
+    return false;
+  int64_t ld = c->out_dims[1];
+  *last = s;
+  dead_bytes dead = {.n = 0};
+  for (uint32_t i = s + 1; i < f->n_steps; i++) {
+    const kdc_prog_step *st = &f->steps[i];
+    bool r, w, whole;
+    touches(st, &c->dst, &r, &w, &whole);
+    if (whole) break;
+    if (r && step_reads_live(st, &c->dst, &dead)) {
+      const kdc_prog_gemm_step *g = &st->gemm;
+      if (w || dead.n || st->kind != KDC_STEP_GEMM || g->batch != 1 || !exact_refs(st, &c->dst) ||
+          (same_loc(&g->a, &c->dst) && g->lda != ld) || (same_loc(&g->b, &c->dst) && g->ldb != ld))
+        return false;
+      *last = i;
+      continue;
+    }
+    if (w && !step_kills(st, &c->dst, &dead)) return false;
+  }
+  /* the operands stay as they are: not only up to the last reader, which
+   * reads its peers' operands while they may run ahead (no collective
+   * need separate them), but to the end of the function */
+  for (uint32_t i = s + 1; i < f->n_steps; i++) {
+    bool r, w, whole;
+    touches(&f->steps[i], &c->src, &r, &w, &whole);
+    if (w) return false;
   }
   return *last > s;
 }
@@ -195,7 +308,7 @@ static void add(const kdc_rt_plan *p, const kdc_prog_func *f, rt_func *rf, rt_in
   }
   const rt_coll_groups *g = &rf->groups[c.coll];
   uint64_t room = (c.loc.bytes + 63) / 64 * 64;
-  if (c.shared) { /* one result buffer per group, device d reads its group's */
+  if (c.kind == RT_INPLACE_SHARED) { /* one result buffer per group, device d reads its group's */
     c.buf = aligned_alloc(64, room * (uint64_t)g->n_groups);
     if (!c.buf) return; /* no room: the collective writes every arena, as without it */
   }
@@ -203,7 +316,7 @@ static void add(const kdc_rt_plan *p, const kdc_prog_func *f, rt_func *rf, rt_in
     free(c.buf);
     return;
   }
-  if (c.shared) {
+  if (c.kind == RT_INPLACE_SHARED) {
     memset(c.buf, 0, room * (uint64_t)g->n_groups);
     for (int64_t d = 0; d < p->nd; d++)
       rf->inplace_dst[(size_t)d * f->n_steps + rf->n_inplace] = c.buf + room * (uint64_t)g->group_of[d];
@@ -217,11 +330,16 @@ void rt_inplace_create(const kdc_rt_plan *p, const kdc_prog_func *f, rt_func *rf
   for (uint32_t s = 0; s < f->n_steps; s++) {
     uint32_t at = 0;
     if (f->steps[s].kind != KDC_STEP_COLLECTIVE) continue;
+    const kdc_prog_coll_step *c = &f->steps[s].coll;
     if (gather_candidate(f, s, &at))
-      add(p, f, rf, (rt_inplace){.first = at, .last = s - 1, .coll = s, .loc = f->steps[s].coll.src});
+      add(p, f, rf, (rt_inplace){.first = at, .last = s - 1, .coll = s, .loc = c->src,
+                                 .kind = RT_INPLACE_GATHER});
     else if (shared_candidate(f, s, &at))
-      add(p, f, rf, (rt_inplace){.first = s, .last = at, .coll = s, .loc = f->steps[s].coll.dst,
-                                 .shared = true});
+      add(p, f, rf, (rt_inplace){.first = s, .last = at, .coll = s, .loc = c->dst,
+                                 .kind = RT_INPLACE_SHARED});
+    else if (view_candidate(f, s, &at))
+      add(p, f, rf, (rt_inplace){.first = s, .last = at, .coll = s, .loc = c->dst,
+                                 .kind = RT_INPLACE_VIEW, .ld = c->in_dims[1]});
   }
 }
 
@@ -238,6 +356,15 @@ void *rt_inplace_redirect(const rt_func *rf, const kdc_prog_func *f, int64_t dev
     if (c->on && same_loc(l, &c->loc)) return rf->inplace_dst[(size_t)dev * f->n_steps + slot[k] - 1];
   }
   return NULL;
+}
+
+int64_t rt_inplace_ld(const rt_func *rf, uint32_t s, const kdc_prog_loc *l) {
+  const uint32_t *slot = &rf->inplace_of[s * RT_INPLACE_PER_STEP];
+  for (int k = 0; k < RT_INPLACE_PER_STEP && slot[k]; k++) {
+    const rt_inplace *c = &rf->inplace[slot[k] - 1];
+    if (c->on && c->kind == RT_INPLACE_VIEW && same_loc(l, &c->loc)) return c->ld;
+  }
+  return 0;
 }
 
 /* In-place candidate |c| this run: every group local and bound to one
@@ -268,13 +395,48 @@ static bool bind_gather(kdc_rt_plan *p, const kdc_prog_func *f, rt_func *rf, con
   return true;
 }
 
+/* View candidate |c| this run: every group local, its members' operands
+ * one after another in member order (the rows of one [k r, C] matrix, as
+ * a batch split input bound in place in the caller's array is)?  Then
+ * member i reads its result as columns [i C/k, (i+1) C/k) of that matrix
+ * with leading dimension C. */
+static bool bind_view(kdc_rt_plan *p, const kdc_prog_func *f, rt_func *rf, const rt_inplace *c) {
+  const kdc_prog_coll_step *cs = &f->steps[c->coll].coll;
+  const rt_coll_groups *g = &rf->groups[c->coll];
+  size_t n = (size_t)(c - rf->inplace);
+  for (int64_t gi = 0; gi < g->n_groups; gi++) {
+    const int64_t *m = &g->members[gi * g->k];
+    char *base = m[0] < p->d0 || m[0] >= p->d1 ? NULL : rt_exec_resolve(p, f, rf, m[0], &cs->src);
+    for (int64_t j = 0; j < g->k; j++)
+      if (m[j] < p->d0 || m[j] >= p->d1 || !base ||
+          (char *)rt_exec_resolve(p, f, rf, m[j], &cs->src) != base + (uint64_t)j * cs->src.bytes)
+        return false;
+  }
+  for (int64_t gi = 0; gi < g->n_groups; gi++) {
+    const int64_t *m = &g->members[gi * g->k];
+    char *base = rt_exec_resolve(p, f, rf, m[0], &cs->src);
+    for (int64_t j = 0; j < g->k; j++)
+      rf->inplace_dst[m[j] * f->n_steps + n] = base + (uint64_t)(j * cs->out_dims[1]) * sizeof(float);
+  }
+  return true;
+}
+
 void rt_inplace_bind(kdc_rt_plan *p, const kdc_prog_func *f, rt_func *rf) {
   memset(rf->inplace_made, 0, sizeof rf->inplace_made);
   bool all_local = p->d0 == 0 && p->d1 == p->nd && p->nd > 1;
+  static const rt_share counted[] = {[RT_INPLACE_GATHER] = RT_SHARE_INPLACE,
+                                     [RT_INPLACE_SHARED] = RT_SHARE_RESULT,
+                                     [RT_INPLACE_VIEW] = RT_SHARE_VIEW};
   for (size_t i = 0; i < rf->n_inplace; i++) {
     rt_inplace *c = &rf->inplace[i];
-    c->on = !rt_inplace_off && (c->shared ? all_local : bind_gather(p, f, rf, c));
-    rf->inplace_skip[c->coll] = c->on && !c->shared;
-    rf->inplace_made[c->shared ? RT_SHARE_RESULT : RT_SHARE_INPLACE] += c->on;
+    bool on = false;
+    if (!rt_inplace_off) switch (c->kind) {
+      case RT_INPLACE_GATHER: on = bind_gather(p, f, rf, c); break;
+      case RT_INPLACE_SHARED: on = all_local; break;
+      case RT_INPLACE_VIEW: on = bind_view(p, f, rf, c); break;
+      }
+    c->on = on;
+    rf->inplace_skip[c->coll] = on && c->kind != RT_INPLACE_SHARED;
+    rf->inplace_made[counted[c->kind]] += on;
   }
 }

@@ -11,6 +11,7 @@
  */
 #include "runtime/program.h"
 
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -105,6 +106,7 @@ static void put_step(kdc_buf *b, const kdc_prog_step *s) {
     kdc_buf_put_i64(b, s->kernel.unit_cost);
     kdc_buf_put_u32(b, s->kernel.n_args);
     kdc_buf_put_u32(b, s->kernel.n_out);
+    kdc_buf_put_u64(b, s->kernel.in_place);
     for (uint32_t i = 0; i < s->kernel.n_args; i++) put_loc(b, &s->kernel.args[i]);
     break;
   case KDC_STEP_GEMM: {
@@ -525,6 +527,10 @@ static kdc_status get_step(kdc_reader *r, const kdc_program *p, const kdc_prog_f
     KDC_RETURN_IF_ERROR(kdc_reader_u32(r, &k->n_out));
     if (k->n_out == 0 || k->n_out > k->n_args)
       return BAD_AT(r, pos, "kernel step: %u outputs of %u arguments", k->n_out, k->n_args);
+    KDC_RETURN_IF_ERROR(kdc_reader_u64(r, &k->in_place));
+    if (k->n_out < 64 && k->in_place >> k->n_out)
+      return BAD_AT(r, pos, "kernel step: in-place mask %#" PRIx64 " names an argument that is "
+                    "not one of its %u outputs", k->in_place, k->n_out);
     if (k->kernel >= p->n_kernels)
       return BAD_AT(r, pos, "kernel step: kernel %u does not exist (%u kernels)", k->kernel,
                     p->n_kernels);

@@ -40,8 +40,9 @@
  * 4: kernel steps carry their output count (multi-output kernels).
  * 5: LOOP steps (a scan body run |length| times) and a flags byte per
  *    function (bit 0: scan body).
- * 6: a gate_packed byte per tensor (kdc_prog_tensor). */
-#define KDC_PROG_VERSION 6u
+ * 6: a gate_packed byte per tensor (kdc_prog_tensor).
+ * 7: kernel steps carry which outputs they update in place. */
+#define KDC_PROG_VERSION 7u
 
 /* Caps of the format: mesh axes (ir/ir.h KDC_MAX_MESH_AXES) and devices a
  * plan may ask for (a bound checked before anything per device is made). */
@@ -118,6 +119,10 @@ typedef struct kdc_prog_kernel_step {
   kdc_prog_loc *args;
   uint32_t n_out;           /* 1 <= n_out <= n_args: args[0, n_out) are written (args[0] the
                                root, then a multi-output kernel's other outputs), the rest read */
+  uint64_t in_place;        /* bit o (o < n_out, o < 64): output o's range also holds a value
+                               the kernel reads (codegen gives an input that sits where an
+                               output goes only as that output: updated in place); a clear bit:
+                               the kernel only writes that range */
 } kdc_prog_kernel_step;
 
 /* C[b] = op(A[b]) * op(B[b]) for b < batch, row-major, alpha 1, beta 0.

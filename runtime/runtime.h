@@ -412,14 +412,22 @@ typedef struct rt_coll_groups {
  * GEMM computing it compute in the device's slice of the shared result
  * (an output) instead; |shared|: |loc| is its result, which one buffer per
  * group (|buf|, allocated at load) holds for every member. */
+typedef enum rt_inplace_kind {
+  RT_INPLACE_GATHER,        /* an all_gather made in place */
+  RT_INPLACE_SHARED,        /* one result buffer per group */
+  RT_INPLACE_VIEW,          /* an all_to_all read where its operands are: |loc| is its
+                               result, which the GEMMs reading it read as a column block
+                               of the members' operands stacked in one buffer (|ld|) */
+} rt_inplace_kind;
 typedef struct rt_inplace {
   uint32_t first, last, coll;
   kdc_prog_loc loc;
-  bool shared;
+  rt_inplace_kind kind;
   bool on;                  /* this run */
   char *buf;
+  int64_t ld;               /* RT_INPLACE_VIEW: the leading dimension of the view */
 } rt_inplace;
-enum { RT_INPLACE_PER_STEP = 2 };
+enum { RT_INPLACE_PER_STEP = 4 };
 
 /* A GEMM step run once over every local device's rows (gemm_stack.c):
  * the stacked A (nd m x k) and C (nd m x n), and the rows per OpenBLAS
@@ -449,7 +457,7 @@ typedef struct rt_func {
   bool *inplace_skip;       /* per step, this run: a collective made in place (moves nothing) */
   char **inplace_dst;       /* [device * n_steps + candidate]: where the device's range is
                                instead, or NULL */
-  size_t inplace_made[3];   /* in the last run, per rt_share kind */
+  size_t inplace_made[4];   /* in the last run, per rt_share kind */
   rt_gemm_stack *stack;     /* per step, or NULL: GEMMs that may run stacked over the
                                devices (gemm_stack.c); a NULL |a|: not that step */
 } rt_func;
@@ -556,6 +564,13 @@ void rt_inplace_bind(kdc_rt_plan *p, const kdc_prog_func *f, rt_func *rf);
  * place (the device's piece of a shared result), or NULL. */
 void *rt_inplace_redirect(const rt_func *rf, const kdc_prog_func *f, int64_t dev, uint32_t s,
                           const kdc_prog_loc *l);
+/* The leading dimension GEMM step |s| reads |l| with this run instead of
+ * the plan's (an all_to_all result read where its operands are), or 0. */
+int64_t rt_inplace_ld(const rt_func *rf, uint32_t s, const kdc_prog_loc *l);
+/* exec.c: where device |dev| finds |l| of |f| in this run's bindings
+ * (its own buffers: no redirection). */
+void *rt_exec_resolve(const kdc_rt_plan *p, const kdc_prog_func *f, const rt_func *rf,
+                      int64_t dev, const kdc_prog_loc *l);
 /* Tests: |on| false runs every all_gather as a collective (default on). */
 void rt_exec_test_inplace(bool on);
 /* Tests: |on| false also runs every GEMM device by device (exec.c). */
@@ -582,7 +597,9 @@ void rt_stack_gemm_block(const kdc_prog_gemm_step *g, int64_t chunk, int64_t nl,
  * all_gathers made in place (moved nothing), collectives with one result
  * per group, GEMM steps over a B that every device reads from one buffer
  * run as one GEMM on the devices' stacked A (exec.c). */
-typedef enum rt_share { RT_SHARE_INPLACE, RT_SHARE_RESULT, RT_SHARE_GEMM_B } rt_share;
+typedef enum rt_share {
+  RT_SHARE_INPLACE, RT_SHARE_RESULT, RT_SHARE_GEMM_B, RT_SHARE_VIEW, RT_SHARE_KINDS
+} rt_share;
 size_t rt_exec_inplace_count(const kdc_rt_plan *p, size_t func, rt_share kind);
 
 /* ---- blas_core.c: OpenBLAS's kernels for this CPU ----------------------------- */

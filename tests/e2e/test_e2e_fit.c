@@ -293,15 +293,20 @@ static size_t inplace_count(const char *plan, rt_share shared) {
 }
 
 /* 2 epochs of |plan| with |in_place| all_gathers made in place, |shared|
- * shared results and up to |gemm_b| GEMMs over a shared B run stacked
- * per step, and with every collective writing every device's buffer and
- * every GEMM run device by device: bitwise the same run. */
-static void same_inplace(const char *plan, size_t in_place, size_t shared, size_t gemm_b,
-                         const char *what) {
+ * shared results, |view| all_to_alls read where their operands are and
+ * up to |gemm_b| GEMMs over a shared B run stacked per step, and with
+ * every collective writing every device's buffer and every GEMM run
+ * device by device: bitwise the same run. */
+static void same_inplace(const char *plan, size_t in_place, size_t shared, size_t view,
+                         size_t gemm_b, const char *what) {
   run on, off;
   train(plan, 2, NULL, NULL, &on);
+  print_message("%s: in place %zu, shared %zu, view %zu, stacked %zu\n", what,
+                inplace_count(plan, RT_SHARE_INPLACE), inplace_count(plan, RT_SHARE_RESULT),
+                inplace_count(plan, RT_SHARE_VIEW), inplace_count(plan, RT_SHARE_GEMM_B));
   assert_int_equal(inplace_count(plan, RT_SHARE_INPLACE), in_place);
   assert_int_equal(inplace_count(plan, RT_SHARE_RESULT), shared);
+  assert_int_equal(inplace_count(plan, RT_SHARE_VIEW), view);
   /* at most: the load refuses a stacked GEMM not bitwise the per-device
    * ones with the OpenBLAS kernels in use (gather_inplace.c) */
   assert_true(inplace_count(plan, RT_SHARE_GEMM_B) <= gemm_b);
@@ -309,7 +314,7 @@ static void same_inplace(const char *plan, size_t in_place, size_t shared, size_
   train(plan, 2, NULL, NULL, &off);
   rt_exec_test_inplace(true);
   assert_int_equal(inplace_count(plan, RT_SHARE_INPLACE) + inplace_count(plan, RT_SHARE_RESULT) +
-                   inplace_count(plan, RT_SHARE_GEMM_B), 0);
+                   inplace_count(plan, RT_SHARE_VIEW) + inplace_count(plan, RT_SHARE_GEMM_B), 0);
   e2e_same_run(&on, &off, 0, 0, what);
   e2e_run_free(&on), e2e_run_free(&off);
 }
@@ -318,11 +323,15 @@ static void same_inplace(const char *plan, size_t in_place, size_t shared, size_
  * In place: d1/kernel's all_gather after its sharded update, whose pieces
  * the dW GEMM and the update kernel compute straight in the shared replica
  * (8 devices: one group; 2x4 Megatron: 4 groups over data, each its own
- * buffer).  Shared results (all_reduces into the arena that only kernel
- * inputs and GEMM operands read): the combined small gradients' (8
- * devices), two on 2x4 Megatron, and under --no-shard-update both gradient
- * all_reduces (d1/kernel's 627 KB, the combined d2 one; the loss's is not:
- * a kernel then writes where it starts, and may read it in place).
+ * buffer).  Shared results (collectives into the arena that only kernel
+ * inputs and GEMM operands read, before later steps reuse the bytes): on
+ * 8 devices the loss's all_reduce, the output gradient's all_gather that
+ * the dW GEMM reads and the combined small gradients' all_reduce; three
+ * on 2x4 Megatron; under --no-shard-update the loss's and both gradient
+ * all_reduces (d1/kernel's 627 KB, the combined d2 one).  A view: the
+ * all_to_all that gives the dW GEMM its columns of x (8 devices; 2x4:
+ * over data) is read in the caller's x, whose pieces lie one after
+ * another, with the leading dimension of the whole x.
  * A GEMM over a shared B run stacked (runtime/exec.c): the forward GEMM
  * of d1 on 8 devices (d1/kernel, 627 KB, one shared replica; when its
  * load-time check finds it bitwise); not on 2x4 Megatron (a 157 KB
@@ -335,9 +344,9 @@ static void test_inplace_gather(void **s) {
   char *p8 = compile("adam", "8", NULL, NULL, "16");
   char *pmg = compile("adam", "2x4", "data,model", mg, "16");
   char *u8 = compile_unsharded("adam", "8", NULL, NULL);
-  same_inplace(p8, 1, 1, 1, "mesh 8, in-place all_gather");
-  same_inplace(pmg, 1, 2, 0, "mesh 2x4 Megatron, in-place all_gather");
-  same_inplace(u8, 0, 2, 0, "mesh 8, --no-shard-update");
+  same_inplace(p8, 1, 3, 1, 1, "mesh 8, in-place all_gather");
+  same_inplace(pmg, 1, 3, 1, 0, "mesh 2x4 Megatron, in-place all_gather");
+  same_inplace(u8, 0, 3, 0, 0, "mesh 8, --no-shard-update");
   free(p8), free(pmg), free(u8), free(mg);
 }
 
