@@ -212,33 +212,46 @@ static bool gather_candidate(const kdc_prog_func *f, uint32_t s, uint32_t *first
   return false;
 }
 
+/* The steps after collective |s| that read its result |l| (kept in the
+ * arena): each must read all of it, exactly as that range, before any
+ * later step overwrote part of it with another value (dead bytes, which
+ * later steps may then read), never write it, and, with |gemm_ld| > 0, be
+ * a GEMM (batch 1) reading it as A or B with that leading dimension;
+ * *|last| is the last one. */
+static bool result_readers(const kdc_prog_func *f, uint32_t s, const kdc_prog_loc *l,
+                           int64_t gemm_ld, uint32_t *last) {
+  *last = s;
+  dead_bytes dead = {.n = 0};
+  for (uint32_t i = s + 1; i < f->n_steps; i++) {
+    const kdc_prog_step *st = &f->steps[i];
+    const kdc_prog_gemm_step *g = &st->gemm;
+    bool r, w, whole;
+    touches(st, l, &r, &w, &whole);
+    if (whole) break;
+    if (r && step_reads_live(st, l, &dead)) {
+      if (w || dead.n || !exact_refs(st, l)) return false;
+      if (gemm_ld && (st->kind != KDC_STEP_GEMM || g->batch != 1 ||
+                      (same_loc(&g->a, l) && g->lda != gemm_ld) ||
+                      (same_loc(&g->b, l) && g->ldb != gemm_ld)))
+        return false;
+      *last = i;
+      continue;
+    }
+    if (w && !step_kills(st, l, &dead)) return false;
+  }
+  return *last > s;
+}
+
 /* Is collective |s| (an all_gather or all_reduce: every member of a group
  * gets the same result) into the arena a shared-result candidate (file
- * comment)?  *|last| is the last step reading its result.  Steps after it
- * may overwrite parts of the range with other values and read those
- * (dead bytes); a step reading the result must read all of it, exactly as
- * that range, before any of it died. */
+ * comment), read only by kernels (inputs) and GEMMs (A or B)?  *|last| is
+ * the last step reading its result. */
 static bool shared_candidate(const kdc_prog_func *f, uint32_t s, uint32_t *last) {
   const kdc_prog_coll_step *c = &f->steps[s].coll;
   if ((c->kind != KDC_COLL_ALL_GATHER && c->kind != KDC_COLL_ALL_REDUCE) ||
       c->dst.buf != KDC_PROG_BUF_ARENA || !c->dst.bytes)
     return false;
-  *last = s;
-  dead_bytes dead = {.n = 0};
-  for (uint32_t i = s + 1; i < f->n_steps; i++) {
-    const kdc_prog_step *st = &f->steps[i];
-    bool r, w, whole;
-    touches(st, &c->dst, &r, &w, &whole);
-    if (whole) break;
-    if (r && step_reads_live(st, &c->dst, &dead)) {
-      /* only read, as exactly that range: a kernel's input or a GEMM's A or B */
-      if (w || dead.n || !exact_refs(st, &c->dst)) return false;
-      *last = i;
-      continue;
-    }
-    if (w && !step_kills(st, &c->dst, &dead)) return false;
-  }
-  return *last > s;
+  return result_readers(f, s, &c->dst, 0, last);
 }
 
 /* Is all_to_all |s| a view candidate (file comment)?  Rank 2, split over
@@ -250,26 +263,9 @@ static bool view_candidate(const kdc_prog_func *f, uint32_t s, uint32_t *last) {
   const kdc_prog_coll_step *c = &f->steps[s].coll;
   if (c->kind != KDC_COLL_ALL_TO_ALL || c->rank != 2 || c->dim != 1 || c->dim2 != 0 ||
       c->dtype != KDC_IO_DTYPE_F32 || c->dst.buf != KDC_PROG_BUF_ARENA || !c->dst.bytes ||
-      c->out_dims[1] * c->group_size != c->in_dims[1])
+      c->out_dims[1] * c->group_size != c->in_dims[1] ||
+      !result_readers(f, s, &c->dst, c->out_dims[1], last))
     return false;
-  int64_t ld = c->out_dims[1];
-  *last = s;
-  dead_bytes dead = {.n = 0};
-  for (uint32_t i = s + 1; i < f->n_steps; i++) {
-    const kdc_prog_step *st = &f->steps[i];
-    bool r, w, whole;
-    touches(st, &c->dst, &r, &w, &whole);
-    if (whole) break;
-    if (r && step_reads_live(st, &c->dst, &dead)) {
-      const kdc_prog_gemm_step *g = &st->gemm;
-      if (w || dead.n || st->kind != KDC_STEP_GEMM || g->batch != 1 || !exact_refs(st, &c->dst) ||
-          (same_loc(&g->a, &c->dst) && g->lda != ld) || (same_loc(&g->b, &c->dst) && g->ldb != ld))
-        return false;
-      *last = i;
-      continue;
-    }
-    if (w && !step_kills(st, &c->dst, &dead)) return false;
-  }
   /* the operands stay as they are: not only up to the last reader, which
    * reads its peers' operands while they may run ahead (no collective
    * need separate them), but to the end of the function */
