@@ -172,7 +172,9 @@ static void run_local_step(const runner *r, int64_t dev, uint32_t s) {
     memmove(resolve(r, dev, &st->dst), resolve(r, dev, &st->src), st->src.bytes);
     break;
   case KDC_STEP_LOOP: run_loop_device(r, dev, &st->loop); break;
-  case KDC_STEP_COLLECTIVE: kdc_unreachable();
+  case KDC_STEP_COLLECTIVE: /* only one made in place that orders nothing (meets_at) */
+    if (!r->rf->inplace_skip || r->rf->inplace_skip[s] != RT_SKIP_FREE) kdc_unreachable();
+    break;
   }
 }
 
@@ -277,6 +279,14 @@ static bool meets(const kdc_rt_plan *p, const kdc_prog_step *st) {
   return st->kind == KDC_STEP_COLLECTIVE || (st->kind == KDC_STEP_LOOP && loop_meets(p, &st->loop));
 }
 
+/* Does step |s| meet the other devices this run?  Not a collective made in
+ * place that orders nothing (gather_inplace.c): the devices run on through
+ * it in one segment. */
+static bool meets_at(const runner *r, uint32_t s) {
+  if (r->rf->inplace_skip && r->rf->inplace_skip[s] == RT_SKIP_FREE) return false;
+  return meets(r->p, &r->f->steps[s]);
+}
+
 /* ---- device-parallel schedule ------------------------------------------------ */
 
 static kdc_status run_device_parallel(runner *r);
@@ -369,7 +379,7 @@ static kdc_status run_device_parallel(runner *r) {
       s++;
       continue;
     }
-    if (meets(r->p, &f->steps[s])) {
+    if (meets_at(r, s)) {
       uint64_t t0 = now_ns(r->p);
       if (f->steps[s].kind == KDC_STEP_LOOP) KDC_RETURN_IF_ERROR(run_loop_meeting(r, &f->steps[s].loop));
       else KDC_RETURN_IF_ERROR(run_collective(r, s));
@@ -379,7 +389,7 @@ static kdc_status run_device_parallel(runner *r) {
     }
     int64_t ops = 0;
     r->s0 = s;
-    while (s < f->n_steps && !meets(r->p, &f->steps[s]) && !stacked_gemm(r, s))
+    while (s < f->n_steps && !meets_at(r, s) && !stacked_gemm(r, s))
       ops += step_ops(&f->steps[s++]);
     r->s1 = s;
     int64_t nl = nlocal(r->p);

@@ -9,8 +9,10 @@
  * from the arenas to their place in that one buffer.  Made in place, the
  * steps that compute device d's piece (the gradient GEMM, the update
  * kernel) work straight at its offset in the shared buffer (group index j
- * x piece bytes) and the collective step moves nothing: the lock step already orders the writes before any later step
- * (the step still ends a device-parallel segment, exec.c).
+ * x piece bytes) and the collective step moves nothing.  Nothing in the
+ * run reads what a peer wrote there (the result is an output no other
+ * step touches), so the step does not even end a device-parallel segment
+ * (RT_SKIP_FREE, exec.c).
  *
  * At load (rt_inplace_create), per function, the candidates: an
  * all_gather step s whose result is a whole output that nothing else in
@@ -33,7 +35,9 @@
  * all_gather or all_reduce into the arena that only kernels and GEMMs
  * read: one buffer per group, shared_candidate) and views (an all_to_all
  * whose members' operands lie one after another, read by GEMMs as a
- * column block of them, view_candidate / bind_view).
+ * column block of them, view_candidate / bind_view; when no step writes
+ * those operands -- inputs, ready before the run -- the step orders
+ * nothing either).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -277,6 +281,17 @@ static bool view_candidate(const kdc_prog_func *f, uint32_t s, uint32_t *last) {
   return *last > s;
 }
 
+/* Does no step of |f| write the operand of collective |s| (an input, say:
+ * ready before the run, so a view of it orders nothing)? */
+static bool operand_constant(const kdc_prog_func *f, uint32_t s) {
+  for (uint32_t i = 0; i < f->n_steps; i++) {
+    bool r, w, whole;
+    touches(&f->steps[i], &f->steps[s].coll.src, &r, &w, &whole);
+    if (w && i != s) return false;
+  }
+  return true;
+}
+
 /* Marks steps [first, last] that touch |l| as steps of candidate |n| (at
  * most RT_INPLACE_PER_STEP per step); false, nothing marked, when a step
  * has no slot left. */
@@ -329,13 +344,14 @@ void rt_inplace_create(const kdc_rt_plan *p, const kdc_prog_func *f, rt_func *rf
     const kdc_prog_coll_step *c = &f->steps[s].coll;
     if (gather_candidate(f, s, &at))
       add(p, f, rf, (rt_inplace){.first = at, .last = s - 1, .coll = s, .loc = c->src,
-                                 .kind = RT_INPLACE_GATHER});
+                                 .kind = RT_INPLACE_GATHER, .free = true});
     else if (shared_candidate(f, s, &at))
       add(p, f, rf, (rt_inplace){.first = s, .last = at, .coll = s, .loc = c->dst,
                                  .kind = RT_INPLACE_SHARED});
     else if (view_candidate(f, s, &at))
       add(p, f, rf, (rt_inplace){.first = s, .last = at, .coll = s, .loc = c->dst,
-                                 .kind = RT_INPLACE_VIEW, .ld = c->in_dims[1]});
+                                 .kind = RT_INPLACE_VIEW, .ld = c->in_dims[1],
+                                 .free = operand_constant(f, s)});
   }
 }
 
@@ -432,7 +448,9 @@ void rt_inplace_bind(kdc_rt_plan *p, const kdc_prog_func *f, rt_func *rf) {
       case RT_INPLACE_VIEW: on = bind_view(p, f, rf, c); break;
       }
     c->on = on;
-    rf->inplace_skip[c->coll] = on && c->kind != RT_INPLACE_SHARED;
+    rf->inplace_skip[c->coll] = !on || c->kind == RT_INPLACE_SHARED ? RT_SKIP_NONE
+                                : c->free                        ? RT_SKIP_FREE
+                                                                 : RT_SKIP_MEET;
     rf->inplace_made[counted[c->kind]] += on;
   }
 }

@@ -423,11 +423,17 @@ typedef struct rt_inplace {
   uint32_t first, last, coll;
   kdc_prog_loc loc;
   rt_inplace_kind kind;
+  bool free;                /* made in place, the step orders nothing: no device reads in
+                               this run what another wrote before it (rt_skip) */
   bool on;                  /* this run */
   char *buf;
   int64_t ld;               /* RT_INPLACE_VIEW: the leading dimension of the view */
 } rt_inplace;
 enum { RT_INPLACE_PER_STEP = 4 };
+/* A collective step made in place, this run: it moves nothing, and either
+ * still ends a device-parallel segment (the lock step orders writes before
+ * peers read them) or not even that. */
+typedef enum rt_skip { RT_SKIP_NONE, RT_SKIP_MEET, RT_SKIP_FREE } rt_skip;
 
 /* A GEMM step run once over every local device's rows (gemm_stack.c):
  * the stacked A (nd m x k) and C (nd m x n), and the rows per OpenBLAS
@@ -454,7 +460,8 @@ typedef struct rt_func {
   size_t n_inplace;
   uint32_t *inplace_of;     /* [step * RT_INPLACE_PER_STEP + k]: 1 + a candidate whose range
                                the step touches, or 0 */
-  bool *inplace_skip;       /* per step, this run: a collective made in place (moves nothing) */
+  uint8_t *inplace_skip;    /* per step, this run: 0, or a collective made in place that
+                               moves nothing (rt_skip) */
   char **inplace_dst;       /* [device * n_steps + candidate]: where the device's range is
                                instead, or NULL */
   size_t inplace_made[4];   /* in the last run, per rt_share kind */
