@@ -138,9 +138,7 @@ static void test_stacked_whole(void **s) {
   stacked_equals_per_device(16, ND * 16);
 }
 
-int main(int argc, char **argv) {
-  (void)argc;
-  kdc_rt_blas_select_core(argv); /* the CPU's kernels, as the kdc binary runs them */
+int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_block_split),
       cmocka_unit_test(test_stacked_chunks),
