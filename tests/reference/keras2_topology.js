@@ -103,7 +103,10 @@ function tk2TensorKwargs(node) {
     if (!Array.isArray(ent) || !ent[3] || typeof ent[3] !== 'object') { out.push(ent); continue; }
     const kw = {};
     for (const [kk, kv] of Object.entries(ent[3])) {
-      if (kk !== 'mask' && isRef(kv)) extra.push([kv[0], kv[1], kv[2], {}]);
+      // a tensor the node already reads is not repeated: tfjs' executor
+      // counts consumers per input slot and would free it too early
+      const dup = node.concat(extra).some(e => Array.isArray(e) && e[0] === kv[0] && e[1] === kv[1] && e[2] === kv[2]);
+      if (kk !== 'mask' && isRef(kv) && !dup) extra.push([kv[0], kv[1], kv[2], {}]);
       else if (!isRef(kv)) kw[kk] = kv;
     }
     out.push([ent[0], ent[1], ent[2], kw]);

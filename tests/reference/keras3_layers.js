@@ -161,6 +161,9 @@ class KMultiHeadAttention extends KBase {
       output_shape: null, attention_axes: null });
   }
   build(shapes) {
+    // one input: self-attention whose value is the query tensor itself
+    // (keras2_topology.js does not repeat a tensor a node already reads)
+    if (!Array.isArray(shapes[0])) shapes = [shapes, shapes];
     const [qs, vs] = shapes, H = this.cfg.num_heads, kd = this.cfg.key_dim;
     const vd = this.cfg.value_dim || kd, D = qs[2], Dv = vs[2], Do = this.cfg.output_shape || D;
     const z = tf.initializers.zeros();
@@ -173,11 +176,12 @@ class KMultiHeadAttention extends KBase {
     this.built = true;
   }
   computeOutputShape(shapes) {
-    const q = shapes[0];
+    const q = Array.isArray(shapes[0]) ? shapes[0] : shapes;
     return [q[0], q[1], this.cfg.output_shape || q[2]];
   }
   call(inputs) {
-    const [qt, vt] = inputs, kt = inputs[2] || vt;
+    if (!Array.isArray(inputs)) inputs = [inputs];
+    const qt = inputs[0], vt = inputs[1] || qt, kt = inputs[2] || vt;
     const H = this.cfg.num_heads, kd = this.cfg.key_dim, vd = this.cfg.value_dim || kd;
     const [B, T, D] = qt.shape, S = vt.shape[1], Dv = vt.shape[2];
     const Do = this.cfg.output_shape || D;
