@@ -60,6 +60,7 @@ typedef struct kdc_keras_node {
   const char **kw_names;
   kdc_keras_ref *kw;
   struct json_object *kwargs; /* the node's kwargs object (borrowed), may be NULL */
+  struct json_object *args;   /* Keras 3 dict nodes: the args list (borrowed), else NULL */
   int n_out;                  /* output tensors (set by shape inference) */
   kdc_kshape *out;
   int tensor_base;            /* id of output 0 among the model's tensors */
@@ -363,6 +364,8 @@ kdc_status kdc_fe_infer_upsampling(kdc_infer_args *a);
 kdc_status kdc_fe_infer_repeat_vector(kdc_infer_args *a);
 kdc_status kdc_fe_infer_dot(kdc_infer_args *a);
 kdc_status kdc_fe_infer_elementwise(kdc_infer_args *a); /* UnitNormalization, ThresholdedReLU */
+/* lower_ops.c: Keras 3 comparison ops (Equal, NotEqual, Less, ...) as nodes. */
+kdc_status kdc_fe_infer_compare(kdc_infer_args *a);
 /* einsum.c */
 kdc_status kdc_fe_infer_einsum_dense(kdc_infer_args *a);
 
@@ -547,6 +550,7 @@ KDC_FE_LOWER_FN(kdc_fe_lower_repeat_vector);
 KDC_FE_LOWER_FN(kdc_fe_lower_global_pool);
 KDC_FE_LOWER_FN(kdc_fe_lower_prelu);
 KDC_FE_LOWER_FN(kdc_fe_lower_thresholded_relu);
+KDC_FE_LOWER_FN(kdc_fe_lower_compare); /* lower_ops.c */
 KDC_FE_LOWER_FN(kdc_fe_lower_dot_layer);
 /* lower_conv.c: convolutions, pooling, Embedding (+ transposed conv shapes). */
 KDC_FE_LOWER_FN(kdc_fe_lower_conv);

@@ -68,11 +68,18 @@ static kdc_status class_err(kdc_keras_model *m, json_object *entry, const char *
   if (!strcmp(cls, "Lambda") || !strcmp(cls, "TFOpLambda") || !strcmp(cls, "SlicingOpLambda"))
     return kdc_fe_err(m, KDC_UNSUPPORTED, at,
                       "%s layer \"%s\" holds Python code, which kdc cannot compile", cls, name);
-  if ((reg && strchr(reg, '>')) || (mod && strncmp(mod, "keras", 5) && strncmp(mod, "tf_keras", 8)))
+  /* Keras 3 writes "module": null for a class registered outside a package
+   * (register_keras_serializable in __main__); built-in classes always
+   * name their module */
+  json_object *mv = NULL;
+  bool null_module = json_object_is_type(entry, json_type_object) &&
+                     json_object_object_get_ex(entry, "module", &mv) && !mv;
+  if ((reg && strchr(reg, '>')) || (mod && strncmp(mod, "keras", 5) && strncmp(mod, "tf_keras", 8)) ||
+      (null_module && reg))
     return kdc_fe_err(m, KDC_UNSUPPORTED, at,
-                      "custom layer class \"%s\" (module \"%s\", layer \"%s\"): kdc reads only "
+                      "custom layer class \"%s\" (%s \"%s\", layer \"%s\"): kdc reads only "
                       "built-in Keras layers",
-                      cls, mod ? mod : reg, name);
+                      cls, mod ? "module" : "registered_name", mod ? mod : reg, name);
   const kdc_layer_class *c = kdc_fe_find_class(cls);
   if (c && !c->infer)
     return kdc_fe_err(m, KDC_UNSUPPORTED, at,
@@ -295,7 +302,8 @@ static kdc_status parse_nodes(kdc_keras_model *m, json_object *entry, kdc_keras_
     kdc_status st = NULL;
     kdc_keras_node *node = &l->nodes[j];
     if (json_object_is_type(nd, json_type_object)) {
-      st = walk_k3(m, kdc_fe_get(nd, "args"), kdc_fe_join(m->arena, at, "args"), &pos, NULL);
+      node->args = kdc_fe_get(nd, "args");
+      st = walk_k3(m, node->args, kdc_fe_join(m->arena, at, "args"), &pos, NULL);
       json_object *kwargs = kdc_fe_get(nd, "kwargs");
       node->kwargs = kwargs;
       if (!st && json_object_is_type(kwargs, json_type_object)) {

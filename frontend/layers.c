@@ -5,8 +5,8 @@
  * layers_conv.c, layers_shape.c, einsum.c) and its lowering (lower_layers.c,
  * lower_norm.c, lower_shape.c, lower_attention.c, lower_rnn.c,
  * lower_bidirectional.c, lower_time_distributed.c, lower_dot_attention.c,
- * lower_image.c; NULL = not lowered, which kdc_frontend_lower reports as a
- * located UNSUPPORTED error).  NO rows are Keras classes kdc recognises and
+ * lower_image.c, lower_encoding.c, lower_ops.c; NULL = not lowered, which
+ * kdc_frontend_lower reports as a located UNSUPPORTED error).  NO rows are Keras classes kdc recognises and
  * refuses: loading them fails with "not supported" and the row's reason,
  * not "unknown".  docs/frontend.md lists every keras.layers class of Keras
  * 3.16 against this table.
@@ -144,6 +144,13 @@ static const kdc_layer_class classes[] = {
     IN("AdaptiveMaxPooling3D", kdc_fe_infer_adaptive_pool, kdc_fe_lower_adaptive_pool),
     IN("CategoryEncoding", kdc_fe_infer_encoding, kdc_fe_lower_encoding), /* lower_encoding.c */
     IN("Discretization", kdc_fe_infer_encoding, kdc_fe_lower_encoding),
+    /* Keras 3 ops recorded as graph nodes (module keras.src.ops.numpy; lower_ops.c) */
+    IN("Equal", kdc_fe_infer_compare, kdc_fe_lower_compare),
+    IN("NotEqual", kdc_fe_infer_compare, kdc_fe_lower_compare),
+    IN("Less", kdc_fe_infer_compare, kdc_fe_lower_compare),
+    IN("LessEqual", kdc_fe_infer_compare, kdc_fe_lower_compare),
+    IN("Greater", kdc_fe_infer_compare, kdc_fe_lower_compare),
+    IN("GreaterEqual", kdc_fe_infer_compare, kdc_fe_lower_compare),
     IN("Resizing", kdc_fe_infer_resizing, kdc_fe_lower_resizing),
     IN("CenterCrop", kdc_fe_infer_resizing, kdc_fe_lower_resizing),
     IN("RandomFlip", kdc_fe_infer_augment, kdc_fe_lower_augment),
@@ -172,6 +179,10 @@ static const kdc_layer_class classes[] = {
     IN("MixUp", kdc_fe_infer_augment, kdc_fe_lower_augment),
     IN("MaxNumBoundingBoxes", kdc_fe_infer_augment, kdc_fe_lower_augment),
     /* Keras classes kdc recognises and refuses, with the reason */
+    NO("CuDNNLSTM", "Keras 2's GPU-only layer (cuDNN weight layout, bias of 8 x units) is not "
+                    "lowered; the same model saved with LSTM is"),
+    NO("CuDNNGRU", "Keras 2's GPU-only layer (cuDNN weight layout) is not lowered; the same "
+                   "model saved with GRU (reset_after=true) is"),
     NO("ConvLSTM1D", "convolutional recurrent layers are not lowered"),
     NO("ConvLSTM2D", "convolutional recurrent layers are not lowered"),
     NO("ConvLSTM3D", "convolutional recurrent layers are not lowered"),

@@ -6,7 +6,8 @@
  *   "compile_config": {"optimizer": "adam" | {"class_name": "Adam",
  *        "config": {"learning_rate": 0.001, "beta_1": 0.9, ...}},
  *      "loss": "categorical_crossentropy" | {"class_name":
- *        "CategoricalCrossentropy", "config": {"from_logits": true, ...}}, ...}
+ *        "CategoricalCrossentropy", "config": {"from_logits": true, ...}} |
+ *        {"class_name": "function", "config": "categorical_crossentropy"}, ...}
  *
  * Used by `kdc compile` when no --loss is given; --optimizer,
  * --learning-rate and --from-logits still override what it says (a
@@ -237,6 +238,11 @@ static kdc_status one_loss(const char *file, const char *where, json_object *l,
                            struct kdc_output_loss *e) {
   const char *cls = json_object_is_type(l, json_type_string) ? json_object_get_string(l)
                     : json_object_get_string(get(l, "class_name"));
+  /* a loss given as a Python function (loss=keras.losses.categorical_crossentropy)
+   * is serialized as {"module": "builtins", "class_name": "function",
+   * "config": "categorical_crossentropy"} (Keras 3 serialization_lib) */
+  if (cls && !strcmp(cls, "function") && json_object_is_type(get(l, "config"), json_type_string))
+    cls = json_object_get_string(get(l, "config"));
   if (!cls || !kdc_loss_from_name(cls, &e->loss))
     return KDC_ERR(KDC_UNSUPPORTED, "%s: compile_config.%s %s: kdc supports one of "
                    "mean_squared_error, mean_absolute_error, binary_crossentropy, "

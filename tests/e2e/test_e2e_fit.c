@@ -565,6 +565,28 @@ static void test_compile_config(void **s) {
     adam = adam || !strcmp(ts->inputs[i].name, "adam/d1_kernel_velocity");
   assert_true(adam);
   kdc_rt_plan_release(p);
+  /* a loss given as a Python function, as Keras 3 writes it
+   * (tests/frontend/data/real2 Found-Bugs__Filmify): before, kdc refused
+   * "compile_config.loss function" and so the whole compile */
+  char *fn = e2e_with_compile_config(src, "cc_fn.json",
+                                     "\"optimizer\": \"sgd\", \"loss\": {\"module\": \"builtins\", "
+                                     "\"class_name\": \"function\", \"config\": "
+                                     "\"categorical_crossentropy\", \"registered_name\": \"function\"}");
+  e2e_kdc(&r, "compile", fn, "--weights", w, "--batch", "16", "-o", plan, NULL);
+  if (r.status) fprintf(stderr, "%s", r.err);
+  assert_int_equal(r.status, 0);
+  assert_null(kdc_rt_plan_load_with(plan, &ro, &p));
+  assert_true(kdc_rt_plan_find_func(p, "train_step") >= 0);
+  kdc_rt_plan_release(p);
+  free(fn);
+  /* a function kdc has no loss for stays a located error naming it */
+  fn = e2e_with_compile_config(src, "cc_fn.json",
+                               "\"loss\": {\"module\": \"builtins\", \"class_name\": \"function\", "
+                               "\"config\": \"my_loss\"}");
+  e2e_kdc(&r, "compile", fn, "--weights", w, "--batch", "16", "-o", plan, NULL);
+  assert_int_equal(r.status, 2);
+  assert_non_null(strstr(r.err, "compile_config.loss my_loss: kdc supports one of"));
+  free(fn);
   /* BatchNormalization trains (test_e2e_fit_layers.c): its moving
    * statistics are train_step state */
   char *nz = e2e_src("examples/norm_zoo/model.json");

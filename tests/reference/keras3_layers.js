@@ -1,6 +1,8 @@
 'use strict';
 // tfjs layers for Keras 3 classes that tfjs 4.22 lacks: MultiHeadAttention,
-// EinsumDense, GroupNormalization, UnitNormalization, Normalization.
+// EinsumDense, GroupNormalization, UnitNormalization, Normalization, GRU
+// with reset_after=true (GRUResetAfter), and the comparison ops Keras 3
+// records as graph nodes (NotEqual, ...).
 // Each one ports the Keras 3 call() formula (keras/src/layers/...; see
 // README.md) to plain JavaScript in float64, with explicit loops, and
 // rounds the result once to float32. They work in predict() (eager) only,
@@ -159,6 +161,9 @@ class KMultiHeadAttention extends KBase {
       output_shape: null, attention_axes: null });
   }
   build(shapes) {
+    // one input: self-attention whose value is the query tensor itself
+    // (keras2_topology.js does not repeat a tensor a node already reads)
+    if (!Array.isArray(shapes[0])) shapes = [shapes, shapes];
     const [qs, vs] = shapes, H = this.cfg.num_heads, kd = this.cfg.key_dim;
     const vd = this.cfg.value_dim || kd, D = qs[2], Dv = vs[2], Do = this.cfg.output_shape || D;
     const z = tf.initializers.zeros();
@@ -171,11 +176,12 @@ class KMultiHeadAttention extends KBase {
     this.built = true;
   }
   computeOutputShape(shapes) {
-    const q = shapes[0];
+    const q = Array.isArray(shapes[0]) ? shapes[0] : shapes;
     return [q[0], q[1], this.cfg.output_shape || q[2]];
   }
   call(inputs) {
-    const [qt, vt] = inputs, kt = inputs[2] || vt;
+    if (!Array.isArray(inputs)) inputs = [inputs];
+    const qt = inputs[0], vt = inputs[1] || qt, kt = inputs[2] || vt;
     const H = this.cfg.num_heads, kd = this.cfg.key_dim, vd = this.cfg.value_dim || kd;
     const [B, T, D] = qt.shape, S = vt.shape[1], Dv = vt.shape[2];
     const Do = this.cfg.output_shape || D;
@@ -225,9 +231,99 @@ class KMultiHeadAttention extends KBase {
 }
 KMultiHeadAttention.className = 'MultiHeadAttention';
 
-for (const c of [KEinsumDense, KGroupNormalization, KUnitNormalization, KNormalization, KMultiHeadAttention]) {
+// ---- GRU with reset_after=true (Keras 3's default; tfjs' GRUCell refuses
+// it). Keras 3 rnn/gru.py, per step with packed gates (z, r, h):
+//   xs = x W + b[0];  hs = h U + b[1]
+//   z = ract(xs_z + hs_z);  r = ract(xs_r + hs_r)
+//   hh = act(xs_h + r * hs_h);  h' = z h + (1 - z) hh
+// Weights kernel (in, 3u), recurrent_kernel (u, 3u), bias (2, 3u).
+// return_sequences and go_backwards (outputs in processing order); no
+// masks, states or dropout at inference. keras2_topology.js renames a GRU
+// with reset_after=true to this class (option resetAfterGRU).
+const ACTS = {
+  tanh: Math.tanh, linear: v => v, relu: v => Math.max(v, 0),
+  sigmoid: v => 1 / (1 + Math.exp(-v)),
+  hard_sigmoid: v => Math.min(1, Math.max(0, 0.2 * v + 0.5)),  // tf.keras 2 / tfjs meaning
+};
+class KGRUResetAfter extends KBase {
+  constructor(args) {
+    super(args, { units: 1, activation: 'tanh', recurrent_activation: 'sigmoid', use_bias: true,
+      return_sequences: false, return_state: false, go_backwards: false });
+    for (const k of ['activation', 'recurrent_activation']) {
+      const a = this.cfg[k].replace(/[A-Z]/g, c => '_' + c.toLowerCase());
+      if (!ACTS[a]) throw new Error(`GRUResetAfter: ${k} ${this.cfg[k]}`);
+      this.cfg[k] = a;
+    }
+    if (this.cfg.return_state) throw new Error('GRUResetAfter: return_state');
+  }
+  build(s) {
+    const u = this.cfg.units, z = tf.initializers.zeros();
+    this.addWeight('kernel', [s[s.length - 1], 3 * u], 'float32', z);
+    this.addWeight('recurrent_kernel', [u, 3 * u], 'float32', z);
+    if (this.cfg.use_bias) this.addWeight('bias', [2, 3 * u], 'float32', z);
+    this.built = true;
+  }
+  computeOutputShape(s) {
+    return this.cfg.return_sequences ? [s[0], s[1], this.cfg.units] : [s[0], this.cfg.units];
+  }
+  call(inputs) {
+    const x = one(inputs), [B, T, D] = x.shape, xd = f64(x), u = this.cfg.units, G = 3 * u;
+    const W = this.w('kernel'), U = this.w('recurrent_kernel');
+    const bias = this.cfg.use_bias ? this.w('bias') : new Float64Array(2 * G);
+    const act = ACTS[this.cfg.activation], ract = ACTS[this.cfg.recurrent_activation];
+    const seq = this.cfg.return_sequences;
+    const o = new Float64Array(seq ? B * T * u : B * u);
+    for (let b = 0; b < B; b++) {
+      let h = new Float64Array(u);
+      for (let s = 0; s < T; s++) {
+        const t = this.cfg.go_backwards ? T - 1 - s : s;
+        const xs = new Float64Array(G), hs = new Float64Array(G);
+        for (let g = 0; g < G; g++) {
+          let a = bias[g], c = bias[G + g];
+          for (let d = 0; d < D; d++) a += xd[(b * T + t) * D + d] * W[d * G + g];
+          for (let k = 0; k < u; k++) c += h[k] * U[k * G + g];
+          xs[g] = a; hs[g] = c;
+        }
+        const hn = new Float64Array(u);
+        for (let k = 0; k < u; k++) {
+          const zg = ract(xs[k] + hs[k]), rg = ract(xs[u + k] + hs[u + k]);
+          hn[k] = zg * h[k] + (1 - zg) * act(xs[2 * u + k] + rg * hs[2 * u + k]);
+        }
+        h = hn;
+        if (seq) o.set(h, (b * T + s) * u);
+      }
+      if (!seq) o.set(h, b * u);
+    }
+    return out32(o, seq ? [B, T, u] : [B, u]);
+  }
+}
+KGRUResetAfter.className = 'GRUResetAfter';
+
+// ---- Keras 3 comparison ops recorded as graph nodes (module
+// keras.src.ops.numpy: Equal, NotEqual, Less, ...; keras2_topology.js
+// passes their number operand as kwargs.op_args[1]): x op y, bool results
+// as 0/1 float32.
+const CMP = { Equal: 'equal', NotEqual: 'notEqual', Less: 'less', LessEqual: 'lessEqual',
+  Greater: 'greater', GreaterEqual: 'greaterEqual' };
+const cmpLayers = Object.entries(CMP).map(([cls, fn]) => {
+  const C = class extends tf.layers.Layer {
+    computeOutputShape(s) { return Array.isArray(s[0]) ? s[0] : s; }
+    call(inputs, kwargs) {
+      return tf.tidy(() => {
+        const xs = Array.isArray(inputs) ? inputs : [inputs];
+        const y = xs.length > 1 ? xs[1] : tf.scalar(kwargs.op_args[1]);
+        return tf.cast(tf[fn](xs[0], y), 'float32');
+      });
+    }
+  };
+  C.className = cls;
+  return C;
+});
+
+for (const c of [KEinsumDense, KGroupNormalization, KUnitNormalization, KNormalization, KMultiHeadAttention,
+  KGRUResetAfter, ...cmpLayers]) {
   tf.serialization.registerClass(c);
 }
 
 module.exports = { KEinsumDense, KGroupNormalization, KUnitNormalization, KNormalization,
-  KMultiHeadAttention, strides };
+  KMultiHeadAttention, KGRUResetAfter, strides };
