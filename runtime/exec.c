@@ -58,6 +58,9 @@ typedef struct runner {
   uint32_t s0, s1;    /* device-parallel: the steps of the current segment */
   uint32_t step;      /* step mode: the kernel step */
   int64_t chunks;     /* step mode: chunks per device */
+  const float *stack_a; /* a stacked GEMM's A: the devices' own, or the stacking buffer */
+  uint32_t unstack;   /* a stacked GEMM whose rows the devices still have to take into
+                         their C (run_stacked_gemm), or UINT32_MAX */
 } runner;
 
 void *rt_exec_resolve(const kdc_rt_plan *p, const kdc_prog_func *f, const rt_func *rf,
@@ -130,7 +133,8 @@ static void run_gemm(const runner *r, int64_t dev, uint32_t s) {
  * outputs are rebound before every iteration; its arena locations are
  * absolute (codegen placed them after the caller's live values). */
 static runner body_runner(const runner *r, const kdc_prog_loop_step *l) {
-  return (runner){.p = r->p, .f = &r->p->prog.funcs[l->body], .rf = &r->p->funcs[l->body]};
+  return (runner){.p = r->p, .f = &r->p->prog.funcs[l->body], .rf = &r->p->funcs[l->body],
+                  .unstack = UINT32_MAX};
 }
 
 /* Binds iteration |t|'s ranges of |l| for device |dev| into |b|'s pointers. */
@@ -304,9 +308,12 @@ static kdc_status run_loop_meeting(runner *r, const kdc_prog_loop_step *l) {
   return NULL;
 }
 
+static void unstack_rows(const runner *r, int64_t task);
+
 static void segment_task(void *ctx, int64_t dev) {
   const runner *r = ctx;
   bool timed = r->p->profile && dev == 0; /* device 0's share, by one thread */
+  if (r->unstack != UINT32_MAX) unstack_rows(r, dev);
   for (uint32_t s = r->s0; s < r->s1; s++) {
     uint64_t t0 = timed ? now_ns(r->p) : 0;
     run_local_step(r, r->p->d0 + dev, s);
@@ -335,36 +342,57 @@ static bool stacked_gemm(const runner *r, uint32_t s) {
   return true;
 }
 
-/* task < nl: copy device task's A into the stack (r->chunks: 0) or the
- * stack's rows back into its C (1) */
+/* Device |task|'s rows of stacked GEMM |r->unstack| into its C. */
+static void unstack_rows(const runner *r, int64_t task) {
+  const kdc_prog_gemm_step *g = &r->f->steps[r->unstack].gemm;
+  memcpy(resolve_at(r, r->p->d0 + task, r->unstack, &g->c),
+         r->rf->stack[r->unstack].c + task * g->m * g->n, (size_t)(g->m * g->n) * sizeof(float));
+}
+
+static void unstack_task(void *ctx, int64_t task) { unstack_rows(ctx, task); }
+
+/* task < nl: copy device task's A into the stack */
 static void stack_copy_task(void *ctx, int64_t task) {
   const runner *r = ctx;
   const kdc_prog_gemm_step *g = &r->f->steps[r->step].gemm;
-  int64_t dev = r->p->d0 + task;
-  if (r->chunks == 0)
-    memcpy(r->rf->stack[r->step].a + task * g->m * g->k, resolve_at(r, dev, r->step, &g->a),
-           (size_t)(g->m * g->k) * sizeof(float));
-  else
-    memcpy(resolve_at(r, dev, r->step, &g->c), r->rf->stack[r->step].c + task * g->m * g->n,
-           (size_t)(g->m * g->n) * sizeof(float));
+  memcpy(r->rf->stack[r->step].a + task * g->m * g->k, resolve_at(r, r->p->d0 + task, r->step, &g->a),
+         (size_t)(g->m * g->k) * sizeof(float));
 }
 
 static void stack_gemm_task(void *ctx, int64_t task) {
   const runner *r = ctx;
   const kdc_prog_gemm_step *g = &r->f->steps[r->step].gemm;
   const rt_gemm_stack *st = &r->rf->stack[r->step];
-  rt_stack_gemm_block(g, st->chunk, nlocal(r->p), r->p->n_threads, task, st->a,
+  rt_stack_gemm_block(g, st->chunk, nlocal(r->p), r->p->n_threads, task, r->stack_a,
                       resolve_at(r, r->p->d0, r->step, &g->b), st->c);
 }
 
+/* The devices' rows of a stacked GEMM still in the stacking buffer go to
+ * their C now (before a meeting or another stacked GEMM; a segment's
+ * tasks take them themselves, segment_task). */
+static void flush_unstack(runner *r) {
+  if (r->unstack == UINT32_MAX) return;
+  rt_pool_run(r->p->pool, unstack_task, r, nlocal(r->p));
+  r->unstack = UINT32_MAX;
+}
+
+/* The stacked GEMM: A read where the devices' pieces already lie one
+ * after another (a batch-split input bound in place, shard_io.c), else
+ * copied into the stacking buffer; ONE GEMM; each device's rows of C
+ * copied back by its next segment task. */
 static void run_stacked_gemm(runner *r, uint32_t s) {
   kdc_rt_plan *p = r->p;
+  const kdc_prog_gemm_step *g = &r->f->steps[s].gemm;
+  flush_unstack(r);
   r->step = s;
-  r->chunks = 0;
-  rt_pool_run(p->pool, stack_copy_task, r, nlocal(p));
+  r->stack_a = resolve_at(r, p->d0, s, &g->a);
+  for (int64_t d = p->d0 + 1; d < p->d1 && r->stack_a != r->rf->stack[s].a; d++)
+    if (resolve_at(r, d, s, &g->a) != r->stack_a + (d - p->d0) * g->m * g->k) {
+      rt_pool_run(p->pool, stack_copy_task, r, nlocal(p));
+      r->stack_a = r->rf->stack[s].a;
+    }
   rt_pool_run(p->pool, stack_gemm_task, r, p->n_threads);
-  r->chunks = 1;
-  rt_pool_run(p->pool, stack_copy_task, r, nlocal(p));
+  r->unstack = s;
   r->rf->inplace_made[RT_SHARE_GEMM_B]++;
 }
 
@@ -380,6 +408,7 @@ static kdc_status run_device_parallel(runner *r) {
       continue;
     }
     if (meets_at(r, s)) {
+      flush_unstack(r);
       uint64_t t0 = now_ns(r->p);
       if (f->steps[s].kind == KDC_STEP_LOOP) KDC_RETURN_IF_ERROR(run_loop_meeting(r, &f->steps[s].loop));
       else KDC_RETURN_IF_ERROR(run_collective(r, s));
@@ -398,7 +427,9 @@ static kdc_status run_device_parallel(runner *r) {
     } else {
       rt_pool_run(r->p->pool, segment_task, r, nl);
     }
+    r->unstack = UINT32_MAX; /* the segment's tasks took their rows */
   }
+  flush_unstack(r);
   return NULL;
 }
 
@@ -521,7 +552,7 @@ kdc_status rt_exec_steps(kdc_rt_plan *p, size_t func) {
   if (p->prog.n_kernels && !p->kernels)
     return KDC_ERR(KDC_INVALID_INPUT, "%s: loaded to be described only (no code): it cannot "
                    "run", p->path);
-  runner r = {.p = p, .f = &p->prog.funcs[func], .rf = &p->funcs[func]};
+  runner r = {.p = p, .f = &p->prog.funcs[func], .rf = &p->funcs[func], .unstack = UINT32_MAX};
   rt_inplace_bind(p, r.f, r.rf);
   kdc_status st = p->device_parallel ? run_device_parallel(&r) : run_stepwise(&r);
   r.rf->prof_runs += p->profile;
