@@ -114,7 +114,7 @@ static found candidates(fn *b) {
   rf.groups = g;
   rt_inplace_create(&p, &b->f, &rf);
   found r = {.n = rf.n_inplace};
-  memcpy(r.c, rf.inplace, rf.n_inplace * sizeof *rf.inplace);
+  if (rf.n_inplace) memcpy(r.c, rf.inplace, rf.n_inplace * sizeof *rf.inplace);
   rt_inplace_destroy(&rf);
   return r;
 }
