@@ -286,10 +286,10 @@ static void test_shared_replicas(void **s) {
   free(p1), free(p8), free(pmg), free(u8), free(mg);
 }
 
-/* Per rt_share kind, how many collectives (GEMMs) of train_step's last
- * run were made in place, shared, viewed (stacked). */
+/* Per rt_share kind, how many collectives of train_step's last run were
+ * made in place, shared or viewed, and how many GEMMs ran stacked. */
 typedef struct share_counts {
-  size_t n[4];
+  size_t n[RT_SHARE_KINDS];
 } share_counts;
 
 /* 2 epochs of |plan| on |threads| threads (0: the default, and e2e_fit's
@@ -307,7 +307,7 @@ static void train_on(const char *plan, int threads, run *r, share_counts *c) {
   assert_null(kdc_rt_fit(t, arrays, ROWS, &o, &r->h));
   e2e_run_collect(t, r);
   size_t fn = (size_t)kdc_rt_plan_find_func(p, "train_step");
-  for (int k = 0; k < 4; k++) c->n[k] = rt_exec_inplace_count(p, fn, (rt_share)k);
+  for (int k = 0; k < RT_SHARE_KINDS; k++) c->n[k] = rt_exec_inplace_count(p, fn, (rt_share)k);
   kdc_rt_train_destroy(t);
   kdc_rt_plan_release(p);
 }
@@ -326,7 +326,7 @@ static share_counts same_inplace_on(const char *plan, int threads, const char *w
   print_message("%s: in place %zu, shared %zu, view %zu, stacked %zu\n", what,
                 c.n[RT_SHARE_INPLACE], c.n[RT_SHARE_RESULT], c.n[RT_SHARE_VIEW],
                 c.n[RT_SHARE_GEMM_B]);
-  assert_int_equal(c0.n[0] + c0.n[1] + c0.n[2] + c0.n[3], 0);
+  for (int k = 0; k < RT_SHARE_KINDS; k++) assert_int_equal(c0.n[k], 0);
   e2e_same_run(&on, &off, 0, 0, what);
   e2e_run_free(&on), e2e_run_free(&off);
   return c;
