@@ -114,8 +114,12 @@ kdc_status kdc_rt_plan_run_func(kdc_rt_plan *p, size_t func, const void *const *
 kdc_status kdc_rt_plan_run(kdc_rt_plan *p, const void *const *inputs, void *const *outputs);
 /* Runs |func| on per-device LOCAL buffers, no split or gather:
  * |inputs[d][i]| holds device d's piece of input i (->local_bytes bytes),
- * |outputs[d][o]| receives device d's piece of output o.  For tests and for
- * callers that already hold shards.  Allocates nothing. */
+ * |outputs[d][o]| receives device d's piece of output o.  No output buffer
+ * may overlap any device's input buffer: a device may write its piece of
+ * an output (an all_gather made in place, gather_inplace.c) while a peer
+ * still reads its inputs.  Devices holding the same piece of an output
+ * only collectives write may pass one buffer (shared replicas, state.c).
+ * For tests and for callers that already hold shards.  Allocates nothing. */
 kdc_status kdc_rt_plan_run_local(kdc_rt_plan *p, size_t func, const void *const *const *inputs,
                                  void *const *const *outputs);
 

@@ -38,7 +38,11 @@
  *     d1/kernel's pieces straight in the shared buffer (its all_gather
  *     made in place, none under --no-shard-update), gradient all_reduces
  *     write one result per group, and 2 epochs give bitwise the run with
- *     every collective writing every device's buffer.
+ *     every collective writing every device's buffer; so do 2x4 with the
+ *     batch over data only (four all_gather groups whose members bind ONE
+ *     shared replica: only the first group writes it) and 8 devices run
+ *     step by step (9 threads: GEMMs split into blocks read the view).
+ * KDC_TEST_FILTER=pattern runs only the matching tests (cmocka's filter).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -282,41 +286,64 @@ static void test_shared_replicas(void **s) {
   free(p1), free(p8), free(pmg), free(u8), free(mg);
 }
 
-/* Collectives of train_step made in place (|shared| false) or with one
- * shared result per group (|shared| true) in |plan|'s last run (the plan
- * e2e_fit loaded: e2e_plan_load hands back the same load). */
-static size_t inplace_count(const char *plan, rt_share shared) {
-  kdc_rt_plan *p = e2e_plan_load(plan);
-  size_t n = rt_exec_inplace_count(p, (size_t)kdc_rt_plan_find_func(p, "train_step"), shared);
+/* Per rt_share kind, how many collectives of train_step's last run were
+ * made in place, shared or viewed, and how many GEMMs ran stacked. */
+typedef struct share_counts {
+  size_t n[RT_SHARE_KINDS];
+} share_counts;
+
+/* 2 epochs of |plan| on |threads| threads (0: the default, and e2e_fit's
+ * cached load); *|c|: the last train_step's counts. */
+static void train_on(const char *plan, int threads, run *r, share_counts *c) {
+  kdc_rt_plan *p = NULL;
+  kdc_rt_train *t = NULL;
+  kdc_rt_options ro = {.check_replicas = 1, .n_threads = threads};
+  if (threads) assert_null(kdc_rt_plan_load_with(plan, &ro, &p));
+  else p = e2e_plan_load(plan);
+  assert_null(kdc_rt_train_create(p, &t));
+  kdc_rt_fit_options o = {.epochs = 2, .validation_split = 0.2};
+  const void *arrays[2] = {xs, ys};
+  memset(r, 0, sizeof *r);
+  assert_null(kdc_rt_fit(t, arrays, ROWS, &o, &r->h));
+  e2e_run_collect(t, r);
+  size_t fn = (size_t)kdc_rt_plan_find_func(p, "train_step");
+  for (int k = 0; k < RT_SHARE_KINDS; k++) c->n[k] = rt_exec_inplace_count(p, fn, (rt_share)k);
+  kdc_rt_train_destroy(t);
   kdc_rt_plan_release(p);
-  return n;
 }
 
-/* 2 epochs of |plan| with |in_place| all_gathers made in place, |shared|
- * shared results, |view| all_to_alls read where their operands are and
- * up to |gemm_b| GEMMs over a shared B run stacked per step, and with
- * every collective writing every device's buffer and every GEMM run
- * device by device: bitwise the same run. */
-static void same_inplace(const char *plan, size_t in_place, size_t shared, size_t view,
-                         size_t gemm_b, const char *what) {
+/* |plan| trained by train_on with the collectives made in place, shared
+ * or viewed and GEMMs stacked, and with every collective writing every
+ * device's buffer and every GEMM run device by device: bitwise the same
+ * run.  Returns the counts of the first. */
+static share_counts same_inplace_on(const char *plan, int threads, const char *what) {
   run on, off;
-  train(plan, 2, NULL, NULL, &on);
-  print_message("%s: in place %zu, shared %zu, view %zu, stacked %zu\n", what,
-                inplace_count(plan, RT_SHARE_INPLACE), inplace_count(plan, RT_SHARE_RESULT),
-                inplace_count(plan, RT_SHARE_VIEW), inplace_count(plan, RT_SHARE_GEMM_B));
-  assert_int_equal(inplace_count(plan, RT_SHARE_INPLACE), in_place);
-  assert_int_equal(inplace_count(plan, RT_SHARE_RESULT), shared);
-  assert_int_equal(inplace_count(plan, RT_SHARE_VIEW), view);
-  /* at most: the load refuses a stacked GEMM not bitwise the per-device
-   * ones with the OpenBLAS kernels in use (gather_inplace.c) */
-  assert_true(inplace_count(plan, RT_SHARE_GEMM_B) <= gemm_b);
+  share_counts c, c0;
+  train_on(plan, threads, &on, &c);
   rt_exec_test_inplace(false);
-  train(plan, 2, NULL, NULL, &off);
+  train_on(plan, threads, &off, &c0);
   rt_exec_test_inplace(true);
-  assert_int_equal(inplace_count(plan, RT_SHARE_INPLACE) + inplace_count(plan, RT_SHARE_RESULT) +
-                   inplace_count(plan, RT_SHARE_VIEW) + inplace_count(plan, RT_SHARE_GEMM_B), 0);
+  print_message("%s: in place %zu, shared %zu, view %zu, stacked %zu\n", what,
+                c.n[RT_SHARE_INPLACE], c.n[RT_SHARE_RESULT], c.n[RT_SHARE_VIEW],
+                c.n[RT_SHARE_GEMM_B]);
+  for (int k = 0; k < RT_SHARE_KINDS; k++) assert_int_equal(c0.n[k], 0);
   e2e_same_run(&on, &off, 0, 0, what);
   e2e_run_free(&on), e2e_run_free(&off);
+  return c;
+}
+
+/* same_inplace_on with |in_place| all_gathers made in place, |shared|
+ * shared results, |view| all_to_alls read where their operands are and
+ * up to |gemm_b| GEMMs over a shared B run stacked per step. */
+static void same_inplace(const char *plan, size_t in_place, size_t shared, size_t view,
+                         size_t gemm_b, const char *what) {
+  share_counts c = same_inplace_on(plan, 0, what);
+  assert_int_equal(c.n[RT_SHARE_INPLACE], in_place);
+  assert_int_equal(c.n[RT_SHARE_RESULT], shared);
+  assert_int_equal(c.n[RT_SHARE_VIEW], view);
+  /* at most: the load refuses a stacked GEMM not bitwise the per-device
+   * ones with the OpenBLAS kernels in use (gemm_stack.c) */
+  assert_true(c.n[RT_SHARE_GEMM_B] <= gemm_b);
 }
 
 /* Collective results shared between devices (runtime/gather_inplace.c).
@@ -348,6 +375,34 @@ static void test_inplace_gather(void **s) {
   same_inplace(pmg, 1, 3, 1, 0, "mesh 2x4 Megatron, in-place all_gather");
   same_inplace(u8, 0, 3, 0, 0, "mesh 8, --no-shard-update");
   free(p8), free(pmg), free(u8), free(mg);
+}
+
+/* The preconditions test_inplace_gather leaves out, bitwise against the
+ * run without them (same_inplace_on):
+ *   - several groups of one all_gather made in place binding ONE shared
+ *     replica (2x4, the batch over data only: d1/kernel's update is split
+ *     over data, 4 groups of 2, every device's replica one buffer): only
+ *     the first group computes its pieces in it, the others' land in
+ *     their arenas, and the all_gather orders nothing (RT_SKIP_FREE);
+ *   - the step-by-step schedule (8 devices, 9 threads): kernels split in
+ *     chunks write the in-place pieces, GEMMs split in column or row blocks
+ *     read the all_to_all view with its leading dimension, nothing stacked.
+ * The counts pin that each mechanism ran. */
+static void test_inplace_preconditions(void **s) {
+  (void)s;
+  char *p8 = compile("adam", "8", NULL, NULL, "16");
+  char *lay = e2e_write_text("data-only.json", "{\"batch_dim_name\": \"data\", \"layout_map\": "
+                                               "{\"d2/output\": [\"data\", null]}}\n");
+  char *d24 = compile("adam", "2x4", "data,model", lay, "16");
+  share_counts c = same_inplace_on(d24, 0, "mesh 2x4 batch over data");
+  assert_int_equal(copies(d24, "d1/kernel"), 1);
+  assert_int_equal(c.n[RT_SHARE_INPLACE], 1);
+  assert_int_equal(c.n[RT_SHARE_VIEW], 1);
+  c = same_inplace_on(p8, 9, "mesh 8 step by step");
+  assert_int_equal(c.n[RT_SHARE_INPLACE], 1);
+  assert_int_equal(c.n[RT_SHARE_VIEW], 1);
+  assert_int_equal(c.n[RT_SHARE_GEMM_B], 0);
+  free(p8), free(d24), free(lay);
 }
 
 /* evaluate, and one train_step, of rows [0, n) through |plan| (padded and
@@ -743,6 +798,7 @@ static void test_step_vs_interpreter(void **s) {
 
 int main(void) {
   make_data();
+  if (getenv("KDC_TEST_FILTER")) cmocka_set_test_filter(getenv("KDC_TEST_FILTER"));
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_step_vs_interpreter), cmocka_unit_test(test_adam_meshes),
       cmocka_unit_test(test_sgd_meshes),          cmocka_unit_test(test_collective_counts),
@@ -752,6 +808,7 @@ int main(void) {
       cmocka_unit_test(test_compile_config),      cmocka_unit_test(test_keras_reference),
       cmocka_unit_test(test_compile_config_schedule), cmocka_unit_test(test_shared_replicas),
       cmocka_unit_test(test_inplace_gather),
+      cmocka_unit_test(test_inplace_preconditions),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   free(x_npy), free(y_npy);
