@@ -128,10 +128,41 @@ KReLU.prototype.call = function (inputs) {
   const ns = this.negativeSlope, mv = this.maxValue, th = this.threshold;
   if (ns !== 0 && mv === null && th === 0) return tf.maximum(x, tf.mul(x, ns));
   const neg = ns === 0 ? null : th !== 0 ? tf.relu(tf.add(tf.neg(x), th)) : tf.relu(tf.neg(x));
-  x = th !== 0 ? tf.mul(x, tf.cast(tf.greater(x, th), 'float32')) : tf.relu(x);
+  // (x > th as tf.step: tfjs has no gradient for tf.greater)
+  x = th !== 0 ? tf.mul(x, tf.step(tf.sub(x, th))) : tf.relu(x);
   if (mv !== null) x = tf.clipByValue(x, 0, mv);
   return neg ? tf.sub(x, tf.mul(ns, neg)) : x;
 };
+
+// tfjs 4.22 has no gradient of a convolution with dilation > 1 (its
+// conv2d backprop kernels refuse dilations).  A dilated convolution is
+// the undilated convolution with the kernel's taps spread apart by zeros
+// ((k - 1) d + 1 taps), which is built here with differentiable ops, so
+// Conv1D and Conv2D with dilation_rate > 1 train in the reference ('same'
+// padding uses the effective kernel size, as TF/JAX do for dilation).
+function dilateKernel(k, dil) {
+  let out = k;
+  dil.forEach((d, ax) => {
+    if (d === 1) return;
+    const s = out.shape, n = s[ax];
+    const z = tf.zeros([...s.slice(0, ax), n, d - 1, ...s.slice(ax + 1)]);
+    const spread = tf.reshape(tf.concat([tf.expandDims(out, ax + 1), z], ax + 1), [...s.slice(0, ax), n * d, ...s.slice(ax + 1)]);
+    out = tf.slice(spread, s.map(() => 0), [...s.slice(0, ax), (n - 1) * d + 1, ...s.slice(ax + 1)]);
+  });
+  return out;
+}
+for (const mk of [tf.layers.conv1d, tf.layers.conv2d]) {
+  const proto = Object.getPrototypeOf(mk({ filters: 1, kernelSize: 1 }));
+  const undilated = proto.call;
+  proto.call = function (inputs, kwargs) {
+    if (this.dilationRate.every(d => d === 1)) return undilated.call(this, inputs, kwargs);
+    const x = Array.isArray(inputs) ? inputs[0] : inputs;
+    const k = dilateKernel(this.kernel.read(), this.dilationRate);
+    let y = this.rank === 1 ? tf.conv1d(x, k, this.strides[0], this.padding) : tf.conv2d(x, k, this.strides, this.padding);
+    if (this.useBias) y = tf.add(y, this.bias.read());
+    return this.activation.apply(y);
+  };
+}
 
 const EPOCHS = 3;
 const f = Math.fround;
@@ -242,11 +273,13 @@ function generate(seed) {
       out = dense(cur, r.int(2, 10), act(), r.chance(0.8));
     } else if (op === 'act') {
       const a = act(), n = uname('activation');
+      if (a === 'softmax' && last === 1) continue;  // (the constant 1)
       out = add('Activation', n, { activation: a }, tf.layers.activation({ activation: FZ.tfAct(a, 'keras3'), name: n }), cur);
       if (a !== 'linear') out.lin = false;
     } else if (op === 'actlayer') {
       const cls = r.pick(['ReLU', 'LeakyReLU', 'ELU', 'Softmax', 'PReLU']);
       const n = uname(cls.toLowerCase());
+      if (cls === 'Softmax' && last === 1) continue;
       if (cls === 'ReLU') {
         const mv = r.pick([null, 6.0, 2.5]), ns = r.pick([0.0, 0.0, 0.1]), th = r.pick([0.0, 0.0, 0.2]);
         out = add('ReLU', n, { max_value: mv === null ? null : L.pyf(mv), negative_slope: L.pyf(ns), threshold: L.pyf(th) },
@@ -316,8 +349,8 @@ function generate(seed) {
         : cls === 'Subtract' ? new KSubtract({ name: n }) : tf.layers[cls.toLowerCase()]({ name: n });
       out = add(cls, n, cls === 'Concatenate' ? { axis: -1 } : {}, tfl, ins);
     } else if (op === 'conv1d') {
-      // (no dilation: tfjs 4.22 has no conv gradient with dilation > 1)
-      const k = r.int(1, Math.min(3, s[1])), d = 1, st = r.int(1, 2);
+      // (dilation from the kind stream: dilateKernel above)
+      const k = r.int(1, Math.min(3, s[1])), d = k > 1 && rk.chance(0.3) ? 2 : 1, st = d > 1 ? 1 : r.int(1, 2);
       const pad = r.pick(['valid', 'same']);
       if (pad === 'valid' && (k - 1) * d + 1 > s[1]) continue;
       const filters = r.int(1, 6), a = act(), bias = r.chance(0.8), n = uname('conv1d');
@@ -360,7 +393,11 @@ function generate(seed) {
         : { poolSize: ps, strides: sts, padding: pad, name: n });
       out = add(`${isMax ? 'Max' : 'Average'}Pooling${nd}D`, n, G.poolSpecific(ps, sts, pad), tfl, cur);
     } else if (op === 'gpool') {
-      const nd = rank - 2, isMax = r.chance(0.3), n = uname(`global_${isMax ? 'max' : 'average'}_pooling`);
+      // (global max pooling not over token embeddings: a repeated id
+      // gives an exact tie, and tfjs' tf.max gradient sends the whole
+      // cotangent to every tied position, twice the derivative)
+      const nd = rank - 2, isMax = r.chance(0.3) && family !== 'text';
+      const n = uname(`global_${isMax ? 'max' : 'average'}_pooling`);
       const tfl = tf.layers[`global${isMax ? 'Max' : 'Average'}Pooling${nd}d`]({ name: n });
       out = add(`Global${isMax ? 'Max' : 'Average'}Pooling${nd}D`, n, { data_format: 'channels_last', keepdims: false }, tfl, cur);
     } else if (op === 'flatten') {
@@ -377,6 +414,10 @@ function generate(seed) {
       const d = r.pick(divs), n = uname('reshape'), ts = r.chance(0.3) ? [d, -1] : [d, last / d];
       out = add('Reshape', n, { target_shape: ts }, tf.layers.reshape({ targetShape: ts, name: n }), cur);
     } else if (op === 'rnn' || op === 'bidir') {
+      // (not over one step: tfjs 4.22's unstack gradient with a single
+      // output passes stack() a tensor instead of a list, "Argument
+      // tensors passed to stack must be a Tensor[]"; seeds 119, 2300)
+      if (s[1] < 2) continue;
       const cls = r.pick(['LSTM', 'GRU', 'SimpleRNN']), units = r.int(2, 6), seqs = r.chance(0.5);
       const back = op === 'rnn' && r.chance(0.3), n = uname(op === 'rnn' ? cls.toLowerCase() : 'bidirectional');
       const extra = { return_sequences: seqs, go_backwards: back };
@@ -405,12 +446,19 @@ function generate(seed) {
   }
 
   function conv2d(h, bias, linAct = 'linear') {
-    const s = h.shape, k = [r.int(1, 3), r.int(1, 3)], st = [r.int(1, 2), r.int(1, 2)];
-    const pad = k[0] > s[1] || k[1] > s[2] ? 'same' : r.pick(['valid', 'same']);
-    const filters = r.int(1, 6), a = bias ? act() : linAct, n = uname('conv2d');
-    const out = add('Conv2D', n, convCfg({ filters, k, s: st, pad, d: [1, 1], act: a, bias }),
-      tf.layers.conv2d({ filters, kernelSize: k, strides: st, padding: pad, activation: FZ.tfAct(a, 'keras3'),
-        useBias: bias, name: n }), h);
+    const s = h.shape, k = [r.int(1, 3), r.int(1, 3)];
+    // (dilation 2 on one or both dims in 30%, then stride 1, as TF requires)
+    const dil = k.map(kk => (kk > 1 && rk.chance(0.3) ? 2 : 1)), dilated = dil.some(d => d > 1);
+    const st = [r.int(1, 2), r.int(1, 2)].map(v => (dilated ? 1 : v));
+    const eff = k.map((kk, i) => (kk - 1) * dil[i] + 1);
+    const pad = eff[0] > s[1] || eff[1] > s[2] ? 'same' : r.pick(['valid', 'same']);
+    // (a normalisation's bias-free conv has 2 filters or more: a
+    // LayerNormalization over one feature outputs its beta, a constant
+    // whose gradient through a later BatchNormalization is zero, seed 2314)
+    const filters = bias ? r.int(1, 6) : Math.max(2, r.int(1, 6)), a = bias ? act() : linAct, n = uname('conv2d');
+    const out = add('Conv2D', n, convCfg({ filters, k, s: st, pad, d: dil, act: a, bias }),
+      tf.layers.conv2d({ filters, kernelSize: k, strides: st, padding: pad, dilationRate: dil,
+        activation: FZ.tfAct(a, 'keras3'), useBias: bias, name: n }), h);
     return mark(out, a === 'linear' && (bias || h.lin));
   }
 
