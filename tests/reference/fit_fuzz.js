@@ -887,9 +887,10 @@ function predictRows(model, xs, xShapes) {
 
 // ---- running kdc
 // Tolerances (README.md, "Training fuzz"): float32 on both sides, the
-// same formulas, different summation orders: losses within 1e-4
-// relative, weights within 1e-4 + 1e-3 |ref|.
-const LOSS_RTOL = 1e-4, W_ATOL = 1e-4, W_RTOL = 1e-3;
+// same formulas, different summation orders: losses within 1e-6 + 1e-4
+// |ref| (the 1e-6: a loss near 0 is a few ulps of the logits, seed 1119),
+// weights within 1e-4 + 1e-3 |ref|.
+const LOSS_ATOL = 1e-6, LOSS_RTOL = 1e-4, W_ATOL = 1e-4, W_RTOL = 1e-3;
 const RUNS = [
   { mesh: '1', cli: true },
   { mesh: '8' },
@@ -1033,11 +1034,11 @@ function runCase(kdc, dir, desc) {
       if (!got[k] || !hist[k] || got[k].length !== hist[k].length) { fails.push(`${tag}: ${k}: length`); continue; }
       let worst = 0, at = 0;
       hist[k].forEach((v, i) => {
-        const d = Math.abs(got[k][i] - v) / Math.abs(v);
-        if (!(d <= worst)) { worst = d; at = i; }
+        const q = Math.abs(got[k][i] - v) / (LOSS_ATOL + LOSS_RTOL * Math.abs(v));
+        if (!(q <= worst)) { worst = q; at = i; }
       });
       measured.loss = Math.max(measured.loss, worst);
-      if (!(worst <= LOSS_RTOL)) fails.push(`${tag}: ${k}[${at}] ${got[k][at]} vs ${hist[k][at]} (${worst.toExponential(2)} rel)`);
+      if (!(worst <= 1)) fails.push(`${tag}: ${k}[${at}] ${got[k][at]} vs ${hist[k][at]} (${worst.toExponential(2)} x tol)`);
     }
     for (const [name, t] of Object.entries(ref)) {
       if (!st[name]) { fails.push(`${tag}: no ${name} in --save-weights`); continue; }
@@ -1071,7 +1072,7 @@ async function main() {
         (o.weight !== 1 ? 'x' + o.weight : '')).join(',')} ${desc.optimizer.cls}`;
     return { failing: what, ok: what };
   }, () => `, ${measured.refused} runs refused (documented); worst passing-or-not: losses ` +
-    `${measured.loss.toExponential(2)} relative, weights ${measured.weights.toExponential(2)} x ` +
+    `${measured.loss.toExponential(2)} x (${LOSS_ATOL} + ${LOSS_RTOL} |ref|), weights ${measured.weights.toExponential(2)} x ` +
     `(${W_ATOL} + ${W_RTOL} |ref|), noisy cases' predictions ${measured.predict.toExponential(2)} x (1e-5 + 1e-4 |ref|)`);
   process.exit(c.failed ? 1 : 0);
 }
