@@ -163,6 +163,30 @@ for (const mk of [tf.layers.conv1d, tf.layers.conv2d]) {
     return this.activation.apply(y);
   };
 }
+// The same for DepthwiseConv2D (fuzz.js' call, which applies the
+// dilation tfjs drops) and SeparableConv2D: the depthwise kernel's taps
+// spread apart, then tfjs' undilated op.
+{
+  const dw = Object.getPrototypeOf(tf.layers.depthwiseConv2d({ kernelSize: 1 }));
+  const dwCall = dw.call;
+  dw.call = function (inputs, kwargs) {
+    if (this.dilationRate.every(d => d === 1)) return dwCall.call(this, inputs, kwargs);
+    const x = Array.isArray(inputs) ? inputs[0] : inputs;
+    let y = tf.depthwiseConv2d(x, dilateKernel(this.depthwiseKernel.read(), this.dilationRate), this.strides, this.padding);
+    if (this.useBias) y = tf.add(y, this.bias.read());
+    return this.activation.apply(y);
+  };
+  const sep = Object.getPrototypeOf(tf.layers.separableConv2d({ filters: 1, kernelSize: 1 }));
+  const sepCall = sep.call;
+  sep.call = function (inputs, kwargs) {
+    if (this.dilationRate.every(d => d === 1)) return sepCall.call(this, inputs, kwargs);
+    const x = Array.isArray(inputs) ? inputs[0] : inputs;
+    let y = tf.separableConv2d(x, dilateKernel(this.depthwiseKernel.read(), this.dilationRate),
+      this.pointwiseKernel.read(), this.strides, this.padding);
+    if (this.useBias) y = tf.add(y, this.bias.read());
+    return this.activation.apply(y);
+  };
+}
 
 const EPOCHS = 3;
 const f = Math.fround;
@@ -336,7 +360,13 @@ function generate(seed) {
       if (rank === 3) cands.push('SpatialDropout1D');
       if (rank === 4) cands.push('SpatialDropout2D');
       const cls = rk.pick(cands), rate = rk.pick([0.1, 0.3, 0.5]), n = uname(cls.toLowerCase());
-      out = add(cls, n, NOISE[cls](rate), tf.layers.activation({ activation: 'linear', name: n }), cur);
+      const cfg = NOISE[cls](rate);
+      // Dropout / AlphaDropout noise_shape: one mask shared over the
+      // steps (rank 3) or the rows and columns (rank 4), or per row
+      if (cfg.noise_shape === null && rank > 2 && rk.chance(0.4)) {
+        cfg.noise_shape = rk.pick([[null, ...s.slice(1, -1).map(() => 1), last], [null, ...s.slice(1, -1), 1]]);
+      }
+      out = add(cls, n, cfg, tf.layers.activation({ activation: 'linear', name: n }), cur);
       b.entries[b.entries.length - 1].noise = true;
     } else if (op === 'add' || op === 'concat' || op === 'merge') {
       const cls = op === 'add' ? 'Add' : op === 'concat' ? 'Concatenate'
@@ -361,19 +391,22 @@ function generate(seed) {
     } else if (op === 'conv2d') {
       out = conv2d(cur, r.chance(0.8));
     } else if (op === 'dwconv' || op === 'sepconv') {
-      const k = [r.int(1, 3), r.int(1, 3)], st = [r.int(1, 2), r.int(1, 2)];
-      const pad = k[0] > s[1] || k[1] > s[2] ? 'same' : r.pick(['valid', 'same']);
+      const k = [r.int(1, 3), r.int(1, 3)];
+      const dil = k.map(kk => (kk > 1 && rk.chance(0.3) ? 2 : 1)), dilated = dil.some(d => d > 1);
+      const st = [r.int(1, 2), r.int(1, 2)].map(v => (dilated ? 1 : v));
+      const eff = k.map((kk, i) => (kk - 1) * dil[i] + 1);
+      const pad = eff[0] > s[1] || eff[1] > s[2] ? 'same' : r.pick(['valid', 'same']);
       const dm = r.int(1, 2), a = act(), bias = r.chance(0.8);
       if (op === 'dwconv') {
         const n = uname('depthwise_conv2d');
         b.depthwise.add(n);
-        out = add('DepthwiseConv2D', n, FZ.convCfg({ k, s: st, pad, d: [1, 1], act: a, bias, dm }, 'depthwise'),
-          tf.layers.depthwiseConv2d({ kernelSize: k, strides: st, padding: pad, depthMultiplier: dm,
+        out = add('DepthwiseConv2D', n, FZ.convCfg({ k, s: st, pad, d: dil, act: a, bias, dm }, 'depthwise'),
+          tf.layers.depthwiseConv2d({ kernelSize: k, strides: st, padding: pad, depthMultiplier: dm, dilationRate: dil,
             activation: FZ.tfAct(a, 'keras3'), useBias: bias, name: n }), cur);
       } else {
         const filters = r.int(1, 6), n = uname('separable_conv2d');
-        out = add('SeparableConv2D', n, FZ.convCfg({ filters, k, s: st, pad, d: [1, 1], act: a, bias, dm }, 'separable'),
-          tf.layers.separableConv2d({ filters, kernelSize: k, strides: st, padding: pad, depthMultiplier: dm,
+        out = add('SeparableConv2D', n, FZ.convCfg({ filters, k, s: st, pad, d: dil, act: a, bias, dm }, 'separable'),
+          tf.layers.separableConv2d({ filters, kernelSize: k, strides: st, padding: pad, depthMultiplier: dm, dilationRate: dil,
             activation: FZ.tfAct(a, 'keras3'), useBias: bias, name: n }), cur);
       }
       out.lin = a === 'linear' && (bias || cur.lin);
