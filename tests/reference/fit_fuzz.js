@@ -249,8 +249,12 @@ function generate(seed) {
     const out = b.layer(cls, n, cfg, tfl, inp, kw);
     return mark(out, (Array.isArray(inp) ? inp : [inp]).some(h => h.lin));
   };
-  const dense = (h, units, a, useBias = true, name) => {
-    const n = name || uname('dense');
+  // a softmax over one feature is the constant 1 (seed 1279: a 1-filter
+  // SeparableConv2D's softmax, then a BatchNormalization of a constant
+  // that amplifies rounding by rsqrt(epsilon)): linear instead
+  const one = (features, a) => (a === 'softmax' && features === 1 ? 'linear' : a);
+  const dense = (h, units, a0, useBias = true, name) => {
+    const n = name || uname('dense'), a = one(units, a0);
     b.classes.push('Dense');
     return mark(b.dense(n, units, a, h, { useBias, tfActivation: FZ.tfAct(a, 'keras3') }),
       a === 'linear' && (useBias || h.lin));
@@ -383,7 +387,7 @@ function generate(seed) {
       const k = r.int(1, Math.min(3, s[1])), d = k > 1 && rk.chance(0.3) ? 2 : 1, st = d > 1 ? 1 : r.int(1, 2);
       const pad = r.pick(['valid', 'same']);
       if (pad === 'valid' && (k - 1) * d + 1 > s[1]) continue;
-      const filters = r.int(1, 6), a = act(), bias = r.chance(0.8), n = uname('conv1d');
+      const filters = r.int(1, 6), a = one(filters, act()), bias = r.chance(0.8), n = uname('conv1d');
       out = add('Conv1D', n, convCfg({ filters, k: [k], s: [st], pad, d: [d], act: a, bias }),
         tf.layers.conv1d({ filters, kernelSize: k, strides: st, padding: pad, dilationRate: d,
           activation: FZ.tfAct(a, 'keras3'), useBias: bias, name: n }), cur);
@@ -396,7 +400,8 @@ function generate(seed) {
       const st = [r.int(1, 2), r.int(1, 2)].map(v => (dilated ? 1 : v));
       const eff = k.map((kk, i) => (kk - 1) * dil[i] + 1);
       const pad = eff[0] > s[1] || eff[1] > s[2] ? 'same' : r.pick(['valid', 'same']);
-      const dm = r.int(1, 2), a = act(), bias = r.chance(0.8);
+      const dm = r.int(1, 2), a0 = act(), bias = r.chance(0.8);
+      let a = one(last * dm, a0);
       if (op === 'dwconv') {
         const n = uname('depthwise_conv2d');
         b.depthwise.add(n);
@@ -405,6 +410,7 @@ function generate(seed) {
             activation: FZ.tfAct(a, 'keras3'), useBias: bias, name: n }), cur);
       } else {
         const filters = r.int(1, 6), n = uname('separable_conv2d');
+        a = one(filters, a0);
         out = add('SeparableConv2D', n, FZ.convCfg({ filters, k, s: st, pad, d: dil, act: a, bias, dm }, 'separable'),
           tf.layers.separableConv2d({ filters, kernelSize: k, strides: st, padding: pad, depthMultiplier: dm, dilationRate: dil,
             activation: FZ.tfAct(a, 'keras3'), useBias: bias, name: n }), cur);
@@ -488,7 +494,8 @@ function generate(seed) {
     // (a normalisation's bias-free conv has 2 filters or more: a
     // LayerNormalization over one feature outputs its beta, a constant
     // whose gradient through a later BatchNormalization is zero, seed 2314)
-    const filters = bias ? r.int(1, 6) : Math.max(2, r.int(1, 6)), a = bias ? act() : linAct, n = uname('conv2d');
+    const filters = bias ? r.int(1, 6) : Math.max(2, r.int(1, 6)), a = one(filters, bias ? act() : linAct);
+    const n = uname('conv2d');
     const out = add('Conv2D', n, convCfg({ filters, k, s: st, pad, d: dil, act: a, bias }),
       tf.layers.conv2d({ filters, kernelSize: k, strides: st, padding: pad, dilationRate: dil,
         activation: FZ.tfAct(a, 'keras3'), useBias: bias, name: n }), h);
