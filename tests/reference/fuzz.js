@@ -738,6 +738,9 @@ function varPath(b, w) {
   // Keras 3 keeps a recurrent layer's weights under its cell (lstm/lstm_cell/kernel)
   const e = b.entries.find(x => x.name === w.layer);
   if (e && G.RNN_CELL[e.cls]) wn = `${G.RNN_CELL[e.cls]}/${wn}`;
+  // ... and a Bidirectional's under each direction's cell
+  // (bidirectional/forward_lstm/lstm_cell/kernel)
+  if (e && e.innerCls) wn = wn.replace(/^([^/]+)\/([^/]+)$/, `$1/${G.RNN_CELL[e.innerCls]}/$2`);
   if (b.nested && b.nested[w.layer]) return `${b.nested[w.layer]}/${w.layer}/${wn}`;
   return `${b.kind === 'sequential' ? b.name + '/' : ''}${w.layer}/${wn}`;
 }
@@ -1113,4 +1116,4 @@ async function sweep(first, count, rest, tmpPrefix, gen, check, describe, extra)
 }
 
 if (require.main === module) main().catch(e => { console.error(e); process.exit(1); });
-module.exports = { genCase, runCase, RUNS, Rand, setWeights, randomLayout, varPath, tfAct, pruneNodes, sweep };
+module.exports = { genCase, runCase, RUNS, Rand, setWeights, randomLayout, varPath, tfAct, pruneNodes, sweep, convCfg };
