@@ -4,9 +4,11 @@
  * 128 and of a 784 -> 4096 -> 4096 -> 10 MLP at batch 256 (Adam,
  * categorical cross-entropy), on 1 device and on 8 data-parallel virtual
  * devices, against the OpenBLAS time of the step's GEMMs alone (forward,
- * dW and dX of every Dense, same thread count) measured in the same run,
- * sample by sample alternately with the step (both see the same load),
- * after a pause that lets OpenBLAS's workers go to sleep (settle).
+ * dW and dX of every Dense, same thread count) measured in the same run:
+ * the GEMMs, the 1-device step and the 8-device step sampled in turn (all
+ * see the same load), each after a pause that lets OpenBLAS's workers go
+ * to sleep (settle); the 8-device line's throughput_vs_1_device is the
+ * median of t1/t8 over neighbouring samples.
  * KDC_BENCH_PROFILE=1: the step's per-step profile on stderr
  * (kdc_rt_plan_profile_print); KDC_BENCH_QUICK=1: 1 device only.
  * PyTorch eager's time for the same steps comes from bench/torch_train.py
@@ -116,7 +118,7 @@ static void run_blas(void *p) {
   run_gemms(b->g);
 }
 
-/* Untimed pause before each sample of bench_pair: after a call on all
+/* Untimed pause before each sample of bench_alt: after a call on all
  * threads OpenBLAS's idle workers keep polling (sched_yield) for 2^28
  * cycles, ~0.1 s, before they sleep (driver/others/blas_server.c), taking
  * CPU from whatever runs next on a small machine.  The kdc step never runs
@@ -127,57 +129,68 @@ static void settle(void) {
   nanosleep(&ts, NULL);
 }
 
-/* Median seconds per call of |fa| and of |fb|, sampled alternately (|reps|
- * samples of |inner| calls each, settle() before each), so that both see
- * the same machine load. */
-static void bench_pair(void (*fa)(void *), void *a, void (*fb)(void *), void *b, int reps,
-                       int inner, double *out_a, double *out_b) {
-  double *ta = malloc(sizeof(double) * (size_t)reps), *tb = malloc(sizeof(double) * (size_t)reps);
-  fa(a), fb(b); /* warm up */
-  for (int r = 0; r < reps; r++) {
-    settle();
-    double t0 = bench_now();
-    for (int i = 0; i < inner; i++) fa(a);
-    ta[r] = (bench_now() - t0) / inner;
-    settle();
-    double t1 = bench_now();
-    for (int i = 0; i < inner; i++) fb(b);
-    tb[r] = (bench_now() - t1) / inner;
+/* Samples |n| functions in turn, |reps| rounds of |inner| calls each
+ * (settle() before each), so that all of them see the same machine load:
+ * med[i] is function i's median seconds per call, and *ratio the median
+ * over rounds of (seconds of function 1) / (seconds of function 2) -- a
+ * ratio of neighbouring samples, steadier on a shared machine than a ratio
+ * of medians taken at different times. */
+enum { MAX_ALT = 3 };
+static void bench_alt(int n, void (*const *fn)(void *), void *const *ctx, int reps, int inner,
+                      double *med, double *ratio) {
+  double *t = malloc(sizeof(double) * (size_t)(reps * MAX_ALT)), *q = malloc(sizeof(double) * (size_t)reps);
+  for (int i = 0; i < n; i++) fn[i](ctx[i]); /* warm up */
+  for (int r = 0; r < reps; r++)
+    for (int i = 0; i < n; i++) {
+      settle();
+      double t0 = bench_now();
+      for (int k = 0; k < inner; k++) fn[i](ctx[i]);
+      t[i * reps + r] = (bench_now() - t0) / inner;
+    }
+  for (int r = 0; r < reps && n > 2; r++) q[r] = t[1 * reps + r] / t[2 * reps + r];
+  if (n > 2) {
+    qsort(q, (size_t)reps, sizeof(double), bench_cmp);
+    *ratio = q[reps / 2];
   }
-  qsort(ta, (size_t)reps, sizeof(double), bench_cmp);
-  qsort(tb, (size_t)reps, sizeof(double), bench_cmp);
-  *out_a = ta[reps / 2], *out_b = tb[reps / 2];
-  free(ta), free(tb);
+  for (int i = 0; i < n; i++) {
+    qsort(t + i * reps, (size_t)reps, sizeof(double), bench_cmp);
+    med[i] = t[i * reps + reps / 2];
+  }
+  free(t), free(q);
 }
 
-/* One training step and the GEMMs alone, measured alternately.  With
- * KDC_BENCH_PROFILE set, prints the step's per-step profile to stderr. */
-static void step_time(const char *plan, int threads, int64_t batch, int in_w, int classes,
-                      gemm_ctx *gc, double *out_step, double *out_gemms) {
-  const char *prof = getenv("KDC_BENCH_PROFILE");
-  kdc_rt_options ro = {.n_threads = threads, .profile = prof && *prof};
-  kdc_rt_plan *p = NULL;
+/* A plan's training state and one batch of data. */
+typedef struct stepper {
+  kdc_rt_plan *p;
+  step_ctx c;
+  float *x, *y, *mask;
+  size_t fn; /* train_step */
+} stepper;
+
+static void stepper_init(stepper *s, const char *plan, int threads, int64_t batch, int in_w,
+                         int classes, bool profile) {
+  kdc_rt_options ro = {.n_threads = threads, .profile = profile};
   kdc_rt_train *t = NULL;
-  die(kdc_rt_plan_load_with(plan, &ro, &p));
-  die(kdc_rt_train_create(p, &t));
-  float *x = filled((size_t)batch * (size_t)in_w, 5), *y = calloc((size_t)batch * (size_t)classes, 4);
-  float *mask = malloc((size_t)batch * 4);
-  for (int64_t r = 0; r < batch; r++) y[r * classes + r % classes] = 1, mask[r] = 1;
-  step_ctx c = {t, {x, y, mask}};
+  die(kdc_rt_plan_load_with(plan, &ro, &s->p));
+  die(kdc_rt_train_create(s->p, &t));
+  s->x = filled((size_t)batch * (size_t)in_w, 5), s->y = calloc((size_t)batch * (size_t)classes, 4);
+  s->mask = malloc((size_t)batch * 4);
+  for (int64_t r = 0; r < batch; r++) s->y[r * classes + r % classes] = 1, s->mask[r] = 1;
+  s->c = (step_ctx){t, {s->x, s->y, s->mask}};
   /* the data inputs in train_step order: x, labels, sample_mask */
   for (size_t i = 0; i < kdc_rt_train_data_count(t); i++) {
     const char *n = kdc_rt_train_data(t, i)->name;
-    c.data[i] = !strcmp(n, "sample_mask") ? (const void *)mask : i == 0 ? (const void *)x : y;
+    s->c.data[i] = !strcmp(n, "sample_mask") ? (const void *)s->mask : i == 0 ? (const void *)s->x : s->y;
   }
-  blas_ctx b = {gc, threads};
-  run_step(&c), run_step(&c); /* first touch of both state buffers */
-  size_t fn = (size_t)kdc_rt_plan_find_func(p, "train_step");
-  kdc_rt_plan_profile_print(p, fn, NULL);
-  bench_pair(run_blas, &b, run_step, &c, 15, batch >= 256 ? 2 : 20, out_gemms, out_step);
-  if (ro.profile) kdc_rt_plan_profile_print(p, fn, stderr);
-  kdc_rt_train_destroy(t);
-  kdc_rt_plan_release(p);
-  free(x), free(y), free(mask);
+  run_step(&s->c), run_step(&s->c); /* first touch of both state buffers */
+  s->fn = (size_t)kdc_rt_plan_find_func(s->p, "train_step");
+  kdc_rt_plan_profile_print(s->p, s->fn, NULL);
+}
+
+static void stepper_free(stepper *s) {
+  kdc_rt_train_destroy(s->c.t);
+  kdc_rt_plan_release(s->p);
+  free(s->x), free(s->y), free(s->mask);
 }
 
 int main(int argc, char **argv) {
@@ -189,10 +202,14 @@ int main(int argc, char **argv) {
   const char *big = argc > 1 ? argv[1] : NULL;
   const char *quick = getenv("KDC_BENCH_QUICK"); /* set: 1 device only */
   int threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
-  char plan[] = "/tmp/kdc_bench_train_XXXXXX";
-  int fd = mkstemp(plan);
-  if (fd < 0) return 1;
-  close(fd);
+  char plan[2][32] = {"/tmp/kdc_bench_train_XXXXXX", "/tmp/kdc_bench_train_XXXXXX"};
+  for (int d = 0; d < 2; d++) {
+    int fd = mkstemp(plan[d]);
+    if (fd < 0) return 1;
+    close(fd);
+  }
+  const char *prof = getenv("KDC_BENCH_PROFILE");
+  bool profile = prof && *prof;
   static const int mnist_w[] = {784, 200, 10}, big_w[] = {784, 4096, 4096, 10};
   struct { const char *name, *model, *weights; const int *w; int n_layers; int64_t batch; } cases[] = {
       {"mnist_mlp", KDC_SOURCE_DIR "/examples/mnist_mlp/model.json",
@@ -204,29 +221,39 @@ int main(int argc, char **argv) {
   printf("{\n  \"bench\": \"train_step\", \"threads\": %d, \"optimizer\": \"adam\", "
          "\"blas_core\": \"%s\",\n  \"steps\": [\n",
          threads, kdc_rt_blas_core());
-  int first = 1;
+  int first = 1, nd = quick && *quick ? 1 : 2;
   for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
     if (!cases[k].model) continue;
     gemm_ctx gc = gemm_setup(cases[k].w, cases[k].n_layers, (int)cases[k].batch);
-    double s1 = 0; /* the 1-device step, for the 8-device throughput ratio */
-    for (int dev = 0; dev < (quick && *quick ? 1 : 2); dev++) {
-      compile_plan(cases[k].model, cases[k].weights, cases[k].batch, dev ? "8" : NULL, plan);
-      double s = 0, g = 0;
-      step_time(plan, threads, cases[k].batch, 784, 10, &gc, &s, &g);
-      if (!dev) s1 = s;
+    blas_ctx b = {&gc, threads};
+    stepper st[2];
+    void (*fn[MAX_ALT])(void *) = {run_blas, run_step, run_step};
+    void *ctx[MAX_ALT] = {&b, NULL, NULL};
+    for (int d = 0; d < nd; d++) { /* 1 device, then 8 data-parallel virtual devices */
+      compile_plan(cases[k].model, cases[k].weights, cases[k].batch, d ? "8" : NULL, plan[d]);
+      stepper_init(&st[d], plan[d], threads, cases[k].batch, 784, 10, profile);
+      ctx[1 + d] = &st[d].c;
+    }
+    double med[MAX_ALT] = {0}, ratio = 0;
+    bench_alt(1 + nd, fn, ctx, 15, cases[k].batch >= 256 ? 2 : 20, med, &ratio);
+    for (int d = 0; d < nd; d++) {
+      double s = med[1 + d], g = med[0];
       printf("%s    {\"model\": \"%s\", \"batch\": %lld, \"devices\": %d, \"step_ms\": %.4f, "
              "\"gemms_ms\": %.4f, \"step_over_gemms\": %.3f",
-             first ? "" : ",\n", cases[k].name, (long long)cases[k].batch, dev ? 8 : 1, 1e3 * s,
+             first ? "" : ",\n", cases[k].name, (long long)cases[k].batch, d ? 8 : 1, 1e3 * s,
              1e3 * g, s / g);
-      /* target: 8 virtual devices >= 0.9x the throughput of one, same global batch */
-      if (dev) printf(", \"throughput_vs_1_device\": %.3f", s1 / s);
+      /* target: 8 virtual devices >= 0.9x the throughput of one, same global batch
+       * (t1/t8, the median over rounds of neighbouring samples) */
+      if (d) printf(", \"throughput_vs_1_device\": %.3f", ratio);
       printf("}");
       first = 0;
-      fflush(stdout);
+      if (profile) kdc_rt_plan_profile_print(st[d].p, st[d].fn, stderr);
+      stepper_free(&st[d]);
     }
+    fflush(stdout);
     gemm_free(&gc);
   }
   printf("\n  ]\n}\n");
-  unlink(plan);
+  unlink(plan[0]), unlink(plan[1]);
   return 0;
 }
