@@ -380,17 +380,25 @@ static void flush_unstack(runner *r) {
  * after another (a batch-split input bound in place, shard_io.c), else
  * copied into the stacking buffer; ONE GEMM; each device's rows of C
  * copied back by its next segment task. */
+/* Do the local devices' A of GEMM step |s| lie one after another? */
+static bool a_contiguous(const runner *r, uint32_t s) {
+  const kdc_prog_gemm_step *g = &r->f->steps[s].gemm;
+  const float *a0 = resolve_at(r, r->p->d0, s, &g->a);
+  for (int64_t d = r->p->d0 + 1; d < r->p->d1; d++)
+    if (resolve_at(r, d, s, &g->a) != a0 + (d - r->p->d0) * g->m * g->k) return false;
+  return true;
+}
+
 static void run_stacked_gemm(runner *r, uint32_t s) {
   kdc_rt_plan *p = r->p;
-  const kdc_prog_gemm_step *g = &r->f->steps[s].gemm;
   flush_unstack(r);
   r->step = s;
-  r->stack_a = resolve_at(r, p->d0, s, &g->a);
-  for (int64_t d = p->d0 + 1; d < p->d1 && r->stack_a != r->rf->stack[s].a; d++)
-    if (resolve_at(r, d, s, &g->a) != r->stack_a + (d - p->d0) * g->m * g->k) {
-      rt_pool_run(p->pool, stack_copy_task, r, nlocal(p));
-      r->stack_a = r->rf->stack[s].a;
-    }
+  if (a_contiguous(r, s)) {
+    r->stack_a = resolve_at(r, p->d0, s, &r->f->steps[s].gemm.a);
+  } else {
+    rt_pool_run(p->pool, stack_copy_task, r, nlocal(p));
+    r->stack_a = r->rf->stack[s].a;
+  }
   rt_pool_run(p->pool, stack_gemm_task, r, p->n_threads);
   r->unstack = s;
   r->rf->inplace_made[RT_SHARE_GEMM_B]++;

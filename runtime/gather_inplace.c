@@ -360,23 +360,26 @@ void rt_inplace_destroy(rt_func *rf) {
   free(rf->inplace), free(rf->inplace_of), free(rf->inplace_skip), free(rf->inplace_dst);
 }
 
-void *rt_inplace_redirect(const rt_func *rf, const kdc_prog_func *f, int64_t dev, uint32_t s,
-                          const kdc_prog_loc *l) {
+/* The candidate on this run whose range step |s| reads or writes as
+ * exactly |l|, or NULL. */
+static const rt_inplace *active(const rt_func *rf, uint32_t s, const kdc_prog_loc *l) {
   const uint32_t *slot = &rf->inplace_of[s * RT_INPLACE_PER_STEP];
   for (int k = 0; k < RT_INPLACE_PER_STEP && slot[k]; k++) {
     const rt_inplace *c = &rf->inplace[slot[k] - 1];
-    if (c->on && same_loc(l, &c->loc)) return rf->inplace_dst[(size_t)dev * f->n_steps + slot[k] - 1];
+    if (c->on && same_loc(l, &c->loc)) return c;
   }
   return NULL;
 }
 
+void *rt_inplace_redirect(const rt_func *rf, const kdc_prog_func *f, int64_t dev, uint32_t s,
+                          const kdc_prog_loc *l) {
+  const rt_inplace *c = active(rf, s, l);
+  return c ? rf->inplace_dst[(size_t)dev * f->n_steps + (size_t)(c - rf->inplace)] : NULL;
+}
+
 int64_t rt_inplace_ld(const rt_func *rf, uint32_t s, const kdc_prog_loc *l) {
-  const uint32_t *slot = &rf->inplace_of[s * RT_INPLACE_PER_STEP];
-  for (int k = 0; k < RT_INPLACE_PER_STEP && slot[k]; k++) {
-    const rt_inplace *c = &rf->inplace[slot[k] - 1];
-    if (c->on && c->kind == RT_INPLACE_VIEW && same_loc(l, &c->loc)) return c->ld;
-  }
-  return 0;
+  const rt_inplace *c = active(rf, s, l);
+  return c && c->kind == RT_INPLACE_VIEW ? c->ld : 0;
 }
 
 /* In-place candidate |c| this run: every group local and bound to one
