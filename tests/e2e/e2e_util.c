@@ -1,5 +1,8 @@
 /* End-to-end test helpers (see e2e_util.h). */
+#define _DEFAULT_SOURCE /* on_exit, nftw's FTW_PHYS */
 #include "e2e_util.h"
+
+#include <ftw.h>
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -64,14 +67,38 @@ void e2e_kdcv(e2e_result *r, const char *const *args) {
   free(outp);
 }
 
-const char *e2e_tmpdir(void) {
-  static char dir[256];
-  if (!dir[0]) {
-    const char *base = getenv("TMPDIR");
-    snprintf(dir, sizeof dir, "%s/kdc-e2e-XXXXXX", base && *base ? base : "/tmp");
-    if (!mkdtemp(dir)) abort();
+static char tmp_dir[256];
+static pid_t tmp_owner;
+
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+  (void)st, (void)flag, (void)ftw;
+  return remove(path) == 0 ? 0 : -1;
+}
+
+/* Runs at exit with the test's status: a passing test leaves nothing in
+ * TMPDIR; a failing one (or KDC_TEST_KEEP_TMP=1) keeps its files and says
+ * where, so the plans and outputs of the failure can be looked at. */
+static void tmpdir_at_exit(int status, void *arg) {
+  (void)arg;
+  if (getpid() != tmp_owner) return;
+  const char *keep = getenv("KDC_TEST_KEEP_TMP");
+  if (status != 0 || (keep && *keep && strcmp(keep, "0") != 0)) {
+    fprintf(stderr, "e2e: kept %s\n", tmp_dir);
+    return;
   }
-  return dir;
+  if (nftw(tmp_dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS) != 0)
+    fprintf(stderr, "e2e: could not remove all of %s\n", tmp_dir);
+}
+
+const char *e2e_tmpdir(void) {
+  if (!tmp_dir[0]) {
+    const char *base = getenv("TMPDIR");
+    snprintf(tmp_dir, sizeof tmp_dir, "%s/kdc-e2e-XXXXXX", base && *base ? base : "/tmp");
+    if (!mkdtemp(tmp_dir)) abort();
+    tmp_owner = getpid();
+    if (on_exit(tmpdir_at_exit, NULL) != 0) abort();
+  }
+  return tmp_dir;
 }
 
 char *e2e_path(const char *name) {
