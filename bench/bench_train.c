@@ -10,7 +10,8 @@
  * to sleep (settle); the 8-device line's throughput_vs_1_device is the
  * median of t1/t8 over neighbouring samples.
  * KDC_BENCH_PROFILE=1: the step's per-step profile on stderr
- * (kdc_rt_plan_profile_print); KDC_BENCH_QUICK=1: 1 device only.
+ * (kdc_rt_plan_profile_print); KDC_BENCH_QUICK=1: 1 device only;
+ * KDC_BENCH_BATCH=B: only the cases of batch B.
  * PyTorch eager's time for the same steps comes from bench/torch_train.py
  * (bench/run.sh runs both).  Prints one JSON object.
  * usage: bench_train [BIG_MLP_JSON]   (bench/big_mlp.py writes it)
@@ -208,7 +209,8 @@ int main(int argc, char **argv) {
     if (fd < 0) return 1;
     close(fd);
   }
-  const char *prof = getenv("KDC_BENCH_PROFILE");
+  const char *prof = getenv("KDC_BENCH_PROFILE"), *ob = getenv("KDC_BENCH_BATCH");
+  int64_t only_batch = ob ? atoll(ob) : 0;
   bool profile = prof && *prof;
   static const int mnist_w[] = {784, 200, 10}, big_w[] = {784, 4096, 4096, 10};
   struct { const char *name, *model, *weights; const int *w; int n_layers; int64_t batch; } cases[] = {
@@ -223,7 +225,7 @@ int main(int argc, char **argv) {
          threads, kdc_rt_blas_core());
   int first = 1, nd = quick && *quick ? 1 : 2;
   for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
-    if (!cases[k].model) continue;
+    if (!cases[k].model || (only_batch && cases[k].batch != only_batch)) continue;
     gemm_ctx gc = gemm_setup(cases[k].w, cases[k].n_layers, (int)cases[k].batch);
     blas_ctx b = {&gc, threads};
     stepper st[2];
