@@ -7,7 +7,8 @@
  *
  * Semantics (ops.def gives the one-line version):
  *   - f32 math is done in float, in program order; libm's f32 functions
- *     (expf, tanhf, ...).  Sums (reduce, dot_general) accumulate in a float
+ *     (expf, tanhf, ...); subnormal inputs and results are flushed to
+ *     (signed) zero, as the runtime does (kdc/fpenv.h).  Sums (reduce, dot_general) accumulate in a float
  *     in increasing index order: reduce over the operand's row-major order,
  *     dot over the contracting dims row-major in lhs_contract order.  The
  *     file is compiled with fp-contract off, so a*b+c is never fused.
@@ -43,6 +44,7 @@
 #include <string.h>
 
 #include "ir/ir.h"
+#include "kdc/fpenv.h"
 
 typedef struct interp {
   const kdc_func *f;
@@ -569,7 +571,9 @@ kdc_status kdc_ir_interp_node(const kdc_func *f, kdc_value_id v, void *const *va
   if (f->nodes[v].op == KDC_OP_PARAMETER)
     return KDC_ERR(KDC_INTERNAL, "interpreter: %%%u is a parameter", v);
   KDC_RETURN_IF_ERROR(alloc_value(&f->nodes[v].type, out));
+  unsigned long fp = kdc_fp_flush_enter(); /* kdc_ir_interpret's mode */
   kdc_status st = eval_node(&in, v, *out);
+  kdc_fp_flush_leave(fp);
   if (st) {
     free(*out);
     *out = NULL;
@@ -577,7 +581,7 @@ kdc_status kdc_ir_interp_node(const kdc_func *f, kdc_value_id v, void *const *va
   return st;
 }
 
-kdc_status kdc_ir_interpret(const kdc_func *f, const kdc_tensor *args, size_t n_args,
+static kdc_status interpret(const kdc_func *f, const kdc_tensor *args, size_t n_args,
                             kdc_tensor *out_results) {
   interp in = {f, calloc(f->n_nodes + 1, sizeof(void *)), calloc(f->n_nodes + 1, sizeof(bool))};
   kdc_status st = NULL;
@@ -606,5 +610,15 @@ kdc_status kdc_ir_interpret(const kdc_func *f, const kdc_tensor *args, size_t n_
     if (in.owned[v]) free(in.vals[v]);
   free(in.vals);
   free(in.owned);
+  return st;
+}
+
+/* In kdc's floating-point mode (kdc/fpenv.h: subnormals flushed), as the
+ * runtime computes. */
+kdc_status kdc_ir_interpret(const kdc_func *f, const kdc_tensor *args, size_t n_args,
+                            kdc_tensor *out_results) {
+  unsigned long fp = kdc_fp_flush_enter();
+  kdc_status st = interpret(f, args, n_args, out_results);
+  kdc_fp_flush_leave(fp);
   return st;
 }

@@ -33,6 +33,7 @@
 
 #include <cblas.h>
 
+#include "kdc/fpenv.h"
 #include "runtime/comm.h"
 #include "runtime/cuda/cuda_rt.h"
 #include "runtime/runtime.h"
@@ -562,7 +563,9 @@ kdc_status rt_exec_steps(kdc_rt_plan *p, size_t func) {
                    "run", p->path);
   runner r = {.p = p, .f = &p->prog.funcs[func], .rf = &p->funcs[func], .unstack = UINT32_MAX};
   rt_inplace_bind(p, r.f, r.rf);
+  unsigned long fp = kdc_fp_flush_enter(); /* kdc/fpenv.h; the workers are in it already */
   kdc_status st = p->device_parallel ? run_device_parallel(&r) : run_stepwise(&r);
+  kdc_fp_flush_leave(fp);
   r.rf->prof_runs += p->profile;
   if (st) st = kdc_status_annotate(st, "%s: %s", p->path, r.f->name);
   return st;

@@ -21,6 +21,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 
+#include "kdc/fpenv.h"
 #include "runtime/runtime.h"
 
 enum { SPIN = 4000 };
@@ -67,6 +68,7 @@ static void work(rt_pool *p, uint64_t gen) {
 static void *worker(void *arg) {
   rt_pool *p = arg;
   uint64_t seen = 0;
+  kdc_fp_flush_enter(); /* the executor's mode (kdc/fpenv.h), for the thread's life */
   for (;;) {
     uint64_t g;
     int spins = 0;

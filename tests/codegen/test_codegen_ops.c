@@ -6,6 +6,7 @@
  * Tolerances: see cg_test.h (exact unless a case says otherwise).
  */
 #include "cg_test.h"
+#include "kdc/fpenv.h"
 
 static bool covered[KDC_OP_COUNT];
 
@@ -83,6 +84,78 @@ static void test_unary_f32(void **state) {
     kdc_value_id v = kdc_ir_binary(f, KDC_OP_ADD, z, c);
     finish(m, f, kdc_ir_unary(f, all[i], v), NULL);
   }
+}
+
+/* kdc computes with subnormals flushed (kdc/fpenv.h), as XLA:CPU and
+ * TensorFlow do: a result below 2^-126 is written as a zero of its sign
+ * (FTZ) and a subnormal input is read as zero (DAZ), in the JIT's kernels,
+ * in OpenBLAS's GEMMs and in the reference interpreter alike; the caller's
+ * own mode is left as it was.  Expected values are the IEEE rules with
+ * that flushing, written out by hand. */
+static void test_subnormals_flushed(void **state) {
+  (void)state;
+  unsigned long fp = kdc_fp_flush_enter();
+  bool can = kdc_fp_flushing();
+  kdc_fp_flush_leave(fp);
+  if (!can) skip(); /* a CPU kdc cannot switch: subnormals are kept */
+  assert_false(kdc_fp_flushing()); /* the test process starts in IEEE mode */
+  int64_t n = 6, mk[2] = {1, 1}, nk[2] = {1, 1};
+  kdc_func *f;
+  kdc_module *m = new_case(&f);
+  kdc_value_id x = param(f, KDC_DTYPE_F32, 1, &n);
+  kdc_value_id a = param(f, KDC_DTYPE_F32, 2, mk), b = param(f, KDC_DTYPE_F32, 2, nk);
+  /* y1 = x * 1e-30 (FTZ), y2 = x * 2 + 0 (DAZ), y3 = a . b (FTZ inside a GEMM) */
+  kdc_value_id y1 = kdc_ir_binary(f, KDC_OP_MUL, x, kdc_ir_splat(f, KDC_DTYPE_F32, 1, &n, 1e-30));
+  kdc_value_id y2 = kdc_ir_binary(f, KDC_OP_ADD,
+                                  kdc_ir_binary(f, KDC_OP_MUL, x, kdc_ir_splat(f, KDC_DTYPE_F32, 1, &n, 2.0)),
+                                  kdc_ir_splat(f, KDC_DTYPE_F32, 1, &n, 0.0));
+  kdc_attr_dot d = {.lhs_contract = {1, {1}}, .rhs_contract = {1, {0}}};
+  kdc_value_id y3 = kdc_ir_dot(f, a, b, &d);
+  kdc_ir_add_result(f, y1, "y1");
+  kdc_ir_add_result(f, y2, "y2");
+  kdc_ir_add_result(f, y3, "y3");
+  cgt_fail(kdc_ir_take_error(f), "builder");
+  static const float xs[6] = {1e-10f, -1e-10f, 1.0f, 1e-40f, -1e-40f, 1e-8f};
+  static const float as[1] = {1e-20f}, bs[1] = {1e-20f};
+  /* IEEE would give the subnormals 1e-40, -1e-40 and 1e-38 for x * 1e-30
+   * (flushed: +0, -0, +0), 2e-40 and -2e-40 for 2x + 0 on the subnormal
+   * inputs (read as +-0: +0 both) and 1e-40 for the GEMM (flushed: +0) */
+  const float want1[6] = {0.0f, -0.0f, 1e-30f, 0.0f, -0.0f, 0.0f};
+  const float want2[6] = {2e-10f, -2e-10f, 2.0f, 0.0f, 0.0f, 2e-8f};
+  kdc_tensor args[3] = {{f->nodes[x].type, (void *)xs}, {f->nodes[a].type, (void *)as},
+                        {f->nodes[b].type, (void *)bs}};
+  kdc_tensor ref[3];
+  memset(ref, 0, sizeof ref);
+  cgt_fail(kdc_ir_interpret(f, args, 3, ref), "interpret");
+  assert_false(kdc_fp_flushing());
+  kdc_pass_fuse(m, NULL);
+  cgt_fail(kdc_pass_plan_memory(m, NULL), "plan_memory");
+  const char *path = cgt_path("subnormal.plan");
+  cgt_fail(kdc_codegen_cpu_plan(m, NULL, path), "codegen");
+  for (int threads = 1; threads <= 2; threads++) {
+    kdc_rt_plan *plan;
+    kdc_rt_options ro = {.n_threads = threads};
+    cgt_fail(kdc_rt_plan_load_with(path, &ro, &plan), "load");
+    float o1[6], o2[6], o3[1];
+    const void *in[3] = {xs, as, bs};
+    void *out[3] = {o1, o2, o3};
+    cgt_fail(kdc_rt_plan_run(plan, in, out), "run");
+    assert_false(kdc_fp_flushing()); /* the caller's mode is restored */
+    const float *got[2][3] = {{o1, o2, o3}, {ref[0].data, ref[1].data, ref[2].data}};
+    for (int k = 0; k < 2; k++) { /* the runtime, then the interpreter */
+      for (int i = 0; i < 6; i++) {
+        if (memcmp(&got[k][0][i], &want1[i], 4))
+          fail_msg("%s y1[%d] = %g, want %g", k ? "interpreter" : "runtime", i, got[k][0][i], want1[i]);
+        if (memcmp(&got[k][1][i], &want2[i], 4))
+          fail_msg("%s y2[%d] = %g, want %g", k ? "interpreter" : "runtime", i, got[k][1][i], want2[i]);
+      }
+      if (got[k][2][0] != 0.0f || signbit(got[k][2][0]))
+        fail_msg("%s y3 = %g, want +0", k ? "interpreter" : "runtime", got[k][2][0]);
+    }
+    kdc_rt_plan_release(plan);
+  }
+  for (int i = 0; i < 3; i++) free(ref[i].data);
+  kdc_ir_module_destroy(m);
 }
 
 static void test_unary_int(void **state) {
@@ -512,6 +585,7 @@ static void test_all_ops_covered(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_unary_f32),      cmocka_unit_test(test_unary_int),
+      cmocka_unit_test(test_subnormals_flushed),
       cmocka_unit_test(test_convert),        cmocka_unit_test(test_binary),
       cmocka_unit_test(test_compare_select), cmocka_unit_test(test_leaves),
       cmocka_unit_test(test_broadcast),      cmocka_unit_test(test_reshape),
