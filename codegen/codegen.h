@@ -184,6 +184,14 @@ kdc_status cg_body_emit(cg_plan *P, cg_kernel *k, uint32_t index, LLVMValueRef *
  *    walks the operand with the stride of the kept dims per element. */
 enum { CG_MAX_PIECES = 64 };
 int cg_kernel_concat_pieces(const cg_kernel *k);  /* pieces, or 0 */
+/* Flat kernels: a kernel of rank >= 2 whose every output is computed from
+ * its row-major linear index alone (elementwise members over operands of
+ * the output's dims, reshapes, broadcasts of one element, loads, constants)
+ * runs as rank 1 over all its elements (lower.c sets out_type to
+ * [numel]): one unit-stride loop instead of rows of a short innermost dim
+ * (an optimizer update of a [200, 10] kernel: 200 loops of 10).  The body
+ * is the same code at the same linear index; nothing else changes. */
+bool cg_kernel_flat(const cg_kernel *k);
 int cg_kernel_column_reduce(const cg_kernel *k);  /* p, or 0 */
 kdc_status cg_body_emit_piece(cg_plan *P, const cg_kernel *k, const char *name, int piece,
                               LLVMValueRef *out_body);

@@ -556,6 +556,43 @@ int cg_kernel_column_reduce(const cg_kernel *k) {
   return p;
 }
 
+/* cg_kernel_flat: can member |v|, reached at the kernel's output index,
+ * be emitted from the linear index alone?  A reshape starts its operand's
+ * own index (the linear offset passes through), so below it anything goes;
+ * values outside the group are loads at the linear offset. */
+static bool flat_from(const cg_kernel *k, kdc_value_id v, uint8_t *seen) {
+  const kdc_node *nd = &k->f->nodes[v];
+  bool member = k->group >= 0 ? nd->group == k->group : v == k->root;
+  if (nd->op == KDC_OP_CONSTANT || !member || seen[v]) return true;
+  seen[v] = 1;
+  switch (nd->op) {
+  case KDC_OP_RESHAPE: return true;
+  case KDC_OP_SHARDING_CONSTRAINT: return flat_from(k, nd->in[0], seen);
+  case KDC_OP_BROADCAST: return kdc_type_numel(&k->f->nodes[nd->in[0]].type) == 1;
+  default: break;
+  }
+  if (!(kdc_op_flags(nd->op) & OPF_EW)) return false;
+  for (int i = 0; i < nd->n_in; i++) {
+    const kdc_type *t = &k->f->nodes[nd->in[i]].type;
+    if (t->rank != nd->type.rank || memcmp(t->dims, nd->type.dims, sizeof(int64_t) * (size_t)t->rank))
+      return false;
+    if (!flat_from(k, nd->in[i], seen)) return false;
+  }
+  return true;
+}
+
+bool cg_kernel_flat(const cg_kernel *k) {
+  const kdc_type *t = &k->out_type;
+  if (k->transpose || t->rank < 2 || kdc_type_numel(t) <= 0 || cg_kernel_column_reduce(k) ||
+      cg_kernel_concat_pieces(k))
+    return false;
+  uint8_t *seen = kdc_xcalloc(k->f->n_nodes + 1, 1);
+  bool ok = flat_from(k, k->root, seen);
+  for (uint32_t j = 0; j < k->n_extra && ok; j++) ok = flat_from(k, k->extra[j], seen);
+  free(seen);
+  return ok;
+}
+
 /* Pieces of a root concatenate along the last dim (at most CG_MAX_PIECES),
  * else 0. */
 int cg_kernel_concat_pieces(const cg_kernel *k) {

@@ -288,6 +288,10 @@ static kdc_status lower_kernel(lowerer *L, kdc_value_id r) {
       k.slot[x] = (int32_t)s;  /* s == 0: in place over the output */
     }
   }
+  if (!st && cg_kernel_flat(&k) && !cg_kernel_streams(&k)) { /* codegen.h; streaming wants rows */
+    int64_t n = kdc_type_numel(&k.out_type);
+    k.out_type = kdc_type_make(k.out_type.dtype, 1, &n);
+  }
   if (!st) st = emit_kernel(L, &k, args);
   free(k.slot);
   return st;
