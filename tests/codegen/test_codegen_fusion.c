@@ -104,6 +104,37 @@ static bool has_extent(const extents *x, int64_t e) {
   return false;
 }
 
+/* Flat kernels (codegen.h): an Adam-like update of a [200, 10] weight
+ * (elementwise over equal dims, a scalar broadcast, two outputs) runs as
+ * one row per element (extent 2000), while a kernel that broadcasts a
+ * [10] bias along the rows still needs the row index (extent 200); every
+ * output bit for bit against the interpreter, on 1 and 2 threads. */
+static void test_flat_kernels(void **state) {
+  (void)state;
+  int64_t d[2] = {200, 10}, c[1] = {10}, map[1] = {1}, none[1] = {0};
+  for (int th = 1; th <= 2; th++) {
+    kdc_module *m = kdc_ir_module_create("flat");
+    kdc_func *f = kdc_ir_func_create(m, "predict");
+    kdc_value_id g = param(f, "g", 2, d), mo = param(f, "m", 2, d), w = param(f, "w", 2, d);
+    kdc_value_id lr = param(f, "lr", 0, none), b = param(f, "b", 1, c);
+    kdc_value_id m1 = kdc_ir_binary(f, KDC_OP_ADD, kdc_ir_binary_scalar(f, KDC_OP_MUL, mo, 0.9),
+                                    kdc_ir_binary_scalar(f, KDC_OP_MUL, g, 0.1));
+    kdc_value_id step = kdc_ir_binary(f, KDC_OP_MUL, m1, kdc_ir_broadcast(f, lr, 2, d, none));
+    kdc_ir_add_result(f, kdc_ir_binary(f, KDC_OP_SUB, w, step), "w_new");
+    kdc_ir_add_result(f, m1, "m_new");
+    kdc_value_id y = kdc_ir_binary(f, KDC_OP_ADD, kdc_ir_unary(f, KDC_OP_TANH, g),
+                                   kdc_ir_broadcast(f, b, 2, d, map));
+    kdc_ir_add_result(f, y, "biased");
+    extents e = {0};
+    cgt_opts o = {.threads = th, .inspect = get_extents, .ctx = &e};
+    cgt_check(m, f, &o);
+    assert_true(has_extent(&e, 2000)); /* the update: flat */
+    assert_true(has_extent(&e, 200));  /* the bias broadcast: rows */
+    assert_false(has_extent(&e, 10));
+    kdc_ir_module_destroy(m);
+  }
+}
+
 /* Column reductions (codegen.h: a root reduce over the leading dims runs
  * with the kept elements innermost, rows of 16 output elements): batch-
  * norm-like statistics over [4,16,16,37] (sum of an affine map, sum of its
@@ -219,7 +250,7 @@ int main(void) {
       cmocka_unit_test(test_bias_gelu_softmax), cmocka_unit_test(test_layer_norm),
       cmocka_unit_test(test_threads),           cmocka_unit_test(test_results),
       cmocka_unit_test(test_random_graphs),     cmocka_unit_test(test_column_reduction),
-      cmocka_unit_test(test_concat_pieces),
+      cmocka_unit_test(test_concat_pieces),     cmocka_unit_test(test_flat_kernels),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
