@@ -591,33 +591,79 @@ static kdc_status run_collective(const cu_run *r, uint32_t s) {
   return NULL;
 }
 
-static kdc_status run_step(const cu_run *r, const cu_dev *d, uint32_t s);
-
-/* A LOOP step (scan) on one device: the body function runs |length| times
- * with its inputs and outputs bound as GPU buffers at iteration t's ranges
+/* LOOP steps (scans).  The body function runs |length| times with its
+ * inputs and outputs bound as GPU buffers at iteration t's ranges
  * (in_dev / out_dev), then the carries are copied over their inputs
- * (exec.c's semantics; a collective inside the body is not supported on
- * CUDA: run_step's located error). */
+ * (runtime/exec.c's semantics).  A body without collectives runs on each
+ * device in turn (run_loop); one that meets the other devices (an RNN
+ * split by units over `model` all_gathers h every step) runs iteration by
+ * iteration on all devices, its steps like a function's (run_loop_meeting:
+ * kernels per device, each collective once for all of them through NCCL). */
+static bool body_meets(const kdc_program *pr, const kdc_prog_loop_step *l) {
+  const kdc_prog_func *b = &pr->funcs[l->body];
+  for (uint32_t s = 0; s < b->n_steps; s++)
+    if (b->steps[s].kind == KDC_STEP_COLLECTIVE ||
+        (b->steps[s].kind == KDC_STEP_LOOP && body_meets(pr, &b->steps[s].loop)))
+      return true;
+  return false;
+}
+
+static cu_run body_run(const cu_run *r, const kdc_prog_loop_step *l) {
+  return (cu_run){r->p, r->c, l->body, &r->p->prog.funcs[l->body], &r->p->funcs[l->body]};
+}
+
+/* Binds device |d|'s body buffers to iteration |t| (t < 0: unbinds). */
+static void bind_iteration(const cu_run *r, const cu_run *b, const cu_dev *d,
+                           const kdc_prog_loop_step *l, int64_t t) {
+  for (uint32_t i = 0; i < l->n_in; i++)
+    b->rf->in_dev[d->id * l->n_in + i] =
+        t < 0 ? NULL
+              : (void *)(uintptr_t)(resolve(r, d, &l->in[i]) + (CUdeviceptr)(t * l->in_stride[i]));
+  for (uint32_t o = 0; o < l->n_out; o++)
+    b->rf->out_dev[d->id * l->n_out + o] =
+        t < 0 ? NULL
+              : (void *)(uintptr_t)(resolve(r, d, &l->out[o]) +
+                                    (CUdeviceptr)(t * l->out_stride[o]));
+}
+
+static kdc_status copy_carries(const cu_run *r, const cu_dev *d, const kdc_prog_loop_step *l) {
+  for (uint32_t i = 0; i < l->n_carry; i++) {
+    CUresult rc = r->c->api->cuMemcpyDtoDAsync(resolve(r, d, &l->in[i]), resolve(r, d, &l->out[i]),
+                                               l->in[i].bytes, d->stream);
+    if (rc != CUDA_SUCCESS) return cu_fail(r->p, d, "cuMemcpyDtoDAsync", rc);
+  }
+  return NULL;
+}
+
+static kdc_status run_step(const cu_run *r, const cu_dev *d, uint32_t s);
+static kdc_status run_steps(const cu_run *r);
+
 static kdc_status run_loop(const cu_run *r, const cu_dev *d, const kdc_prog_loop_step *l) {
-  const rt_cuda_api *api = r->c->api;
-  cu_run b = {r->p, r->c, l->body, &r->p->prog.funcs[l->body], &r->p->funcs[l->body]};
+  cu_run b = body_run(r, l);
   kdc_status st = NULL;
   for (int64_t t = 0; t < l->length && !st; t++) {
-    for (uint32_t i = 0; i < l->n_in; i++)
-      b.rf->in_dev[d->id * l->n_in + i] =
-          (void *)(uintptr_t)(resolve(r, d, &l->in[i]) + (CUdeviceptr)(t * l->in_stride[i]));
-    for (uint32_t o = 0; o < l->n_out; o++)
-      b.rf->out_dev[d->id * l->n_out + o] =
-          (void *)(uintptr_t)(resolve(r, d, &l->out[o]) + (CUdeviceptr)(t * l->out_stride[o]));
+    bind_iteration(r, &b, d, l, t);
     for (uint32_t s = 0; s < b.f->n_steps && !st; s++) st = run_step(&b, d, s);
-    for (uint32_t i = 0; i < l->n_carry && !st; i++) {
-      CUresult rc = api->cuMemcpyDtoDAsync(resolve(r, d, &l->in[i]), resolve(r, d, &l->out[i]),
-                                           l->in[i].bytes, d->stream);
-      if (rc != CUDA_SUCCESS) st = cu_fail(r->p, d, "cuMemcpyDtoDAsync", rc);
+    if (!st) st = copy_carries(r, d, l);
+  }
+  bind_iteration(r, &b, d, l, -1);
+  return st;
+}
+
+static kdc_status run_loop_meeting(const cu_run *r, const kdc_prog_loop_step *l) {
+  rt_cuda *c = r->c;
+  cu_run b = body_run(r, l);
+  kdc_status st = NULL;
+  for (int64_t t = 0; t < l->length && !st; t++) {
+    for (int64_t i = 0; i < c->n; i++) bind_iteration(r, &b, &c->dev[i], l, t);
+    st = run_steps(&b);
+    for (int64_t i = 0; i < c->n && !st; i++) {
+      const cu_dev *d = &c->dev[i];
+      CUresult rc = c->n > 1 ? c->api->cuCtxSetCurrent(d->ctx) : CUDA_SUCCESS;
+      st = rc != CUDA_SUCCESS ? cu_fail(r->p, d, "cuCtxSetCurrent", rc) : copy_carries(r, d, l);
     }
   }
-  for (uint32_t i = 0; i < l->n_in; i++) b.rf->in_dev[d->id * l->n_in + i] = NULL;
-  for (uint32_t o = 0; o < l->n_out; o++) b.rf->out_dev[d->id * l->n_out + o] = NULL;
+  for (int64_t i = 0; i < c->n; i++) bind_iteration(r, &b, &c->dev[i], l, -1);
   return st;
 }
 
@@ -661,7 +707,9 @@ static kdc_status run_step(const cu_run *r, const cu_dev *d, uint32_t s) {
     CU(r->p, d, "cuMemcpyDtoDAsync", api->cuMemcpyDtoDAsync(dst, src, n, d->stream));
     return NULL;
   }
-  case KDC_STEP_LOOP: return run_loop(r, d, &st->loop);
+  case KDC_STEP_LOOP:
+    if (body_meets(&r->p->prog, &st->loop)) break; /* run_steps runs it on every device */
+    return run_loop(r, d, &st->loop);
   default: break;
   }
   return KDC_ERR(KDC_UNSUPPORTED, "%s: %s step %u: step kind %d is not supported on CUDA",
@@ -695,6 +743,29 @@ static kdc_status wait_streams(const cu_run *r) {
   return NULL;
 }
 
+/* Function |r|'s steps on every local device: collectives once for all,
+ * loops that meet iteration by iteration, everything else per device. */
+static kdc_status run_steps(const cu_run *r) {
+  rt_cuda *c = r->c;
+  const kdc_prog_func *f = r->f;
+  for (uint32_t s = 0; s < f->n_steps; s++) {
+    const kdc_prog_step *st = &f->steps[s];
+    if (st->kind == KDC_STEP_COLLECTIVE) {
+      KDC_RETURN_IF_ERROR(run_collective(r, s));
+      continue;
+    }
+    if (st->kind == KDC_STEP_LOOP && body_meets(&r->p->prog, &st->loop)) {
+      KDC_RETURN_IF_ERROR(run_loop_meeting(r, &st->loop));
+      continue;
+    }
+    for (int64_t i = 0; i < c->n; i++) {
+      if (c->n > 1) CU(r->p, &c->dev[i], "cuCtxSetCurrent", c->api->cuCtxSetCurrent(c->dev[i].ctx));
+      KDC_RETURN_IF_ERROR(run_step(r, &c->dev[i], s));
+    }
+  }
+  return NULL;
+}
+
 static kdc_status run(const cu_run *r) {
   rt_cuda *c = r->c;
   const rt_cuda_api *api = c->api;
@@ -711,16 +782,7 @@ static kdc_status run(const cu_run *r) {
                                 f->inputs[k].local_bytes, d->stream));
     }
   }
-  for (uint32_t s = 0; s < f->n_steps; s++) {
-    if (f->steps[s].kind == KDC_STEP_COLLECTIVE) {
-      KDC_RETURN_IF_ERROR(run_collective(r, s));
-      continue;
-    }
-    for (int64_t i = 0; i < c->n; i++) {
-      if (c->n > 1) CU(r->p, &c->dev[i], "cuCtxSetCurrent", api->cuCtxSetCurrent(c->dev[i].ctx));
-      KDC_RETURN_IF_ERROR(run_step(r, &c->dev[i], s));
-    }
-  }
+  KDC_RETURN_IF_ERROR(run_steps(r));
   for (int64_t i = 0; i < c->n; i++) { /* results the caller reads on the host */
     const cu_dev *d = &c->dev[i];
     CU(r->p, d, "cuCtxSetCurrent", api->cuCtxSetCurrent(d->ctx));

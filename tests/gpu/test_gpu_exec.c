@@ -86,13 +86,28 @@ static void close_enough(const char *what, const float *gpu, const float *cpu, s
   }
 }
 
-static void compare_example(const char *ex, const char *mesh) {
+static char *write_text(const char *name, const char *text) {
+  char *p = e2e_path(name);
+  FILE *f = fopen(p, "w");
+  assert_non_null(f);
+  fputs(text, f);
+  assert_int_equal(fclose(f), 0);
+  return p;
+}
+
+/* |layout|: a layout.json text for --layout, or NULL. */
+static void compare_example(const char *ex, const char *mesh, const char *layout) {
   char rel[256];
   snprintf(rel, sizeof rel, "examples/%s/model.json", ex);
   char *model = e2e_src(rel), *plan = e2e_path("cmp.plan");
   e2e_result r;
-  if (*mesh) e2e_kdc(&r, "compile", model, "-o", plan, "--target", "cuda", "--batch", "8", "--mesh", mesh, NULL);
-  else e2e_kdc(&r, "compile", model, "-o", plan, "--target", "cuda", "--batch", "8", NULL);
+  const char *argv[16] = {"compile", model, "-o", plan, "--target", "cuda", "--batch", "8"};
+  int na = 8;
+  if (*mesh) argv[na++] = "--mesh", argv[na++] = mesh;
+  char *lay = layout ? write_text("gpu_layout.json", layout) : NULL;
+  if (lay) argv[na++] = "--layout", argv[na++] = lay;
+  e2e_kdcv(&r, argv);
+  free(lay);
   if (r.status != 0) fail_msg("%s: compile: %s", ex, r.err);
   kdc_rt_plan *g = load(plan, KDC_RT_TARGET_PLAN), *c = load(plan, KDC_RT_TARGET_CPU);
   size_t ni = kdc_rt_plan_input_count(c, 0), no = kdc_rt_plan_output_count(c, 0);
@@ -128,6 +143,11 @@ static void compare_example(const char *ex, const char *mesh) {
   free(model), free(plan);
 }
 
+/* Recurrent kernels split by units over `model` (docs/sharding.md). */
+static const char *UNITS_LAYOUT =
+    "{\"batch_dim_name\": \"data\", \"layout_map\": {"
+    "\".*_cell/(recurrent_)?kernel\": [null, \"model\"], \".*_cell/bias\": [\"model\"]}}";
+
 /* Skips (printing why) unless a CUDA device is usable; never fakes one. */
 static bool gpu_usable(void) {
   kdc_status st = kdc_rt_cuda_available(cuda_plan());
@@ -148,13 +168,16 @@ static void test_gpu_matches_cpu(void **state) {
     char path[1024];
     snprintf(path, sizeof path, "%s/%s/model.json", dir, e->d_name);
     if (e->d_name[0] == '.' || !e2e_exists(path)) continue;
-    compare_example(e->d_name, "");
-    compare_example(e->d_name, "2"); /* data parallel: NCCL collectives */
+    compare_example(e->d_name, "", NULL);
+    compare_example(e->d_name, "2", NULL); /* data parallel: NCCL collectives */
     n++;
   }
   closedir(dh);
   free(dir);
   assert_true(n >= 8);
+  /* LSTMs split by units over `model`: an all_gather of h inside every
+   * step of the scan, run iteration by iteration on both GPUs */
+  compare_example("lstm_text", "1x2", UNITS_LAYOUT);
 }
 
 /* Three train_step calls on the same batches, GPU vs CPU: losses and every
