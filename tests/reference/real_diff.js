@@ -68,21 +68,27 @@ class HardSigmoidKeras3 extends tf.serialization.Serializable {
 HardSigmoidKeras3.className = 'hardSigmoidKeras3';
 for (const c of [LeakyReluAlias, HardSigmoidKeras3]) tf.serialization.registerClass(c);
 
-// (parsed in main(): real_fit.js requires this file for loadReal)
+// Options of the command line |args| (each removed as it is read).
+function argReader(args) {
+  return {
+    opt(name, def) {
+      const i = args.indexOf(name);
+      if (i < 0) return def;
+      const v = args[i + 1];
+      args.splice(i, 2);
+      return v;
+    },
+    flag(name) {
+      const i = args.indexOf(name);
+      if (i < 0) return false;
+      args.splice(i, 1);
+      return true;
+    },
+  };
+}
+// (read only when run: real_fit.js requires this file for loadReal)
 const args = require.main === module ? process.argv.slice(2) : [];
-function opt(name, def) {
-  const i = args.indexOf(name);
-  if (i < 0) return def;
-  const v = args[i + 1];
-  args.splice(i, 2);
-  return v;
-}
-function flag(name) {
-  const i = args.indexOf(name);
-  if (i < 0) return false;
-  args.splice(i, 1);
-  return true;
-}
+const { opt, flag } = argReader(args);
 const KDC = opt('--kdc', path.resolve(__dirname, '..', '..', 'build', 'tools', 'kdc'));
 const BATCH = Number(opt('--batch', '2'));
 const SEED = Number(opt('--seed', '1'));
@@ -317,21 +323,28 @@ async function main() {
     console.error('usage: node real_diff.js [--kdc PATH] [--batch N] [--seed S] [--time T] [--mesh M [--layout L]] [--write DIR] FILE...');
     process.exit(2);
   }
+  await eachFile(args, checkFile, QUIET);
+}
+
+// |fn|(file) for each of |files|: one line per file, `ok|FAIL|TFJS|SKIP
+// <file>: <detail> [seconds]` (ok lines only when not |quiet|); exits 1
+// when one failed, else 0.
+async function eachFile(files, fn, quiet) {
   let bad = 0;
-  for (const f of args) {
+  for (const f of files) {
     const t0 = Date.now();
     let r;
     try {
-      r = await checkFile(f);
+      r = await fn(f);
     } catch (e) {
       r = { status: 'FAIL', detail: 'harness error: ' + firstLine(e) };
     }
     if (r.status === 'FAIL') bad++;
-    if (!QUIET || r.status !== 'ok')
+    if (!quiet || r.status !== 'ok')
       console.log(`${r.status} ${path.basename(f)}: ${r.detail} [${((Date.now() - t0) / 1000).toFixed(1)} s]`);
   }
   process.exit(bad ? 1 : 0);
 }
 
 if (require.main === module) main();
-module.exports = { loadReal, modelLayout, layoutKey, hashName, firstLine };
+module.exports = { loadReal, modelLayout, layoutKey, hashName, firstLine, argReader, eachFile };
