@@ -13,7 +13,8 @@
 # Embedding, LSTM; categorical_crossentropy, RMSprop), 02vansh (Conv1D,
 # pooling, LSTM; sparse_categorical_crossentropy, Adam), vyomshm (two
 # stacked LSTMs, tf.keras 2's hard_sigmoid gates; mean_squared_error, SGD
-# with momentum).
+# with momentum), ansh2607 (Keras 3 GRUs with reset_after=true;
+# mean_squared_error, Adam).
 # Deterministic: running it twice gives byte-identical files.
 #   cd tests/reference && npm ci && sh gen_real_fit.sh
 set -e
@@ -27,4 +28,5 @@ node real_fit.js --no-kdc --quiet --write "$OUT" \
   "$RJ/Ekuaappiah__Maternal-Health-Risk-Prediction-App__model.json" \
   "$R3/icemeteor__information-extraction__lstm_model.json" \
   "$R3/02vansh__Speech-Emotion-Recognition__cnn_lstm_model.json" \
-  "$R3/vyomshm__DeepAnomaly__lstm_model.json"
+  "$R3/vyomshm__DeepAnomaly__lstm_model.json" \
+  "$R3/ansh2607__Solar-Power-Prediction__gru_model.json"

@@ -74,6 +74,7 @@ const tf = require('@tensorflow/tfjs');
 const L = require('./lib');
 const RD = require('./real_diff');
 const FF = require('./fit_fuzz');
+const K3 = require('./keras3_layers');
 
 const args = process.argv.slice(2);
 const { opt, flag } = RD.argReader(args);
@@ -158,6 +159,36 @@ function sgdCompileConfig(heads) {
 }
 
 const firstLine = RD.firstLine;
+
+// keras3_layers.js' GRU with reset_after=true (Keras 3's default) computes
+// in plain JS, float64, without a tfjs gradient: for the fit, the same
+// Keras 3 step (rnn/gru.py, its comment there) in tf ops, float32.
+function differentiableGRU() {
+  const acts = { tanh: tf.tanh, sigmoid: tf.sigmoid, linear: x => x, relu: tf.relu,
+    hard_sigmoid: x => tf.clipByValue(tf.add(tf.mul(x, 0.2), 0.5), 0, 1) };
+  K3.KGRUResetAfter.prototype.call = function (inputs) {
+    const x = Array.isArray(inputs) ? inputs[0] : inputs, [B, T, D] = x.shape, c = this.cfg, u = c.units;
+    const v = n => this.weights.find(w => w.originalName === `${this.name}/${n}`).read();
+    const W = v('kernel'), U = v('recurrent_kernel'), bias = c.use_bias ? v('bias') : tf.zeros([2, 3 * u]);
+    const b0 = tf.reshape(tf.slice(bias, [0, 0], [1, 3 * u]), [3 * u]);
+    const b1 = tf.reshape(tf.slice(bias, [1, 0], [1, 3 * u]), [3 * u]);
+    const act = acts[c.activation], ract = acts[c.recurrent_activation];
+    const xs = tf.add(tf.reshape(tf.matMul(tf.reshape(x, [B * T, D]), W), [B, T, 3 * u]), b0);
+    const part = (m, k) => tf.slice(m, [0, k * u], [B, u]);
+    let h = tf.zeros([B, u]);
+    const outs = [];
+    for (let s = 0; s < T; s++) {
+      const t = c.go_backwards ? T - 1 - s : s;
+      const xt = tf.reshape(tf.slice(xs, [0, t, 0], [B, 1, 3 * u]), [B, 3 * u]);
+      const hs = tf.add(tf.matMul(h, U), b1);
+      const z = ract(tf.add(part(xt, 0), part(hs, 0))), r = ract(tf.add(part(xt, 1), part(hs, 1)));
+      const hh = act(tf.add(part(xt, 2), tf.mul(r, part(hs, 2))));
+      h = tf.add(tf.mul(z, h), tf.mul(tf.sub(1, z), hh));
+      outs.push(h);
+    }
+    return c.return_sequences ? tf.stack(outs, 1) : h;
+  };
+}
 
 // tfjs 4.22's CPU UnsortedSegmentSum (the gradient of gather, so of every
 // Embedding) loops over the segments and sums a masked copy of all the
@@ -371,6 +402,7 @@ async function main() {
   await tf.setBackend('cpu');
   await tf.ready();
   fastSegmentSum();
+  differentiableGRU();
   if (!args.length) {
     console.error('usage: node real_fit.js [--kdc PATH] [--write DIR [--no-kdc]] [--max-seconds S] [--quiet] FILE...');
     process.exit(2);
