@@ -23,8 +23,8 @@ enum { MAX_ARGS = 64, MAX_LOSSES = 512, MAX_INPUTS = 4, MAX_OUTPUTS = 4 };
 
 /* Every history entry of the reference |want| against |got| (history
  * JSON texts, the same keys in both): the worst error in tolerances
- * (E2E_FIT_LOSS_ATOL + E2E_FIT_LOSS_RTOL |ref|; the absolute part for a loss near 0, a
- * few ulps of the logits). */
+ * (E2E_FIT_LOSS_ATOL + E2E_FIT_LOSS_RTOL |ref|; the absolute part for a
+ * loss near 0, a few ulps of the logits). */
 static double loss_error(const char *got, const char *want, int epochs) {
   json_object *jg = json_tokener_parse(got), *jw = json_tokener_parse(want);
   assert_non_null(jg);
@@ -37,7 +37,8 @@ static double loss_error(const char *got, const char *want, int epochs) {
     if (ng != nw) fprintf(stderr, "history key %s: %d values, the reference %d\n", key, ng, nw);
     assert_int_equal(ng, nw);
     assert_true(nw >= epochs);
-    for (int i = 0; i < nw; i++) worst = fmax(worst, fabs(g[i] - w[i]) / (E2E_FIT_LOSS_ATOL + E2E_FIT_LOSS_RTOL * fabs(w[i])));
+    for (int i = 0; i < nw; i++)
+      worst = fmax(worst, fabs(g[i] - w[i]) / (E2E_FIT_LOSS_ATOL + E2E_FIT_LOSS_RTOL * fabs(w[i])));
   }
   json_object_put(jg), json_object_put(jw);
   return worst;
@@ -190,7 +191,8 @@ void e2e_fit_case_run(const char *name, const char *dir, json_object *desc, cons
   if (run->layout) argv[n++] = "--layout", argv[n++] = layout;
   if (run->axes) argv[n++] = "--axes", argv[n++] = run->axes;
   json_object *extra = NULL;
-  if (json_object_object_get_ex(desc, "compile_args", &extra) && json_object_is_type(extra, json_type_array)) {
+  if (json_object_object_get_ex(desc, "compile_args", &extra) &&
+      json_object_is_type(extra, json_type_array)) {
     for (size_t i = 0; i < json_object_array_length(extra); i++) {
       assert_true(n < MAX_ARGS - 8);
       argv[n++] = json_object_get_string(json_object_array_get_idx(extra, i));

@@ -44,7 +44,8 @@
 
 enum { MAX_CASES = 32 };
 
-static const e2e_case_run runs[] = {{"1", true, false, NULL}, {"8", false, false, NULL}, {"2x4", false, true, NULL}};
+static const e2e_case_run runs[] = {
+    {"1", true, false, NULL}, {"8", false, false, NULL}, {"2x4", false, true, NULL}};
 
 static void test_fit_fuzz_cases(void **state) {
   (void)state;
@@ -74,8 +75,8 @@ static void test_fit_fuzz_cases(void **state) {
     free(cj), free(dir), free(names[c]), free(ref_hist), free(ref_final);
   }
   fprintf(stderr, "fit fuzz: %d cases x %zu runs: losses within %.3g x (%g + %g |ref|), weights within %.3g x "
-          "(%g + %g |ref|)\n", n, sizeof runs / sizeof runs[0], worst_loss, E2E_FIT_LOSS_ATOL, E2E_FIT_LOSS_RTOL, worst_w,
-          E2E_FIT_W_ATOL, E2E_FIT_W_RTOL);
+          "(%g + %g |ref|)\n", n, sizeof runs / sizeof runs[0], worst_loss, E2E_FIT_LOSS_ATOL,
+          E2E_FIT_LOSS_RTOL, worst_w, E2E_FIT_W_ATOL, E2E_FIT_W_RTOL);
   free(root);
 }
 

@@ -62,7 +62,8 @@ static void test_real_fit_cases(void **state) {
     json_object_put(desc);
     free(cj), free(dir), free(names[c]);
   }
-  fprintf(stderr, "real fit: %d runs: losses within %.3g x (%g + %g |ref|), weights within %.3g x (%g + %g |ref|)\n",
+  fprintf(stderr,
+          "real fit: %d runs: losses within %.3g x (%g + %g |ref|), weights within %.3g x (%g + %g |ref|)\n",
           n_runs, worst_loss, E2E_FIT_LOSS_ATOL, E2E_FIT_LOSS_RTOL, worst_w, E2E_FIT_W_ATOL, E2E_FIT_W_RTOL);
   free(root);
 }
