@@ -304,7 +304,15 @@ async function fitFile(file, lrScale = 1) {
     cleanup();
     return { status: 'SKIP', detail: `too big: tfjs predicts ${ROWS} rows in ${secs.toFixed(1)} s` };
   }
-  const outNames = model.outputLayers.map(l => l.name);
+  // output names as Keras gives them (tf.keras 2 _set_output_names): a
+  // layer that gives two outputs (an LSTM's return_state) is `lstm`, then
+  // `lstm_1`; the history keys are `<name>_loss`
+  const outNames = [], count = {};
+  for (const l of model.outputLayers) {
+    let name = l.name;
+    while (outNames.includes(name)) { count[l.name] = (count[l.name] || 1); name = `${l.name}_${count[l.name]++}`; }
+    outNames.push(name);
+  }
   const configured = configuredLosses(doc, outNames);
   const heads = outs.map((y, i) => {
     const loss = configured ? configured[i] : isSoftmax(y) ? (h & 1 ? 'scce' : 'cce') : 'mse';
