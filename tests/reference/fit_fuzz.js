@@ -730,7 +730,11 @@ function totalLoss(g, ys, out) {
 function fdCheck(g, vars, grads, xb, yb) {
   const moving = g.model.weights.filter(w => !w.trainable).map(w => [w, w.read().clone()]);
   const lossAt = () => { const l = totalLoss(g, yb, g.model.apply(xb, { training: true })).total; return l.dataSync()[0]; };
-  for (const v of vars) {
+  // (g.fdVars: at most that many variables, spread over the model: a big
+  // real model would need thousands of forwards)
+  const step = g.fdVars ? Math.max(1, Math.ceil(vars.length / g.fdVars)) : 1;
+  for (const v of vars.filter((_, k) => k % step === 0)) {
+    if (g.deadline && Date.now() > g.deadline) throw Error('too slow: past the deadline in the gradient check');
     const w0 = v.dataSync().slice(), gr = grads[v.name].dataSync();
     for (const i of [0, w0.length - 1]) {
       const at = d => { const w = w0.slice(); w[i] += d; v.assign(tf.tensor(w, v.shape)); return lossAt(); };
@@ -784,8 +788,13 @@ function train(g, xs, ys, xShapes, yShapes) {
         return l.total;
       }, vars);
       const loss = value.dataSync()[0];
+      // (a layer computed in plain JS, keras3_layers.js, has no tfjs gradient)
+      const lost = vars.find(v => !grads[v.name]);
+      if (lost) throw new Error(`tfjs gives no gradient for ${lost.name}`);
       if (!Number.isFinite(loss)) throw new Error(`non-finite loss at step ${iteration}`);
       if (iteration === 0) fdCheck(g, vars, grads, xb, yb);
+      // (g.deadline: real_fit.js gives up on a model too slow to train in tfjs)
+      if (g.deadline && Date.now() > g.deadline) throw Error(`too slow: past the deadline at step ${iteration}`);
       for (const v of vars) {
         const W = v.dataSync().slice();
         update(v.name, W, grads[v.name].dataSync(), iteration);
@@ -1018,6 +1027,44 @@ function noisyChecks(kdc, dir, desc, plan, trained) {
   return fails;
 }
 
+// kdc's --history file.  (kdc writes a non-finite loss as Python's json
+// does, NaN / Infinity, which JSON.parse refuses: read as numbers, so that
+// compareFit reports them.)
+function readHistory(file) {
+  return JSON.parse(fs.readFileSync(file, 'utf8').replace(/-?\b(NaN|Infinity)\b/g, '"$&"'),
+    (k, v) => (typeof v === 'string' ? Number(v) : v));
+}
+
+// |got| (history) and |st| (--save-weights) of one kdc run against the
+// reference |hist| and |ref| (name -> {data}): every history key within
+// LOSS_ATOL + LOSS_RTOL |ref|, every reference tensor within W_ATOL +
+// W_RTOL |ref|; the failures, one line each tagged |tag| (the worst
+// ratios go to |measured|).
+function compareFit(tag, hist, got, ref, st) {
+  const fails = [];
+  for (const k of new Set([...Object.keys(hist), ...Object.keys(got)])) {
+    if (!got[k] || !hist[k] || got[k].length !== hist[k].length) { fails.push(`${tag}: ${k}: length`); continue; }
+    let worst = 0, at = 0;
+    hist[k].forEach((v, i) => {
+      const q = Math.abs(got[k][i] - v) / (LOSS_ATOL + LOSS_RTOL * Math.abs(v));
+      if (!(q <= worst)) { worst = q; at = i; }
+    });
+    measured.loss = Math.max(measured.loss, worst);
+    if (!(worst <= 1)) fails.push(`${tag}: ${k}[${at}] ${got[k][at]} vs ${hist[k][at]} (${worst.toExponential(2)} x tol)`);
+  }
+  for (const [name, t] of Object.entries(ref)) {
+    if (!st[name]) { fails.push(`${tag}: no ${name} in --save-weights`); continue; }
+    let worst = 0, at = 0;
+    for (let i = 0; i < t.data.length; i++) {
+      const q = Math.abs(st[name].data[i] - t.data[i]) / (W_ATOL + W_RTOL * Math.abs(t.data[i]));
+      if (!(q <= worst)) { worst = q; at = i; }
+    }
+    measured.weights = Math.max(measured.weights, worst);
+    if (!(worst <= 1)) fails.push(`${tag}: ${name}[${at}] ${st[name].data[at]} vs ${t.data[at]} (${worst.toExponential(2)} x tol)`);
+  }
+  return fails;
+}
+
 function runCase(kdc, dir, desc) {
   const fails = [];
   // a noisy case has no reference fit: its first run (mesh 1) is the
@@ -1058,11 +1105,7 @@ function runCase(kdc, dir, desc) {
       fails.push(`${tag}: run exit ${e.status ?? e.signal ?? e.code}: ${String(e.stderr).trim().split('\n')[0]}`);
       continue;
     }
-    // (kdc writes a non-finite loss as Python's json does, NaN / Infinity,
-    // which JSON.parse refuses: read as numbers, so that the comparison
-    // below reports them)
-    const got = JSON.parse(fs.readFileSync(hout, 'utf8').replace(/-?\b(NaN|Infinity)\b/g, '"$&"'),
-      (k, v) => (typeof v === 'string' ? Number(v) : v));
+    const got = readHistory(hout);
     const st = L.readSafetensors(wout);
     if (!hist) {  // a noisy case's first run
       hist = got;
@@ -1070,26 +1113,7 @@ function runCase(kdc, dir, desc) {
       fails.push(...noisyChecks(kdc, dir, desc, plan, wout));
       continue;
     }
-    for (const k of new Set([...Object.keys(hist), ...Object.keys(got)])) {
-      if (!got[k] || !hist[k] || got[k].length !== hist[k].length) { fails.push(`${tag}: ${k}: length`); continue; }
-      let worst = 0, at = 0;
-      hist[k].forEach((v, i) => {
-        const q = Math.abs(got[k][i] - v) / (LOSS_ATOL + LOSS_RTOL * Math.abs(v));
-        if (!(q <= worst)) { worst = q; at = i; }
-      });
-      measured.loss = Math.max(measured.loss, worst);
-      if (!(worst <= 1)) fails.push(`${tag}: ${k}[${at}] ${got[k][at]} vs ${hist[k][at]} (${worst.toExponential(2)} x tol)`);
-    }
-    for (const [name, t] of Object.entries(ref)) {
-      if (!st[name]) { fails.push(`${tag}: no ${name} in --save-weights`); continue; }
-      let worst = 0, at = 0;
-      for (let i = 0; i < t.data.length; i++) {
-        const q = Math.abs(st[name].data[i] - t.data[i]) / (W_ATOL + W_RTOL * Math.abs(t.data[i]));
-        if (!(q <= worst)) { worst = q; at = i; }
-      }
-      measured.weights = Math.max(measured.weights, worst);
-      if (!(worst <= 1)) fails.push(`${tag}: ${name}[${at}] ${st[name].data[at]} vs ${t.data[at]} (${worst.toExponential(2)} x tol)`);
-    }
+    fails.push(...compareFit(tag, hist, got, ref, st));
   }
   return fails;
 }
@@ -1118,4 +1142,4 @@ async function main() {
 }
 
 if (require.main === module) main().catch(e => { console.error(e); process.exit(1); });
-module.exports = { genCase, runCase, generate };
+module.exports = { genCase, runCase, generate, train, labels, compareFit, readHistory, measured, LOSSES, EPOCHS };

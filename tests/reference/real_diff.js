@@ -68,20 +68,27 @@ class HardSigmoidKeras3 extends tf.serialization.Serializable {
 HardSigmoidKeras3.className = 'hardSigmoidKeras3';
 for (const c of [LeakyReluAlias, HardSigmoidKeras3]) tf.serialization.registerClass(c);
 
-const args = process.argv.slice(2);
-function opt(name, def) {
-  const i = args.indexOf(name);
-  if (i < 0) return def;
-  const v = args[i + 1];
-  args.splice(i, 2);
-  return v;
+// Options of the command line |args| (each removed as it is read).
+function argReader(args) {
+  return {
+    opt(name, def) {
+      const i = args.indexOf(name);
+      if (i < 0) return def;
+      const v = args[i + 1];
+      args.splice(i, 2);
+      return v;
+    },
+    flag(name) {
+      const i = args.indexOf(name);
+      if (i < 0) return false;
+      args.splice(i, 1);
+      return true;
+    },
+  };
 }
-function flag(name) {
-  const i = args.indexOf(name);
-  if (i < 0) return false;
-  args.splice(i, 1);
-  return true;
-}
+// (read only when run: real_fit.js requires this file for loadReal)
+const args = require.main === module ? process.argv.slice(2) : [];
+const { opt, flag } = argReader(args);
 const KDC = opt('--kdc', path.resolve(__dirname, '..', '..', 'build', 'tools', 'kdc'));
 const BATCH = Number(opt('--batch', '2'));
 const SEED = Number(opt('--seed', '1'));
@@ -134,11 +141,18 @@ function embeddingRange(layer, seen = new Set()) {
   return best;
 }
 
+// The full-match regex of the Keras variable paths that tfjs' weight
+// |name| stands for: its components in order, Keras' inner scopes
+// (lstm_cell, a Sequential's name) allowed between them.
+function layoutKey(name) {
+  const esc = t => t.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+  return '(.*/)?' + name.split('/').map(esc).join('/(.*/)?');
+}
+
 // Keras ModelParallel layout (layout_map keys are full-match regexes on
 // Keras variable paths; tfjs names omit Keras' inner scopes such as
 // lstm_cell, hence the optional groups).
 function modelLayout(tensors) {
-  const esc = t => t.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
   const map = {};
   // kdc splits a recurrent layer's gate-packed dim per gate (units over
   // "model"): leave layers whose units 4 does not divide replicated
@@ -147,9 +161,7 @@ function modelLayout(tensors) {
   for (const t of tensors) {
     if (t.shape.length < 2 || t.shape[t.shape.length - 1] % 4) continue;
     if (whole.has(t.name.replace(/[^/]*$/, ''))) continue;
-    const parts = t.name.split('/');
-    const key = '(.*/)?' + parts.map(esc).join('/(.*/)?');
-    map[key] = t.shape.map((_, i) => (i === t.shape.length - 1 ? 'model' : null));
+    map[layoutKey(t.name)] = t.shape.map((_, i) => (i === t.shape.length - 1 ? 'model' : null));
   }
   return { batch_dim_name: 'data', layout_map: map };
 }
@@ -193,8 +205,12 @@ function bidiRenames(o, out = []) {
   return out;
 }
 
-async function checkFile(file) {
-  const base = path.basename(file, '.json');
+// Steps 1-3 for |file|: the tfjs model, its seeded weights (|tensors|,
+// under the names kdc binds) and |rows| rows of seeded inputs; unknown
+// dims after the batch are |time| (|shapeArgs|: kdc's --input-shape).
+// {status: 'TFJS', detail} when tfjs cannot build it.  |base| (the
+// file's name) seeds the values.
+async function loadReal(file, { rows, seed = 1, time = 8, base = path.basename(file, '.json') }) {
   const { topology, format } = readTopology(fs.readFileSync(file, 'utf8'));
   let model;
   try {
@@ -203,7 +219,7 @@ async function checkFile(file) {
   } catch (e) {
     return { status: 'TFJS', detail: 'tfjs cannot load it: ' + firstLine(e).slice(0, 160) };
   }
-  const rng = L.mulberry32((SEED + hashName(base)) >>> 0);
+  const rng = L.mulberry32((seed + hashName(base)) >>> 0);
   // weights
   const tensors = [];
   const seen = new Map();
@@ -224,8 +240,8 @@ async function checkFile(file) {
     const il = sym.sourceLayer;  // a Sequential has no inputLayers
     const shp = sym.shape.slice();
     let unknown = false;
-    for (let d = 1; d < shp.length; d++) if (shp[d] == null) { shp[d] = TIME; unknown = true; }
-    shp[0] = BATCH;
+    for (let d = 1; d < shp.length; d++) if (shp[d] == null) { shp[d] = time; unknown = true; }
+    shp[0] = rows;
     if (unknown) shapeArgs.push('--input-shape', `${il.name}=${shp.slice(1).join(',')}`);
     const range = embeddingRange(il);
     const n = prod(shp);
@@ -237,6 +253,13 @@ async function checkFile(file) {
         for (let t = shp[1] - Math.floor(r * shp[1] / (2 * shp[0])); t < shp[1]; t++) data[r * shp[1] + t] = 0;
     inputs.push({ shape: shp, data, ids: range });
   });
+  return { base, topology, format, model, tensors, inputs, shapeArgs, rng };
+}
+
+async function checkFile(file) {
+  const r = await loadReal(file, { rows: BATCH, seed: SEED, time: TIME });
+  if (r.status) return r;
+  const { base, model, tensors, inputs, shapeArgs } = r;
   let ys;
   try {
     const xs = inputs.map(x => tf.tensor(x.data, x.shape, 'float32'));
@@ -300,20 +323,28 @@ async function main() {
     console.error('usage: node real_diff.js [--kdc PATH] [--batch N] [--seed S] [--time T] [--mesh M [--layout L]] [--write DIR] FILE...');
     process.exit(2);
   }
+  await eachFile(args, checkFile, QUIET);
+}
+
+// |fn|(file) for each of |files|: one line per file, `ok|FAIL|TFJS|SKIP
+// <file>: <detail> [seconds]` (ok lines only when not |quiet|); exits 1
+// when one failed, else 0.
+async function eachFile(files, fn, quiet) {
   let bad = 0;
-  for (const f of args) {
+  for (const f of files) {
     const t0 = Date.now();
     let r;
     try {
-      r = await checkFile(f);
+      r = await fn(f);
     } catch (e) {
       r = { status: 'FAIL', detail: 'harness error: ' + firstLine(e) };
     }
     if (r.status === 'FAIL') bad++;
-    if (!QUIET || r.status !== 'ok')
+    if (!quiet || r.status !== 'ok')
       console.log(`${r.status} ${path.basename(f)}: ${r.detail} [${((Date.now() - t0) / 1000).toFixed(1)} s]`);
   }
   process.exit(bad ? 1 : 0);
 }
 
-main();
+if (require.main === module) main();
+module.exports = { loadReal, modelLayout, layoutKey, hashName, firstLine, argReader, eachFile };
