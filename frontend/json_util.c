@@ -213,6 +213,10 @@ kdc_status kdc_fe_parse_shape(const kdc_keras_model *m, json_object *o, const ch
                         show(d, b, sizeof b), i);
     }
   }
+  int64_t numel;
+  if (!kdc_kshape_known_numel(out, &numel))
+    return kdc_fe_err(m, KDC_INVALID_INPUT, loc, "the dims multiply to more than 2^40 elements "
+                      "(kdc's limit per tensor)");
   return NULL;
 }
 

@@ -18,6 +18,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/io.h"
 #include "frontend/frontend.h"
@@ -285,17 +286,42 @@ static kdc_status bind_init(const kdc_keras_model *m, kdc_module *mod, uint64_t 
   return NULL;
 }
 
+/* compile holds every initial value in memory (and then in the plan): a
+ * model whose variables need more than the machine has is refused, naming
+ * the largest, before anything is allocated (it used to abort in the
+ * arena: `units: 100000000` in a Dense). */
+static kdc_status check_memory(const kdc_keras_model *m) {
+  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  if (pages <= 0 || page <= 0) return NULL;
+  double have = (double)pages * (double)page, need = 0, most = -1;
+  const kdc_keras_var *big = NULL;
+  for (int i = 0; i < m->n_vars; i++) {
+    const kdc_keras_var *v = m->vars[i];
+    double b = (double)kdc_kshape_numel(&v->shape) * (v->dtype == KDC_DTYPE_I64 ? 8 : 4);
+    need += b;
+    if (b > most) most = b, big = v;
+  }
+  if (need <= have) return NULL;
+  char b1[160];
+  return KDC_ERR(KDC_INVALID_INPUT, "%s: %s: the model's variables need %.0f bytes, more than this "
+                 "machine's %.0f bytes of memory; the largest is \"%s\" %s (%.0f bytes, layer \"%s\")",
+                 kdc_fe_file(m), big->layer->loc, need, have, big->path,
+                 kdc_kshape_str(&big->shape, b1, sizeof b1), most, big->layer->name);
+}
+
 static bool ends_with(const char *s, const char *suf) {
   size_t a = strlen(s), b = strlen(suf);
   return a >= b && !strcmp(s + a - b, suf);
 }
 
 kdc_status kdc_frontend_init_weights(const kdc_keras_model *m, kdc_module *mod, uint64_t seed) {
+  KDC_RETURN_IF_ERROR(check_memory(m));
   return bind_init(m, mod, seed);
 }
 
 kdc_status kdc_frontend_bind_weights(const kdc_keras_model *m, kdc_module *mod,
                                      const char *weights_path, uint64_t seed) {
+  KDC_RETURN_IF_ERROR(check_memory(m));
   /* A TF.js model.json carries its own weights: use them (a missing shard is
    * an error, never a silent fall-back to random initialisation). */
   if (!weights_path && m->weights_manifest) weights_path = m->file;
