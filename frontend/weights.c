@@ -104,7 +104,12 @@ static kdc_status load_tfjs(const kdc_keras_model *m, const char *json_path, jso
     size_t len = 0;
     for (size_t p = 0; p < json_object_array_length(paths); p++) {
       json_object *pj = json_object_array_get_idx(paths, p);
-      const char *rel = json_object_is_type(pj, json_type_string) ? json_object_get_string(pj) : "";
+      if (!json_object_is_type(pj, json_type_string) || !json_object_get_string_len(pj)) {
+        free(buf);
+        return KDC_ERR(KDC_INVALID_INPUT, "%s: weightsManifest[%zu].paths[%zu]: expected a shard file name",
+                       f, g, p);
+      }
+      const char *rel = json_object_get_string(pj);
       char *full = NULL;
       if (asprintf(&full, "%.*s%s", dirlen, json_path, rel) < 0) full = NULL;
       void *data = NULL;
@@ -143,6 +148,16 @@ static kdc_status load_tfjs(const kdc_keras_model *m, const char *json_path, jso
         err = KDC_ERR(KDC_UNSUPPORTED, "%s: %s.quantization.dtype: \"%s\" is not supported", f, at, qdt);
         break;
       }
+      /* TF.js dequantizes uint8/uint16 as v * scale + min: without them every
+       * weight silently became 0 */
+      for (int k = 0; k < 2 && qdt && strcmp(qdt, "float16") && !err; k++) {
+        const char *key = k ? "min" : "scale";
+        json_object *v = kdc_fe_get(q, key);
+        if (!json_object_is_type(v, json_type_double) && !json_object_is_type(v, json_type_int))
+          err = KDC_ERR(KDC_INVALID_INPUT, "%s: %s.quantization.%s: expected a number for %s "
+                        "quantization", f, at, key, qdt);
+      }
+      if (err) break;
       if (!qdt && dt && strcmp(dt, "float32") && strcmp(dt, "int32") && strcmp(dt, "bool")) {
         err = KDC_ERR(KDC_UNSUPPORTED, "%s: %s.dtype: \"%s\" weights are not supported", f, at, dt);
         break;
