@@ -187,6 +187,14 @@ static kdc_status fill(const kdc_keras_model *m, const char *at, json_object *sp
     scale = num(cfg, "scale", 1);
     mode = str(cfg, "mode", "fan_in");
     dist = str(cfg, "distribution", "truncated_normal");
+    /* Keras' VarianceScaling.__init__ refuses both (a negative scale made
+     * every weight NaN through sqrt) */
+    if (!(scale > 0) || !isfinite(scale))
+      return kdc_fe_err(m, KDC_INVALID_INPUT, at, "VarianceScaling scale must be a positive finite "
+                        "number, got %g", scale);
+    if (strcmp(mode, "fan_in") && strcmp(mode, "fan_out") && strcmp(mode, "fan_avg"))
+      return kdc_fe_err(m, KDC_INVALID_INPUT, at, "VarianceScaling mode must be fan_in, fan_out or "
+                        "fan_avg, got \"%s\"", mode);
   } else {
     return kdc_fe_err(m, KDC_UNSUPPORTED, at, "initializer \"%s\" is not supported by kdc", name);
   }
