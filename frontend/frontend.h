@@ -325,6 +325,13 @@ kdc_status kdc_fe_shape_err(kdc_infer_args *a, const char *what, const kdc_kshap
                             const kdc_kshape *s2);
 kdc_kshape kdc_kshape_make(int rank, const int64_t *dims);
 int64_t kdc_kshape_numel(const kdc_kshape *s); /* -1 if any dim unknown */
+/* kdc's limit on the elements of one tensor (per sample where the batch is
+ * unknown): 2^40.  A shape in a model file past it (units 2^62, a dim
+ * product that overflows int64) is bad input, refused where it appears. */
+#define KDC_FE_MAX_ELEMENTS ((int64_t)1 << 40)
+/* The product of the known (non-negative) dims of |s| into |n|; false when
+ * it exceeds KDC_FE_MAX_ELEMENTS (checked without overflow). */
+bool kdc_kshape_known_numel(const kdc_kshape *s, int64_t *n);
 
 /* layers_core.c / layers_conv.c / layers_seq.c: shape inference per class. */
 kdc_status kdc_fe_infer_input(kdc_infer_args *a);

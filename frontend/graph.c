@@ -590,6 +590,14 @@ static kdc_status run_node(kdc_keras_model *m, kdc_keras_layer *l, int j) {
   kdc_infer_args a = {m, l, node, j, pin, kw};
   kdc_status st = l->cls->infer(&a);
   if (pin != in) free(pin);
+  /* every shape after this one is computed from it: keep products in range */
+  for (int i = 0; !st && i < node->n_out; i++) {
+    int64_t numel;
+    char b[160];
+    if (!kdc_kshape_known_numel(&node->out[i], &numel))
+      st = kdc_fe_layer_err(l, KDC_INVALID_INPUT, "output %d of shape %s has more than 2^40 elements "
+                            "(kdc's limit per tensor)", i, kdc_kshape_str(&node->out[i], b, sizeof b));
+  }
   return st;
 }
 

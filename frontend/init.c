@@ -90,22 +90,29 @@ static void orthogonal(uint64_t key, const kdc_kshape *s, double gain, float *ds
   int64_t cols = s->rank ? s->dims[s->rank - 1] : 1, rows = 1;
   for (int i = 0; i + 1 < s->rank; i++) rows *= s->dims[i];
   int64_t n = rows > cols ? rows : cols, k = rows > cols ? cols : rows;
+  /* column-major (a[c*n + r] is element (r, c) of the n x k matrix, drawn
+   * as stream element r*k + c): Gram-Schmidt then walks contiguous columns.
+   * Same operations in the same order as row-major, so the same values; the
+   * row-major walk took 10 s for one seq2seq model's LSTM kernels */
   double *a = kdc_xmalloc(sizeof(double) * (size_t)(n * k));
-  for (int64_t i = 0; i < n * k; i++) a[i] = normal(key, (uint64_t)i); /* a[r*k + c] */
+  for (int64_t r = 0; r < n; r++)
+    for (int64_t c = 0; c < k; c++) a[c * n + r] = normal(key, (uint64_t)(r * k + c));
   for (int64_t j = 0; j < k; j++) {
+    double *aj = a + j * n;
     for (int64_t i = 0; i < j; i++) {
+      const double *ai = a + i * n;
       double d = 0;
-      for (int64_t r = 0; r < n; r++) d += a[r * k + i] * a[r * k + j];
-      for (int64_t r = 0; r < n; r++) a[r * k + j] -= d * a[r * k + i];
+      for (int64_t r = 0; r < n; r++) d += ai[r] * aj[r];
+      for (int64_t r = 0; r < n; r++) aj[r] -= d * ai[r];
     }
     double nr = 0;
-    for (int64_t r = 0; r < n; r++) nr += a[r * k + j] * a[r * k + j];
+    for (int64_t r = 0; r < n; r++) nr += aj[r] * aj[r];
     nr = sqrt(nr);
-    for (int64_t r = 0; r < n; r++) a[r * k + j] = nr > 0 ? a[r * k + j] / nr : 0;
+    for (int64_t r = 0; r < n; r++) aj[r] = nr > 0 ? aj[r] / nr : 0;
   }
   for (int64_t r = 0; r < rows; r++)
     for (int64_t c = 0; c < cols; c++)
-      dst[r * cols + c] = (float)(gain * (rows >= cols ? a[r * k + c] : a[c * k + r]));
+      dst[r * cols + c] = (float)(gain * (rows >= cols ? a[c * n + r] : a[r * n + c]));
   free(a);
 }
 
@@ -180,6 +187,14 @@ static kdc_status fill(const kdc_keras_model *m, const char *at, json_object *sp
     scale = num(cfg, "scale", 1);
     mode = str(cfg, "mode", "fan_in");
     dist = str(cfg, "distribution", "truncated_normal");
+    /* Keras' VarianceScaling.__init__ refuses both (a negative scale made
+     * every weight NaN through sqrt) */
+    if (!(scale > 0) || !isfinite(scale))
+      return kdc_fe_err(m, KDC_INVALID_INPUT, at, "VarianceScaling scale must be a positive finite "
+                        "number, got %g", scale);
+    if (strcmp(mode, "fan_in") && strcmp(mode, "fan_out") && strcmp(mode, "fan_avg"))
+      return kdc_fe_err(m, KDC_INVALID_INPUT, at, "VarianceScaling mode must be fan_in, fan_out or "
+                        "fan_avg, got \"%s\"", mode);
   } else {
     return kdc_fe_err(m, KDC_UNSUPPORTED, at, "initializer \"%s\" is not supported by kdc", name);
   }

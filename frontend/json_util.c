@@ -95,6 +95,11 @@ static bool as_int(json_object *v, int64_t *out) {
   return false;
 }
 
+/* Sizes, strides, axes... in a config: past kdc's tensor limit they can only
+ * overflow the shape arithmetic (a dilation of 2^62 did). */
+#define WITHIN_LIMIT " of magnitude at most 2^40 (kdc's limit per tensor)"
+static bool too_big(int64_t x) { return x > KDC_FE_MAX_ELEMENTS || x < -KDC_FE_MAX_ELEMENTS; }
+
 kdc_status kdc_fe_cfg_int(const kdc_keras_layer *l, const char *key, int64_t dflt,
                           int64_t *out) {
   json_object *v = kdc_fe_get(l->config, key);
@@ -104,6 +109,7 @@ kdc_status kdc_fe_cfg_int(const kdc_keras_layer *l, const char *key, int64_t dfl
     return NULL;
   }
   if (!as_int(v, out)) return cfg_err(l, key, "an integer", v);
+  if (too_big(*out)) return cfg_err(l, key, "an integer" WITHIN_LIMIT, v);
   return NULL;
 }
 
@@ -157,6 +163,7 @@ kdc_status kdc_fe_cfg_tuple(const kdc_keras_layer *l, const char *key, int n, in
   }
   int64_t x;
   if (as_int(v, &x)) {
+    if (too_big(x)) return cfg_err(l, key, "an integer" WITHIN_LIMIT, v);
     for (int i = 0; i < n; i++) out[i] = x;
     return NULL;
   }
@@ -164,6 +171,8 @@ kdc_status kdc_fe_cfg_tuple(const kdc_keras_layer *l, const char *key, int n, in
     return cfg_err(l, key, want, v);
   for (int i = 0; i < n; i++)
     if (!as_int(json_object_array_get_idx(v, (size_t)i), &out[i])) return cfg_err(l, key, want, v);
+  for (int i = 0; i < n; i++)
+    if (too_big(out[i])) return cfg_err(l, key, "integers" WITHIN_LIMIT, v);
   return NULL;
 }
 
@@ -213,6 +222,10 @@ kdc_status kdc_fe_parse_shape(const kdc_keras_model *m, json_object *o, const ch
                         show(d, b, sizeof b), i);
     }
   }
+  int64_t numel;
+  if (!kdc_kshape_known_numel(out, &numel))
+    return kdc_fe_err(m, KDC_INVALID_INPUT, loc, "the dims multiply to more than 2^40 elements "
+                      "(kdc's limit per tensor)");
   return NULL;
 }
 

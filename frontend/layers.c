@@ -257,6 +257,14 @@ int64_t kdc_kshape_numel(const kdc_kshape *s) {
   return n;
 }
 
+bool kdc_kshape_known_numel(const kdc_kshape *s, int64_t *n) {
+  *n = 1;
+  for (int i = 0; i < s->rank; i++)
+    if (s->dims[i] >= 0 && (__builtin_mul_overflow(*n, s->dims[i], n) || *n > KDC_FE_MAX_ELEMENTS))
+      return false;
+  return true;
+}
+
 void kdc_fe_set_outputs(kdc_infer_args *a, int n, const kdc_kshape *shapes) {
   a->node->n_out = n;
   a->node->out = kdc_arena_memdup(a->m->arena, shapes, sizeof(kdc_kshape) * (size_t)n);
@@ -278,6 +286,12 @@ kdc_status kdc_fe_add_var(kdc_infer_args *a, const char *name, const kdc_kshape 
     if (shape->dims[i] < 0)
       return kdc_fe_shape_err(a, kdc_arena_printf(a->m->arena,
                               "variable \"%s\" needs a known input dimension", name), shape, NULL);
+  int64_t numel;
+  if (!kdc_kshape_known_numel(shape, &numel)) {
+    char b[160];
+    return kdc_fe_layer_err(l, KDC_INVALID_INPUT, "variable \"%s\" of shape %s has more than 2^40 "
+                            "elements (kdc's limit per tensor)", name, kdc_kshape_str(shape, b, sizeof b));
+  }
   for (int i = 0; i < l->n_vars; i++) {
     if (strcmp(l->vars[i]->path + strlen(l->path) + 1, name)) continue;
     const kdc_kshape *old = &l->vars[i]->shape;

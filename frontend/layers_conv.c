@@ -51,10 +51,14 @@ static kdc_status window_out(kdc_infer_args *a, const kdc_kshape *x, int n, int 
                              const int64_t *k, const int64_t *s, const int64_t *d, bool valid,
                              kdc_kshape *o) {
   for (int i = 0; i < n; i++) {
-    int64_t L = x->dims[sp0 + i], dk = (k[i] - 1) * d[i] + 1;
+    int64_t L = x->dims[sp0 + i], dk;
     if (s[i] <= 0 || k[i] <= 0 || d[i] <= 0)
       return kdc_fe_layer_err(a->l, KDC_INVALID_INPUT,
                               "kernel/pool sizes, strides and dilations must be positive");
+    if (__builtin_mul_overflow(k[i] - 1, d[i], &dk) || dk >= KDC_FE_MAX_ELEMENTS)
+      return kdc_fe_layer_err(a->l, KDC_INVALID_INPUT, "kernel size %lld with dilation %lld spans more "
+                              "than 2^40 elements", (long long)k[i], (long long)d[i]);
+    dk += 1;
     if (L < 0) {
       o->dims[sp0 + i] = -1;
     } else if (valid) {

@@ -222,6 +222,13 @@ static kdc_status lower_func(const kdc_keras_model *m, kdc_module *mod,
     kdc_type t = kdc_type_make(dt, s.rank, s.dims);
     kdc_ir_set_origin(c.f, origin(l));
     ins[i] = kdc_ir_parameter(c.f, KDC_PARAM_INPUT, l->name, &t);
+    kdc_status be = kdc_ir_take_error(c.f); /* a batch too large for this shape */
+    if (be) {
+      st = kdc_fe_layer_err(l, kdc_status_code(be), "input \"%s\" at batch %lld: %s", l->name, (long long)batch,
+                            kdc_status_message(be));
+      kdc_status_free(be);
+      break;
+    }
     st = kdc_fe_shard_input(&c, l, ins[i]);
   }
   for (int i = 0; i < m->n_vars && !st; i++) {

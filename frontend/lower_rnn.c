@@ -460,8 +460,13 @@ kdc_status kdc_fe_lower_rnn_layer(kdc_lower_ctx *c, const kdc_keras_layer *l, kd
   kdc_type ut = *kdc_ir_type(f, U), bt = brec != KDC_NO_VALUE ? *kdc_ir_type(f, brec) : ut;
   kdc_status st = build_body(c, l, &r, B, &ut, brec != KDC_NO_VALUE ? &bt : NULL, masked, n_rec);
   c->f = f;
-  if (!st) st = kdc_ir_take_error(body);
-  if (st) return kdc_fe_layer_err(l, KDC_INTERNAL, "recurrent step: %s", kdc_status_message(st));
+  if (st) return st; /* a located error of the layer's config (an activation kdc lacks) */
+  st = kdc_ir_take_error(body);
+  if (st) {
+    kdc_status e = kdc_fe_layer_err(l, KDC_INTERNAL, "recurrent step: %s", kdc_status_message(st));
+    kdc_status_free(st);
+    return e;
+  }
   /* the loop, from the given initial states or zeros */
   int n = 0, nc = r.lstm ? 2 : 1;
   kdc_value_id ops[8];

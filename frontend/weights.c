@@ -18,6 +18,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/io.h"
 #include "frontend/frontend.h"
@@ -103,7 +104,12 @@ static kdc_status load_tfjs(const kdc_keras_model *m, const char *json_path, jso
     size_t len = 0;
     for (size_t p = 0; p < json_object_array_length(paths); p++) {
       json_object *pj = json_object_array_get_idx(paths, p);
-      const char *rel = json_object_is_type(pj, json_type_string) ? json_object_get_string(pj) : "";
+      if (!json_object_is_type(pj, json_type_string) || !json_object_get_string_len(pj)) {
+        free(buf);
+        return KDC_ERR(KDC_INVALID_INPUT, "%s: weightsManifest[%zu].paths[%zu]: expected a shard file name",
+                       f, g, p);
+      }
+      const char *rel = json_object_get_string(pj);
       char *full = NULL;
       if (asprintf(&full, "%.*s%s", dirlen, json_path, rel) < 0) full = NULL;
       void *data = NULL;
@@ -142,6 +148,16 @@ static kdc_status load_tfjs(const kdc_keras_model *m, const char *json_path, jso
         err = KDC_ERR(KDC_UNSUPPORTED, "%s: %s.quantization.dtype: \"%s\" is not supported", f, at, qdt);
         break;
       }
+      /* TF.js dequantizes uint8/uint16 as v * scale + min: without them every
+       * weight silently became 0 */
+      for (int k = 0; k < 2 && qdt && strcmp(qdt, "float16") && !err; k++) {
+        const char *key = k ? "min" : "scale";
+        json_object *v = kdc_fe_get(q, key);
+        if (!json_object_is_type(v, json_type_double) && !json_object_is_type(v, json_type_int))
+          err = KDC_ERR(KDC_INVALID_INPUT, "%s: %s.quantization.%s: expected a number for %s "
+                        "quantization", f, at, key, qdt);
+      }
+      if (err) break;
       if (!qdt && dt && strcmp(dt, "float32") && strcmp(dt, "int32") && strcmp(dt, "bool")) {
         err = KDC_ERR(KDC_UNSUPPORTED, "%s: %s.dtype: \"%s\" weights are not supported", f, at, dt);
         break;
@@ -285,17 +301,42 @@ static kdc_status bind_init(const kdc_keras_model *m, kdc_module *mod, uint64_t 
   return NULL;
 }
 
+/* compile holds every initial value in memory (and then in the plan): a
+ * model whose variables need more than the machine has is refused, naming
+ * the largest, before anything is allocated (it used to abort in the
+ * arena: `units: 100000000` in a Dense). */
+static kdc_status check_memory(const kdc_keras_model *m) {
+  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  if (pages <= 0 || page <= 0) return NULL;
+  double have = (double)pages * (double)page, need = 0, most = -1;
+  const kdc_keras_var *big = NULL;
+  for (int i = 0; i < m->n_vars; i++) {
+    const kdc_keras_var *v = m->vars[i];
+    double b = (double)kdc_kshape_numel(&v->shape) * (v->dtype == KDC_DTYPE_I64 ? 8 : 4);
+    need += b;
+    if (b > most) most = b, big = v;
+  }
+  if (need <= have) return NULL;
+  char b1[160];
+  return KDC_ERR(KDC_INVALID_INPUT, "%s: %s: the model's variables need %.0f bytes, more than this "
+                 "machine's %.0f bytes of memory; the largest is \"%s\" %s (%.0f bytes, layer \"%s\")",
+                 kdc_fe_file(m), big->layer->loc, need, have, big->path,
+                 kdc_kshape_str(&big->shape, b1, sizeof b1), most, big->layer->name);
+}
+
 static bool ends_with(const char *s, const char *suf) {
   size_t a = strlen(s), b = strlen(suf);
   return a >= b && !strcmp(s + a - b, suf);
 }
 
 kdc_status kdc_frontend_init_weights(const kdc_keras_model *m, kdc_module *mod, uint64_t seed) {
+  KDC_RETURN_IF_ERROR(check_memory(m));
   return bind_init(m, mod, seed);
 }
 
 kdc_status kdc_frontend_bind_weights(const kdc_keras_model *m, kdc_module *mod,
                                      const char *weights_path, uint64_t seed) {
+  KDC_RETURN_IF_ERROR(check_memory(m));
   /* A TF.js model.json carries its own weights: use them (a missing shard is
    * an error, never a silent fall-back to random initialisation). */
   if (!weights_path && m->weights_manifest) weights_path = m->file;

@@ -56,6 +56,18 @@ static kdc_value_id build(kdc_func *f, kdc_op op, int n_in, const kdc_value_id *
     set_error(f, st);
     return KDC_NO_VALUE;
   }
+  /* a batch times a per-sample shape from a model file can leave int64:
+   * every later size (kdc_type_bytes, buffer offsets) assumes it does not */
+  int64_t bytes = (int64_t)kdc_dtype_size(out.dtype);
+  for (int i = 0; i < out.rank; i++) {
+    if (out.dims[i] < 0 || (!__builtin_mul_overflow(bytes, out.dims[i], &bytes) &&
+                            bytes <= KDC_MAX_TENSOR_BYTES))
+      continue;
+    char b[160];
+    set_error(f, KDC_ERR(KDC_INVALID_INPUT, "%s: result type %s has more than 2^62 bytes", kdc_op_name(op),
+                         kdc_type_str(&out, b, sizeof b)));
+    return KDC_NO_VALUE;
+  }
   return kdc_ir_append(f, op, &out, n_in, in, &a);
 }
 

@@ -54,6 +54,9 @@ size_t kdc_dtype_size(kdc_dtype d);            /* bytes per element */
 bool kdc_dtype_from_name(const char *s, kdc_dtype *out);
 int64_t kdc_type_numel(const kdc_type *t);     /* 1 for rank 0 */
 size_t kdc_type_bytes(const kdc_type *t);
+/* The builder refuses a value type of more bytes (ir/builder.c), so sizes
+ * and sums of a few of them stay within int64. */
+#define KDC_MAX_TENSOR_BYTES ((int64_t)1 << 62)
 bool kdc_type_equal(const kdc_type *a, const kdc_type *b);
 kdc_type kdc_type_make(kdc_dtype d, int rank, const int64_t *dims);
 /* Writes "f32[16,784]" into |buf| (always NUL-terminated); returns buf. */

@@ -71,7 +71,7 @@ kdc_status kdc_optimizer_options_check(const kdc_optimizer_options *o) {
   /* a warmup starts from any rate >= 0 (Keras' examples start at 0) */
   bool warmup = o->schedule.kind == KDC_LR_COSINE && o->schedule.warmup;
   if (!(warmup ? o->learning_rate >= 0 : o->learning_rate > 0) || !isfinite(o->learning_rate))
-    return BAD("%s: learning rate must be > 0, got %g", n, o->learning_rate);
+    return BAD("%s: learning rate must be finite and %s 0, got %g", n, warmup ? ">=" : ">", o->learning_rate);
   if (!(o->momentum >= 0 && o->momentum <= 1))
     return BAD("%s: momentum must be in [0, 1], got %g", n, o->momentum);
   if (!(o->beta_1 >= 0 && o->beta_1 < 1) || !(o->beta_2 >= 0 && o->beta_2 < 1))

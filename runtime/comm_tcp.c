@@ -332,6 +332,14 @@ static kdc_status split_address(const char *a, char *host, size_t hn, char *port
   memcpy(host, h, (size_t)(he - h));
   host[he - h] = 0;
   strcpy(port, colon + 1);
+  /* getaddrinfo takes "99999" and binds port 99999 mod 65536: process 0 then
+   * waits the whole timeout for peers that connect elsewhere. */
+  char *end = NULL;
+  errno = 0;
+  long v = strtol(port, &end, 10);
+  if (errno || *end || port[0] < '0' || port[0] > '9' || v < 1 || v > 65535)
+    return KDC_ERR(KDC_INVALID_INPUT, "--coordinator \"%s\": port \"%s\" is not a number from 1 to 65535",
+                   a, port);
   return NULL;
 }
 

@@ -195,12 +195,20 @@ static void charge(const runner *r, uint32_t s, uint64_t t0) {
   if (r->p->profile) r->rf->prof_ns[s] += now_ns(r->p) - t0;
 }
 
-/* ~element-ops of a step on one device (the threading heuristic). */
+/* a * b for non-negative a, b, saturating at INT64_MAX */
+static int64_t sat_mul(int64_t a, int64_t b) {
+  int64_t r;
+  return __builtin_mul_overflow(a, b, &r) ? INT64_MAX : r;
+}
+
+/* ~element-ops of a step on one device (the threading heuristic; saturates:
+ * the decoder bounds each factor, not their product). */
 static int64_t step_ops(const kdc_prog_step *st) {
   switch (st->kind) {
   case KDC_STEP_KERNEL:
-    return st->kernel.extent * (st->kernel.unit_cost > 0 ? st->kernel.unit_cost : 1);
-  case KDC_STEP_GEMM: return 2 * st->gemm.batch * st->gemm.m * st->gemm.n * st->gemm.k;
+    return sat_mul(st->kernel.extent, st->kernel.unit_cost > 0 ? st->kernel.unit_cost : 1);
+  case KDC_STEP_GEMM:
+    return sat_mul(sat_mul(sat_mul(2 * st->gemm.batch, st->gemm.m), st->gemm.n), st->gemm.k);
   case KDC_STEP_COPY: return (int64_t)(st->src.bytes / 4);
   case KDC_STEP_LOOP: return st->loop.length * PARALLEL_MIN_OPS; /* worth a task */
   default: return 0;

@@ -540,8 +540,17 @@ static kdc_status get_step(kdc_reader *r, const kdc_program *p, const kdc_prog_f
     if (k->extent < 0 || k->unit_cost < 0)
       return BAD_AT(r, pos, "kernel step: negative extent or cost");
     k->args = kdc_arena_alloc(a, k->n_args * sizeof *k->args);
-    for (uint32_t i = 0; i < k->n_args; i++)
+    uint64_t out_bytes = 0;
+    for (uint32_t i = 0; i < k->n_args; i++) {
       KDC_RETURN_IF_ERROR(get_loc(r, p, f, i < k->n_out, &k->args[i]));
+      if (i < k->n_out && k->args[i].bytes > out_bytes) out_bytes = k->args[i].bytes;
+    }
+    /* every iteration writes at least one byte of an output (the JIT kernel
+     * indexes its buffers by the iteration, so a larger extent would run it
+     * outside them) */
+    if ((uint64_t)k->extent > out_bytes)
+      return BAD_AT(r, pos, "kernel step: extent %lld exceeds its outputs' %llu bytes",
+                    (long long)k->extent, (unsigned long long)out_bytes);
     return NULL;
   }
   case KDC_STEP_GEMM: return get_gemm(r, p, f, &s->gemm);

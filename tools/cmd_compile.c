@@ -1,4 +1,5 @@
 /* `kdc compile`: model file -> frontend -> passes -> codegen -> plan.bin. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,8 +64,8 @@ static kdc_status parse(int argc, char **argv, compile_opts *o) {
       if (!st) st = cli_parse_u64("--seed", v, &o->seed);
     } else if (cli_flag_value(&a, "--learning-rate", &v, &st)) {
       if (!st) st = cli_parse_double("--learning-rate", v, &o->learning_rate);
-      if (!st && !(o->learning_rate > 0))
-        st = KDC_ERR(KDC_INVALID_INPUT, "--learning-rate \"%s\": expected a positive number", v);
+      if (!st && !(o->learning_rate > 0 && isfinite(o->learning_rate)))
+        st = KDC_ERR(KDC_INVALID_INPUT, "--learning-rate \"%s\": expected a positive finite number", v);
     } else if (cli_flag(&a, "--from-logits")) {
       o->from_logits = true;
     } else if (cli_flag(&a, "--no-shard-update")) {
@@ -250,7 +251,9 @@ static kdc_status from_compile_config(const compile_opts *o, const kdc_keras_mod
   if (o->from_logits) t->from_logits = true;
   for (size_t i = 0; i < t->n_losses && o->from_logits; i++) t->losses[i].from_logits = true;
   t->sample_mask = true;
-  return kdc_optimizer_options_check(&t->optimizer);
+  /* the values come from the model file (beta_1, rho, ...): name it */
+  return kdc_status_annotate(kdc_optimizer_options_check(&t->optimizer), "%s: compile_config.optimizer",
+                             o->model);
 }
 
 /* Every output named by the losses / loss_weights of |t| must be one of

@@ -36,7 +36,7 @@ typedef struct fit_opts {
   const char *x[32];          /* --x per model input, in input order */
   const char *y[32];          /* --y per trained output, in output order, or NAME=path */
   size_t n_x, n_y;
-  bool fit, evaluate, shuffle, quiet;
+  bool fit, evaluate, shuffle, quiet, epochs_given;
   int64_t epochs, batch, threads;
   uint64_t seed;
   double validation_split;
@@ -72,6 +72,7 @@ static kdc_status parse(int argc, char **argv, fit_opts *o) {
       continue;
     if (cli_flag_value(&a, "--epochs", &v, &st)) {
       if (!st) st = cli_parse_i64("--epochs", v, 0, 1 << 30, &o->epochs);
+      o->epochs_given = true;
     } else if (cli_flag_value(&a, "--batch-size", &v, &st)) {
       if (!st) st = cli_parse_i64("--batch-size", v, 1, (int64_t)1 << 30, &o->batch);
     } else if (cli_flag_value(&a, "--cache-dir", &o->cache_dir, &st)) {
@@ -106,8 +107,9 @@ static kdc_status parse(int argc, char **argv, fit_opts *o) {
   if (!st && o->fit == o->evaluate)
     st = KDC_ERR(KDC_INVALID_INPUT, "run: give one of --fit and --evaluate");
   if (!st && (!o->n_x || !o->n_y)) st = KDC_ERR(KDC_INVALID_INPUT, "run: --fit/--evaluate need --x X.npy and --y Y.npy");
-  if (!st && o->evaluate && (o->history || o->save || o->shuffle || o->validation_split > 0))
-    st = KDC_ERR(KDC_INVALID_INPUT, "run: --history, --save-weights, --shuffle and "
+  if (!st && o->evaluate && (o->history || o->save || o->shuffle || o->validation_split > 0 ||
+                             o->epochs_given))
+    st = KDC_ERR(KDC_INVALID_INPUT, "run: --epochs, --history, --save-weights, --shuffle and "
                  "--validation-split are --fit options");
   return st;
 }

@@ -208,6 +208,14 @@ static void test_inconsistent_program(void **state) {
     kdc_buf_free(&b);
   }
   step.kernel.n_out = 1;
+  /* 4c: an extent past its output (a crafted plan: the kernel would run
+   * outside its buffers; the threading estimate overflowed int64 first) */
+  step.kernel.extent = (int64_t)1 << 62;
+  kdc_buf_init(&b);
+  kdc_prog_encode(&p, &b);
+  expect_bad(repack(KDC_PLAN_SECTION_PROGRAM, b.data, b.size), "exceeds its outputs' 16 bytes");
+  kdc_buf_free(&b);
+  step.kernel.extent = 4;
   /* 5: a kernel name the code does not define */
   kern.name = "kdc_kernel_77";
   kdc_buf_init(&b);
