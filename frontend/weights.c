@@ -86,6 +86,20 @@ static float half_to_float(uint16_t h) {
   return (h & 0x8000) ? -v : v;
 }
 
+/* Is |rel| a path inside the model's folder: relative, no ".." component?
+ * (tensorflowjs_converter writes bare file names; a manifest must not make
+ * kdc read files elsewhere.) */
+static bool inside_folder(const char *rel) {
+  if (rel[0] == '/') return false;
+  for (const char *c = rel; *c;) {
+    size_t n = strcspn(c, "/");
+    if (n == 2 && c[0] == '.' && c[1] == '.') return false;
+    c += n;
+    if (*c == '/') c++;
+  }
+  return true;
+}
+
 /* TF.js weightsManifest (KERAS.md 3.2): groups of shards, raw LE values. */
 static kdc_status load_tfjs(const kdc_keras_model *m, const char *json_path, json_object *man,
                             source *s) {
@@ -110,6 +124,12 @@ static kdc_status load_tfjs(const kdc_keras_model *m, const char *json_path, jso
                        f, g, p);
       }
       const char *rel = json_object_get_string(pj);
+      if (!inside_folder(rel)) {
+        free(buf);
+        return KDC_ERR(KDC_INVALID_INPUT, "%s: weightsManifest[%zu].paths[%zu]: \"%s\": a shard "
+                       "must lie in the model's folder (a relative path without \"..\")", f, g, p,
+                       rel);
+      }
       char *full = NULL;
       if (asprintf(&full, "%.*s%s", dirlen, json_path, rel) < 0) full = NULL;
       void *data = NULL;
