@@ -15,20 +15,26 @@ fi
 T=$(mktemp -d "${TMPDIR:-/tmp}/kdc_ptx_XXXXXX")
 trap 'rm -rf "$T"' EXIT
 n=0
+# check MODEL SM LABEL [kdc compile options...]: compile for sm_SM into
+# $T/p.plan, ptxas must accept its PTX; counts its kernels into n
+check() {
+  m=$1 sm=$2 label=$3
+  shift 3
+  "$KDC" compile "$m" -o "$T/p.plan" --target cuda --sm "$sm" --batch 8 "$@" 2>"$T/err" ||
+    { cat "$T/err"; echo "FAIL: $label sm_$sm: compile"; exit 1; }
+  "$KDC" inspect "$T/p.plan" --ptx >"$T/p.ptx"
+  grep -q "^.target sm_$sm" "$T/p.ptx" || { echo "FAIL: $label: no .target sm_$sm"; exit 1; }
+  "$PTXAS" -arch=sm_$sm "$T/p.ptx" -o /dev/null ||
+    { echo "FAIL: $label sm_$sm: ptxas rejected the PTX"; exit 1; }
+  k=$(grep -c "^.visible .entry kdc_cuda_" "$T/p.ptx")
+  n=$((n + k))
+  echo "ok: $label sm_$sm: $k kernels accepted by ptxas"
+}
 for m in "$EX"/*/model.json; do
   e=$(basename "$(dirname "$m")")
   for sm in $ARCHS; do
-    for mesh in "" "--mesh 2"; do
-      "$KDC" compile "$m" -o "$T/p.plan" --target cuda --sm $sm $mesh --batch 8 2>"$T/err" ||
-        { cat "$T/err"; echo "FAIL: $e sm_$sm $mesh: compile"; exit 1; }
-      "$KDC" inspect "$T/p.plan" --ptx >"$T/p.ptx"
-      grep -q "^.target sm_$sm" "$T/p.ptx" || { echo "FAIL: $e: no .target sm_$sm"; exit 1; }
-      "$PTXAS" -arch=sm_$sm "$T/p.ptx" -o /dev/null ||
-        { echo "FAIL: $e sm_$sm $mesh: ptxas rejected the PTX"; exit 1; }
-      k=$(grep -c "^.visible .entry kdc_cuda_" "$T/p.ptx")
-      n=$((n + k))
-      echo "ok: $e sm_$sm ${mesh:-1 device}: $k kernels accepted by ptxas"
-    done
+    check "$m" "$sm" "$e, 1 device"
+    check "$m" "$sm" "$e, --mesh 2" --mesh 2
   done
 done
 # LSTMs split by units over `model` (docs/sharding.md): the scan bodies hold
@@ -36,16 +42,10 @@ done
 # on every device (docs/gpu.md); their PTX must be accepted too
 printf '%s' '{"batch_dim_name": "data", "layout_map": {".*_cell/(recurrent_)?kernel": [null, "model"], ".*_cell/bias": ["model"]}}' >"$T/units.json"
 for sm in $ARCHS; do
-  "$KDC" compile "$EX/lstm_text/model.json" -o "$T/u.plan" --target cuda --sm $sm --mesh 1x2 \
-    --layout "$T/units.json" --batch 8 2>"$T/err" || { cat "$T/err"; echo "FAIL: lstm_text units split: compile"; exit 1; }
-  "$KDC" inspect "$T/u.plan" >"$T/u.txt"
+  check "$EX/lstm_text/model.json" "$sm" "lstm_text, --mesh 1x2 split by units" --mesh 1x2 \
+    --layout "$T/units.json"
+  "$KDC" inspect "$T/p.plan" >"$T/u.txt"
   [ "$(sed -n '/^  func @lstm.step/,/^  }/p' "$T/u.txt" | grep -c 'all_gather \[model\]')" = 1 ] ||
     { echo "FAIL: lstm_text units split: no all_gather in the scan body"; exit 1; }
-  "$KDC" inspect "$T/u.plan" --ptx >"$T/u.ptx"
-  "$PTXAS" -arch=sm_$sm "$T/u.ptx" -o /dev/null ||
-    { echo "FAIL: lstm_text units split sm_$sm: ptxas rejected the PTX"; exit 1; }
-  k=$(grep -c "^.visible .entry kdc_cuda_" "$T/u.ptx")
-  n=$((n + k))
-  echo "ok: lstm_text sm_$sm --mesh 1x2, units split (all_gather in the scan body): $k kernels accepted by ptxas"
 done
 echo "ok: $n kernels in all"
