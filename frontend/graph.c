@@ -129,6 +129,36 @@ static void make_input_node(kdc_keras_model *m, kdc_keras_layer *l, const kdc_ks
 }
 
 /* Pass 1 for one entry: class, name, config, nested model. */
+
+/* A layer's `dtype` (Keras 3: a string or a DTypePolicy / FloatDTypePolicy
+ * object; tf.keras 2: a Policy object).  kdc computes in float32 whatever
+ * float policy a layer names (docs/frontend.md, "Dtype policies");
+ * quantized policies (int8/float8 kernels with scales) are refused, and so
+ * is a name Keras does not know (Keras raises ValueError). */
+static const char *const KNOWN_DTYPES[] = {
+    "float32", "float16", "bfloat16", "float64", "mixed_float16", "mixed_bfloat16", "_infer",
+    "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "bool", "string"};
+
+static kdc_status check_dtype_policy(kdc_keras_model *m, json_object *cfg, const char *lloc) {
+  json_object *o = kdc_fe_get(cfg, "dtype");
+  if (!o || kdc_fe_is_null(o)) return NULL;
+  const char *at = kdc_fe_join(m->arena, lloc, "config.dtype"), *cn = NULL, *name = NULL;
+  if (json_object_is_type(o, json_type_string)) {
+    name = json_object_get_string(o);
+  } else if (json_object_is_type(o, json_type_object)) {
+    cn = str_or_null(kdc_fe_get(o, "class_name"));
+    name = str_or_null(kdc_fe_get(kdc_fe_get(o, "config"), "name"));
+  }
+  if (!name)
+    return kdc_fe_err(m, KDC_INVALID_INPUT, at, "expected a dtype name or a dtype policy object");
+  if ((cn && strstr(cn, "Quantized")) || strstr(name, "_from_"))
+    return kdc_fe_err(m, KDC_UNSUPPORTED, at,
+                      "quantized dtype policy \"%s\" is not supported (kdc computes float32 "
+                      "from float weights)", name);
+  for (size_t i = 0; i < sizeof KNOWN_DTYPES / sizeof *KNOWN_DTYPES; i++)
+    if (!strcmp(name, KNOWN_DTYPES[i])) return NULL;
+  return kdc_fe_err(m, KDC_INVALID_INPUT, at, "unknown dtype policy \"%s\"", name);
+}
 static kdc_status parse_layer(kdc_keras_model *m, json_object *entry, const char *lloc,
                               kdc_keras_layer *l) {
   if (!json_object_is_type(entry, json_type_object))
@@ -163,6 +193,7 @@ static kdc_status parse_layer(kdc_keras_model *m, json_object *entry, const char
                  (!tr || !json_object_is_type(tr, json_type_boolean) || json_object_get_boolean(tr));
   l->cls = kdc_fe_find_class(cls);
   if (!l->cls || !l->cls->infer) return class_err(m, entry, lloc, cls, name);
+  KDC_RETURN_IF_ERROR(check_dtype_policy(m, cfg, lloc));
   if (is_model_class(cls)) {
     kdc_keras_model *sub = kdc_arena_alloc(m->arena, sizeof *sub);
     sub->arena = m->arena;

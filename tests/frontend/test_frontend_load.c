@@ -195,6 +195,41 @@ static void test_nested_shared_dict_outputs(void **s FE_UNUSED) {
   kdc_frontend_free(m);
 }
 
+/* Layer dtype policies: float policies load (kdc computes float32), a
+ * quantized policy and a name Keras does not know are located errors. */
+static void test_dtype_policies(void **s FE_UNUSED) {
+  static const char *head =
+      "{\"class_name\": \"Sequential\", \"config\": {\"name\": \"s\", \"layers\": ["
+      "{\"class_name\": \"InputLayer\", \"config\": {\"batch_shape\": [null, 4], \"name\": \"x\"}}, "
+      "{\"class_name\": \"Dense\", \"config\": {\"name\": \"d\", \"units\": 2, \"dtype\": ";
+  static const struct { const char *dtype; kdc_code code; const char *msg; } cases[] = {
+      {"\"mixed_float16\"", KDC_OK, NULL},
+      {"{\"class_name\": \"Policy\", \"config\": {\"name\": \"mixed_bfloat16\"}}", KDC_OK, NULL},
+      {"{\"module\": \"keras\", \"class_name\": \"DTypePolicy\", \"config\": {\"name\": \"float64\"}}",
+       KDC_OK, NULL},
+      {"\"bogus\"", KDC_INVALID_INPUT, "config.layers[1].config.dtype: unknown dtype policy \"bogus\""},
+      {"{\"module\": \"keras\", \"class_name\": \"QuantizedDTypePolicy\", \"config\": "
+       "{\"name\": \"int8_from_float32\"}}",
+       KDC_UNSUPPORTED, "config.layers[1].config.dtype: quantized dtype policy \"int8_from_float32\""},
+      {"7", KDC_INVALID_INPUT, "config.layers[1].config.dtype: expected a dtype name"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    char json[1024];
+    snprintf(json, sizeof json, "%s%s}}]}}", head, cases[i].dtype);
+    const char *path = fe_tmp("dtype.json");
+    fe_write(path, json, strlen(json));
+    kdc_keras_model *m = NULL;
+    if (cases[i].code == KDC_OK) {
+      m = fe_load_ok(path);
+      assert_int_equal(kdc_frontend_param_count(m), 4 * 2 + 2);
+      kdc_frontend_free(m);
+    } else {
+      fe_assert_err(kdc_frontend_load(path, &m), cases[i].code, "dtype.json: ", cases[i].msg, NULL);
+      assert_null(m);
+    }
+  }
+}
+
 /* ---- load errors --------------------------------------------------------- */
 
 static void test_err_broken_json(void **s FE_UNUSED) {
@@ -291,7 +326,7 @@ int main(void) {
       cmocka_unit_test(test_err_unknown_layer),
       cmocka_unit_test(test_err_lambda_and_custom),
       cmocka_unit_test(test_err_shape_mismatch),
-      cmocka_unit_test(test_err_config_values),
+      cmocka_unit_test(test_err_config_values), cmocka_unit_test(test_dtype_policies),
       cmocka_unit_test(test_err_graph),
       cmocka_unit_test(test_err_file_kinds),
   };
