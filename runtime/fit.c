@@ -88,7 +88,10 @@ static kdc_status batcher_init(batcher *b, kdc_rt_train *t, const void *const *a
       return KDC_ERR(KDC_UNSUPPORTED, "fit: train_step input \"%s\" is not batch-major (batch %lld)",
                      d->name, (long long)b->batch);
     b->row_bytes[i] = (size_t)(d->bytes / (uint64_t)b->batch);
-    b->buf[i] = kdc_xcalloc(1, d->bytes ? d->bytes : 1);
+    b->buf[i] = d->bytes < SIZE_MAX ? calloc(1, d->bytes ? (size_t)d->bytes : 1) : NULL;
+    if (!b->buf[i]) /* a plan whose batch does not fit in memory: exit 3, not an abort */
+      return KDC_ERR(KDC_OUT_OF_MEMORY, "fit: train_step input \"%s\": cannot allocate %llu bytes",
+                     d->name, (unsigned long long)d->bytes);
     b->bind[i] = b->buf[i];
   }
   b->step = batch_size > 0 ? batch_size : b->batch;

@@ -189,19 +189,36 @@ typedef struct run_state {
   void *bin[MAX_IO], *bout[MAX_IO]; /* one batch */
 } run_state;
 
-static kdc_status run_batches(run_state *s, int64_t rows) {
+/* A zeroed host buffer of |bytes| for tensor |name| of |plan|: a plan
+ * whose inputs or outputs do not fit in memory is an error naming them
+ * (exit 3), not an abort. */
+static kdc_status io_buffer(const char *plan, const char *what, const char *name, uint64_t bytes,
+                            void **out) {
+  *out = bytes < SIZE_MAX ? calloc(1, (size_t)bytes + 1) : NULL;
+  if (!*out)
+    return KDC_ERR(KDC_OUT_OF_MEMORY, "%s: %s \"%s\": cannot allocate %llu bytes", plan, what,
+                   name, (unsigned long long)bytes);
+  return NULL;
+}
+
+static kdc_status run_batches(run_state *s, const char *plan, int64_t rows) {
   const kdc_rt_tensor_info *ti0 = kdc_rt_plan_input(s->plan, 0, 0);
   int64_t batch = ti0->dims[0];
-  for (size_t i = 0; i < s->n_in; i++) s->bin[i] = kdc_xcalloc(1, kdc_rt_plan_input(s->plan, 0, i)->bytes);
+  for (size_t i = 0; i < s->n_in; i++) {
+    const kdc_rt_tensor_info *t = kdc_rt_plan_input(s->plan, 0, i);
+    KDC_RETURN_IF_ERROR(io_buffer(plan, "input", t->name, t->bytes, &s->bin[i]));
+  }
   for (size_t o = 0; o < s->n_out; o++) {
     const kdc_rt_tensor_info *t = kdc_rt_plan_output(s->plan, 0, o);
     if (t->rank < 1 || t->dims[0] != batch)
       return KDC_ERR(KDC_UNSUPPORTED, "output \"%s\" is not batch-major (dim 0 is not the batch %" PRId64 ")",
                      t->name, batch);
-    s->bout[o] = kdc_xcalloc(1, t->bytes);
+    KDC_RETURN_IF_ERROR(io_buffer(plan, "output", t->name, t->bytes, &s->bout[o]));
     memcpy(s->out_dims[o], t->dims, sizeof t->dims);
     s->out_dims[o][0] = rows;
-    s->out[o] = kdc_xcalloc(1, (size_t)(t->bytes / (uint64_t)batch * (uint64_t)rows) + 1);
+    uint64_t all;
+    if (__builtin_mul_overflow(t->bytes / (uint64_t)batch, (uint64_t)rows, &all)) all = UINT64_MAX;
+    KDC_RETURN_IF_ERROR(io_buffer(plan, "output", t->name, all, &s->out[o]));
   }
   for (int64_t r0 = 0; r0 < rows; r0 += batch) {
     int64_t n = rows - r0 < batch ? rows - r0 : batch;
@@ -246,7 +263,7 @@ static kdc_status run(const run_opts *o, run_state *s) {
                      s->in[i].dims[0], o->inputs[0], rows);
     rows = s->in[i].dims[0];
   }
-  KDC_RETURN_IF_ERROR(run_batches(s, rows));
+  KDC_RETURN_IF_ERROR(run_batches(s, o->plan, rows));
   for (size_t k = 0; k < s->n_out; k++) {
     const kdc_rt_tensor_info *t = kdc_rt_plan_output(s->plan, 0, k);
     if (!run_place_writes()) break;  /* processes: process 0 writes */

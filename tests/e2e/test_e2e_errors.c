@@ -2,6 +2,7 @@
  * End to end, bad input: every kind ends with exit status 2, exactly one
  * line on stderr that names the file and the place, and no output file.
  */
+#define _DEFAULT_SOURCE /* sysconf(_SC_PHYS_PAGES) */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -9,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -374,6 +376,49 @@ static void test_tfjs_missing_shard(void **state) {
   free(src), free(copy), free(text), free(out);
 }
 
+/* A plan whose outputs do not fit in memory (RepeatVector 2^30 of 4
+ * features at batch 32: 512 GiB) ends `kdc run` with a one-line error
+ * naming the plan and the output, exit 3 (KDC_OUT_OF_MEMORY), no output
+ * file -- it used to abort in the checked allocator. */
+static void test_outputs_too_large(void **state) {
+  (void)state;
+  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  if (pages > 0 && page > 0 && (double)pages * (double)page >= 256.0 * (1ull << 30)) {
+    printf("skipped: this machine has %.0f GiB, the 512 GiB output might be allocated\n",
+           (double)pages * (double)page / (1ull << 30));
+    skip();
+  }
+  static const char *json =
+      "{\"class_name\": \"Sequential\", \"config\": {\"name\": \"s\", \"layers\": ["
+      "{\"class_name\": \"InputLayer\", \"config\": {\"batch_shape\": [null, 4], \"name\": \"x\"}}, "
+      "{\"class_name\": \"RepeatVector\", \"config\": {\"name\": \"r\", \"n\": 1073741824}}, "
+      "{\"class_name\": \"Activation\", \"config\": {\"name\": \"big\", \"activation\": \"tanh\"}}]}}";
+  char *model = e2e_path("huge.json"), *plan = e2e_path("huge.plan"), *x = e2e_path("huge_x.npy");
+  char *y = e2e_path("huge_y.npy");
+  write_file(model, json, strlen(json));
+  e2e_result r;
+  e2e_kdc(&r, "compile", model, "--batch", "32", "-o", plan, NULL);
+  assert_int_equal(r.status, 0);
+  int64_t dims[2] = {32, 4};
+  float zeros[128] = {0};
+  assert_null(kdc_npy_write(x, KDC_IO_DTYPE_F32, 2, dims, zeros));
+  /* under AddressSanitizer a failed allocation aborts unless told to
+   * return NULL as libc does */
+  const char *asan = getenv("ASAN_OPTIONS");
+  char *saved = asan ? strdup(asan) : NULL, opts[512];
+  snprintf(opts, sizeof opts, "%s%sallocator_may_return_null=1", asan ? asan : "", asan ? ":" : "");
+  setenv("ASAN_OPTIONS", opts, 1);
+  e2e_kdc(&r, "run", plan, "--input", x, "--output", y, NULL);
+  if (saved) setenv("ASAN_OPTIONS", saved, 1);
+  else unsetenv("ASAN_OPTIONS");
+  free(saved);
+  assert_int_equal(r.status, 3);
+  assert_int_equal(e2e_lines(r.err), 1);
+  if (!strstr(r.err, "huge.plan: output \"big\": cannot allocate")) fail_msg("stderr: %s", r.err);
+  assert_false(e2e_exists(y));
+  free(model), free(plan), free(x), free(y);
+}
+
 int main(void) {
   model_json = e2e_src("examples/mnist_mlp/model.json");
   weights = e2e_src("examples/mnist_mlp/weights.safetensors");
@@ -391,6 +436,7 @@ int main(void) {
       cmocka_unit_test(test_layout_multi_axis_entry), cmocka_unit_test(test_layout_duplicate_key),
       cmocka_unit_test(test_layout_bad_batch_dim), cmocka_unit_test(test_layout_bare_string),
       cmocka_unit_test(test_batch_not_divisible_by_mesh), cmocka_unit_test(test_tfjs_missing_shard),
+      cmocka_unit_test(test_outputs_too_large),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   free(model_json);
