@@ -100,10 +100,12 @@ static void multi_of(emitter *E, ix *x) {
   x->have_m = true;
 }
 
-static bool is_member(const emitter *E, kdc_value_id v) {
-  const cg_kernel *k = E->k;
-  return k->group >= 0 ? E->f->nodes[v].group == k->group : v == k->root;
+/* Is |v| computed inside kernel |k| (a member of its group, or its root)? */
+static bool in_kernel(const cg_kernel *k, kdc_value_id v) {
+  return k->group >= 0 ? k->f->nodes[v].group == k->group : v == k->root;
 }
+
+static bool is_member(const emitter *E, kdc_value_id v) { return in_kernel(E->k, v); }
 
 static LLVMValueRef load_elem(emitter *E, LLVMValueRef p, kdc_dtype d, LLVMValueRef lin) {
   LLVMTypeRef mt = cg_mem_type(E->P, d);
@@ -562,8 +564,7 @@ int cg_kernel_column_reduce(const cg_kernel *k) {
  * values outside the group are loads at the linear offset. */
 static bool flat_from(const cg_kernel *k, kdc_value_id v, uint8_t *seen) {
   const kdc_node *nd = &k->f->nodes[v];
-  bool member = k->group >= 0 ? nd->group == k->group : v == k->root;
-  if (nd->op == KDC_OP_CONSTANT || !member || seen[v]) return true;
+  if (nd->op == KDC_OP_CONSTANT || !in_kernel(k, v) || seen[v]) return true;
   seen[v] = 1;
   switch (nd->op) {
   case KDC_OP_RESHAPE: return true;

@@ -258,6 +258,10 @@ kdc_status kdc_fe_layer_err(const kdc_keras_layer *l, kdc_code code, const char 
     __attribute__((format(printf, 3, 4)));
 struct json_object *kdc_fe_get(struct json_object *o, const char *key);
 bool kdc_fe_is_null(struct json_object *o);
+/* The name of a layer config's `dtype` |o|: the string itself, or a policy
+ * object's config.name (Keras 3 DTypePolicy, tf.keras 2 Policy), with the
+ * object's class_name in *|class_name| when given; NULL when there is none. */
+const char *kdc_fe_dtype_name(struct json_object *o, const char **class_name);
 kdc_status kdc_fe_cfg_int(const kdc_keras_layer *l, const char *key, int64_t dflt,
                           int64_t *out);
 kdc_status kdc_fe_cfg_double(const kdc_keras_layer *l, const char *key, double dflt,

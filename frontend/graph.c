@@ -128,8 +128,6 @@ static void make_input_node(kdc_keras_model *m, kdc_keras_layer *l, const kdc_ks
   l->nodes[0].out = kdc_arena_memdup(m->arena, shape, sizeof *shape);
 }
 
-/* Pass 1 for one entry: class, name, config, nested model. */
-
 /* A layer's `dtype` (Keras 3: a string or a DTypePolicy / FloatDTypePolicy
  * object; tf.keras 2: a Policy object).  kdc computes in float32 whatever
  * float policy a layer names (docs/frontend.md, "Dtype policies");
@@ -142,13 +140,8 @@ static const char *const KNOWN_DTYPES[] = {
 static kdc_status check_dtype_policy(kdc_keras_model *m, json_object *cfg, const char *lloc) {
   json_object *o = kdc_fe_get(cfg, "dtype");
   if (!o || kdc_fe_is_null(o)) return NULL;
-  const char *at = kdc_fe_join(m->arena, lloc, "config.dtype"), *cn = NULL, *name = NULL;
-  if (json_object_is_type(o, json_type_string)) {
-    name = json_object_get_string(o);
-  } else if (json_object_is_type(o, json_type_object)) {
-    cn = str_or_null(kdc_fe_get(o, "class_name"));
-    name = str_or_null(kdc_fe_get(kdc_fe_get(o, "config"), "name"));
-  }
+  const char *at = kdc_fe_join(m->arena, lloc, "config.dtype"), *cn;
+  const char *name = kdc_fe_dtype_name(o, &cn);
   if (!name)
     return kdc_fe_err(m, KDC_INVALID_INPUT, at, "expected a dtype name or a dtype policy object");
   if ((cn && strstr(cn, "Quantized")) || strstr(name, "_from_"))
@@ -159,6 +152,8 @@ static kdc_status check_dtype_policy(kdc_keras_model *m, json_object *cfg, const
     if (!strcmp(name, KNOWN_DTYPES[i])) return NULL;
   return kdc_fe_err(m, KDC_INVALID_INPUT, at, "unknown dtype policy \"%s\"", name);
 }
+
+/* Pass 1 for one entry: class, name, config, nested model. */
 static kdc_status parse_layer(kdc_keras_model *m, json_object *entry, const char *lloc,
                               kdc_keras_layer *l) {
   if (!json_object_is_type(entry, json_type_object))

@@ -64,6 +64,17 @@ json_object *kdc_fe_get(json_object *o, const char *key) {
 
 bool kdc_fe_is_null(json_object *o) { return o == NULL || json_object_is_type(o, json_type_null); }
 
+static const char *str_of(json_object *o) {
+  return o && json_object_is_type(o, json_type_string) ? json_object_get_string(o) : NULL;
+}
+
+const char *kdc_fe_dtype_name(json_object *o, const char **class_name) {
+  if (class_name) *class_name = NULL;
+  if (!json_object_is_type(o, json_type_object)) return str_of(o);
+  if (class_name) *class_name = str_of(kdc_fe_get(o, "class_name"));
+  return str_of(kdc_fe_get(kdc_fe_get(o, "config"), "name"));
+}
+
 /* A short rendering of a JSON value for messages. */
 static const char *show(json_object *v, char *buf, size_t n) {
   const char *s = json_object_to_json_string_ext(v, JSON_C_TO_STRING_PLAIN);

@@ -59,13 +59,8 @@ kdc_status kdc_fe_assign(struct kdc_lower_ctx *c, const kdc_keras_layer *l, cons
 }
 
 static kdc_status dtype_of(const kdc_keras_layer *l, kdc_dtype *out) {
-  struct json_object *o = kdc_fe_get(l->config, "dtype");
-  const char *dt = "float32";
-  if (o && json_object_is_type(o, json_type_string)) dt = json_object_get_string(o);
-  else if (o) { /* a DTypePolicy object */
-    struct json_object *n = kdc_fe_get(kdc_fe_get(o, "config"), "name");
-    if (n && json_object_is_type(n, json_type_string)) dt = json_object_get_string(n);
-  }
+  const char *dt = kdc_fe_dtype_name(kdc_fe_get(l->config, "dtype"), NULL);
+  if (!dt) dt = "float32";
   if (!strcmp(dt, "float32")) *out = KDC_DTYPE_F32;
   else if (!strcmp(dt, "int32")) *out = KDC_DTYPE_I32;
   else if (!strcmp(dt, "int64")) *out = KDC_DTYPE_I64;

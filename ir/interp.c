@@ -571,9 +571,7 @@ kdc_status kdc_ir_interp_node(const kdc_func *f, kdc_value_id v, void *const *va
   if (f->nodes[v].op == KDC_OP_PARAMETER)
     return KDC_ERR(KDC_INTERNAL, "interpreter: %%%u is a parameter", v);
   KDC_RETURN_IF_ERROR(alloc_value(&f->nodes[v].type, out));
-  unsigned long fp = kdc_fp_flush_enter(); /* kdc_ir_interpret's mode */
   kdc_status st = eval_node(&in, v, *out);
-  kdc_fp_flush_leave(fp);
   if (st) {
     free(*out);
     *out = NULL;

@@ -32,6 +32,7 @@
 #include <string.h>
 
 #include "ir/ir.h"
+#include "kdc/fpenv.h"
 
 /* ---- blocks of row-major tensors ------------------------------------------ */
 
@@ -377,7 +378,7 @@ static kdc_status bind_params(spmd *s, kdc_value_id v, const kdc_tensor *const *
   return NULL;
 }
 
-kdc_status kdc_ir_interpret_spmd(const kdc_func *f, const kdc_mesh *mesh,
+static kdc_status interpret_spmd(const kdc_func *f, const kdc_mesh *mesh,
                                  const kdc_tensor *const *args_per_device,
                                  kdc_tensor **out_results_per_device) {
   spmd s = {f, mesh, kdc_mesh_devices(mesh), NULL};
@@ -434,5 +435,16 @@ kdc_status kdc_ir_interpret_spmd(const kdc_func *f, const kdc_mesh *mesh,
   }
   free(s.vals);
   free(owned);
+  return st;
+}
+
+/* Nodes and collective sums alike in kdc's floating-point mode
+ * (kdc/fpenv.h), as kdc_ir_interpret and the runtime compute. */
+kdc_status kdc_ir_interpret_spmd(const kdc_func *f, const kdc_mesh *mesh,
+                                 const kdc_tensor *const *args_per_device,
+                                 kdc_tensor **out_results_per_device) {
+  unsigned long fp = kdc_fp_flush_enter();
+  kdc_status st = interpret_spmd(f, mesh, args_per_device, out_results_per_device);
+  kdc_fp_flush_leave(fp);
   return st;
 }

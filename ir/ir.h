@@ -527,7 +527,8 @@ void kdc_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t ou
 float kdc_rng_uniform_at(int64_t seed, int64_t step, int64_t index);
 /* For ir/interp_spmd.c: evaluates node |v| of |f| (not a PARAMETER, not an
  * SPMD op other than sharding_constraint) from the operand buffers in
- * |vals| (indexed by value id) into a new malloc'd buffer *|out|. */
+ * |vals| (indexed by value id) into a new malloc'd buffer *|out|, in the
+ * caller's floating-point mode (kdc_ir_interpret_spmd sets kdc's). */
 kdc_status kdc_ir_interp_node(const kdc_func *f, kdc_value_id v, void *const *vals, void **out);
 /* ir/interp_window.c: node |v| (convolution, reduce_window,
  * select_and_scatter, gather, scatter_add, reverse) from operand buffers

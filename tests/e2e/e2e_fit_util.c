@@ -109,15 +109,6 @@ char *e2e_compile_cce_flag(const char *name, const char *model, const char *weig
   return plan;
 }
 
-char *e2e_write_text(const char *name, const char *text) {
-  char *p = e2e_path(name);
-  FILE *f = fopen(p, "w");
-  assert_non_null(f);
-  fputs(text, f);
-  fclose(f);
-  return p;
-}
-
 double e2e_rel(double a, double b) { return fabs(a - b) / (1.0 + fabs(b)); }
 
 void e2e_same_run(const e2e_run *got, const e2e_run *want, int epoch0, double tol,

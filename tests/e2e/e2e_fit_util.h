@@ -65,9 +65,6 @@ char *e2e_with_compile_config(const char *src, const char *name, const char *cc)
  * |cap|); the count, -1 when |key| is absent. */
 int e2e_json_numbers(const char *text, const char *key, double *out, int cap);
 
-/* TMP/|name| holding |text| (a layout, a model variant); the path (malloc'd). */
-char *e2e_write_text(const char *name, const char *text);
-
 /* |a - b| / (1 + |b|) */
 double e2e_rel(double a, double b);
 

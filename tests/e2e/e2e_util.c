@@ -107,6 +107,15 @@ char *e2e_path(const char *name) {
   return p;
 }
 
+char *e2e_write_text(const char *name, const char *text) {
+  char *p = e2e_path(name);
+  FILE *f = fopen(p, "w");
+  assert_non_null(f);
+  fputs(text, f);
+  assert_int_equal(fclose(f), 0);
+  return p;
+}
+
 char *e2e_src(const char *rel) {
   char *p = NULL;
   if (asprintf(&p, "%s/%s", KDC_SOURCE_DIR, rel) < 0) abort();

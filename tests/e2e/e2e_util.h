@@ -23,6 +23,8 @@ void e2e_kdcv(e2e_result *r, const char *const *args);
 /* A fresh temporary directory for this test process; paths inside it. */
 const char *e2e_tmpdir(void);
 char *e2e_path(const char *name); /* malloc'd tmpdir/name */
+/* tmpdir/|name| holding |text| (a layout, a model variant); the path (malloc'd). */
+char *e2e_write_text(const char *name, const char *text);
 char *e2e_src(const char *rel);   /* malloc'd KDC_SOURCE_DIR/rel */
 char *e2e_join(const char *dir, const char *name); /* malloc'd dir/name */
 bool e2e_exists(const char *path);

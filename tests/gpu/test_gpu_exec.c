@@ -86,15 +86,6 @@ static void close_enough(const char *what, const float *gpu, const float *cpu, s
   }
 }
 
-static char *write_text(const char *name, const char *text) {
-  char *p = e2e_path(name);
-  FILE *f = fopen(p, "w");
-  assert_non_null(f);
-  fputs(text, f);
-  assert_int_equal(fclose(f), 0);
-  return p;
-}
-
 /* |layout|: a layout.json text for --layout, or NULL. */
 static void compare_example(const char *ex, const char *mesh, const char *layout) {
   char rel[256];
@@ -104,7 +95,7 @@ static void compare_example(const char *ex, const char *mesh, const char *layout
   const char *argv[16] = {"compile", model, "-o", plan, "--target", "cuda", "--batch", "8"};
   int na = 8;
   if (*mesh) argv[na++] = "--mesh", argv[na++] = mesh;
-  char *lay = layout ? write_text("gpu_layout.json", layout) : NULL;
+  char *lay = layout ? e2e_write_text("gpu_layout.json", layout) : NULL;
   if (lay) argv[na++] = "--layout", argv[na++] = lay;
   e2e_kdcv(&r, argv);
   free(lay);
