@@ -219,6 +219,28 @@ void kdc_hash64_update(kdc_hash64_state *s, const void *data, size_t n);
 /* The hash of everything consumed; |s| stays usable. */
 uint64_t kdc_hash64_digest(const kdc_hash64_state *s);
 
+/* ---- SHA-256 and HMAC-SHA256 (sha256.c; FIPS 180-4, RFC 2104) ---------- */
+
+enum { KDC_SHA256_BYTES = 32 };
+typedef struct kdc_sha256 {
+  uint32_t h[8];
+  uint64_t total;                  /* bytes consumed */
+  uint8_t buf[64];
+  uint32_t n;                      /* bytes in buf */
+} kdc_sha256;
+typedef struct kdc_hmac_sha256 {
+  kdc_sha256 inner, outer;
+} kdc_hmac_sha256;
+
+void kdc_sha256_init(kdc_sha256 *s);
+void kdc_sha256_update(kdc_sha256 *s, const void *data, size_t n);
+void kdc_sha256_final(kdc_sha256 *s, uint8_t out[KDC_SHA256_BYTES]);
+void kdc_hmac_sha256_init(kdc_hmac_sha256 *m, const void *key, size_t key_len);
+void kdc_hmac_sha256_update(kdc_hmac_sha256 *m, const void *data, size_t n);
+void kdc_hmac_sha256_final(kdc_hmac_sha256 *m, uint8_t out[KDC_SHA256_BYTES]);
+/* |n| bytes equal, in a time that does not depend on where they differ. */
+bool kdc_bytes_equal_ct(const void *a, const void *b, size_t n);
+
 /* ------------------------------------------------------------------------
  * plan_file.c: the plan.bin container (docs/plan-format.md)
  * ---------------------------------------------------------------------- */
