@@ -33,7 +33,7 @@ static kdc_rt_procs procs;
 static void die(kdc_status st) {
   if (!st) return;
   fprintf(stderr, "bench_mpi: %s\n", kdc_status_message(st));
-  kdc_rt_procs_finish(&procs, 1, 10);
+  kdc_rt_procs_finish(&procs, 1, NULL, 10);
   exit(1);
 }
 
@@ -128,6 +128,6 @@ int main(void) {
     kdc_rt_plan_release(c.p);
   }
   if (procs.id == 0) printf("\n], \"training_vs_ddp\": \"bench/bench_procs.sh\"}\n");
-  kdc_rt_procs_finish(&procs, 0, 60);
+  kdc_rt_procs_finish(&procs, 0, NULL, 60);
   return 0;
 }

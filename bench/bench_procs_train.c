@@ -22,7 +22,7 @@ static kdc_rt_procs procs;
 static void die(kdc_status st) {
   if (!st) return;
   fprintf(stderr, "bench_procs_train: %s\n", kdc_status_message(st));
-  kdc_rt_procs_finish(&procs, 1, 10);
+  kdc_rt_procs_finish(&procs, 1, NULL, 10);
   exit(1);
 }
 
@@ -84,6 +84,6 @@ int main(int argc, char **argv) {
   for (size_t i = 0; i < n; i++) free((void *)c.data[i]);
   kdc_rt_train_destroy(c.t);
   kdc_rt_plan_release(p);
-  kdc_rt_procs_finish(&procs, 0, 60);
+  kdc_rt_procs_finish(&procs, 0, NULL, 60);
   return 0;
 }

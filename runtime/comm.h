@@ -99,6 +99,8 @@ void rt_coll_shm_run(rt_pool *pool, const rt_coll_call *call, const void *const 
  * iterating devices and groups in increasing id. */
 typedef struct rt_net rt_net;
 
+enum { RT_NET_WHY = 480 };  /* bytes of a failed process's error an ABORT carries */
+
 typedef enum rt_net_fail {
   RT_NET_OK = 0,
   RT_NET_TIMEOUT,   /* |peer| did not deliver (or take) within the timeout */
@@ -127,8 +129,10 @@ typedef struct rt_net_vtable {
    * over). */
   bool (*wait)(rt_net *n, double timeout_s, rt_net_miss *out);
   /* (optional) Best effort, on the way out of a failed process: tells every
-   * peer the job is over, blaming process |culprit|. */
-  void (*abort)(rt_net *n, int culprit);
+   * peer the job is over, blaming process |culprit|, whose exit status
+   * |code| and error |why| (at most RT_NET_WHY - 1 bytes) the peers report
+   * as theirs (rt_net.abort_code, abort_why). */
+  void (*abort)(rt_net *n, int culprit, int code, const char *why);
 } rt_net_vtable;
 _Static_assert(offsetof(rt_net_vtable, destroy) == 0, "destroy is a vtable's first entry");
 
@@ -137,6 +141,8 @@ struct rt_net {
   int n, id;             /* processes, this one */
   const char *rank_word; /* "MPI rank" or "rank": how messages name a process */
   int blame;             /* the peer the last failed wait named, or -1 */
+  int abort_code;        /* an ABORT that came: the culprit's exit status, or 0 */
+  char abort_why[RT_NET_WHY]; /* ... and its error */
 };
 
 static inline void rt_net_destroy(rt_net *n) {
@@ -152,6 +158,11 @@ kdc_status rt_net_error(rt_net *n, const kdc_rt_plan *p, const rt_net_miss *miss
 kdc_status rt_net_broadcast(rt_net *n, void *buf, size_t bytes, double timeout_s);
 /* Returns once every process called it, or fails after |timeout_s|. */
 kdc_status rt_net_barrier(rt_net *n, double timeout_s);
+/* The end of a job that succeeded here: two barriers, so a process that
+ * fails the first (a peer failed, or sent what we did not expect) stops
+ * every other in the second: no process exits 0 when another fails
+ * (kdc_rt_procs_finish, docs/processes.md "Faults"). */
+kdc_status rt_net_agree(rt_net *n, double timeout_s);
 
 /* comm_mpi.c: MPI_COMM_WORLD (duplicated), MPI initialised.  KDC_UNSUPPORTED
  * in builds without MPI. */
@@ -164,7 +175,8 @@ kdc_status rt_net_mpi_create(rt_net **out);
  * process's listening address; then every pair connects directly.  A
  * process missing at the deadline is named. */
 kdc_status rt_net_tcp_connect(const char *coordinator, int n, int id, uint64_t key,
-                              double timeout_s, rt_net **out);
+                              const void *token, size_t token_len, double timeout_s,
+                              rt_net **out);
 
 /* ---- comm_p2p.c: processes, one device or several each ----------------------------- */
 

@@ -108,7 +108,7 @@ kdc_status rt_net_mpi_create(rt_net **out) {
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   mpi_net *m = kdc_xcalloc(1, sizeof *m);
-  m->base = (rt_net){&mpi_vtable, size, rank, "MPI rank", -1};
+  m->base = (rt_net){.vt = &mpi_vtable, .n = size, .id = rank, .rank_word = "MPI rank", .blame = -1};
   MPI_Comm_dup(MPI_COMM_WORLD, &m->world);
   *out = &m->base;
   return NULL;

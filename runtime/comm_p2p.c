@@ -94,6 +94,10 @@ kdc_status rt_net_error(rt_net *n, const kdc_rt_plan *p, const rt_net_miss *m, c
     return KDC_ERR(KDC_UNAVAILABLE, "%s: %sprocess %d (%s %d) is gone: its connection closed "
                    "(it died or failed)", what, dev, m->peer, w, m->peer);
   case RT_NET_ABORTED:
+    if (n->abort_why[0])  /* the culprit's own error: every process reports the same cause */
+      return KDC_ERR(KDC_UNAVAILABLE, "%s: process %d (%s %d) ended the job: process %d (%s %d) "
+                     "failed: %s", what, m->peer, w, m->peer, m->culprit, w, m->culprit,
+                     n->abort_why);
     return KDC_ERR(KDC_UNAVAILABLE, "%s: process %d (%s %d) ended the job: process %d (%s %d) "
                    "failed or is missing", what, m->peer, w, m->peer, m->culprit, w, m->culprit);
   default:
@@ -128,6 +132,15 @@ kdc_status rt_net_barrier(rt_net *n, double timeout_s) {
   rt_net_miss miss;
   if (n->vt->wait(n, timeout_s, &miss)) return NULL;
   return rt_net_error(n, NULL, &miss, "the final barrier", timeout_s);
+}
+
+kdc_status rt_net_agree(rt_net *n, double timeout_s) {
+  /* Round 1 finds a process that failed, or whose messages do not match
+   * ours (it ran other steps: its stale data arrives instead of the
+   * barrier's); it leaves with an ABORT instead of round 2, so every
+   * other process fails in round 2 with its cause. */
+  KDC_RETURN_IF_ERROR(rt_net_barrier(n, timeout_s));
+  return rt_net_barrier(n, timeout_s);
 }
 
 static void p2p_destroy(rt_comm *base) {

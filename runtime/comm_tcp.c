@@ -46,10 +46,10 @@
 #include <unistd.h>
 
 #include "runtime/comm.h"
+#include "runtime/tcp_hello.h"
 
-enum { MAGIC = 0x4b444354u /* "KDCT" */, VERSION = 1, HDR = 24, HOST_LEN = 64 };
+enum { MAGIC = 0x4b444354u /* "KDCT" */, HDR = 24 };
 enum { K_DATA = 1, K_ABORT = 2 };                     /* frame kinds */
-enum { V_OK = 0, V_PLAN, V_COUNT, V_ID, V_MISSING };  /* rendezvous verdicts */
 
 typedef struct frame {
   uint32_t magic, kind;
@@ -58,23 +58,6 @@ typedef struct frame {
   uint64_t bytes;
 } frame;
 _Static_assert(sizeof(frame) == HDR, "frame header layout");
-
-typedef struct hello {
-  uint32_t magic, version;
-  int32_t id, n;
-  uint64_t key;
-  uint32_t port, pad;
-} hello;
-
-typedef struct verdict {
-  uint32_t magic, verdict;
-  int32_t culprit, n;
-} verdict;
-
-typedef struct address {
-  char host[HOST_LEN];
-  uint32_t port, pad;
-} address;
 
 typedef struct msg {
   frame h;        /* sent, or expected */
@@ -184,6 +167,19 @@ static bool fail(tcp_net *t, int p, rt_net_fail f, bool send, rt_net_miss *out) 
   return false;
 }
 
+static int io_full(int fd, void *buf, size_t n, bool send_, double deadline);
+
+/* After an ABORT header |f| from |pe|: its payload, the culprit's error
+ * (best effort, briefly: the peer wrote it with the header). */
+static void read_why(tcp_net *t, peer *pe, const frame *f) {
+  char buf[RT_NET_WHY];
+  size_t n = f->bytes < sizeof buf - 1 ? (size_t)f->bytes : 0;
+  if (n && io_full(pe->fd, buf, n, false, now_s() + 0.5)) return;
+  buf[n] = 0;
+  t->base.abort_code = f->aux > 0 && f->aux < 256 ? (int)f->aux : 3;
+  memcpy(t->base.abort_why, buf, n + 1);
+}
+
 /* A peer that ended the job first (an ABORT frame after what we already
  * expected from it, or peeked at the head of its stream) explains a closed connection or a timeout better: a
  * process that failed because of process X tells its peers about X. */
@@ -193,6 +189,7 @@ static void prefer_abort(tcp_net *t, rt_net_miss *out) {
     if (p == t->base.id || pe->fd < 0) continue;
     rt_net_miss m = {RT_NET_OK, p, -1, false, -1};  /* read what came, frames finish */
     if (pump_recv(pe, &m) == RT_NET_ABORTED) {
+      read_why(t, pe, &pe->rq.m[pe->rq.head].got);
       *out = (rt_net_miss){RT_NET_ABORTED, p, -1, false, m.culprit};
       return;
     }
@@ -200,6 +197,8 @@ static void prefer_abort(tcp_net *t, rt_net_miss *out) {
     frame f;
     if (recv(pe->fd, &f, sizeof f, MSG_PEEK | MSG_DONTWAIT) == (ssize_t)sizeof f &&
         f.magic == MAGIC && f.kind == K_ABORT) {
+      recv(pe->fd, &f, sizeof f, MSG_DONTWAIT);  /* the header: the error follows */
+      read_why(t, pe, &f);
       *out = (rt_net_miss){RT_NET_ABORTED, p, -1, false, f.tag};
       return;
     }
@@ -220,6 +219,7 @@ static bool tcp_wait(rt_net *base, double timeout_s, rt_net_miss *out) {
       if (p == base->id) continue;
       if (!pump_send(pe)) ok = fail(t, p, RT_NET_CLOSED, true, out);
       rt_net_fail f = ok ? pump_recv(pe, out) : RT_NET_OK;
+      if (f == RT_NET_ABORTED) read_why(t, pe, &pe->rq.m[pe->rq.head].got);
       if (f) ok = fail(t, p, f, false, out);
       short ev = (short)((pe->sq.head < pe->sq.n ? POLLOUT : 0) |
                          (pe->rq.head < pe->rq.n ? POLLIN : 0));
@@ -247,13 +247,13 @@ static bool tcp_wait(rt_net *base, double timeout_s, rt_net_miss *out) {
   return ok;
 }
 
-static int io_full(int fd, void *buf, size_t n, bool send_, double deadline);
-
 /* The peers must find the ABORT at a frame boundary: a frame half sent is
- * completed first, with zeros (its data is lost anyway: the job is over). */
-static void tcp_abort(rt_net *base, int culprit) {
+ * completed first, with zeros (its data is lost anyway: the job is over).
+ * The ABORT carries the culprit's exit status (aux) and error (payload). */
+static void tcp_abort(rt_net *base, int culprit, int code, const char *why) {
   tcp_net *t = (tcp_net *)base;
-  frame f = {MAGIC, K_ABORT, culprit, 0, 0};
+  size_t wn = why ? strnlen(why, RT_NET_WHY - 1) : 0;
+  frame f = {MAGIC, K_ABORT, culprit, (uint32_t)code, wn};
   static char zeros[65536];
   double deadline = now_s() + 1;
   for (int p = 0; p < base->n; p++) {
@@ -269,7 +269,8 @@ static void tcp_abort(rt_net *base, int culprit) {
         left -= k;
       }
     }
-    io_full(pe->fd, &f, sizeof f, true, deadline);
+    if (!io_full(pe->fd, &f, sizeof f, true, deadline) && wn)
+      io_full(pe->fd, (void *)why, wn, true, deadline);
   }
 }
 
@@ -397,196 +398,410 @@ static int connect_retry(const char *host, const char *port, double deadline) {
   }
 }
 
-/* Accepts one connection on |lfd| by |deadline|, or -1. */
-static int accept_by(int lfd, double deadline, struct sockaddr_storage *sa) {
-  for (;;) {
-    socklen_t len = sizeof *sa;
-    int fd = accept4(lfd, (struct sockaddr *)sa, &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd >= 0) {
-      tune(fd);
-      return fd;
-    }
-    struct pollfd pf = {lfd, POLLIN, 0};
-    int left = ms_left(deadline, 200);
-    if (left == 0) return -1;
-    poll(&pf, 1, left);
-  }
-}
-
 static const char *verdict_str(uint32_t v) {
   switch (v) {
-  case V_PLAN: return "runs a different plan (checksum)";
-  case V_COUNT: return "was started with a different --num-processes";
-  case V_ID: return "has a process id out of range or already taken";
+  case RT_V_PLAN: return "runs a different plan (checksum)";
+  case RT_V_COUNT: return "was started with a different --num-processes";
+  case RT_V_ID: return "has a process id out of range or already taken";
   default: return "did not connect in time";
   }
 }
+
+/* The per-connection handshake deadline: a connection that has not said a
+ * whole HELLO by then is dropped (it holds nothing: the others still meet). */
+enum { HS_MAX_S = 10, MAX_PENDING = 32, MAX_NOTES = 8 };
 
 typedef struct rdv {
   tcp_net *t;
   int n, id;
   uint64_t key;
+  rt_hs_token token;
   const char *where;  /* the coordinator address, for messages */
   double deadline, timeout_s;
+  uint8_t (*nonce)[RT_HS_NONCE];  /* per process: the nonce of its HELLO to us */
+  rt_hs_address *table;           /* process 0: every process's address */
+  int notes;                      /* dropped connections reported */
 } rdv;
+
+typedef struct pending {
+  int fd;
+  double deadline;
+  size_t got;
+  uint8_t challenge[RT_HS_NONCE];
+  uint8_t buf[RT_HS_HELLO_BYTES];
+  char host[RT_HS_HOST];
+} pending;
+
+/* Drops a connection that is not (or not yet) a member, with a note. */
+static void drop(rdv *r, pending *pc, const char *why) {
+  close(pc->fd);
+  pc->fd = -1;
+  char who[300];
+  if (r->id == 0) snprintf(who, sizeof who, "coordinator %s", r->where);
+  else snprintf(who, sizeof who, "process %d (rank %d)", r->id, r->id);
+  if (r->notes++ < MAX_NOTES)
+    fprintf(stderr, "kdc: note: %s: dropped a connection from %s: %s%s\n", who, pc->host, why,
+            r->notes == MAX_NOTES ? " (further ones are not reported)" : "");
+}
+
+static bool send_now(int fd, const void *buf, size_t n) {
+  return io_full(fd, (void *)buf, n, true, now_s() + 1) == 0;
+}
+
+static void send_verdict(rdv *r, int fd, uint32_t v, int culprit, const uint8_t *nonce) {
+  static const uint8_t zero[RT_HS_NONCE];
+  uint8_t m[RT_HS_VERDICT_BYTES];
+  rt_hs_verdict vd = {v, culprit, r->n};
+  rt_hs_verdict_make(m, &vd, nonce ? nonce : zero, r->token);
+  send_now(fd, m, sizeof m);
+}
 
 /* Process 0: tells every connected process |v| about |culprit|. */
 static void reject_all(rdv *r, uint32_t v, int culprit) {
-  verdict vd = {MAGIC, v, culprit, r->n};
   for (int p = 1; p < r->n; p++)
-    if (r->t->peer[p].fd >= 0) io_full(r->t->peer[p].fd, &vd, sizeof vd, true, now_s() + 1);
+    if (r->t->peer[p].fd >= 0) send_verdict(r, r->t->peer[p].fd, v, culprit, r->nonce[p]);
+}
+
+/* A HELLO that passed the token check.  Process 0: the job's checks (a
+ * real member that does not fit ends the job, naming it); process i: the
+ * higher id it expects.  Returns the job's error, or NULL (*|keep|: a
+ * member now). */
+static kdc_status admit(rdv *r, pending *pc, const rt_hs_hello *h, bool *keep) {
+  *keep = false;
+  if (r->id > 0) {
+    if (h->key != r->key || h->n != r->n || h->id <= r->id || r->t->peer[h->id].fd >= 0) {
+      drop(r, pc, "a HELLO that does not fit this job");
+      return NULL;
+    }
+  } else {
+    uint32_t v = h->key != r->key                        ? RT_V_PLAN
+                 : h->n != r->n                          ? RT_V_COUNT
+                 : h->id < 1 || r->t->peer[h->id].fd >= 0 ? RT_V_ID
+                                                          : RT_V_OK;
+    if (v != RT_V_OK) {
+      send_verdict(r, pc->fd, v, h->id, h->nonce);
+      reject_all(r, v, h->id);
+      close(pc->fd);
+      pc->fd = -1;
+      if (v == RT_V_COUNT)
+        return KDC_ERR(KDC_INVALID_INPUT, "coordinator %s: process %d (rank %d) says %d "
+                       "processes, this one %d", r->where, h->id, h->id, h->n, r->n);
+      return KDC_ERR(KDC_INVALID_INPUT, "coordinator %s: process %d (rank %d) %s%s", r->where,
+                     h->id, h->id, verdict_str(v), v == RT_V_PLAN ? " than process 0: every "
+                     "process must run the same plan.bin" : "");
+    }
+    snprintf(r->table[h->id].host, RT_HS_HOST, "%s", pc->host);
+    r->table[h->id].port = h->port;
+  } 
+  if (r->id > 0) send_verdict(r, pc->fd, RT_V_OK, -1, h->nonce);
+  memcpy(r->nonce[h->id], h->nonce, RT_HS_NONCE);
+  r->t->peer[h->id].fd = pc->fd;
+  pc->fd = -1;
+  *keep = true;
+  return NULL;
+}
+
+/* Reads what came on a pending connection and acts on a whole HELLO. */
+static kdc_status hear(rdv *r, pending *pc, int *arrived) {
+  ssize_t k = recv(pc->fd, pc->buf + pc->got, sizeof pc->buf - pc->got, MSG_DONTWAIT);
+  if (k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+    drop(r, pc, "it closed before a whole HELLO");
+    return NULL;
+  }
+  if (k < 0) return NULL;
+  pc->got += (size_t)k;
+  rt_hs_hello h;
+  switch (rt_hs_hello_parse(pc->buf, pc->got, pc->challenge, r->token, &h)) {
+  case RT_HS_MORE: return NULL;
+  case RT_HS_FOREIGN: drop(r, pc, "not a kdc process"); return NULL;
+  case RT_HS_VERSION: drop(r, pc, "a kdc of another version"); return NULL;
+  case RT_HS_BAD: drop(r, pc, "a malformed HELLO"); return NULL;
+  case RT_HS_AUTH:
+    send_verdict(r, pc->fd, RT_V_AUTH, -1, NULL);
+    drop(r, pc, r->token.len ? "it does not hold this job's token" :
+         "it uses a job token, this process none");
+    return NULL;
+  case RT_HS_OK: break;
+  }
+  bool keep;
+  kdc_status st = admit(r, pc, &h, &keep);
+  if (keep) ++*arrived;
+  return st;
+}
+
+/* Accepts connections on |lfd| until every process of [lo, r->n) but
+ * this one has passed the handshake, or the deadline.  Connections that do
+ * not (silent, foreign, without the token) are dropped one by one; they
+ * never stop the others. */
+static kdc_status meet(rdv *r, int lfd, int lo) {
+  pending pend[MAX_PENDING];
+  int np = 0, arrived = 0, want = r->n - lo;
+  double hs = r->timeout_s < HS_MAX_S ? r->timeout_s : HS_MAX_S;
+  kdc_status st = NULL;
+  while (arrived < want && !st) {
+    struct pollfd fds[MAX_PENDING + 1];
+    fds[0] = (struct pollfd){lfd, POLLIN, 0};
+    double wake = r->deadline;
+    for (int i = 0; i < np; i++) {
+      fds[1 + i] = (struct pollfd){pend[i].fd, POLLIN, 0};
+      if (pend[i].deadline < wake) wake = pend[i].deadline;
+    }
+    if (ms_left(r->deadline, 1) == 0) break;
+    poll(fds, (nfds_t)np + 1, ms_left(wake, 200));
+    for (int i = 0; i < np && !st; i++)
+      if (fds[1 + i].revents) st = hear(r, &pend[i], &arrived);
+    for (int i = 0; i < np; i++)
+      if (pend[i].fd >= 0 && now_s() >= pend[i].deadline)
+        drop(r, &pend[i], "no whole HELLO within the handshake deadline");
+    int w = 0;  /* compact */
+    for (int i = 0; i < np; i++)
+      if (pend[i].fd >= 0) pend[w++] = pend[i];
+    np = w;
+    if (st) break;
+    for (;;) {  /* every connection waiting in the backlog */
+      struct sockaddr_storage sa;
+      socklen_t len = sizeof sa;
+      int fd = accept4(lfd, (struct sockaddr *)&sa, &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      if (fd < 0) break;
+      tune(fd);
+      if (np == MAX_PENDING) {  /* the oldest makes room */
+        drop(r, &pend[0], "too many connections waiting for their HELLO");
+        memmove(pend, pend + 1, (MAX_PENDING - 1) * sizeof *pend);
+        np--;
+      }
+      pending *pc = &pend[np];
+      *pc = (pending){.fd = fd, .deadline = now_s() + hs};
+      if (getnameinfo((struct sockaddr *)&sa, len, pc->host, RT_HS_HOST, NULL, 0, NI_NUMERICHOST))
+        snprintf(pc->host, RT_HS_HOST, "?");
+      uint8_t ch[RT_HS_CHALLENGE_BYTES];
+      if (!rt_hs_nonce(pc->challenge)) {
+        close(fd);
+        st = KDC_ERR(KDC_INTERNAL, "rendezvous: no random bytes for a nonce (getrandom)");
+        break;
+      }
+      rt_hs_challenge_make(ch, pc->challenge, r->token.len > 0);
+      if (send(fd, ch, sizeof ch, MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)sizeof ch) {
+        close(fd);
+        continue;
+      }
+      np++;
+    }
+  }
+  for (int i = 0; i < np; i++) close(pend[i].fd);
+  if (st || arrived == want) return st;
+  int miss = lo;
+  while (miss < r->n && (miss == r->id || r->t->peer[miss].fd >= 0)) miss++;
+  if (r->id > 0)
+    return KDC_ERR(KDC_UNAVAILABLE, "process %d (rank %d): process %d (rank %d) did not connect "
+                   "within %g s", r->id, r->id, miss, miss, r->timeout_s);
+  reject_all(r, RT_V_MISSING, miss);
+  return KDC_ERR(KDC_UNAVAILABLE, "coordinator %s: process %d (rank %d) did not connect within "
+                 "%g s (%d of %d processes arrived)", r->where, miss, miss, r->timeout_s,
+                 arrived + 1, r->n);
 }
 
 static kdc_status coordinate(rdv *r, const char *host, const char *port) {
   struct addrinfo *ai = NULL;
   KDC_RETURN_IF_ERROR(resolve(host, port, true, &ai));
   int lfd = -1;
-  kdc_status st = listen_on(ai, r->where, r->n, &lfd);
+  kdc_status st = listen_on(ai, r->where, r->n + MAX_PENDING, &lfd);
   freeaddrinfo(ai);
   if (st) return st;
-  address *table = kdc_xcalloc((size_t)r->n, sizeof *table);
-  int extra[64], n_extra = 0;  /* connections refused before they could be placed */
-  for (int got = 1; got < r->n && !st;) {
-    struct sockaddr_storage sa;
-    int fd = accept_by(lfd, r->deadline, &sa);
-    hello h = {0};
-    if (fd < 0 || io_full(fd, &h, sizeof h, false, r->deadline)) {
-      if (fd >= 0) close(fd);
-      if (fd >= 0 && ms_left(r->deadline, 1) > 0) continue;
-      int miss = 1;
-      while (miss < r->n && r->t->peer[miss].fd >= 0) miss++;
-      reject_all(r, V_MISSING, miss);
-      st = KDC_ERR(KDC_UNAVAILABLE, "coordinator %s: process %d (rank %d) did not connect "
-                   "within %g s (%d of %d processes arrived)", r->where, miss, miss, r->timeout_s,
-                   got, r->n);
-      break;
-    }
-    uint32_t v = h.magic != MAGIC || h.version != VERSION ? V_PLAN
-                 : h.key != r->key                         ? V_PLAN
-                 : h.n != r->n                             ? V_COUNT
-                 : h.id < 1 || h.id >= r->n || r->t->peer[h.id].fd >= 0 ? V_ID
-                                                                         : V_OK;
-    if (v != V_OK) {
-      verdict vd = {MAGIC, v, h.id, r->n};
-      io_full(fd, &vd, sizeof vd, true, now_s() + 1);
-      reject_all(r, v, h.id);
-      if (n_extra < 64) extra[n_extra++] = fd;
-      else close(fd);
-      if (v == V_COUNT)
-        st = KDC_ERR(KDC_INVALID_INPUT, "coordinator %s: process %d (rank %d) says %d processes, "
-                     "this one %d", r->where, h.id, h.id, h.n, r->n);
-      else
-        st = KDC_ERR(KDC_INVALID_INPUT, "coordinator %s: process %d (rank %d) %s%s", r->where,
-                     h.id, h.id, verdict_str(v), v == V_PLAN ? " than process 0: every process "
-                     "must run the same plan.bin" : "");
-      break;
-    }
-    r->t->peer[h.id].fd = fd;
-    getnameinfo((struct sockaddr *)&sa, sizeof sa, table[h.id].host, HOST_LEN, NULL, 0,
-                NI_NUMERICHOST);
-    table[h.id].port = h.port;
-    got++;
-  }
-  if (!st) {
-    verdict ok = {MAGIC, V_OK, -1, r->n};
-    for (int p = 1; p < r->n && !st; p++)
-      if (io_full(r->t->peer[p].fd, &ok, sizeof ok, true, r->deadline) ||
-          io_full(r->t->peer[p].fd, table, (size_t)r->n * sizeof *table, true, r->deadline))
-        st = KDC_ERR(KDC_UNAVAILABLE, "coordinator %s: process %d (rank %d) left during the "
-                     "rendezvous", r->where, p, p);
-  }
-  for (int i = 0; i < n_extra; i++) close(extra[i]);
-  free(table);
+  st = meet(r, lfd, 1);
   close(lfd);
+  if (st) return st;
+  uint8_t *tab = kdc_xcalloc((size_t)r->n, RT_HS_ADDRESS_BYTES);
+  for (int p = 0; p < r->n; p++) rt_hs_address_make(tab + (size_t)p * RT_HS_ADDRESS_BYTES, &r->table[p]);
+  for (int p = 1; p < r->n && !st; p++) {
+    uint8_t ok[RT_HS_VERDICT_BYTES];
+    rt_hs_verdict_make(ok, &(rt_hs_verdict){RT_V_OK, -1, r->n}, r->nonce[p], r->token);
+    if (io_full(r->t->peer[p].fd, ok, sizeof ok, true, r->deadline) ||
+        io_full(r->t->peer[p].fd, tab, (size_t)r->n * RT_HS_ADDRESS_BYTES, true, r->deadline))
+      st = KDC_ERR(KDC_UNAVAILABLE, "coordinator %s: process %d (rank %d) left during the "
+                   "rendezvous", r->where, p, p);
+  }
+  free(tab);
   return st;
 }
 
-/* Process |id| > 0: joins through the coordinator, then connects the mesh. */
-static kdc_status join(rdv *r, const char *host, const char *port) {
-  int fd = connect_retry(host, port, r->deadline);
-  if (fd < 0)
-    return KDC_ERR(KDC_UNAVAILABLE, "process %d (rank %d): the coordinator %s (process 0) was "
-                   "not reachable within %g s", r->id, r->id, r->where, r->timeout_s);
-  r->t->peer[0].fd = fd;
-  /* my listening socket, on the address that reaches the coordinator */
+/* A listening socket on the local address of |c| (the address that reaches
+ * the coordinator), for the processes of higher ids. */
+static kdc_status listen_beside(rdv *r, int c, int *lfd, uint32_t *lport) {
   struct sockaddr_storage me;
   socklen_t len = sizeof me;
-  getsockname(fd, (struct sockaddr *)&me, &len);
+  getsockname(c, (struct sockaddr *)&me, &len);
   if (me.ss_family == AF_INET) ((struct sockaddr_in *)&me)->sin_port = 0;
   else ((struct sockaddr_in6 *)&me)->sin6_port = 0;
   struct addrinfo ai = {.ai_family = me.ss_family, .ai_socktype = SOCK_STREAM,
                         .ai_addr = (struct sockaddr *)&me, .ai_addrlen = len};
-  int lfd = -1;
-  KDC_RETURN_IF_ERROR(listen_on(&ai, "process listener", r->n, &lfd));
+  KDC_RETURN_IF_ERROR(listen_on(&ai, "process listener", r->n + MAX_PENDING, lfd));
   len = sizeof me;
-  getsockname(lfd, (struct sockaddr *)&me, &len);
-  uint32_t lport = ntohs(me.ss_family == AF_INET ? ((struct sockaddr_in *)&me)->sin_port
-                                                 : ((struct sockaddr_in6 *)&me)->sin6_port);
-  hello h = {MAGIC, VERSION, r->id, r->n, r->key, lport, 0};
-  verdict vd = {0};
-  kdc_status st = NULL;
+  getsockname(*lfd, (struct sockaddr *)&me, &len);
+  *lport = ntohs(me.ss_family == AF_INET ? ((struct sockaddr_in *)&me)->sin_port
+                                         : ((struct sockaddr_in6 *)&me)->sin6_port);
+  return NULL;
+}
+
+/* Connects to |host|:|port| (|whom| for messages) and says HELLO after its
+ * CHALLENGE, retrying while nobody listens or the connection is dropped
+ * before the challenge (an acceptor with too many pending connections).
+ * |lfd| non-NULL (joining the coordinator): first makes this process's
+ * listening socket, whose port the HELLO carries.  *|fd| is the
+ * connection, |nonce| the nonce of our HELLO (the verdict's MAC covers it). */
+static kdc_status greet(rdv *r, const char *host, const char *port, int *lfd, const char *whom,
+                        int *fd, uint8_t nonce[RT_HS_NONCE]) {
+  *fd = -1;
+  uint32_t lport = 0;
+  for (;;) {
+    int c = connect_retry(host, port, r->deadline);
+    if (c < 0)
+      return KDC_ERR(KDC_UNAVAILABLE, "process %d (rank %d): %s was not reachable within %g s",
+                     r->id, r->id, whom, r->timeout_s);
+    if (lfd && *lfd < 0) {
+      kdc_status st = listen_beside(r, c, lfd, &lport);
+      if (st) {
+        close(c);
+        return st;
+      }
+    }
+    uint8_t ch[RT_HS_CHALLENGE_BYTES], challenge[RT_HS_NONCE];
+    int rc = io_full(c, ch, sizeof ch, false, r->deadline);
+    if (rc == -1 && ms_left(r->deadline, 50) > 0) {  /* dropped: try again */
+      close(c);
+      nanosleep(&(struct timespec){0, 50000000}, NULL);
+      continue;
+    }
+    rt_hs_result hr = rc ? RT_HS_MORE : rt_hs_challenge_parse(ch, sizeof ch, challenge);
+    if (hr != RT_HS_OK) {
+      close(c);
+      return KDC_ERR(rc ? KDC_UNAVAILABLE : KDC_INVALID_INPUT, "process %d (rank %d): %s %s",
+                     r->id, r->id, whom, rc ? "did not start the handshake in time" :
+                     hr == RT_HS_VERSION ? "is a kdc of another version" :
+                     "is not a kdc process (no kdc handshake)");
+    }
+    if (!rt_hs_nonce(nonce)) {
+      close(c);
+      return KDC_ERR(KDC_INTERNAL, "rendezvous: no random bytes for a nonce (getrandom)");
+    }
+    rt_hs_hello h = {r->id, r->n, lport, r->key, {0}};
+    memcpy(h.nonce, nonce, RT_HS_NONCE);
+    uint8_t m[RT_HS_HELLO_BYTES];
+    rt_hs_hello_make(m, &h, challenge, r->token);
+    if (io_full(c, m, sizeof m, true, r->deadline)) {
+      close(c);
+      return KDC_ERR(KDC_UNAVAILABLE, "process %d (rank %d): %s closed the connection during "
+                     "the handshake", r->id, r->id, whom);
+    }
+    *fd = c;
+    return NULL;
+  }
+}
+
+/* The verdict of |whom| on our HELLO (bounded by |deadline|). */
+static kdc_status hear_verdict(rdv *r, int fd, const uint8_t nonce[RT_HS_NONCE], double deadline,
+                               const char *whom) {
+  uint8_t m[RT_HS_VERDICT_BYTES];
+  rt_hs_verdict vd;
+  if (io_full(fd, m, sizeof m, false, deadline))
+    return KDC_ERR(KDC_UNAVAILABLE, "process %d (rank %d): %s did not complete the rendezvous "
+                   "within %g s (is a process missing?)", r->id, r->id, whom, r->timeout_s);
+  switch (rt_hs_verdict_parse(m, sizeof m, nonce, r->token, &vd)) {
+  case RT_HS_OK: break;
+  case RT_HS_AUTH:
+    return KDC_ERR(KDC_INVALID_INPUT, "process %d (rank %d): %s failed the job token check: it "
+                   "does not hold this job's token", r->id, r->id, whom);
+  default:
+    return KDC_ERR(KDC_INVALID_INPUT, "process %d (rank %d): %s sent a malformed verdict",
+                   r->id, r->id, whom);
+  }
+  if (vd.verdict == RT_V_AUTH)
+    return KDC_ERR(KDC_INVALID_INPUT, "process %d (rank %d): %s refused this process's job "
+                   "token: every process of a job needs the same token (KDC_JOB_TOKEN, "
+                   "KDC_JOB_TOKEN_FILE or --job-token-file), or none on loopback", r->id, r->id,
+                   whom);
+  if (vd.verdict != RT_V_OK)
+    return KDC_ERR(vd.verdict == RT_V_MISSING ? KDC_UNAVAILABLE : KDC_INVALID_INPUT,
+                   "process %d (rank %d): %s ended the job: process %d (rank %d) %s", r->id,
+                   r->id, whom, vd.culprit, vd.culprit, verdict_str(vd.verdict));
+  return NULL;
+}
+
+/* Process |id| > 0: joins through the coordinator, then connects the mesh. */
+static kdc_status join(rdv *r, const char *host, const char *port) {
+  char whom[320];
+  snprintf(whom, sizeof whom, "the coordinator %s (process 0)", r->where);
+  int fd = -1, lfd = -1;
+  uint8_t nonce[RT_HS_NONCE];
+  kdc_status st = greet(r, host, port, &lfd, whom, &fd, nonce);
   /* the coordinator answers by ITS deadline (it may have started later) */
-  if (io_full(fd, &h, sizeof h, true, r->deadline) ||
-      io_full(fd, &vd, sizeof vd, false, r->deadline + r->timeout_s))
-    st = KDC_ERR(KDC_UNAVAILABLE, "process %d (rank %d): the coordinator %s (process 0) did not "
-                 "complete the rendezvous within %g s (is a process missing?)", r->id, r->id,
-                 r->where, r->timeout_s);
-  else if (vd.magic != MAGIC)
-    st = KDC_ERR(KDC_INVALID_INPUT, "process %d: %s is not a kdc coordinator", r->id, r->where);
-  else if (vd.verdict != V_OK)
-    st = KDC_ERR(vd.verdict == V_MISSING ? KDC_UNAVAILABLE : KDC_INVALID_INPUT,
-                 "process %d (rank %d): the coordinator %s (process 0) ended the job: process %d "
-                 "(rank %d) %s", r->id, r->id, r->where, vd.culprit, vd.culprit,
-                 verdict_str(vd.verdict));
-  address *table = kdc_xcalloc((size_t)r->n, sizeof *table);
-  if (!st && io_full(fd, table, (size_t)r->n * sizeof *table, false, r->deadline))
+  if (!st) {
+    r->t->peer[0].fd = fd;
+    st = hear_verdict(r, fd, nonce, r->deadline + r->timeout_s, whom);
+  }
+  uint8_t *tab = kdc_xcalloc((size_t)r->n, RT_HS_ADDRESS_BYTES);
+  if (!st && io_full(fd, tab, (size_t)r->n * RT_HS_ADDRESS_BYTES, false, r->deadline))
     st = KDC_ERR(KDC_UNAVAILABLE, "process %d: the coordinator %s left during the rendezvous",
                  r->id, r->where);
   for (int j = 1; j < r->id && !st; j++) {  /* connect to the lower ids */
-    char ps[16];
-    table[j].host[HOST_LEN - 1] = 0;
-    snprintf(ps, sizeof ps, "%u", table[j].port);
-    int pf = connect_retry(table[j].host, ps, r->deadline);
-    hello ph = {MAGIC, VERSION, r->id, r->n, r->key, 0, 0};
-    if (pf < 0 || io_full(pf, &ph, sizeof ph, true, r->deadline)) {
-      if (pf >= 0) close(pf);
-      st = KDC_ERR(KDC_UNAVAILABLE, "process %d (rank %d): cannot connect to process %d (rank "
-                   "%d) at %s:%s within %g s", r->id, r->id, j, j, table[j].host, ps, r->timeout_s);
+    rt_hs_address a;
+    if (rt_hs_address_parse(tab + (size_t)j * RT_HS_ADDRESS_BYTES, RT_HS_ADDRESS_BYTES, &a)) {
+      st = KDC_ERR(KDC_INVALID_INPUT, "process %d: the coordinator %s sent a malformed address "
+                   "for process %d", r->id, r->where, j);
       break;
     }
-    r->t->peer[j].fd = pf;
-  }
-  for (int got = r->id + 1; got < r->n && !st; got++) {  /* accept the higher ids */
-    struct sockaddr_storage sa;
-    int pf = accept_by(lfd, r->deadline, &sa);
-    hello ph = {0};
-    if (pf < 0 || io_full(pf, &ph, sizeof ph, false, r->deadline) || ph.magic != MAGIC ||
-        ph.key != r->key || ph.id <= r->id || ph.id >= r->n || r->t->peer[ph.id].fd >= 0) {
-      if (pf >= 0) close(pf);
-      int miss = r->id + 1;
-      while (miss < r->n && r->t->peer[miss].fd >= 0) miss++;
-      st = KDC_ERR(KDC_UNAVAILABLE, "process %d (rank %d): process %d (rank %d) did not connect "
-                   "within %g s", r->id, r->id, miss, miss, r->timeout_s);
-      break;
+    char ps[16], pwhom[128];
+    snprintf(ps, sizeof ps, "%u", a.port);
+    snprintf(pwhom, sizeof pwhom, "process %d (rank %d) at %s:%s", j, j, a.host, ps);
+    int pf = -1;
+    st = greet(r, a.host, ps, NULL, pwhom, &pf, nonce);
+    if (!st) {
+      r->t->peer[j].fd = pf;
+      st = hear_verdict(r, pf, nonce, r->deadline, pwhom);
     }
-    r->t->peer[ph.id].fd = pf;
   }
-  free(table);
-  close(lfd);
+  free(tab);
+  if (!st) st = meet(r, lfd, r->id + 1);  /* accept the higher ids */
+  if (lfd >= 0) close(lfd);
   return st;
 }
 
+static bool loopback(const struct sockaddr *sa) {
+  if (sa->sa_family == AF_INET)
+    return (ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >> 24) == 127;
+  if (sa->sa_family == AF_INET6) {
+    const struct in6_addr *a = &((const struct sockaddr_in6 *)sa)->sin6_addr;
+    return IN6_IS_ADDR_LOOPBACK(a) ||
+           (IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127);
+  }
+  return false;
+}
+
 kdc_status rt_net_tcp_connect(const char *coordinator, int n, int id, uint64_t key,
-                              double timeout_s, rt_net **out) {
+                              const void *token, size_t token_len, double timeout_s,
+                              rt_net **out) {
   *out = NULL;
   char host[256], port[32];
   KDC_RETURN_IF_ERROR(split_address(coordinator, host, sizeof host, port, sizeof port));
+  if (!token_len) {  /* beyond loopback, members must prove they belong to the job */
+    struct addrinfo *ai = NULL;
+    KDC_RETURN_IF_ERROR(resolve(host, port, id == 0, &ai));
+    bool lo = true;
+    for (struct addrinfo *a = ai; a; a = a->ai_next) lo = lo && loopback(a->ai_addr);
+    freeaddrinfo(ai);
+    if (!lo)
+      return KDC_ERR(KDC_INVALID_INPUT, "--coordinator %s is not a loopback address: a job "
+                     "beyond this host needs a job token (KDC_JOB_TOKEN, KDC_JOB_TOKEN_FILE or "
+                     "--job-token-file; docs/processes.md)", coordinator);
+  }
   tcp_net *t = kdc_xcalloc(1, sizeof *t);
-  t->base = (rt_net){&tcp_vtable, n, id, "rank", -1};
+  t->base = (rt_net){.vt = &tcp_vtable, .n = n, .id = id, .rank_word = "rank", .blame = -1};
   t->peer = kdc_xcalloc((size_t)n, sizeof *t->peer);
   for (int p = 0; p < n; p++) t->peer[p].fd = -1;
-  rdv r = {t, n, id, key, coordinator, now_s() + timeout_s, timeout_s};
+  rdv r = {t, n, id, key, {token, token_len}, coordinator, now_s() + timeout_s, timeout_s,
+           kdc_xcalloc((size_t)n, RT_HS_NONCE), id == 0 ? kdc_xcalloc((size_t)n, sizeof *r.table) : NULL, 0};
   kdc_status st = id == 0 ? coordinate(&r, host, port) : join(&r, host, port);
+  free(r.nonce);
+  free(r.table);
   if (st) {
     tcp_destroy(&t->base);
     return st;

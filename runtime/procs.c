@@ -1,9 +1,12 @@
 /*
  * runtime/procs.c: process placement (procs.h, docs/processes.md).
  */
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #ifdef KDC_HAVE_MPI
@@ -26,9 +29,59 @@ static kdc_status env_int(const char *name, int dflt, int *out) {
   return NULL;
 }
 
-kdc_status kdc_rt_procs_init_job(const char *coordinator, int n, int id, uint64_t key,
-                                 double timeout_s, kdc_rt_procs *out) {
+/* The job token (docs/processes.md, "Job token"): the file |path| (else
+ * $KDC_JOB_TOKEN_FILE), which must be a regular file of this user that
+ * nobody else may read or write, its content less one trailing newline;
+ * else $KDC_JOB_TOKEN.  *|out| NULL (and *|len| 0) when there is none; the
+ * caller frees it. */
+static kdc_status job_token(const char *path, char **out, size_t *len) {
+  *out = NULL;
+  *len = 0;
+  if (!path || !*path) path = getenv("KDC_JOB_TOKEN_FILE");
+  if (!path || !*path) {
+    const char *v = getenv("KDC_JOB_TOKEN");
+    if (v && *v) *out = strdup(v), *len = strlen(v);
+    return NULL;
+  }
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+  if (fd < 0)
+    return KDC_ERR(KDC_INVALID_INPUT, "%s: cannot open the job token file: %s", path,
+                   strerror(errno));
+  struct stat sb;
+  kdc_status st = NULL;
+  enum { MAX_TOKEN = 4096 };
+  if (fstat(fd, &sb) || !S_ISREG(sb.st_mode))
+    st = KDC_ERR(KDC_INVALID_INPUT, "%s: the job token file is not a regular file", path);
+  else if (sb.st_uid != geteuid())
+    st = KDC_ERR(KDC_INVALID_INPUT, "%s: the job token file belongs to another user (uid %u)",
+                 path, (unsigned)sb.st_uid);
+  else if (sb.st_mode & (S_IRWXG | S_IRWXO))
+    st = KDC_ERR(KDC_INVALID_INPUT, "%s: the job token file is open to group or others (mode "
+                 "%04o): it must be readable only by its owner (chmod 600 %s)", path,
+                 (unsigned)(sb.st_mode & 07777), path);
+  else if (sb.st_size > MAX_TOKEN)
+    st = KDC_ERR(KDC_INVALID_INPUT, "%s: the job token file has %lld bytes, at most %d", path,
+                 (long long)sb.st_size, MAX_TOKEN);
+  char buf[MAX_TOKEN + 1];
+  ssize_t n = st ? 0 : read(fd, buf, MAX_TOKEN);
+  close(fd);
+  if (st) return st;
+  if (n < 0)
+    return KDC_ERR(KDC_INVALID_INPUT, "%s: cannot read the job token file: %s", path,
+                   strerror(errno));
+  if (n > 0 && buf[n - 1] == '\n') n--;
+  if (n > 0 && buf[n - 1] == '\r') n--;
+  if (n == 0) return KDC_ERR(KDC_INVALID_INPUT, "%s: the job token file is empty", path);
+  *out = kdc_xcalloc((size_t)n + 1, 1);
+  memcpy(*out, buf, (size_t)n);
+  *len = (size_t)n;
+  return NULL;
+}
+
+kdc_status kdc_rt_procs_init_job(const kdc_rt_job *job, kdc_rt_procs *out) {
   memset(out, 0, sizeof *out);
+  const char *coordinator = job->coordinator;
+  int n = job->n, id = job->id;
   int env_n, env_id, mpi_n, mpi_id, pmi_n, pmi_id, local_n;
   if (!coordinator || !*coordinator) coordinator = getenv("KDC_COORDINATOR_ADDRESS");
   if (coordinator && !*coordinator) coordinator = NULL;
@@ -53,6 +106,16 @@ kdc_status kdc_rt_procs_init_job(const char *coordinator, int n, int id, uint64_
   if (launcher && (n != mpi_n || id != mpi_id))
     return KDC_ERR(KDC_INVALID_INPUT, "process %d of %d (flags or KDC_* environment), but the MPI "
                    "launcher says rank %d of %d", id, n, mpi_id, mpi_n);
+  /* known now, not after waiting for processes that cannot fit */
+  if (job->n_devices > 0 && job->n_devices % n) {
+    char from[64];
+    if (job->n >= 1) snprintf(from, sizeof from, "--num-processes %d", n);
+    else if (env_n >= 1) snprintf(from, sizeof from, "KDC_NUM_PROCESSES=%d", n);
+    else snprintf(from, sizeof from, "the launcher's %d processes", n);
+    return KDC_ERR(KDC_INVALID_INPUT, "%s: %d processes (%s) cannot share the plan's %lld "
+                   "devices evenly: the process count must divide the device count",
+                   job->plan ? job->plan : "plan", n, from, (long long)job->n_devices);
+  }
   out->n = n;
   out->id = id;
   out->local_n = local_n > 0 ? local_n : n;
@@ -62,8 +125,14 @@ kdc_status kdc_rt_procs_init_job(const char *coordinator, int n, int id, uint64_
       return KDC_ERR(KDC_INVALID_INPUT, "%d processes (process %d) but no coordinator: give "
                      "--coordinator HOST:PORT (or KDC_COORDINATOR_ADDRESS), process 0 listens "
                      "there; or start them with `mpirun -np %d kdc run ...`", n, id, n);
-    return rt_net_tcp_connect(coordinator, n, id, key, timeout_s > 0 ? timeout_s : 60,
-                              &out->net);
+    char *token = NULL;
+    size_t token_len = 0;
+    KDC_RETURN_IF_ERROR(job_token(job->token_file, &token, &token_len));
+    kdc_status st = rt_net_tcp_connect(coordinator, n, id, job->key, token, token_len,
+                                       job->timeout_s > 0 ? job->timeout_s : 60, &out->net);
+    if (token) memset(token, 0, token_len);
+    free(token);
+    return st;
   }
 #ifdef KDC_HAVE_MPI
   int provided = 0, size = 0, rank = 0;
@@ -83,7 +152,8 @@ kdc_status kdc_rt_procs_init_job(const char *coordinator, int n, int id, uint64_
 }
 
 kdc_status kdc_rt_procs_init(const char *coordinator, int n, int id, kdc_rt_procs *out) {
-  return kdc_rt_procs_init_job(coordinator, n, id, 0, 60, out);
+  kdc_rt_job job = {coordinator, n, id, 0, 60, NULL, NULL, 0};
+  return kdc_rt_procs_init_job(&job, out);
 }
 
 kdc_status kdc_rt_procs_broadcast(const kdc_rt_procs *pr, void *buf, size_t bytes,
@@ -93,7 +163,19 @@ kdc_status kdc_rt_procs_broadcast(const kdc_rt_procs *pr, void *buf, size_t byte
   return rt_net_broadcast(pr->net, buf, bytes, timeout_s > 0 ? timeout_s : 60);
 }
 
-void kdc_rt_procs_finish(kdc_rt_procs *pr, int exit_code, double timeout_s) {
+/* Leaves a failed job with the cause every process reports: the culprit's
+ * exit status and error when an ABORT brought them, else ours. */
+static void leave(rt_net *net, int id, int code, const char *why) {
+  int culprit = net && net->blame >= 0 ? net->blame : id;
+  if (net && net->abort_code) {
+    code = net->abort_code;
+    why = net->abort_why;
+  }
+  if (net && net->vt->abort) net->vt->abort(net, culprit, code, why);
+  _exit(code);
+}
+
+void kdc_rt_procs_finish(kdc_rt_procs *pr, int exit_code, const char *why, double timeout_s) {
   if (pr->n <= 1) return;
   fflush(stdout);
   fflush(stderr);
@@ -101,21 +183,21 @@ void kdc_rt_procs_finish(kdc_rt_procs *pr, int exit_code, double timeout_s) {
   /* A failed process leaves at once: its peers fail on it (an ABORT frame,
    * a closed connection or the timeout) and an MPI launcher ends the job.
    * MPI_Abort is not used: Open MPI 4.1's mpirun sometimes hangs in it. */
-  if (exit_code) {
-    if (net && net->vt->abort) net->vt->abort(net, net->blame >= 0 ? net->blame : pr->id);
-    _exit(exit_code);
-  }
-  /* Everyone succeeded?  A bounded barrier, so a peer that died after our
-   * last collective cannot leave us waiting (in MPI_Finalize).  It waits
+  if (exit_code) leave(net, pr->id, exit_code, why);
+  /* Everyone succeeded?  Agree on it (two bounded barriers: a peer that
+   * died after our last collective cannot leave us waiting in
+   * MPI_Finalize, and one that failed makes us fail too).  Each waits
    * twice the collective timeout (+1 s): a peer still blocked in a
    * collective on a missing process times out first and its ABORT, naming
    * the real culprit, reaches us before we would blame that peer. */
   double t = 2 * (timeout_s > 0 ? timeout_s : 60) + 1;
-  kdc_status st = net ? rt_net_barrier(net, t) : NULL;
+  kdc_status st = net ? rt_net_agree(net, t) : NULL;
   if (st) {
-    fprintf(stderr, "kdc: error: process %d of %d: %s\n", pr->id, pr->n, kdc_status_message(st));
-    if (net->vt->abort) net->vt->abort(net, net->blame >= 0 ? net->blame : pr->id);
-    _exit(3);
+    char msg[RT_NET_WHY];
+    snprintf(msg, sizeof msg, "process %d of %d: %s", pr->id, pr->n, kdc_status_message(st));
+    kdc_status_free(st);
+    fprintf(stderr, "kdc: error: %s\n", msg);
+    leave(net, pr->id, 3, msg);
   }
   rt_net_destroy(net);
   pr->net = NULL;

@@ -30,16 +30,28 @@ typedef struct kdc_rt_procs {
   struct rt_net *net; /* n > 1: the job's transport (kdc_rt_options.net) */
 } kdc_rt_procs;
 
-/* |coordinator| may be NULL, |n| and |id| -1 when not given.  With more
- * than one process: initialises MPI under an MPI launcher, else meets the
- * other processes at the coordinator over TCP; |key| (the plan's checksum,
- * or 0) must be the same in every process, and the rendezvous waits at
- * most |timeout_s| for the others.  Errors: inconsistent settings
- * (KDC_INVALID_INPUT, naming the process), several processes with neither
- * an MPI launcher nor a coordinator (KDC_INVALID_INPUT), a process that
- * does not arrive (KDC_UNAVAILABLE, naming it). */
-kdc_status kdc_rt_procs_init_job(const char *coordinator, int n, int id, uint64_t key,
-                                 double timeout_s, kdc_rt_procs *out);
+/* What a job's process knows before it meets the others. */
+typedef struct kdc_rt_job {
+  const char *coordinator;  /* NULL: KDC_COORDINATOR_ADDRESS */
+  int n, id;                /* -1: not given (environment, launcher) */
+  uint64_t key;             /* the plan's checksum (the same in every process), or 0 */
+  double timeout_s;         /* the rendezvous' bound (<= 0: 60 s) */
+  const char *token_file;   /* --job-token-file, or NULL (docs/processes.md, "Job token") */
+  const char *plan;         /* for messages */
+  int64_t n_devices;        /* > 0: the plan's devices, which the process count must divide */
+} kdc_rt_job;
+
+/* With more than one process: initialises MPI under an MPI launcher, else
+ * meets the other processes at the coordinator over TCP, authenticated by
+ * the job token when there is one (|job|->token_file, else the file named
+ * by KDC_JOB_TOKEN_FILE, else KDC_JOB_TOKEN; required when the coordinator
+ * is not a loopback address).  Errors, all before any connection unless
+ * said: inconsistent settings (KDC_INVALID_INPUT, naming the process), a
+ * process count that does not divide |n_devices| (KDC_INVALID_INPUT naming
+ * the plan), several processes with neither an MPI launcher nor a
+ * coordinator, a token file others may read (KDC_INVALID_INPUT naming the
+ * file), a process that does not arrive (KDC_UNAVAILABLE, naming it). */
+kdc_status kdc_rt_procs_init_job(const kdc_rt_job *job, kdc_rt_procs *out);
 /* kdc_rt_procs_init_job with key 0 and a 60 s rendezvous. */
 kdc_status kdc_rt_procs_init(const char *coordinator, int n, int id, kdc_rt_procs *out);
 /* Process 0's |bytes| bytes of |buf| land in |buf| on every process (same
@@ -49,11 +61,13 @@ kdc_status kdc_rt_procs_init(const char *coordinator, int n, int id, kdc_rt_proc
  * ncclCommInitRank everywhere): docs/processes.md, "Broadcast". */
 kdc_status kdc_rt_procs_broadcast(const kdc_rt_procs *pr, void *buf, size_t bytes,
                                   double timeout_s);
-/* Ends the job for this process.  |exit_code| != 0: tells the peers (TCP:
- * an ABORT naming the process it blames) and _exit(exit_code) at once (the
- * peers fail on it; an MPI launcher ends the job).  0: a barrier bounded
- * by |timeout_s| (else a message and _exit(3)), then MPI_Finalize or the
- * sockets closed.  No-op for a single process. */
-void kdc_rt_procs_finish(kdc_rt_procs *pr, int exit_code, double timeout_s);
+/* Ends the job for this process.  |exit_code| != 0 (|why|: the error):
+ * tells the peers (TCP: an ABORT naming the process it blames, with that
+ * process's exit status and error) and _exit at once with the culprit's
+ * status (the peers fail on it; an MPI launcher ends the job).  0: the
+ * outcome agreed with every peer (rt_net_agree, bounded by |timeout_s|;
+ * else a message and the culprit's status, 3 when none), then
+ * MPI_Finalize or the sockets closed.  No-op for a single process. */
+void kdc_rt_procs_finish(kdc_rt_procs *pr, int exit_code, const char *why, double timeout_s);
 
 #endif

@@ -425,7 +425,7 @@ int kdc_cmd_fit(int argc, char **argv) {
   kdc_rt_train_destroy(s.train);
   for (size_t k = 0; k < s.n_a; k++) kdc_npy_free(&s.a[k]);
   if (s.plan) kdc_rt_plan_release(s.plan);
-  int rc = st ? cli_fail(st) : 0;
+  int rc = st ? run_place_fail(st) : 0;
   run_place_finish(rc);
   return rc;
 }

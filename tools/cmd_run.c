@@ -289,7 +289,7 @@ int kdc_cmd_run(int argc, char **argv) {
     free(s.bout[i]);
   }
   if (s.plan) kdc_rt_plan_release(s.plan);
-  int rc = st ? cli_fail(st) : 0;
+  int rc = st ? run_place_fail(st) : 0;
   run_place_finish(rc);
   return rc;
 }

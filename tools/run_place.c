@@ -2,7 +2,7 @@
  * tools/run_place.c: the process-placement and target flags of `kdc run`
  * (docs/processes.md, docs/gpu.md), kept out of cmd_run.c.
  *
- *   --coordinator HOST:PORT  --num-processes N  --process-id I
+ *   --coordinator HOST:PORT  --num-processes N  --process-id I  [--job-token-file F]
  * or KDC_COORDINATOR_ADDRESS / KDC_NUM_PROCESSES / KDC_PROCESS_ID, or the
  * MPI launcher's own variables under mpirun.  With several processes each
  * runs its share of the mesh's devices, collectives go through MPI (under
@@ -14,6 +14,9 @@
 #include <unistd.h>
 
 #include "common/io.h"
+#include "kdc/arena.h"
+#include "runtime/comm.h"
+#include "runtime/program.h"
 #include "runtime/procs.h"
 #include "tools/run_place.h"
 
@@ -21,6 +24,7 @@ bool run_place_flag(cli_args *a, run_place *pl, kdc_status *st) {
   const char *v;
   int64_t x;
   if (cli_flag_value(a, "--coordinator", &pl->coordinator, st)) return true;
+  if (cli_flag_value(a, "--job-token-file", &pl->token_file, st)) return true;
   if (cli_flag_value(a, "--num-processes", &v, st)) {
     if (!*st) *st = cli_parse_i64("--num-processes", v, 1, 1 << 20, &x);
     if (!*st) pl->n = (int)x;
@@ -51,11 +55,27 @@ kdc_status run_place_start(const run_place *pl, const char *plan, kdc_rt_options
   size_t size;
   bool cuda = kdc_plan_file_find(pf, KDC_PLAN_SECTION_CUDA, &data, &size);
   uint64_t key = kdc_plan_file_checksum(pf);  /* every process must run this plan */
+  /* the mesh's device count: a process count that cannot share it is
+   * refused before anyone waits at the rendezvous */
+  kdc_reader r;
+  kdc_program prog;
+  memset(&prog, 0, sizeof prog);
+  kdc_arena *arena = kdc_arena_create();
+  kdc_status st = kdc_plan_file_reader(pf, KDC_PLAN_SECTION_PROGRAM, &r);
+  if (!st) {
+    r.section = "program";
+    st = kdc_prog_decode_mesh(&r, arena, &prog);
+  }
+  int64_t n_devices = prog.mesh.n_devices;
+  kdc_arena_destroy(arena);
   kdc_plan_file_close(pf);
+  KDC_RETURN_IF_ERROR(st);
   if (cuda) KDC_RETURN_IF_ERROR(kdc_rt_cuda_available(plan));
   kdc_rt_procs pr;
   timeout_s = ro->collective_timeout_s;
-  kdc_status st = kdc_rt_procs_init_job(pl->coordinator, pl->n, pl->id, key, timeout_s, &pr);
+  kdc_rt_job job = {pl->coordinator, pl->n, pl->id, key, timeout_s, pl->token_file, plan,
+                    n_devices};
+  st = kdc_rt_procs_init_job(&job, &pr);
   procs = pr;
   if (st) return st;
   ro->n_processes = pr.n;
@@ -71,4 +91,11 @@ kdc_status run_place_start(const run_place *pl, const char *plan, kdc_rt_options
 
 bool run_place_writes(void) { return procs.id == 0; }
 
-void run_place_finish(int exit_code) { kdc_rt_procs_finish(&procs, exit_code, timeout_s); }
+static char why[RT_NET_WHY];  /* this process's error, for its peers */
+
+int run_place_fail(kdc_status st) {
+  snprintf(why, sizeof why, "%s", kdc_status_message(st));
+  return cli_fail(st);
+}
+
+void run_place_finish(int exit_code) { kdc_rt_procs_finish(&procs, exit_code, why, timeout_s); }

@@ -9,15 +9,19 @@
 
 typedef struct run_place {
   const char *coordinator;
+  const char *token_file; /* --job-token-file */
   int n, id;      /* -1: not given */
 } run_place;
 
 void run_place_init_opts(run_place *pl);
-/* --coordinator, --num-processes, --process-id. */
+/* --coordinator, --num-processes, --process-id, --job-token-file. */
 bool run_place_flag(cli_args *a, run_place *pl, kdc_status *st);
 /* Refuses a CUDA plan this kdc cannot run, resolves the process's place
  * (MPI_Init when several) and fills |ro|'s process fields. */
 kdc_status run_place_start(const run_place *pl, const char *plan, kdc_rt_options *ro);
+/* cli_fail(st), keeping the message for run_place_finish (the peers of a
+ * multi-process job report it). */
+int run_place_fail(kdc_status st);
 /* Several processes: MPI_Finalize after a bounded barrier, or _exit(exit_code)
  * when it is not 0 (kdc_rt_procs_finish). */
 void run_place_finish(int exit_code);

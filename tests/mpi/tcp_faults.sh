@@ -11,7 +11,9 @@
 #   stall    process 1 stops there for longer than the timeout;
 #   missing  process 3 is never started (the rendezvous times out);
 #   plan     process 1 runs a different plan (the hello's checksum);
-#   count    process 2 says --num-processes 3.
+#   count    process 1 says --num-processes 8 (which the plan's 8 devices
+#            allow: a count they do not allow is refused before the
+#            rendezvous, tcp_rendezvous.sh).
 # And 2 processes with no coordinator (and no mpirun) are refused (exit 2).
 set -u
 KDC=$1 EX=$2
@@ -60,7 +62,7 @@ run() {
     kill | stall) envs="KDC_TEST_PROCS_FAULT=$case:1" ;;
     missing) [ "$i" = 3 ] && continue ;;
     plan) [ "$i" = 1 ] && plan="$T/sgd.plan" ;;
-    count) [ "$i" = 2 ] && np=3 ;;
+    count) [ "$i" = 1 ] && np=8 ;;
     esac
     start "$i" "$np" "$plan" "$envs"
   done
@@ -108,5 +110,5 @@ run kill 4 && check kill 1 0 2 3
 run stall 4 && check stall 1 0 2 3 && before_1 0 2 3
 run missing 4 && check missing 3 0 1 2
 run plan 4 && check plan 1 0 1
-run count 4 && check count 2 0 2
+run count 4 && check count 1 0 1
 echo "ok: killed, stalled, missing and mismatched processes end the job naming the rank"

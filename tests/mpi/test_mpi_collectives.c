@@ -85,6 +85,6 @@ int main(void) {
   tests[5] = (struct CMUnitTest)cmocka_unit_test(test_large_by_reduce_scatter);
   tests[6] = (struct CMUnitTest)cmocka_unit_test(test_sweep_by_reduce_scatter);
   int rc = _cmocka_run_group_tests("procs_collectives", tests, 7, NULL, NULL);
-  kdc_rt_procs_finish(&procs, rc != 0, 60);
+  kdc_rt_procs_finish(&procs, rc != 0, NULL, 60);
   return rc;
 }
