@@ -7,15 +7,20 @@
  * Rendezvous (bounded by the timeout, default the collective timeout):
  *   1. process 0 listens on HOST:PORT; every other process connects to it,
  *      retrying while nobody listens, opens its own listening socket on the
- *      local address of that connection (ephemeral port) and sends a HELLO
- *      {id, N, key = the plan's checksum, its port};
- *   2. process 0 checks every HELLO: a different N or plan, an id out of
- *      range or twice, is an error naming that process -- on process 0 and,
- *      through a REJECT, on every connected process; a process that has not
- *      connected at the deadline is named the same way.  Then it sends each
- *      the TABLE of every process's address (as process 0 saw it) and port;
+ *      local address of that connection (ephemeral port) and passes the
+ *      handshake of tcp_hello.h: CHALLENGE in, HELLO {id, N, key = the
+ *      plan's checksum, its port, MAC under the job token} out;
+ *   2. process 0 serves every connection at once (meet): one that is not a
+ *      member -- silent past the handshake deadline, foreign bytes, a bad
+ *      MAC -- is dropped with a note and never stops the others; a member
+ *      with a different N or plan, or an id taken twice, is an error
+ *      naming that process -- on process 0 and, through a VERDICT, on
+ *      every connected process; a process that has not connected at the
+ *      deadline is named the same way.  Then it sends each its VERDICT
+ *      and the TABLE of every process's address (as process 0 saw it) and
+ *      port;
  *   3. process i connects to every process 0 < j < i and accepts one
- *      connection from every j > i (a peer HELLO says who it is).
+ *      connection from every j > i (the same handshake and meet).
  * Then every pair of processes has one socket (TCP_NODELAY, non-blocking).
  *
  * Messages are frames: a 24-byte header {magic, kind, tag, aux, bytes}
@@ -26,8 +31,9 @@
  * destination, and a peer that closes its socket (it died: the kernel
  * closes a killed process's sockets) fails the wait at once with
  * RT_NET_CLOSED naming it, not only at the timeout.  A failing process
- * sends an ABORT frame naming the process it blames to every peer whose
- * stream is at a frame boundary, so the others report the real culprit.
+ * sends an ABORT frame naming the process it blames, with that process's
+ * exit status (aux) and error (payload), to every peer whose stream is at
+ * a frame boundary, so the others report the real culprit and cause.
  * Byte order is the host's: every process of a job runs the same kdc on
  * the same kind of machine.
  */
@@ -492,7 +498,7 @@ static kdc_status admit(rdv *r, pending *pc, const rt_hs_hello *h, bool *keep) {
     }
     snprintf(r->table[h->id].host, RT_HS_HOST, "%s", pc->host);
     r->table[h->id].port = h->port;
-  } 
+  }
   if (r->id > 0) send_verdict(r, pc->fd, RT_V_OK, -1, h->nonce);
   memcpy(r->nonce[h->id], h->nonce, RT_HS_NONCE);
   r->t->peer[h->id].fd = pc->fd;
@@ -611,7 +617,8 @@ static kdc_status coordinate(rdv *r, const char *host, const char *port) {
   close(lfd);
   if (st) return st;
   uint8_t *tab = kdc_xcalloc((size_t)r->n, RT_HS_ADDRESS_BYTES);
-  for (int p = 0; p < r->n; p++) rt_hs_address_make(tab + (size_t)p * RT_HS_ADDRESS_BYTES, &r->table[p]);
+  for (int p = 0; p < r->n; p++)
+    rt_hs_address_make(tab + (size_t)p * RT_HS_ADDRESS_BYTES, &r->table[p]);
   for (int p = 1; p < r->n && !st; p++) {
     uint8_t ok[RT_HS_VERDICT_BYTES];
     rt_hs_verdict_make(ok, &(rt_hs_verdict){RT_V_OK, -1, r->n}, r->nonce[p], r->token);
@@ -798,7 +805,8 @@ kdc_status rt_net_tcp_connect(const char *coordinator, int n, int id, uint64_t k
   t->peer = kdc_xcalloc((size_t)n, sizeof *t->peer);
   for (int p = 0; p < n; p++) t->peer[p].fd = -1;
   rdv r = {t, n, id, key, {token, token_len}, coordinator, now_s() + timeout_s, timeout_s,
-           kdc_xcalloc((size_t)n, RT_HS_NONCE), id == 0 ? kdc_xcalloc((size_t)n, sizeof *r.table) : NULL, 0};
+           kdc_xcalloc((size_t)n, RT_HS_NONCE),
+           id == 0 ? kdc_xcalloc((size_t)n, sizeof(rt_hs_address)) : NULL, 0};
   kdc_status st = id == 0 ? coordinate(&r, host, port) : join(&r, host, port);
   free(r.nonce);
   free(r.table);
