@@ -10,7 +10,9 @@
  * float [B, C] target one-hot on row % C; integer labels row % C; a
  * "sample_mask" of ones.
  *
- * usage: bench_plan PLAN [--threads N] [--reps N] [--inner N]
+ * usage: bench_plan PLAN [--threads N] [--reps N] [--inner N] [--profile 1]
+ * --profile 1: also print every step's mean time (forward, then the
+ * training step) to stderr (kdc_rt_plan_profile_print).
  * Prints one JSON object: {"forward_ms", "step_ms" (or null), "devices",
  * "threads", "load_s"}.
  */
@@ -83,20 +85,21 @@ static void run_step(void *p) {
 int main(int argc, char **argv) {
   kdc_rt_blas_select_core(argv);
   if (argc < 2) {
-    fprintf(stderr, "usage: bench_plan PLAN [--threads N] [--reps N] [--inner N]\n");
+    fprintf(stderr, "usage: bench_plan PLAN [--threads N] [--reps N] [--inner N] [--profile 1]\n");
     return 2;
   }
-  int threads = (int)sysconf(_SC_NPROCESSORS_ONLN), reps = 11, inner = 1;
+  int threads = (int)sysconf(_SC_NPROCESSORS_ONLN), reps = 11, inner = 1, profile = 0;
   for (int i = 2; i + 1 < argc; i += 2) {
     if (!strcmp(argv[i], "--threads")) threads = atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "--reps")) reps = atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "--inner")) inner = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--profile")) profile = atoi(argv[i + 1]);
     else {
       fprintf(stderr, "bench_plan: unknown option %s\n", argv[i]);
       return 2;
     }
   }
-  kdc_rt_options ro = {.n_threads = threads};
+  kdc_rt_options ro = {.n_threads = threads, .profile = profile};
   ctx c;
   memset(&c, 0, sizeof c);
   double t0 = bench_now();
@@ -112,6 +115,7 @@ int main(int argc, char **argv) {
   for (size_t i = 0; i < ni; i++) c.in[i] = make_input(kdc_rt_plan_input(c.plan, 0, i), false);
   for (size_t i = 0; i < no; i++) c.out[i] = malloc(kdc_rt_plan_output(c.plan, 0, i)->bytes + 8);
   double fwd_ms = 1e3 * bench_median(run_forward, &c, reps, inner);
+  if (profile) kdc_rt_plan_profile_print(c.plan, 0, stderr);
   for (size_t i = 0; i < ni; i++) free((void *)c.in[i]);
   for (size_t i = 0; i < no; i++) free(c.out[i]);
   double step_ms = -1;
@@ -122,6 +126,9 @@ int main(int argc, char **argv) {
     /* the model's inputs come first, then one target per trained output */
     for (size_t i = 0; i < nd; i++) c.in[i] = make_input(kdc_rt_train_data(c.train, i), i >= ni);
     step_ms = 1e3 * bench_median(run_step, &c, reps, inner);
+    if (profile)
+      kdc_rt_plan_profile_print(c.plan, (size_t)kdc_rt_plan_find_func(c.plan, "train_step"),
+                                stderr);
     for (size_t i = 0; i < nd; i++) free((void *)c.in[i]);
     kdc_rt_train_destroy(c.train);
   }
