@@ -248,6 +248,17 @@ kdc_status kdc_rt_train_save(kdc_rt_train *t, const char *path);
 /* Loads |path| (any mesh or layout wrote it) into the state: every state
  * tensor must be present with its dtype and global shape. */
 kdc_status kdc_rt_train_load(kdc_rt_train *t, const char *path);
+/* Loads only the weights of |path| (a --save-weights checkpoint or any
+ * safetensors file with the plan's weight names, global shapes); other
+ * tensors of the file, optimizer state included, are ignored: `kdc run
+ * PLAN --input X --initial-weights W` (predict with a checkpoint). */
+kdc_status kdc_rt_train_load_weights(kdc_rt_train *t, const char *path);
+/* Sets every state tensor present in the safetensors image |bytes| (the
+ * plan's TRAIN_STATE section: optimizer tensors restored at compile time
+ * from a checkpoint, docs/training.md); |name| names it in messages.
+ * kdc_rt_train_create calls it. */
+kdc_status kdc_rt_train_load_initial(kdc_rt_train *t, const char *name, const void *bytes,
+                                     size_t size);
 
 /* ---- describe.c ------------------------------------------------------------- */
 
