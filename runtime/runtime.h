@@ -57,6 +57,11 @@ typedef struct kdc_rt_options {
   const char *cache_dir;       /* the compiled-code cache (jit_cache.c): NULL = the
                                   environment variable KDC_CACHE_DIR, "" or unset =
                                   no cache; `kdc run/fit --cache-dir DIR` */
+  const int *local_device_ids; /* a CUDA plan: the GPU ordinals of this process's devices,
+                                  one per device (`--local-device-ids`, runtime/place.h);
+                                  NULL = the rule of docs/gpu.md */
+  int n_local_device_ids;
+  const char *local_device_ids_from; /* names their source in messages */
 } kdc_rt_options;
 
 enum {
@@ -529,6 +534,9 @@ struct kdc_rt_plan {
   /* processes (docs/processes.md): this process runs devices [d0, d1) */
   int64_t d0, d1;
   int n_procs, proc_id;
+  int *local_device_ids;    /* kdc_rt_options': GPU ordinals of the local devices, or NULL */
+  int n_local_device_ids;
+  char *local_device_ids_from;
 };
 
 /* ---- devices.c: per-device state, made once at load ------------------------- */
