@@ -125,6 +125,29 @@ kdc_status kdc_rt_slurm_hostlist(const char *what, const char *list, char **host
   return st;
 }
 
+int kdc_rt_slurm_tasks_on_node(const char *list, int node) {
+  long seen = 0;
+  int found = -1;
+  for (const char *c = list; *c;) {
+    char *end;
+    errno = 0;
+    long tasks = isdigit((unsigned char)*c) ? strtol(c, &end, 10) : -1, times = 1;
+    if (tasks < 0 || errno || tasks > 1 << 20) return -1;
+    c = end;
+    if (*c == '(') {  /* "(xN)" */
+      if (c[1] != 'x' || !isdigit((unsigned char)c[2])) return -1;
+      times = strtol(c + 2, &end, 10);
+      if (*end != ')' || times < 1 || times > 1 << 20) return -1;
+      c = end + 1;
+    }
+    if (node >= seen && node < seen + times) found = (int)tasks;
+    seen += times;
+    if (*c == ',' && c[1]) c++;
+    else if (*c) return -1;
+  }
+  return found;  /* the whole list is checked first */
+}
+
 /* ---- device ids ----------------------------------------------------------------- */
 
 kdc_status kdc_rt_parse_device_ids(const char *what, const char *s, int *ids, int *n) {
@@ -252,6 +275,23 @@ kdc_status kdc_rt_place_resolve(const kdc_rt_place_flags *f, kdc_rt_place *p) {
     from(p->coordinator_from, sizeof p->coordinator_from, mpi ? "none (MPI connects the "
          "processes)" : "none");
   }
+  /* processes on this host: Open MPI's count, Slurm's tasks on this node, all */
+  int ln, node;
+  KDC_RETURN_IF_ERROR(env_int("OMPI_COMM_WORLD_LOCAL_SIZE", 1 << 20, &ln));
+  KDC_RETURN_IF_ERROR(env_int("SLURM_NODEID", 1 << 20, &node));
+  const char *tpn = env("SLURM_STEP_TASKS_PER_NODE") ? "SLURM_STEP_TASKS_PER_NODE"
+                                                     : "SLURM_TASKS_PER_NODE";
+  int sl = slurm && node >= 0 && env(tpn) ? kdc_rt_slurm_tasks_on_node(env(tpn), node) : -1;
+  if (mpi && ln > 0) {
+    p->local_n = ln;
+    from(p->local_n_from, sizeof p->local_n_from, "OMPI_COMM_WORLD_LOCAL_SIZE");
+  } else if (!mpi && sl > 0 && p->n == sn) {  /* Slurm's own job, not overridden */
+    p->local_n = sl;
+    snprintf(p->local_n_from, sizeof p->local_n_from, "%s[SLURM_NODEID=%d]", tpn, node);
+  } else {
+    p->local_n = p->n;
+    from(p->local_n_from, sizeof p->local_n_from, "default: every process on this host");
+  }
   p->local_rank = lr >= 0 ? lr : 0;
   from(p->local_rank_from, sizeof p->local_rank_from, lr >= 0 ? lr_from : "default");
   /* local device ids: flag, KDC_LOCAL_DEVICE_IDS, Slurm's one per process */
@@ -292,6 +332,7 @@ void kdc_rt_place_print(const kdc_rt_place *p, FILE *out) {
   fprintf(out, "  coordinator       %-21s (from %s)\n", *p->coordinator ? p->coordinator : "-",
           p->coordinator_from);
   fprintf(out, "  local rank        %-21d (from %s)\n", p->local_rank, p->local_rank_from);
+  fprintf(out, "  on this host      %-21d (from %s)\n", p->local_n, p->local_n_from);
   fprintf(out, "  local device ids  %-21s (from %s)\n", p->n_local_devices ? ids : "-",
           p->devices_from);
 }
@@ -322,6 +363,8 @@ void kdc_rt_place_print_json(const kdc_rt_place *p, FILE *out) {
   json_str(out, p->coordinator_from);
   fprintf(out, "}, \"local_rank\": {\"value\": %d, \"from\": ", p->local_rank);
   json_str(out, p->local_rank_from);
+  fprintf(out, "}, \"processes_on_host\": {\"value\": %d, \"from\": ", p->local_n);
+  json_str(out, p->local_n_from);
   fprintf(out, "}, \"local_device_ids\": {\"value\": ");
   if (p->n_local_devices) {
     fputc('[', out);

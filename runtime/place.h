@@ -14,6 +14,10 @@
  *                        4096 + 61440 (jax/_src/clusters/slurm_cluster.py);
  *   local rank:          OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID,
  *                        SLURM_LOCALID, else 0;
+ *   processes on this host (the default threads are cores / this):
+ *                        OMPI_COMM_WORLD_LOCAL_SIZE, Slurm's
+ *                        SLURM_STEP_TASKS_PER_NODE ("2(x3),1") entry for
+ *                        SLURM_NODEID, else the process count;
  *   local device ids:    --local-device-ids, KDC_LOCAL_DEVICE_IDS, under Slurm
  *                        one device per process (the GPU SLURM_LOCALID, as JAX
  *                        does), else none given (the rule of docs/gpu.md).
@@ -42,6 +46,7 @@ typedef struct kdc_rt_place {
   int n, id;                      /* processes in the job, this one's id */
   char coordinator[300];          /* HOST:PORT, or "" (none: one process, or MPI) */
   int local_rank;                 /* among the job's processes on this host */
+  int local_n;                    /* the job's processes on this host */
   int local_devices[KDC_RT_MAX_LOCAL_DEVICES]; /* GPU ordinals this process uses */
   int n_local_devices;            /* 0: none given (docs/gpu.md's rule) */
   bool local_devices_default;     /* Slurm's one device per process (not an explicit list) */
@@ -49,6 +54,7 @@ typedef struct kdc_rt_place {
   /* where each value came from: "--process-id", "KDC_PROCESS_ID",
    * "SLURM_PROCID", "default", ... */
   char n_from[64], id_from[64], coordinator_from[160], local_rank_from[64], devices_from[96];
+  char local_n_from[96];
 } kdc_rt_place;
 
 /* Resolves every value (rules above).  Errors (KDC_INVALID_INPUT, naming
@@ -67,6 +73,11 @@ kdc_status kdc_rt_slurm_hostlist(const char *what, const char *list, char **host
 /* The process's rank among the job's processes on this host (the local
  * rank rule above), and in *|from| (may be NULL) the variable or "default". */
 int kdc_rt_local_rank(const char **from);
+
+/* Slurm's tasks-per-node list ("2(x3),1": 2 tasks on each of 3 nodes, then
+ * 1): the count of node |node|, or -1 when the list is malformed or too
+ * short. */
+int kdc_rt_slurm_tasks_on_node(const char *list, int node);
 
 /* "0,1,3" -> ordinals (distinct, >= 0, at most KDC_RT_MAX_LOCAL_DEVICES). */
 kdc_status kdc_rt_parse_device_ids(const char *what, const char *s, int *ids, int *n);

@@ -77,7 +77,7 @@ kdc_status run_place_start(const run_place *pl, const char *plan, kdc_rt_options
   ro->net = pr.net;
   if (pr.n > 1 && ro->n_threads <= 0) {  /* share the cores of this host */
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    int t = cores > 0 ? (int)(cores / (pr.local_n > 0 ? pr.local_n : 1)) : 1;
+    int t = cores > 0 ? (int)(cores / (place.local_n > 0 ? place.local_n : 1)) : 1;
     ro->n_threads = t > 0 ? t : 1;
   }
   return NULL;

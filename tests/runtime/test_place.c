@@ -13,6 +13,8 @@
  *     KDC_COORDINATOR_PORT replaces the port;
  *   - precedence: flags > KDC_* > the MPI launcher > Slurm > defaults, each
  *     value's source named; an incomplete Slurm environment is not Slurm;
+ *   - tasks_per_node: Slurm's "2(x3),1" lists give the processes on this
+ *     node (the default threads are cores / that), else every process;
  *   - device_ids: --local-device-ids / KDC_LOCAL_DEVICE_IDS parsing and errors.
  */
 #include <setjmp.h>
@@ -29,7 +31,8 @@ static const char *const all_vars[] = {
     "SLURM_JOB_ID", "SLURM_NTASKS", "SLURM_PROCID", "SLURM_LOCALID", "SLURM_STEP_NODELIST",
     "SLURM_JOB_NODELIST", "KDC_COORDINATOR_ADDRESS", "KDC_COORDINATOR_PORT", "KDC_NUM_PROCESSES",
     "KDC_PROCESS_ID", "KDC_LOCAL_DEVICE_IDS", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK",
-    "OMPI_COMM_WORLD_LOCAL_RANK", "PMI_SIZE", "PMI_RANK", "MPI_LOCALRANKID", NULL};
+    "OMPI_COMM_WORLD_LOCAL_RANK", "PMI_SIZE", "PMI_RANK", "MPI_LOCALRANKID", "SLURM_NODEID",
+    "SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE", "OMPI_COMM_WORLD_LOCAL_SIZE", NULL};
 
 static int clear_env(void **state) {
   (void)state;
@@ -204,6 +207,36 @@ static void test_precedence(void **state) {
   kdc_status_free(st);
 }
 
+static void test_tasks_per_node(void **state) {
+  (void)state;
+  const char *l = "2(x3),1,4";
+  static const int want[] = {2, 2, 2, 1, 4, -1};
+  for (int i = 0; i < 6; i++) assert_int_equal(kdc_rt_slurm_tasks_on_node(l, i), want[i]);
+  assert_int_equal(kdc_rt_slurm_tasks_on_node("8", 0), 8);
+  static const char *const bad[] = {"", "2(3)", "2(x)", "2(x3", "a", "2,,1", "2;1", "2,", NULL};
+  for (int i = 0; bad[i]; i++)
+    if (kdc_rt_slurm_tasks_on_node(bad[i], 0) != -1) fail_msg("\"%s\" accepted", bad[i]);
+  set_slurm("7", "7", "5", "0", "n[1-4]");
+  setenv("SLURM_NODEID", "3", 1);
+  setenv("SLURM_STEP_TASKS_PER_NODE", "2(x3),1", 1);
+  kdc_rt_place p;
+  assert_null(kdc_rt_place_resolve(NULL, &p));
+  assert_int_equal(p.local_n, 1);
+  assert_string_equal(p.local_n_from, "SLURM_STEP_TASKS_PER_NODE[SLURM_NODEID=3]");
+  setenv("SLURM_NODEID", "0", 1);
+  assert_null(kdc_rt_place_resolve(NULL, &p));
+  assert_int_equal(p.local_n, 2);
+  /* overridden count: Slurm's layout no longer describes the job */
+  kdc_rt_place_flags f = {NULL, 2, 0, NULL};
+  assert_null(kdc_rt_place_resolve(&f, &p));
+  assert_int_equal(p.local_n, 2);
+  assert_string_equal(p.local_n_from, "default: every process on this host");
+  /* no layout: every process on this host */
+  unsetenv("SLURM_STEP_TASKS_PER_NODE");
+  assert_null(kdc_rt_place_resolve(NULL, &p));
+  assert_int_equal(p.local_n, 7);
+}
+
 static void test_device_ids(void **state) {
   (void)state;
   int ids[KDC_RT_MAX_LOCAL_DEVICES], n;
@@ -230,6 +263,7 @@ int main(void) {
       cmocka_unit_test_setup(test_hostlist, clear_env),
       cmocka_unit_test_setup(test_slurm, clear_env),
       cmocka_unit_test_setup(test_precedence, clear_env),
+      cmocka_unit_test_setup(test_tasks_per_node, clear_env),
       cmocka_unit_test_setup(test_device_ids, clear_env),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
