@@ -9,7 +9,7 @@
 #      61440; the job id is chosen so that port is free now) and write the
 #      MNIST MLP's outputs (--mesh 8, data parallel) bitwise equal to 8
 #      virtual devices in one process; `kdc devices --json` names the same
-#      coordinator and the sources;
+#      coordinator and the sources, `kdc inspect` the process's mesh devices;
 #   2. then train for 1 epoch the same way (`--fit --save-weights`): the
 #      checkpoint is byte-identical to one process;
 #   3. explicit values override Slurm's: --num-processes 1 --process-id 0
@@ -22,7 +22,8 @@ fail() { echo "FAIL: $*"; for f in "$T"/log.*; do [ -f "$f" ] && sed "s|^|    $f
 # no MPI launcher, no KDC placement from the caller's environment
 unset OMPI_COMM_WORLD_SIZE OMPI_COMM_WORLD_RANK OMPI_COMM_WORLD_LOCAL_RANK PMI_SIZE PMI_RANK \
   MPI_LOCALRANKID KDC_COORDINATOR_ADDRESS KDC_NUM_PROCESSES KDC_PROCESS_ID KDC_COORDINATOR_PORT \
-  KDC_LOCAL_DEVICE_IDS SLURM_JOB_NODELIST 2>/dev/null
+  KDC_LOCAL_DEVICE_IDS SLURM_JOB_NODELIST SLURM_NODEID SLURM_STEP_TASKS_PER_NODE \
+  SLURM_TASKS_PER_NODE OMPI_COMM_WORLD_LOCAL_SIZE 2>/dev/null
 
 # a job id whose derived port nobody listens on now
 JOB=$(python3 -c '
@@ -65,6 +66,9 @@ assert d["coordinator"]["value"] == "127.0.0.1:" + sys.argv[2], d
 assert d["coordinator"]["from"].startswith("SLURM_STEP_NODELIST (first of 6 hosts)"), d
 assert d["local_rank"] == {"value": 1, "from": "SLURM_LOCALID"}, d
 EOF
+SLURM_PROCID=1 SLURM_LOCALID=1 "$KDC" inspect "$T/dp.plan" >"$T/inspect.txt" || fail "kdc inspect"
+grep -q "^  process id        1  *(from SLURM_PROCID)$" "$T/inspect.txt" &&
+  grep -q "^  mesh devices      4..7 of 8$" "$T/inspect.txt" || fail "inspect: $(tail -9 "$T/inspect.txt")"
 srun2 "$KDC" run "$T/dp.plan" --input "$M/input.npy" --output "$T/slurm.npy" \
   --collective-timeout 30 || fail "srun-like run"
 cmp "$T/virt.npy" "$T/slurm.npy" || fail "2 processes placed by Slurm differ from 8 virtual devices"
