@@ -53,6 +53,10 @@ typedef struct kdc_codegen_options {
   const char *explain;       /* EXPLAIN section text (`kdc inspect --explain`); NULL = none */
   int cuda_sm;               /* > 0: also lower every kernel to PTX for sm_<cuda_sm> (80, 90):
                                 PTX and CUDA sections, metadata target "cuda" (docs/gpu.md) */
+  const void *train_state;   /* a safetensors image of initial training state (optimizer
+                                tensors of a checkpoint, `kdc compile --weights`): the
+                                TRAIN_STATE section; NULL = none (state starts at zero) */
+  size_t train_state_size;
 } kdc_codegen_options;
 
 /* Compiles every selected function of |m| (fused and memory-planned) into
