@@ -143,7 +143,7 @@ t0=$(now)
   --process-id 1 2>"$T/log.count"
 r=$?
 t1=$(now)
-[ $r = 2 ] && grep -q "^kdc: error: $T/p.plan: 3 processes (--num-processes 3) cannot share the plan's 2 devices evenly" \
+[ $r = 2 ] && grep -q "^kdc: error: $T/p.plan: 3 processes (from --num-processes) cannot share the plan's 2 devices evenly" \
   "$T/log.count" || fail "count: exit $r: $(cat "$T/log.count")"
 awk -v a="$t0" -v b="$t1" 'BEGIN { exit !(b - a < 10) }' || fail "count: not at once"
 echo "count: ok"
