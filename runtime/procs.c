@@ -106,16 +106,6 @@ kdc_status kdc_rt_procs_init_job(const kdc_rt_job *job, kdc_rt_procs *out) {
   if (launcher && (n != mpi_n || id != mpi_id))
     return KDC_ERR(KDC_INVALID_INPUT, "process %d of %d (flags or KDC_* environment), but the MPI "
                    "launcher says rank %d of %d", id, n, mpi_id, mpi_n);
-  /* known now, not after waiting for processes that cannot fit */
-  if (job->n_devices > 0 && job->n_devices % n) {
-    char from[64];
-    if (job->n >= 1) snprintf(from, sizeof from, "--num-processes %d", n);
-    else if (env_n >= 1) snprintf(from, sizeof from, "KDC_NUM_PROCESSES=%d", n);
-    else snprintf(from, sizeof from, "the launcher's %d processes", n);
-    return KDC_ERR(KDC_INVALID_INPUT, "%s: %d processes (%s) cannot share the plan's %lld "
-                   "devices evenly: the process count must divide the device count",
-                   job->plan ? job->plan : "plan", n, from, (long long)job->n_devices);
-  }
   out->n = n;
   out->id = id;
   out->local_n = local_n > 0 ? local_n : n;
@@ -152,7 +142,7 @@ kdc_status kdc_rt_procs_init_job(const kdc_rt_job *job, kdc_rt_procs *out) {
 }
 
 kdc_status kdc_rt_procs_init(const char *coordinator, int n, int id, kdc_rt_procs *out) {
-  kdc_rt_job job = {coordinator, n, id, 0, 60, NULL, NULL, 0};
+  kdc_rt_job job = {coordinator, n, id, 0, 60, NULL};
   return kdc_rt_procs_init_job(&job, out);
 }
 

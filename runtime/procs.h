@@ -37,8 +37,6 @@ typedef struct kdc_rt_job {
   uint64_t key;             /* the plan's checksum (the same in every process), or 0 */
   double timeout_s;         /* the rendezvous' bound (<= 0: 60 s) */
   const char *token_file;   /* --job-token-file, or NULL (docs/processes.md, "Job token") */
-  const char *plan;         /* for messages */
-  int64_t n_devices;        /* > 0: the plan's devices, which the process count must divide */
 } kdc_rt_job;
 
 /* With more than one process: initialises MPI under an MPI launcher, else
@@ -46,9 +44,8 @@ typedef struct kdc_rt_job {
  * the job token when there is one (|job|->token_file, else the file named
  * by KDC_JOB_TOKEN_FILE, else KDC_JOB_TOKEN; required when the coordinator
  * is not a loopback address).  Errors, all before any connection unless
- * said: inconsistent settings (KDC_INVALID_INPUT, naming the process), a
- * process count that does not divide |n_devices| (KDC_INVALID_INPUT naming
- * the plan), several processes with neither an MPI launcher nor a
+ * said: inconsistent settings (KDC_INVALID_INPUT, naming the process),
+ * several processes with neither an MPI launcher nor a
  * coordinator, a token file others may read (KDC_INVALID_INPUT naming the
  * file), a process that does not arrive (KDC_UNAVAILABLE, naming it). */
 kdc_status kdc_rt_procs_init_job(const kdc_rt_job *job, kdc_rt_procs *out);
