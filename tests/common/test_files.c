@@ -147,16 +147,36 @@ static void test_atomic_open_error(void **state TU_UNUSED) {
   TU_ERR(kdc_file_write_atomic(p, "x", 1), KDC_IO_ERROR, p);
 }
 
-/* Commit fails when the final path is a directory: the temp file goes too. */
-static void test_atomic_commit_error(void **state TU_UNUSED) {
+/* A directory (or FIFO) as the final path is refused at open: nothing is
+ * created and the directory stays. */
+static void test_atomic_open_not_regular(void **state TU_UNUSED) {
   const char *p = tu_path("adir");
   assert_int_equal(mkdir(p, 0755), 0);
   int before = tu_dir_entries();
   kdc_atomic_file *f;
+  TU_ERR(kdc_atomic_file_open(p, &f), KDC_IO_ERROR, p, "is a directory");
+  const char *fifo = tu_path("afifo");
+  assert_int_equal(mkfifo(fifo, 0600), 0);
+  TU_ERR(kdc_atomic_file_open(fifo, &f), KDC_IO_ERROR, fifo, "is a FIFO");
+  assert_int_equal(tu_dir_entries(), before + 1);
+  struct stat sb;
+  assert_int_equal(stat(p, &sb), 0);
+  assert_true(S_ISDIR(sb.st_mode));
+  rmdir(p);
+  unlink(fifo);
+}
+
+/* Commit fails when the rename fails (the final path became a directory
+ * after open): the temp file goes too. */
+static void test_atomic_commit_error(void **state TU_UNUSED) {
+  const char *p = tu_path("late_dir");
+  int before = tu_dir_entries();
+  kdc_atomic_file *f;
   TU_OK(kdc_atomic_file_open(p, &f));
   TU_OK(kdc_atomic_file_write(f, "x", 1));
+  assert_int_equal(mkdir(p, 0755), 0);
   TU_ERR(kdc_atomic_file_commit(f), KDC_IO_ERROR, p, "rename");
-  assert_int_equal(tu_dir_entries(), before);
+  assert_int_equal(tu_dir_entries(), before + 1);
   rmdir(p);
 }
 
@@ -170,6 +190,7 @@ int main(void) {
       cmocka_unit_test(test_atomic_abort_leaves_nothing),
       cmocka_unit_test(test_atomic_failure_keeps_old_file),
       cmocka_unit_test(test_atomic_open_error),
+      cmocka_unit_test(test_atomic_open_not_regular),
       cmocka_unit_test(test_atomic_commit_error),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
