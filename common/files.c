@@ -96,7 +96,7 @@ kdc_status kdc_file_read_max(const char *path, size_t max, const char *what, voi
   }
   /* A real size is read in one go; a zero st_size (procfs) grows the block
    * up to |max|. */
-  size_t cap = st_size ? (size_t)st_size + 1 : 65536;
+  size_t cap = st_size ? (size_t)st_size + 1 : max < 65535 ? max + 1 : 65536;
   size_t size = 0;
   uint8_t *data = NULL;
   for (;;) {
@@ -131,7 +131,6 @@ kdc_status kdc_file_read_max(const char *path, size_t max, const char *what, voi
       close(fd);
       return KDC_ERR(KDC_OUT_OF_MEMORY, "%s: cannot allocate %zu bytes", path, cap);
     }
-    if (size + 1 == cap) continue;
     ssize_t got = read(fd, data + size, cap - 1 - size);
     if (got < 0) {
       if (errno == EINTR) continue;
