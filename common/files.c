@@ -16,7 +16,8 @@
  * (the temp file goes into the target's directory), a character device
  * (/dev/null, a terminal) is written directly, and anything else (directory,
  * FIFO, socket, block device) is an error.  Live temp files are listed in a
- * fixed registry that a SIGINT/SIGTERM handler and an atexit handler unlink.
+ * fixed registry (128 slots, each with its own copy of the path) that a
+ * SIGINT/SIGTERM/SIGHUP handler and an atexit handler unlink.
  *
  * An output set (kdc_outputs_begin/end) makes a command's outputs
  * all-or-nothing: the commits of the declared outputs are held back (the
@@ -196,17 +197,20 @@ void kdc_file_map_close(kdc_file_map *m) {
 
 /* ---- the registry of live temp files (signals, exit) ---- */
 
-enum { MAX_LIVE = 256 };
-static _Atomic(char *) live[MAX_LIVE];
+/* Each slot owns a copy of its path, so the handler never reads memory that
+ * another thread frees: state 0 free, 1 being filled, 2 live. */
+enum { MAX_LIVE = 128, LIVE_PATH = 4096 + 32 };
+static struct {
+  _Atomic int state;
+  char path[LIVE_PATH];
+} live[MAX_LIVE];
 static pid_t live_pid;  /* the process that owns the entries */
 static pthread_once_t live_once = PTHREAD_ONCE_INIT;
 
 static void unlink_live(void) {
   if (getpid() != live_pid) return;
-  for (int i = 0; i < MAX_LIVE; i++) {
-    char *p = atomic_load(&live[i]);
-    if (p) unlink(p);
-  }
+  for (int i = 0; i < MAX_LIVE; i++)
+    if (atomic_load(&live[i].state) == 2) unlink(live[i].path);
 }
 
 /* Async-signal-safe: unlink(), signal() and raise() only. */
@@ -240,18 +244,24 @@ static void block_signals(sigset_t *old) {
   pthread_sigmask(SIG_BLOCK, &all, old);
 }
 
-static void live_add(char *path) {
+static void live_add(const char *path) {
+  size_t n = strlen(path);
+  if (n >= LIVE_PATH) return;  /* only abort() and a failed commit remove it */
   for (int i = 0; i < MAX_LIVE; i++) {
-    char *expect = NULL;
-    if (atomic_compare_exchange_strong(&live[i], &expect, path)) return;
+    int expect = 0;
+    if (!atomic_compare_exchange_strong(&live[i].state, &expect, 1)) continue;
+    memcpy(live[i].path, path, n + 1);
+    atomic_store(&live[i].state, 2);
+    return;
   }
-  /* full: this temp file is not removed by a signal (256 live at once) */
+  /* full (128 live at once): likewise */
 }
 
 static void live_remove(const char *path) {
   for (int i = 0; i < MAX_LIVE; i++) {
-    char *expect = (char *)path;
-    if (atomic_compare_exchange_strong(&live[i], &expect, NULL)) return;
+    if (atomic_load(&live[i].state) != 2 || strcmp(live[i].path, path) != 0) continue;
+    int expect = 2;
+    if (atomic_compare_exchange_strong(&live[i].state, &expect, 0)) return;
   }
 }
 
