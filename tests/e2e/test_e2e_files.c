@@ -6,7 +6,8 @@
  *     is written through to its target and stays a link; a directory or a
  *     FIFO is a located error naming the flag;
  *   - a command's outputs are all-or-nothing: --fit whose --save-weights
- *     cannot be written leaves no --history (nor changes an old one);
+ *     cannot be written leaves no --history (nor changes an old one), `run`
+ *     whose second --output cannot be written leaves no first;
  *   - SIGINT while `compile -o` writes (the KDC_TEST_SIGNAL_IN_WRITE hook of
  *     common/files.c) leaves no temp file and no plan;
  *   - an output that is an input (-o the model, --output the --input,
@@ -216,6 +217,31 @@ static void test_outputs_all_or_nothing(void **state) {
   free(dir);
   free(h);
   free(w);
+}
+
+/* `kdc run` with two --output whose second cannot be written: neither
+ * appears (the first was left), no temp files. */
+static void test_run_two_outputs_all_or_nothing(void **state) {
+  (void)state;
+  char *m = e2e_src("tests/e2e/data/two_heads.json"), *dir = subdir("two"),
+       *p = e2e_join(dir, "two.plan"), *x = e2e_join(dir, "x.npy"), *a = e2e_join(dir, "reg.npy"),
+       *b = e2e_join(dir, "missing_dir/cls.npy");
+  e2e_result r;
+  e2e_kdc(&r, "compile", m, "--random-init", "--batch", "4", "-o", p, NULL);
+  if (r.status != 0) fail_msg("%s", r.err);
+  float xs[4 * 6] = {0};
+  int64_t dims[2] = {4, 6};
+  assert_null(kdc_npy_write(x, KDC_IO_DTYPE_F32, 2, dims, xs));
+  e2e_kdc(&r, "run", p, "--input", x, "--output", a, "--output", b, NULL);
+  expect_error(&r, "cls.npy", "No such file or directory");
+  assert_false(e2e_exists(a));
+  assert_int_equal(temp_files(dir), 0);
+  free(m);
+  free(dir);
+  free(p);
+  free(x);
+  free(a);
+  free(b);
 }
 
 /* SIGINT in the middle of writing the plan (a test hook in common/files.c
@@ -461,6 +487,7 @@ int main(void) {
       cmocka_unit_test(test_output_symlink),
       cmocka_unit_test(test_output_not_regular),
       cmocka_unit_test(test_outputs_all_or_nothing),
+      cmocka_unit_test(test_run_two_outputs_all_or_nothing),
       cmocka_unit_test(test_interrupt_leaves_no_temp),
       cmocka_unit_test(test_output_is_input),
       cmocka_unit_test(test_fifo_inputs),
