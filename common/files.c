@@ -202,15 +202,15 @@ void kdc_file_map_close(kdc_file_map *m) {
 enum { MAX_LIVE = 128, LIVE_PATH = 4096 + 32 };
 static struct {
   _Atomic int state;
+  pid_t pid;  /* the process that made it: a forked child leaves its parent's alone */
   char path[LIVE_PATH];
 } live[MAX_LIVE];
-static pid_t live_pid;  /* the process that owns the entries */
 static pthread_once_t live_once = PTHREAD_ONCE_INIT;
 
 static void unlink_live(void) {
-  if (getpid() != live_pid) return;
+  pid_t me = getpid();
   for (int i = 0; i < MAX_LIVE; i++)
-    if (atomic_load(&live[i].state) == 2) unlink(live[i].path);
+    if (atomic_load(&live[i].state) == 2 && live[i].pid == me) unlink(live[i].path);
 }
 
 /* Async-signal-safe: unlink(), signal() and raise() only. */
@@ -223,7 +223,6 @@ static void on_signal(int sig) {
 }
 
 static void init_live(void) {
-  live_pid = getpid();
   const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
   for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
     struct sigaction old;
@@ -251,6 +250,7 @@ static void live_add(const char *path) {
     int expect = 0;
     if (!atomic_compare_exchange_strong(&live[i].state, &expect, 1)) continue;
     memcpy(live[i].path, path, n + 1);
+    live[i].pid = getpid();
     atomic_store(&live[i].state, 2);
     return;
   }

@@ -6,6 +6,7 @@
 #include "test_util.h"
 
 #include <sys/stat.h>
+#include <signal.h>
 #include <sys/wait.h>
 
 #include "kdc/arena.h"
@@ -257,6 +258,46 @@ static void test_read_inputs(void **state TU_UNUSED) {
   unlink(p);
 }
 
+/* A signal from outside (SIGTERM, SIGINT) while a child holds an open temp
+ * file and a completed one held by its output set: the child dies of the
+ * signal and neither temp file is left.  (exit() runs the same unlinking
+ * from an atexit handler; a forked cmocka child cannot exit() here: the
+ * test's own atexit cleanup would empty the directory.) */
+static void test_signal_removes_temps(void **state TU_UNUSED) {
+  const int how[] = {SIGTERM, SIGINT};
+  for (int k = 0; k < 2; k++) {
+    int before = tu_dir_entries();
+    int fds[2];
+    assert_int_equal(pipe(fds), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+      char held[512], open_one[512];
+      snprintf(held, sizeof held, "%s", tu_path("sig_held.bin"));
+      snprintf(open_one, sizeof open_one, "%s", tu_path("sig_open.bin"));
+      kdc_file_arg outs[] = {{"--held", held}};
+      kdc_atomic_file *f;
+      if (kdc_outputs_begin(outs, 1, NULL, 0) || kdc_file_write_atomic(held, "H", 1) ||
+          kdc_atomic_file_open(open_one, &f) || kdc_atomic_file_write(f, "O", 1))
+        _exit(9);
+      fflush(kdc_atomic_file_stream(f));
+      if (write(fds[1], "r", 1) != 1) _exit(9);
+      for (;;) pause();
+    }
+    close(fds[1]);
+    char c;
+    assert_int_equal(read(fds[0], &c, 1), 1);
+    close(fds[0]);
+    assert_int_equal(tu_dir_entries(), before + 2);  /* both temp files exist */
+    kill(pid, how[k]);
+    int ws;
+    assert_int_equal(waitpid(pid, &ws, 0), pid);
+    assert_true(WIFSIGNALED(ws));
+    assert_int_equal(WTERMSIG(ws), how[k]);
+    assert_int_equal(tu_dir_entries(), before);
+  }
+}
+
 /* Memory exhausted in a checked allocator: one line and exit status 3 (it
  * was an abort, 134).  Not under ASan, whose allocator reports instead. */
 static void test_out_of_memory_exits_3(void **state TU_UNUSED) {
@@ -269,6 +310,7 @@ static void test_out_of_memory_exits_3(void **state TU_UNUSED) {
   assert_true(pid >= 0);
   if (pid == 0) {
     dup2(fds[1], 2);
+    tu_dir[0] = 0;  /* exit() must not run the parent's temp-dir cleanup */
     volatile size_t huge = SIZE_MAX / 2;  /* more than any address space */
     void *p = kdc_xmalloc(huge);
     free(p);
@@ -301,6 +343,7 @@ int main(void) {
       cmocka_unit_test(test_atomic_commit_error),
       cmocka_unit_test(test_output_set),
       cmocka_unit_test(test_read_inputs),
+      cmocka_unit_test(test_signal_removes_temps),
       cmocka_unit_test(test_out_of_memory_exits_3),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
