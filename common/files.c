@@ -368,6 +368,14 @@ static bool same_file(const char *a, const char *b) {
 kdc_status kdc_outputs_begin(const kdc_file_arg *out, size_t n_out, const kdc_file_arg *in,
                              size_t n_in) {
   KDC_ASSERT(!outs.active);
+  /* an input that is a FIFO or a device fails now, before any work (a
+   * missing one is left to its reader) */
+  for (size_t j = 0; j < n_in; j++) {
+    struct stat sb;
+    if (in[j].path && stat(in[j].path, &sb) == 0 && !S_ISREG(sb.st_mode))
+      return KDC_ERR(KDC_IO_ERROR, "%s: cannot read: is %s (kdc reads regular files only)",
+                     in[j].path, kdc_file_type_name(sb.st_mode));
+  }
   for (size_t i = 0; i < n_out; i++) {
     if (!out[i].path) continue;
     char *final;

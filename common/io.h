@@ -88,7 +88,9 @@ const char *kdc_atomic_file_temp_path(const kdc_atomic_file *f);
 kdc_status kdc_atomic_file_commit(kdc_atomic_file *f);
 void kdc_atomic_file_abort(kdc_atomic_file *f);
 
-/* A command's outputs, all-or-nothing.  begin() checks every output path
+/* A command's outputs, all-or-nothing.  begin() checks that every input
+ * that exists is a regular file (a FIFO or device fails before any work),
+ * every output path
  * (a regular file, a new name, a symlink to one, or a character device;
  * anything else is an error naming the flag) and that no output is the same
  * file as an input or another output (the same path, or the same st_dev and

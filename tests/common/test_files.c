@@ -242,7 +242,10 @@ static void test_read_inputs(void **state TU_UNUSED) {
   size_t n;
   TU_ERR(kdc_file_read_all(fifo, &data, &n), KDC_IO_ERROR, fifo, "is a FIFO");
   kdc_file_map m;
-  TU_ERR(kdc_file_map_open(fifo, &m), KDC_IO_ERROR, fifo, "is a FIFO");
+  TU_ERR(kdc_file_map_open(fifo, &m), KDC_IO_ERROR, fifo, "is a FIFO");  /* plan, safetensors */
+  kdc_npy_array a;
+  TU_ERR(kdc_npy_read(fifo, &a), KDC_IO_ERROR, fifo, "is a FIFO");
+  TU_ERR(kdc_npy_read(tu_tmpdir(), &a), KDC_IO_ERROR, tu_tmpdir(), "is a directory");
   unlink(fifo);
   TU_OK(kdc_file_read_all("/proc/self/status", &data, &n));
   assert_true(n > 0 && strstr(data, "Pid:"));
