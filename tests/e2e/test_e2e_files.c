@@ -214,6 +214,15 @@ static void test_outputs_all_or_nothing(void **state) {
     free(d);
     assert_int_equal(temp_files(dir), 0);
   }
+  /* the predictions after training (--predict/--output) belong to the set */
+  char *p = e2e_join(dir, "missing_dir/p.npy"), *h2 = e2e_join(dir, "h2.json");
+  e2e_kdc(&r, "run", plan, "--fit", "--quiet", "--x", x_path, "--y", y_path, "--history", h2,
+          "--predict", x_path, "--output", p, NULL);
+  expect_error(&r, "p.npy", "No such file or directory");
+  assert_false(e2e_exists(h2));
+  assert_int_equal(temp_files(dir), 0);
+  free(p);
+  free(h2);
   free(dir);
   free(h);
   free(w);
