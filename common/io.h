@@ -240,6 +240,7 @@ enum {
   KDC_PLAN_SECTION_PTX = 7,
   KDC_PLAN_SECTION_EXPLAIN = 8,  /* text: why each named value has its sharding */
   KDC_PLAN_SECTION_CUDA = 9,     /* CUDA launch table of the PTX kernels (docs/gpu.md) */
+  KDC_PLAN_SECTION_KERAS = 10,   /* JSON: the Keras config and weights-file paths (--save-model) */
 };
 
 /* "metadata", "program", ... or "unknown" for other kinds. */

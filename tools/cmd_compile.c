@@ -236,6 +236,15 @@ static kdc_status from_compile_config(const compile_opts *o, const kdc_keras_mod
     return KDC_ERR(KDC_INVALID_INPUT, "compile: training options need --loss (e.g. --loss mse) "
                    "or a model with a compile_config");
   if (!*on) return NULL;
+  /* say what the command line replaces */
+  if (o->optimizer)
+    fprintf(stderr, "kdc: note: %s: --optimizer %s overrides the compile_config's optimizer\n",
+            o->model, o->optimizer);
+  if (o->learning_rate > 0)
+    fprintf(stderr, "kdc: note: %s: --learning-rate %g overrides the compile_config's learning "
+            "rate\n", o->model, o->learning_rate);
+  if (o->from_logits)
+    fprintf(stderr, "kdc: note: %s: --from-logits overrides the compile_config's losses\n", o->model);
   if (o->optimizer) {
     kdc_optimizer_kind k;
     if (!kdc_optimizer_from_name(o->optimizer, &k))
@@ -280,6 +289,37 @@ static kdc_status check_output_names(const compile_opts *o, const kdc_module *mo
   return NULL;
 }
 
+/* The optimizer's variables as Keras 3 lays them out in a weights file
+ * (`optimizer/vars/<i>`: iterations, the learning rate unless it is a
+ * schedule, then blocks of slots: a block of several names interleaves them
+ * per weight, as add_optimizer_variables(vars, [names]) does): JSON for the
+ * plan's KERAS section. */
+static char *optimizer_json(const kdc_train_options *t) {
+  const kdc_optimizer_options *op = &t->optimizer;
+  char blocks[160] = "";
+  switch (op->kind) {
+  case KDC_OPT_ADAM:
+  case KDC_OPT_ADAMW:
+    snprintf(blocks, sizeof blocks, "[[\"momentum\",\"velocity\"]%s]",
+             op->amsgrad ? ",[\"velocity_hat\"]" : "");
+    break;
+  case KDC_OPT_RMSPROP:
+    snprintf(blocks, sizeof blocks, "[[\"velocity\"]%s%s]", op->momentum > 0 ? ",[\"momentum\"]" : "",
+             op->centered ? ",[\"average_gradient\"]" : "");
+    break;
+  default:
+    snprintf(blocks, sizeof blocks, "[%s]", op->momentum != 0 ? "[\"momentum\"]" : "");
+    break;
+  }
+  char *s = NULL;
+  bool sched = op->schedule.kind != KDC_LR_CONSTANT;
+  if (asprintf(&s, "{\"name\":\"%s\",\"learning_rate\":%s%.9g,\"lr_variable\":%s,\"blocks\":%s}",
+               kdc_optimizer_name(op->kind), "", op->learning_rate, sched ? "false" : "true",
+               blocks) < 0)
+    s = NULL;
+  return s;
+}
+
 static kdc_status compile(const compile_opts *o) {
   kdc_keras_model *km = NULL;
   kdc_module *mod = NULL;
@@ -290,7 +330,7 @@ static kdc_status compile(const compile_opts *o) {
   kdc_status st = distribution(o, &mesh, &layout);
   bool train_on = o->loss != NULL;
   if (!st && o->loss) st = training(o, &train);
-  kdc_load_options load = {o->n_input_shapes, o->input_shapes};
+  kdc_load_options load = {o->n_input_shapes, o->input_shapes, NULL};
   if (!st) st = kdc_frontend_load_opts(o->model, &load, &km);
   if (!st && !o->loss) st = from_compile_config(o, km, &train, &train_on);
   if (!st) {
@@ -319,10 +359,15 @@ static kdc_status compile(const compile_opts *o) {
     kdc_codegen_options co;
     memset(&co, 0, sizeof co);
     co.explain = explain.text;
+    char *opt_json = train_on ? optimizer_json(&train) : NULL;
+    char *keras = kdc_frontend_keras_section(km, opt_json);
+    free(opt_json);
+    co.keras = keras;
     static const char *const train_funcs[] = {"predict", "train_step", "evaluate"};
     if (train_on) co.funcs = train_funcs, co.n_funcs = 3;  /* not train_forward */
     if (o->target && !strcmp(o->target, "cuda")) co.cuda_sm = o->sm ? (int)o->sm : 80;
     st = kdc_codegen_cpu_plan(mod, &co, o->out);
+    free(keras);
   }
   kdc_ir_module_destroy(mod);
   kdc_frontend_free(km);

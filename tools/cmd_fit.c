@@ -33,6 +33,8 @@
 
 typedef struct fit_opts {
   const char *plan, *history, *save, *initial;
+  const char *save_model;     /* --save-model M.keras */
+  bool save_optimizer;        /* --save-optimizer: a .weights.h5 gets the optimizer too */
   const char *x[32];          /* --x per model input, in input order */
   const char *y[32];          /* --y per trained output, in output order, or NAME=path */
   size_t n_x, n_y;
@@ -44,6 +46,16 @@ typedef struct fit_opts {
   const char *cache_dir;      /* --cache-dir: the compiled-code cache (NULL: $KDC_CACHE_DIR) */
   run_place place;            /* --coordinator ... (run_place.c, docs/processes.md) */
 } fit_opts;
+
+static bool ends_with(const char *s, const char *suf) {
+  size_t a = strlen(s), b = strlen(suf);
+  return a >= b && !strcmp(s + a - b, suf);
+}
+
+/* Keras' own files (.h5, .keras) rather than a safetensors checkpoint. */
+static bool is_keras_file(const char *path) {
+  return ends_with(path, ".h5") || ends_with(path, ".hdf5") || ends_with(path, ".keras");
+}
 
 static kdc_status parse(int argc, char **argv, fit_opts *o) {
   cli_args a = {argc, argv, 0};
@@ -68,7 +80,8 @@ static kdc_status parse(int argc, char **argv, fit_opts *o) {
     }
     if (cli_flag_value(&a, "--history", &o->history, &st) ||
         cli_flag_value(&a, "--save-weights", &o->save, &st) ||
-        cli_flag_value(&a, "--initial-weights", &o->initial, &st))
+        cli_flag_value(&a, "--initial-weights", &o->initial, &st) ||
+        cli_flag_value(&a, "--save-model", &o->save_model, &st))
       continue;
     if (cli_flag_value(&a, "--epochs", &v, &st)) {
       if (!st) st = cli_parse_i64("--epochs", v, 0, 1 << 30, &o->epochs);
@@ -93,6 +106,8 @@ static kdc_status parse(int argc, char **argv, fit_opts *o) {
       o->fit = true;
     } else if (cli_flag(&a, "--evaluate")) {
       o->evaluate = true;
+    } else if (cli_flag(&a, "--save-optimizer")) {
+      o->save_optimizer = true;
     } else if (cli_flag(&a, "--shuffle")) {
       o->shuffle = true;
     } else if (cli_flag(&a, "--quiet")) {
@@ -108,9 +123,14 @@ static kdc_status parse(int argc, char **argv, fit_opts *o) {
     st = KDC_ERR(KDC_INVALID_INPUT, "run: give one of --fit and --evaluate");
   if (!st && (!o->n_x || !o->n_y)) st = KDC_ERR(KDC_INVALID_INPUT, "run: --fit/--evaluate need --x X.npy and --y Y.npy");
   if (!st && o->evaluate && (o->history || o->save || o->shuffle || o->validation_split > 0 ||
-                             o->epochs_given))
-    st = KDC_ERR(KDC_INVALID_INPUT, "run: --epochs, --history, --save-weights, --shuffle and "
-                 "--validation-split are --fit options");
+                             o->epochs_given || o->save_model))
+    st = KDC_ERR(KDC_INVALID_INPUT, "run: --epochs, --history, --save-weights, --save-model, "
+                 "--shuffle and --validation-split are --fit options");
+  if (!st && o->save_optimizer && !(o->save && is_keras_file(o->save)))
+    st = KDC_ERR(KDC_INVALID_INPUT, "run: --save-optimizer needs --save-weights W.weights.h5 (a "
+                 "safetensors checkpoint always holds the optimizer)");
+  if (!st && o->save_model && !ends_with(o->save_model, ".keras"))
+    st = KDC_ERR(KDC_INVALID_INPUT, "--save-model \"%s\": expected a .keras file name", o->save_model);
   return st;
 }
 
@@ -340,6 +360,9 @@ static kdc_status fit(const fit_opts *o, fit_state *s) {
   KDC_RETURN_IF_ERROR(run_place_start(&o->place, o->plan, &ro));
   KDC_RETURN_IF_ERROR(kdc_rt_plan_load_with(o->plan, &ro, &s->plan));
   KDC_RETURN_IF_ERROR(kdc_rt_train_create(s->plan, &s->train));
+  /* Keras outputs the plan cannot write fail before any step runs */
+  if (o->save && is_keras_file(o->save)) KDC_RETURN_IF_ERROR(kdc_rt_keras_check(s->plan, false));
+  if (o->save_model) KDC_RETURN_IF_ERROR(kdc_rt_keras_check(s->plan, true));
   size_t nd = kdc_rt_train_data_count(s->train), n_arrays = 0;
   const kdc_rt_tensor_info *info[33];
   for (size_t i = 0; i < nd; i++) {
@@ -389,7 +412,10 @@ static kdc_status fit(const fit_opts *o, fit_state *s) {
                      s->a[0].dims[0], paths[k], s->a[k].dims[0]);
     arrays[k] = s->a[k].data;
   }
-  if (o->initial) KDC_RETURN_IF_ERROR(kdc_rt_train_load(s->train, o->initial));
+  if (o->initial && is_keras_file(o->initial))
+    KDC_RETURN_IF_ERROR(kdc_rt_keras_load(s->plan, s->train, o->initial));
+  else if (o->initial)
+    KDC_RETURN_IF_ERROR(kdc_rt_train_load(s->train, o->initial));
   fit_ui ui = {isatty(STDOUT_FILENO) == 1, s->train};
   bool quiet = o->quiet || !run_place_writes();  /* processes: process 0 reports */
   if (o->evaluate) {
@@ -411,7 +437,11 @@ static kdc_status fit(const fit_opts *o, fit_state *s) {
   kdc_status st = kdc_rt_fit(s->train, arrays, s->a[0].dims[0], &fo, &s->h);
   if (!st && o->history && run_place_writes()) st = write_history(o->history, &s->h, s->train);
   /* every process takes part (its pieces go to process 0, which writes) */
-  if (!st && o->save) st = kdc_rt_train_save(s->train, o->save);
+  if (!st && o->save && is_keras_file(o->save))
+    st = kdc_rt_keras_save(s->plan, s->train, o->save, false, o->save_optimizer);
+  else if (!st && o->save)
+    st = kdc_rt_train_save(s->train, o->save);
+  if (!st && o->save_model) st = kdc_rt_keras_save(s->plan, s->train, o->save_model, true, true);
   return st;
 }
 
