@@ -80,16 +80,118 @@ static void snake_case(const char *name, char *out, size_t n) {
   out[o] = 0;
 }
 
+/* Keras' `model.layers` order of a Functional model (ops/function.py
+ * map_graph): a depth-first walk from the outputs gives every layer the
+ * index of its first visit and every node a place in a topological order;
+ * node depths are then propagated from the outputs (a layer takes its
+ * deepest node's depth); layers sort by decreasing depth, then by first
+ * visit.  A config written by Keras lists its layers in this order; one
+ * written otherwise may not, and the weights file numbers layers by it. */
+typedef struct walk {
+  const kdc_keras_model *m;
+  int *first;       /* layer -> first visit index, -1 */
+  int n_first;
+  int *state;       /* per (layer, node): 0 new, 1 in progress, 2 done; flattened */
+  int *node_base;   /* layer -> offset into state / depth */
+  int *topo;        /* finished nodes, inputs first */
+  int n_topo;
+} walk;
+
+static bool is_model_input(const kdc_keras_model *m, kdc_keras_ref r) {
+  for (int i = 0; i < m->n_inputs; i++)
+    if (m->inputs[i].layer == r.layer && m->inputs[i].node == r.node &&
+        m->inputs[i].tensor == r.tensor)
+      return true;
+  return false;
+}
+
+static void walk_ref(walk *w, kdc_keras_ref r) {
+  const kdc_keras_model *m = w->m;
+  if (r.layer < 0 || r.layer >= m->n_layers) return;
+  const kdc_keras_layer *l = &m->layers[r.layer];
+  if (r.node < 0 || r.node >= l->n_nodes) return;
+  int id = w->node_base[r.layer] + r.node;
+  if (w->state[id]) return;  /* done (or a cycle, which the graph walk refused already) */
+  if (w->first[r.layer] < 0) w->first[r.layer] = w->n_first++;
+  w->state[id] = 1;
+  if (!is_model_input(m, r)) {
+    const kdc_keras_node *n = &l->nodes[r.node];
+    for (int i = 0; i < n->n_in; i++) walk_ref(w, n->in[i]);
+    for (int i = 0; i < n->n_kw; i++) walk_ref(w, n->kw[i]);
+  }
+  w->state[id] = 2;
+  w->topo[w->n_topo++] = id;
+}
+
+/* |rank|[i]: the position of layer i in Keras' order (every layer gets one;
+ * a layer the outputs do not reach goes last, in config order). */
+static void keras_order(const kdc_keras_model *m, int *rank) {
+  int nl = m->n_layers;
+  if (m->sequential) {
+    for (int i = 0; i < nl; i++) rank[i] = i;
+    return;
+  }
+  walk w = {m, kdc_xmalloc(sizeof(int) * (size_t)(nl + 1)), 0, NULL,
+            kdc_xmalloc(sizeof(int) * (size_t)(nl + 1)), NULL, 0};
+  int total = 0;
+  for (int i = 0; i < nl; i++) w.first[i] = -1, w.node_base[i] = total, total += m->layers[i].n_nodes;
+  w.state = kdc_xcalloc((size_t)total + 1, sizeof(int));
+  w.topo = kdc_xmalloc(sizeof(int) * ((size_t)total + 1));
+  for (int i = 0; i < m->n_outputs; i++) walk_ref(&w, m->outputs[i]);
+  int *ndepth = kdc_xcalloc((size_t)total + 1, sizeof(int));
+  int *ldepth = kdc_xcalloc((size_t)nl + 1, sizeof(int));
+  for (int k = w.n_topo - 1; k >= 0; k--) {
+    int id = w.topo[k], li = 0;
+    while (li + 1 < nl && w.node_base[li + 1] <= id) li++;
+    /* skip layers without nodes that share the base */
+    while (li < nl && (id < w.node_base[li] || id >= w.node_base[li] + m->layers[li].n_nodes)) li++;
+    int d = ndepth[id] > ldepth[li] ? ndepth[id] : ldepth[li];
+    ldepth[li] = d;
+    ndepth[id] = d;
+    kdc_keras_ref self = {li, id - w.node_base[li], 0};
+    if (is_model_input(m, self)) continue;
+    const kdc_keras_node *n = &m->layers[li].nodes[id - w.node_base[li]];
+    for (int i = 0; i < n->n_in + n->n_kw; i++) {
+      kdc_keras_ref r = i < n->n_in ? n->in[i] : n->kw[i - n->n_in];
+      if (r.layer < 0 || r.layer >= nl || r.node < 0 || r.node >= m->layers[r.layer].n_nodes) continue;
+      int pid = w.node_base[r.layer] + r.node;
+      if (!w.state[pid]) continue;
+      if (ndepth[pid] < d + 1) ndepth[pid] = d + 1;
+    }
+  }
+  /* sort: reached layers by (depth desc, first visit asc), then the rest */
+  int pos = 0;
+  for (int i = 0; i < nl; i++) rank[i] = -1;
+  for (;;) {
+    int best = -1;
+    for (int i = 0; i < nl; i++) {
+      if (rank[i] >= 0 || w.first[i] < 0) continue;
+      if (best < 0 || ldepth[i] > ldepth[best] ||
+          (ldepth[i] == ldepth[best] && w.first[i] < w.first[best]))
+        best = i;
+    }
+    if (best < 0) break;
+    rank[best] = pos++;
+  }
+  for (int i = 0; i < nl; i++)
+    if (rank[i] < 0) rank[i] = pos++;
+  free(w.first), free(w.state), free(w.node_base), free(w.topo), free(ndepth), free(ldepth);
+}
+
 /* The key of layer |idx| of |m|: its snake_case class name, "_<k>" for the
- * k-th repeat in layer order. */
+ * k-th repeat in Keras' layer order. */
 static void layer_key(const kdc_keras_model *m, int idx, char *out, size_t n) {
   char s[256], t[256];
+  int *rank = kdc_xmalloc(sizeof(int) * (size_t)(m->n_layers + 1));
+  keras_order(m, rank);
   snake_case(m->layers[idx].class_name, s, sizeof s);
   int seen = 0;
-  for (int i = 0; i < idx; i++) {
+  for (int i = 0; i < m->n_layers; i++) {
+    if (rank[i] >= rank[idx]) continue;
     snake_case(m->layers[i].class_name, t, sizeof t);
     seen += !strcmp(s, t);
   }
+  free(rank);
   if (seen) snprintf(out, n, "%s_%d", s, seen);
   else snprintf(out, n, "%s", s);
 }
