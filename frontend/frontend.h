@@ -160,6 +160,14 @@ typedef struct kdc_load_options {
  * into |text|.  Errors quote the text; callers add the flag. */
 kdc_status kdc_frontend_parse_input_shape(const char *text, kdc_input_shape *out);
 void kdc_input_shape_free(kdc_input_shape *s); /* frees |name| */
+/* The batch the model's InputLayers fix (a known first dim of batch_shape /
+ * batch_input_shape), or -1 in *|batch| when none does, with the input
+ * layer in *|where|; inputs fixing different batches are a located error
+ * (frontend/input_shape.c). */
+struct kdc_keras_model;
+struct kdc_keras_layer;
+kdc_status kdc_frontend_fixed_batch(const struct kdc_keras_model *m, int64_t *batch,
+                                    const struct kdc_keras_layer **where);
 
 /* Reads the model file at |path| (format auto-detected) and infers every
  * layer's output shapes and variables.  On success *|out| owns the model.
@@ -190,6 +198,9 @@ void kdc_frontend_free(kdc_keras_model *m);
 /* Keras 3's weights-file path of |v| ("layers/dense_1/vars/0",
  * "layers/bidirectional/forward_layer/cell/vars/2"). */
 void kdc_frontend_h5_path(const kdc_keras_var *v, char *buf, size_t n);
+/* A second path Keras writes |v| at (SpectralNormalization's wrapped
+ * kernel, also the wrapper's `vars/0`): true and the path in |buf|. */
+bool kdc_frontend_h5_alias(const kdc_keras_var *v, char *buf, size_t n);
 /* The most bytes kdc reads for one weights member or file (physical memory,
  * at most 16 GiB; KDC_TEST_WEIGHTS_CAP overrides it for tests). */
 size_t kdc_fe_weights_cap(void);
@@ -206,7 +217,7 @@ kdc_status kdc_fe_h5_source(const kdc_keras_model *m, const char *file, const vo
 
 /* The plan's KERAS section (docs/plan-format.md): {"config": the Keras 3
  * config (with its compile_config) or null, "keras_version", "vars":
- * [[path, weights-file path, trainable], ...] in variable order,
+ * [[path, weights-file path, trainable (, alias path)], ...] in variable order,
  * "optimizer": |optimizer_json| parsed or null}.  Heap string. */
 char *kdc_frontend_keras_section(const kdc_keras_model *m, const char *optimizer_json);
 

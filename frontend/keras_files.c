@@ -240,12 +240,30 @@ static const char *var_group(const kdc_keras_var *v) {
   return "";
 }
 
+/* The wrapped layer's kernel of a SpectralNormalization, which Keras also
+ * tracks as the wrapper's own first variable (`self.kernel =
+ * self.layer.kernel`), so its weights file holds it twice. */
+static bool sn_kernel(const kdc_keras_var *v) {
+  const kdc_keras_layer *w = v->layer->wrapper;
+  return w && !strcmp(w->class_name, "SpectralNormalization") &&
+         (!strcmp(v->name, "kernel") || !strcmp(v->name, "embeddings"));
+}
+
+bool kdc_frontend_h5_alias(const kdc_keras_var *v, char *buf, size_t n) {
+  if (!sn_kernel(v)) return false;
+  buf[0] = 0;
+  layer_prefix(v->layer->wrapper, buf, n);
+  strncat(buf, "vars/0", n - strlen(buf) - 1);
+  return true;
+}
+
 void kdc_frontend_h5_path(const kdc_keras_var *v, char *buf, size_t n) {
   buf[0] = 0;
   layer_prefix(v->layer, buf, n);
   const char *g = var_group(v);
-  int idx = 0;
   const kdc_keras_layer *l = v->layer;
+  /* SpectralNormalization's own variables: the kernel (above), vector_u */
+  int idx = !strcmp(l->class_name, "SpectralNormalization") ? 1 : 0;
   for (int i = 0; i < l->n_vars && l->vars[i] != v; i++)
     if (l->vars[i]->layer == l && !strcmp(var_group(l->vars[i]), g)) idx++;
   size_t len = strlen(buf);
@@ -265,11 +283,13 @@ static kdc_status dataset_shape(kdc_h5 *h, const char *p, kdc_kshape *shape, kdc
 static kdc_status read_k3(const kdc_keras_model *m, kdc_h5 *h, kdc_fe_source *s) {
   const char *file = kdc_h5_file(h);
   char **mapped = kdc_xcalloc((size_t)m->n_vars + 1, sizeof *mapped);
+  char **alias = kdc_xcalloc((size_t)m->n_vars + 1, sizeof *alias);
   kdc_status st = NULL;
   char b1[160], b2[160];
   for (int i = 0; i < m->n_vars && !st; i++) {
     const kdc_keras_var *v = m->vars[i];
     char p[1024];
+    if (kdc_frontend_h5_alias(v, p, sizeof p)) alias[i] = kdc_xstrdup(p);
     kdc_frontend_h5_path(v, p, sizeof p);
     mapped[i] = kdc_xstrdup(p);
     if (!kdc_h5_exists(h, p)) {
@@ -316,7 +336,8 @@ static kdc_status read_k3(const kdc_keras_model *m, kdc_h5 *h, kdc_fe_source *s)
     st = kdc_h5_list_datasets(h, r ? "vars" : "layers", (size_t)m->n_vars + 1024, &l, &n);
     for (size_t k = 0; k < n && !st; k++) {
       bool found = false;
-      for (int i = 0; i < m->n_vars && !found; i++) found = mapped[i] && !strcmp(mapped[i], l[k]);
+      for (int i = 0; i < m->n_vars && !found; i++)
+        found = (mapped[i] && !strcmp(mapped[i], l[k])) || (alias[i] && !strcmp(alias[i], l[k]));
       if (!found)
         st = KDC_ERR(KDC_INVALID_INPUT, "%s: %s: a dataset that matches no variable of the model "
                      "(%s): the weights file's layers do not match the config", file, l[k],
@@ -324,8 +345,9 @@ static kdc_status read_k3(const kdc_keras_model *m, kdc_h5 *h, kdc_fe_source *s)
     }
     kdc_h5_free_list(l, n);
   }
-  for (int i = 0; i < m->n_vars; i++) free(mapped[i]);
+  for (int i = 0; i < m->n_vars; i++) free(mapped[i]), free(alias[i]);
   free(mapped);
+  free(alias);
   return st;
 }
 
@@ -526,6 +548,7 @@ char *kdc_frontend_keras_section(const kdc_keras_model *m, const char *optimizer
     json_object_array_add(e, json_object_new_string(v->path));
     json_object_array_add(e, json_object_new_string(p));
     json_object_array_add(e, json_object_new_boolean(v->trainable));
+    if (kdc_frontend_h5_alias(v, p, sizeof p)) json_object_array_add(e, json_object_new_string(p));
     json_object_array_add(vars, e);
   }
   json_object_object_add(o, "vars", vars);

@@ -289,7 +289,7 @@ kdc_status kdc_rt_keras_save(kdc_rt_plan *p, kdc_rt_train *t, const char *path, 
   if (!st && nv) st = kdc_h5w_group(w, "layers");
   for (size_t v = 0; v < nv && !st; v++) {
     json_object *e = json_object_array_get_idx(k.vars, v);
-    const char *name = map_str(e, 0), *h5p = map_str(e, 1);
+    const char *name = map_str(e, 0), *h5p = map_str(e, 1), *alias = map_str(e, 3);
     int s = find_state(t, name);
     if (s >= 0) {
       const kdc_rt_tensor_info *i = kdc_rt_train_state(t, (size_t)s);
@@ -298,11 +298,13 @@ kdc_status kdc_rt_keras_save(kdc_rt_plan *p, kdc_rt_train *t, const char *path, 
       kdc_rt_tensor_info i2 = *i;
       i2.gate_packed = kdc_rt_train_state_gate_packed(t, (size_t)s);
       st = put(w, h5p, &i2, buf);
+      if (!st && *alias) st = put(w, alias, &i2, buf);
       free(buf);
     } else {
       int pw = find_plan_weight(p, name);
       if (pw < 0) st = KDC_ERR(KDC_INTERNAL, "%s: no weight or state %s", p->path, name);
       else st = put(w, h5p, &p->prog.weights[pw], p->prog.weight_data[pw]);
+      if (!st && *alias) st = put(w, alias, &p->prog.weights[pw], p->prog.weight_data[pw]);
     }
   }
   opt_entry *oe = NULL;
@@ -432,7 +434,8 @@ kdc_status kdc_rt_keras_load(kdc_rt_plan *p, kdc_rt_train *t, const char *path) 
     for (size_t q = 0; q < n && !st; q++) {
       bool found = false;
       for (size_t v = 0; v < nv && !found; v++)
-        found = !strcmp(map_str(json_object_array_get_idx(k.vars, v), 1), l[q]);
+        found = !strcmp(map_str(json_object_array_get_idx(k.vars, v), 1), l[q]) ||
+                !strcmp(map_str(json_object_array_get_idx(k.vars, v), 3), l[q]);
       if (!found)
         st = KDC_ERR(KDC_INVALID_INPUT, "%s: %s: a dataset that matches no variable of the plan's "
                      "model", kdc_h5_file(h), l[q]);

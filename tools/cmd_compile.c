@@ -19,6 +19,7 @@ typedef struct compile_opts {
   double learning_rate;        /* 0 = the optimizer's Keras default */
   bool from_logits;
   int64_t batch;
+  bool batch_given;            /* --batch was on the command line */
   uint64_t seed;
   bool print_ir;
   bool random_init;            /* --random-init: Keras initialisers even if the model has weights */
@@ -60,6 +61,7 @@ static kdc_status parse(int argc, char **argv, compile_opts *o) {
     }
     if (cli_flag_value(&a, "--batch", &v, &st)) {
       if (!st) st = cli_parse_i64("--batch", v, 1, (int64_t)1 << 30, &o->batch);
+      o->batch_given = true;
     } else if (cli_flag_value(&a, "--seed", &v, &st)) {
       if (!st) st = cli_parse_u64("--seed", v, &o->seed);
     } else if (cli_flag_value(&a, "--learning-rate", &v, &st)) {
@@ -333,8 +335,17 @@ static kdc_status compile(const compile_opts *o) {
   kdc_load_options load = {o->n_input_shapes, o->input_shapes, NULL};
   if (!st) st = kdc_frontend_load_opts(o->model, &load, &km);
   if (!st && !o->loss) st = from_compile_config(o, km, &train, &train_on);
+  int64_t batch = o->batch, fixed = -1;
+  const kdc_keras_layer *fixed_at = NULL;
+  if (!st) st = kdc_frontend_fixed_batch(km, &fixed, &fixed_at);
+  /* an InputLayer that fixes the batch: the plan's batch, and --batch must agree */
+  if (!st && fixed >= 0 && o->batch_given && fixed != o->batch)
+    st = kdc_fe_layer_err(fixed_at, KDC_INVALID_INPUT, "the input's batch_shape fixes the batch "
+                          "to %lld, but --batch %lld was given (drop --batch, or save the model "
+                          "with a batch_shape of None)", (long long)fixed, (long long)o->batch);
+  if (fixed >= 0) batch = fixed;
   if (!st) {
-    kdc_lower_options lo = {.batch = o->batch, .mesh = o->mesh ? &mesh : NULL, .layout = layout,
+    kdc_lower_options lo = {.batch = batch, .mesh = o->mesh ? &mesh : NULL, .layout = layout,
                             .train_forward = train_on, .dropout_seed = o->seed,
                             .output_masks = train_on};
     st = kdc_frontend_lower(km, &lo, &mod);

@@ -27,7 +27,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   kdc_status_free(st);
   kdc_frontend_free(m);
   kdc_h5 *h = NULL;
-  if (kdc_h5_open_image("fuzz.h5", data, size, &h)) return 0;
+  st = kdc_h5_open_image("fuzz.h5", data, size, &h);
+  if (st) {
+    kdc_status_free(st);
+    return 0;
+  }
   char **l = NULL;
   size_t n = 0;
   st = kdc_h5_list_datasets(h, "", 256, &l, &n);

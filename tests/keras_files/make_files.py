@@ -84,6 +84,7 @@ def build(ex):
 
 
 def fit_data(m, seed=0):
+    """8 rows of inputs (ints 0..4 for integer inputs) and softmax-like labels per output."""
     rng = np.random.default_rng(seed)
     xs = []
     for t in m.inputs:
@@ -99,7 +100,34 @@ def fit_data(m, seed=0):
     return xs, ys
 
 
+def nested():
+    """Nested Sequential and Functional models, TimeDistributed, LSTM and
+    SpectralNormalization: the object paths of sublayers (data/nested, with
+    Keras' own predictions)."""
+    inner = keras.Sequential([keras.Input((6,)), keras.layers.Dense(5, name="a"),
+                              keras.layers.Dense(4, name="b")], name="inner")
+    fin = keras.Input((3, 6))
+    x = keras.layers.TimeDistributed(keras.layers.Dense(6, name="tdd"), name="td")(fin)
+    x = keras.layers.LSTM(6, name="l")(x)
+    x = inner(x)
+    x = keras.layers.SpectralNormalization(keras.layers.Dense(3, name="snd"), name="sn")(x)
+    sub_in = keras.Input((3,))
+    sub = keras.Model(sub_in, keras.layers.Dense(2, name="c")(sub_in), name="subf")
+    m = keras.Model(fin, sub(x), name="nest")
+    rng = np.random.default_rng(0)
+    for v in m.weights:
+        v.assign(rng.random(v.shape).astype(v.dtype) - 0.5)
+    d = os.path.join(OUT, "nested")
+    os.makedirs(d, exist_ok=True)
+    m.save(os.path.join(d, "model.keras"))
+    m.save_weights(os.path.join(d, "model.weights.h5"))
+    x = np.random.default_rng(1).random((4, 3, 6), dtype=np.float32)
+    np.save(os.path.join(d, "input.npy"), x)
+    np.save(os.path.join(d, "expected.npy"), m.predict(x, verbose=0))
+
+
 def main():
+    nested()
     exs = sys.argv[1:] or sorted(os.listdir(os.path.join(ROOT, "examples")))
     for ex in exs:
         if ex in SKIP:

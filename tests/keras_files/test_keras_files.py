@@ -69,7 +69,27 @@ def predict(plan, ins, n_out, tmp, tag):
     return [np.load(o) for o in outs]
 
 
-EXAMPLES = sorted(os.listdir(DATA))
+EXAMPLES = sorted(e for e in os.listdir(DATA) if e != "nested")
+
+
+def test_nested_models_and_wrappers(tmp_path):
+    """Sublayer object paths (nested Sequential and Functional, TimeDistributed,
+    LSTM cell, SpectralNormalization with its kernel tracked twice) against
+    Keras' own predictions."""
+    d = os.path.join(DATA, "nested")
+    want = np.load(f"{d}/expected.npy")
+    kdc("compile", f"{d}/model.keras", "--batch", 4, "-o", tmp_path / "k.plan")
+    got = predict(tmp_path / "k.plan", [f"{d}/input.npy"], 1, tmp_path, "k")[0]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    # the same config with its weights given apart: one variable dropped is located
+    import h5py
+    bad = tmp_path / "bad.weights.h5"
+    with open(f"{d}/model.weights.h5", "rb") as f, open(bad, "wb") as g:
+        g.write(f.read())
+    with h5py.File(bad, "r+") as f:
+        del f["layers/sequential/layers/dense_1/vars/1"]
+    r = kdc("compile", f"{d}/model.keras", "--weights", bad, "-o", tmp_path / "b.plan", check=False)
+    assert r.returncode == 2 and "layers/sequential/layers/dense_1/vars/1" in r.stderr, r.stderr
 
 
 @pytest.mark.parametrize("ex", EXAMPLES)
@@ -152,19 +172,6 @@ def test_continue_training_from_archive(tmp_path):
     assert json.load(open(tmp_path / "h2w.json"))["batch_loss"] != h4["batch_loss"][8:]
 
 
-def keras_fit_data(m, seed=0):
-    rng = np.random.default_rng(seed)
-    xs = []
-    for t in m.inputs:
-        shape = (8,) + tuple(t.shape[1:])
-        if "int" in str(t.dtype):
-            xs.append(rng.integers(0, 5, size=shape).astype("int32"))
-        else:
-            xs.append(rng.random(shape, dtype=np.float32))
-    y = rng.random((8,) + tuple(m.outputs[0].shape[1:]), dtype=np.float32)
-    return xs, y / y.sum(axis=-1, keepdims=True)
-
-
 @pytest.mark.parametrize("ex", ["small_cnn", "lstm_text", "gru_rnn", "norm_zoo"])
 def test_continue_keras_training(ex, tmp_path):
     """kdc continues the training Keras started: same losses as Keras'."""
@@ -172,7 +179,8 @@ def test_continue_keras_training(ex, tmp_path):
     path = f"{DATA}/{ex}/compiled.keras"
     m = keras.saving.load_model(path)
     assert int(m.optimizer.iterations.numpy()) == 2
-    xs, y = keras_fit_data(m, seed=5)
+    from make_files import fit_data  # the data Keras trained on there, other rows
+    xs, (y,) = fit_data(m, seed=5)
     h = m.fit(xs, y, batch_size=4, epochs=2, shuffle=False, verbose=0).history["loss"]
     args = []
     for i, x in enumerate(xs):
@@ -232,3 +240,16 @@ def test_bad_initial_weights_change_nothing(tmp_path):
     r = kdc("run", tmp_path / "p.plan", "--fit", "--x", tmp_path / "x.npy", "--y",
             tmp_path / "y.npy", "--quiet", "--save-model", tmp_path / "o.h5", check=False)
     assert r.returncode == 2 and "--save-model" in r.stderr
+
+
+def test_fixed_batch(tmp_path):
+    """An InputLayer batch_shape fixing the batch: the plan's batch without
+    --batch (said by inspect), a located error with a different --batch."""
+    cfg = open(os.path.join(ROOT, "tests", "e2e", "bad_inputs", "batch_fixed_differs.json")).read()
+    assert '"batch_shape": [8, 28, 28, 1]' in cfg
+    r = kdc("inspect", os.path.join(ROOT, "tests", "e2e", "bad_inputs", "batch_fixed_differs.json"))
+    assert 'Batch: 8, fixed by the batch_shape of input "input_layer"' in r.stdout
+    kdc("compile", os.path.join(ROOT, "tests", "e2e", "bad_inputs", "batch_fixed_differs.json"),
+        "-o", tmp_path / "p.plan")
+    r = kdc("inspect", tmp_path / "p.plan")
+    assert '"name": "input_layer", "dtype": "f32", "shape": [8, 28, 28, 1]' in r.stdout
