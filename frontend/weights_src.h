@@ -14,7 +14,8 @@ typedef struct kdc_fe_src_tensor {
   char where[160]; /* "weightsManifest[0].weights[3]", "layers/dense/vars/0" or "" */
   kdc_kshape shape;
   float *data;     /* heap */
-  bool used;
+  bool used;      /* bound, or optimizer state of a kdc checkpoint (never bound: `kdc
+                     compile` restores or skips it, tools/cmd_compile.c) */
 } kdc_fe_src_tensor;
 
 typedef struct kdc_fe_source {

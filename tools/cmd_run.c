@@ -29,6 +29,7 @@ typedef struct run_opts {
   int64_t threads;
   double collective_timeout;  /* seconds, 0 = the runtime's default (60) */
   const char *cache_dir;      /* --cache-dir: the compiled-code cache (NULL: $KDC_CACHE_DIR) */
+  const char *initial;        /* --initial-weights W: a checkpoint's weights (training plan) */
   run_place place;            /* --coordinator ... (run_place.c, docs/processes.md) */
 } run_opts;
 
@@ -47,7 +48,8 @@ static kdc_status parse(int argc, char **argv, run_opts *o) {
       if (st) break;
       if (o->n_outputs == MAX_IO) st = KDC_ERR(KDC_INVALID_INPUT, "run: more than %d --output", MAX_IO);
       else o->outputs[o->n_outputs++] = v;
-    } else if (cli_flag_value(&a, "--cache-dir", &o->cache_dir, &st)) {
+    } else if (cli_flag_value(&a, "--cache-dir", &o->cache_dir, &st) ||
+               cli_flag_value(&a, "--initial-weights", &o->initial, &st)) {
     } else if (cli_flag_value(&a, "--threads", &v, &st)) {
       if (!st) st = cli_parse_i64("--threads", v, 1, 4096, &o->threads);
     } else if (cli_flag_value(&a, "--collective-timeout", &v, &st)) {
@@ -236,42 +238,76 @@ static kdc_status run_batches(run_state *s, const char *plan, int64_t rows) {
   return NULL;
 }
 
-static kdc_status run(const run_opts *o, run_state *s) {
+static kdc_status predict(kdc_rt_plan *plan, const char *path, const char *const *inputs,
+                          size_t n_inputs, const char *const *outputs, size_t n_outputs,
+                          bool print, run_state *s) {
+  s->plan = plan;
+  if (kdc_rt_plan_func_count(plan) == 0 || kdc_rt_plan_find_func(plan, "predict") != 0)
+    return KDC_ERR(KDC_INVALID_INPUT, "%s: the plan has no predict function", path);
+  s->n_in = kdc_rt_plan_input_count(plan, 0);
+  s->n_out = kdc_rt_plan_output_count(plan, 0);
+  if (s->n_in > MAX_IO || s->n_out > MAX_IO)
+    return KDC_ERR(KDC_UNSUPPORTED, "%s: more than %d inputs or outputs", path, MAX_IO);
+  if (n_inputs != s->n_in)
+    return KDC_ERR(KDC_INVALID_INPUT, "%s: the plan takes %zu input(s), %zu given", path,
+                   s->n_in, n_inputs);
+  if (n_outputs && n_outputs != s->n_out)
+    return KDC_ERR(KDC_INVALID_INPUT, "%s: the plan has %zu output(s), %zu --output given", path,
+                   s->n_out, n_outputs);
+  int64_t rows = -1;
+  for (size_t i = 0; i < s->n_in; i++) {
+    KDC_RETURN_IF_ERROR(kdc_npy_read(inputs[i], &s->in[i]));
+    KDC_RETURN_IF_ERROR(check_input(inputs[i], kdc_rt_plan_input(plan, 0, i), &s->in[i]));
+    if (rows >= 0 && s->in[i].dims[0] != rows)
+      return KDC_ERR(KDC_INVALID_INPUT, "%s: %" PRId64 " rows, but %s has %" PRId64, inputs[i],
+                     s->in[i].dims[0], inputs[0], rows);
+    rows = s->in[i].dims[0];
+  }
+  KDC_RETURN_IF_ERROR(run_batches(s, path, rows));
+  for (size_t k = 0; k < s->n_out; k++) {
+    const kdc_rt_tensor_info *t = kdc_rt_plan_output(plan, 0, k);
+    if (!run_place_writes()) break;  /* processes: process 0 writes */
+    if (print) print_array(t->name, t->dtype, t->rank, s->out_dims[k], s->out[k]);
+    if (n_outputs)
+      KDC_RETURN_IF_ERROR(kdc_npy_write(outputs[k], t->dtype, t->rank, s->out_dims[k], s->out[k]));
+  }
+  return NULL;
+}
+
+static void run_state_free(run_state *s) {
+  for (int i = 0; i < MAX_IO; i++) {
+    kdc_npy_free(&s->in[i]);
+    free(s->out[i]);
+    free(s->bin[i]);
+    free(s->bout[i]);
+  }
+}
+
+kdc_status cli_predict(kdc_rt_plan *plan, const char *path, const char *const *inputs,
+                       size_t n_inputs, const char *const *outputs, size_t n_outputs) {
+  run_state s;
+  memset(&s, 0, sizeof s);
+  kdc_status st = predict(plan, path, inputs, n_inputs, outputs, n_outputs, false, &s);
+  run_state_free(&s);
+  return st;
+}
+
+static kdc_status run(const run_opts *o, run_state *s, kdc_rt_plan **plan, kdc_rt_train **train) {
   kdc_rt_options ro = {.n_threads = (int)o->threads,
                        .collective_timeout_s = o->collective_timeout,
                        .cache_dir = o->cache_dir};
   KDC_RETURN_IF_ERROR(run_place_start(&o->place, o->plan, &ro));
-  KDC_RETURN_IF_ERROR(kdc_rt_plan_load_with(o->plan, &ro, &s->plan));
-  if (kdc_rt_plan_func_count(s->plan) == 0 || kdc_rt_plan_find_func(s->plan, "predict") != 0)
-    return KDC_ERR(KDC_INVALID_INPUT, "%s: the plan has no predict function", o->plan);
-  s->n_in = kdc_rt_plan_input_count(s->plan, 0);
-  s->n_out = kdc_rt_plan_output_count(s->plan, 0);
-  if (s->n_in > MAX_IO || s->n_out > MAX_IO)
-    return KDC_ERR(KDC_UNSUPPORTED, "%s: more than %d inputs or outputs", o->plan, MAX_IO);
-  if ((size_t)o->n_inputs != s->n_in)
-    return KDC_ERR(KDC_INVALID_INPUT, "%s: the plan takes %zu input(s), %d --input given", o->plan,
-                   s->n_in, o->n_inputs);
-  if (o->n_outputs && (size_t)o->n_outputs != s->n_out)
-    return KDC_ERR(KDC_INVALID_INPUT, "%s: the plan has %zu output(s), %d --output given", o->plan,
-                   s->n_out, o->n_outputs);
-  int64_t rows = -1;
-  for (size_t i = 0; i < s->n_in; i++) {
-    KDC_RETURN_IF_ERROR(kdc_npy_read(o->inputs[i], &s->in[i]));
-    KDC_RETURN_IF_ERROR(check_input(o->inputs[i], kdc_rt_plan_input(s->plan, 0, i), &s->in[i]));
-    if (rows >= 0 && s->in[i].dims[0] != rows)
-      return KDC_ERR(KDC_INVALID_INPUT, "%s: %" PRId64 " rows, but %s has %" PRId64, o->inputs[i],
-                     s->in[i].dims[0], o->inputs[0], rows);
-    rows = s->in[i].dims[0];
+  KDC_RETURN_IF_ERROR(kdc_rt_plan_load_with(o->plan, &ro, plan));
+  if (o->initial) {  /* the checkpoint's weights replace the plan's (state.c re-points them) */
+    if (kdc_rt_plan_find_func(*plan, "train_step") < 0)
+      return KDC_ERR(KDC_INVALID_INPUT, "%s: --initial-weights needs a training plan (compiled "
+                     "with --loss or a compile_config); for this plan, compile the model with "
+                     "--weights %s", o->plan, o->initial);
+    KDC_RETURN_IF_ERROR(kdc_rt_train_create(*plan, train));
+    KDC_RETURN_IF_ERROR(kdc_rt_train_load_weights(*train, o->initial));
   }
-  KDC_RETURN_IF_ERROR(run_batches(s, o->plan, rows));
-  for (size_t k = 0; k < s->n_out; k++) {
-    const kdc_rt_tensor_info *t = kdc_rt_plan_output(s->plan, 0, k);
-    if (!run_place_writes()) break;  /* processes: process 0 writes */
-    if (o->print) print_array(t->name, t->dtype, t->rank, s->out_dims[k], s->out[k]);
-    if (o->n_outputs)
-      KDC_RETURN_IF_ERROR(kdc_npy_write(o->outputs[k], t->dtype, t->rank, s->out_dims[k], s->out[k]));
-  }
-  return NULL;
+  return predict(*plan, o->plan, o->inputs, (size_t)o->n_inputs, o->outputs,
+                 (size_t)o->n_outputs, o->print, s);
 }
 
 int kdc_cmd_run(int argc, char **argv) {
@@ -279,16 +315,14 @@ int kdc_cmd_run(int argc, char **argv) {
     if (!strcmp(argv[i], "--fit") || !strcmp(argv[i], "--evaluate")) return kdc_cmd_fit(argc, argv);
   run_opts o;
   run_state s;
+  kdc_rt_plan *plan = NULL;
+  kdc_rt_train *train = NULL;
   memset(&s, 0, sizeof s);
   kdc_status st = parse(argc, argv, &o);
-  if (!st) st = run(&o, &s);
-  for (int i = 0; i < MAX_IO; i++) {
-    kdc_npy_free(&s.in[i]);
-    free(s.out[i]);
-    free(s.bin[i]);
-    free(s.bout[i]);
-  }
-  if (s.plan) kdc_rt_plan_release(s.plan);
+  if (!st) st = run(&o, &s, &plan, &train);
+  run_state_free(&s);
+  kdc_rt_train_destroy(train);
+  if (plan) kdc_rt_plan_release(plan);
   int rc = st ? cli_fail(st) : 0;
   run_place_finish(rc);
   return rc;

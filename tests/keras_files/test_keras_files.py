@@ -43,8 +43,21 @@ REFUSED = {("layer_zoo2", "keras"): "training=true", ("layer_zoo2", "legacy"): "
            ("masked_text", "keras"): "LogicalOr", ("masked_text", "legacy"): "LogicalOr"}
 
 
+# one compiled-code cache for the session: the same plan is run several times
+# (docs/runtime.md, the JIT cache); KDC_CACHE_DIR given by the caller wins
+_CACHE = {}
+
+
+def _env():
+    if "dir" not in _CACHE:
+        import tempfile
+        _CACHE["dir"] = os.environ.get("KDC_CACHE_DIR") or tempfile.mkdtemp(prefix="kdc-kf-cache-")
+    return dict(os.environ, KDC_CACHE_DIR=_CACHE["dir"])
+
+
 def kdc(*args, check=True):
-    r = subprocess.run([KDC, *map(str, args)], capture_output=True, text=True, timeout=600)
+    r = subprocess.run([KDC, *map(str, args)], capture_output=True, text=True, timeout=600,
+                       env=_env())
     if check and r.returncode != 0:
         raise AssertionError(f"kdc {' '.join(map(str, args))}: exit {r.returncode}: {r.stderr}")
     return r
