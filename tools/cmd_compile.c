@@ -337,10 +337,7 @@ static kdc_status checkpoint_state(const compile_opts *o, const kdc_module *mod,
   size_t len = strlen(o->weights);
   if (len >= 5 && !strcmp(o->weights + len - 5, ".json")) return NULL;  /* TF.js */
   /* Keras files: their optimizer state is restored by kdc run --initial-weights */
-  if ((len >= 3 && !strcmp(o->weights + len - 3, ".h5")) ||
-      (len >= 5 && !strcmp(o->weights + len - 5, ".hdf5")) ||
-      (len >= 6 && !strcmp(o->weights + len - 6, ".keras")))
-    return NULL;
+  if (cli_is_keras_file(o->weights)) return NULL;
   kdc_safetensors *sf = NULL;
   KDC_RETURN_IF_ERROR(kdc_safetensors_open(o->weights, &sf));
   char opt[128];

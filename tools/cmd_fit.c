@@ -50,16 +50,6 @@ typedef struct fit_opts {
   run_place place;            /* --coordinator ... (run_place.c, docs/processes.md) */
 } fit_opts;
 
-static bool ends_with(const char *s, const char *suf) {
-  size_t a = strlen(s), b = strlen(suf);
-  return a >= b && !strcmp(s + a - b, suf);
-}
-
-/* Keras' own files (.h5, .keras) rather than a safetensors checkpoint. */
-static bool is_keras_file(const char *path) {
-  return ends_with(path, ".h5") || ends_with(path, ".hdf5") || ends_with(path, ".keras");
-}
-
 static kdc_status parse(int argc, char **argv, fit_opts *o) {
   cli_args a = {argc, argv, 0};
   kdc_status st = NULL;
@@ -142,10 +132,11 @@ static kdc_status parse(int argc, char **argv, fit_opts *o) {
                              o->epochs_given || o->n_predict || o->save_model))
     st = KDC_ERR(KDC_INVALID_INPUT, "run: --epochs, --history, --save-weights, --save-model, "
                  "--shuffle, --validation-split and --predict are --fit options");
-  if (!st && o->save_optimizer && !(o->save && is_keras_file(o->save)))
+  if (!st && o->save_optimizer && !(o->save && cli_is_keras_file(o->save)))
     st = KDC_ERR(KDC_INVALID_INPUT, "run: --save-optimizer needs --save-weights W.weights.h5 (a "
                  "safetensors checkpoint always holds the optimizer)");
-  if (!st && o->save_model && !ends_with(o->save_model, ".keras"))
+  if (!st && o->save_model &&
+      (strlen(o->save_model) < 6 || strcmp(o->save_model + strlen(o->save_model) - 6, ".keras")))
     st = KDC_ERR(KDC_INVALID_INPUT, "--save-model \"%s\": expected a .keras file name", o->save_model);
   return st;
 }
@@ -377,7 +368,7 @@ static kdc_status fit(const fit_opts *o, fit_state *s) {
   KDC_RETURN_IF_ERROR(kdc_rt_plan_load_with(o->plan, &ro, &s->plan));
   KDC_RETURN_IF_ERROR(kdc_rt_train_create(s->plan, &s->train));
   /* Keras outputs the plan cannot write fail before any step runs */
-  if (o->save && is_keras_file(o->save)) KDC_RETURN_IF_ERROR(kdc_rt_keras_check(s->plan, false));
+  if (o->save && cli_is_keras_file(o->save)) KDC_RETURN_IF_ERROR(kdc_rt_keras_check(s->plan, false));
   if (o->save_model) KDC_RETURN_IF_ERROR(kdc_rt_keras_check(s->plan, true));
   size_t nd = kdc_rt_train_data_count(s->train), n_arrays = 0;
   const kdc_rt_tensor_info *info[33];
@@ -431,7 +422,7 @@ static kdc_status fit(const fit_opts *o, fit_state *s) {
                      s->a[0].dims[0], paths[k], s->a[k].dims[0]);
     arrays[k] = s->a[k].data;
   }
-  if (o->initial && is_keras_file(o->initial))
+  if (o->initial && cli_is_keras_file(o->initial))
     KDC_RETURN_IF_ERROR(kdc_rt_keras_load(s->plan, s->train, o->initial));
   else if (o->initial)
     KDC_RETURN_IF_ERROR(kdc_rt_train_load(s->train, o->initial));
@@ -456,7 +447,7 @@ static kdc_status fit(const fit_opts *o, fit_state *s) {
   kdc_status st = kdc_rt_fit(s->train, arrays, s->a[0].dims[0], &fo, &s->h);
   if (!st && o->history && run_place_writes()) st = write_history(o->history, &s->h, s->train);
   /* every process takes part (its pieces go to process 0, which writes) */
-  if (!st && o->save && is_keras_file(o->save))
+  if (!st && o->save && cli_is_keras_file(o->save))
     st = kdc_rt_keras_save(s->plan, s->train, o->save, false, o->save_optimizer);
   else if (!st && o->save)
     st = kdc_rt_train_save(s->train, o->save);

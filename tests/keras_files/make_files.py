@@ -11,6 +11,8 @@ model, takes those weights and writes:
   <ex>/model.weights.h5   model.save_weights()
   <ex>/legacy.h5          Keras' legacy HDF5 saver (tf.keras 2 layout:
                           model_config attribute, model_weights group)
+  <ex>/legacy_weights.h5  the legacy weights-only layout (layer_names at the
+                          root), for the examples in LEGACY_WEIGHTS
 
 and, for the small single-output examples in COMPILED, <ex>/compiled.keras:
 the model compiled with COMPILED's optimizer and loss and fitted for two
@@ -35,6 +37,7 @@ from keras.src.legacy.saving import legacy_h5_format  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 OUT = os.path.join(ROOT, "tests", "keras_files", "data")
 SKIP = {"mnist_mlp"}
+LEGACY_WEIGHTS = {"merge_reshape", "seq2seq"}
 COMPILED = {
     "lstm_text": ("adam", "categorical_crossentropy"),
     "small_cnn": (lambda: keras.optimizers.SGD(learning_rate=0.05, momentum=0.9),
@@ -142,6 +145,10 @@ def main():
                                                 include_optimizer=False)
         except Exception as e:  # Keras' legacy saver cannot write every model
             print(ex, "no legacy.h5:", type(e).__name__, str(e)[:200])
+        if ex in LEGACY_WEIGHTS:  # the root layout of tf.keras 2's save_weights("w.h5")
+            import h5py
+            with h5py.File(os.path.join(d, "legacy_weights.h5"), "w") as f:
+                legacy_h5_format.save_weights_to_hdf5_group(f, m)
         if ex in COMPILED:
             opt, loss = COMPILED[ex]
             m.compile(optimizer=opt() if callable(opt) else opt, loss=loss)

@@ -115,6 +115,8 @@ def test_example_predictions_equal(ex, tmp_path):
     ways = {"keras": [f"{DATA}/{ex}/model.keras"],
             "weights": [f"{e}/model.json", "--weights", f"{DATA}/{ex}/model.weights.h5"],
             "legacy": [f"{DATA}/{ex}/legacy.h5"]}
+    if os.path.exists(f"{DATA}/{ex}/legacy_weights.h5"):  # tf.keras 2 save_weights('w.h5')
+        ways["legacy_weights"] = [f"{e}/model.json", "--weights", f"{DATA}/{ex}/legacy_weights.h5"]
     for way, args in ways.items():
         r = kdc("compile", *args, "--batch", 4, "-o", tmp_path / f"{way}.plan",
                 check=(ex, way) not in REFUSED)
@@ -152,6 +154,10 @@ def test_save_model_loads_in_keras(tmp_path):
     kdc("compile", tmp_path / "out.keras", "--batch", 4, "-o", tmp_path / "t.plan")
     np.save(tmp_path / "x16.npy", x)
     mine = predict(tmp_path / "t.plan", [tmp_path / "x16.npy"], 1, tmp_path, "kdc")[0]
+    # the training plan predicting with the archive's weights (kdc run --initial-weights)
+    kdc("run", tmp_path / "p.plan", "--input", tmp_path / "x16.npy", "--initial-weights",
+            tmp_path / "out.keras", "--output", tmp_path / "init.npy")
+    assert np.array_equal(np.load(tmp_path / "init.npy"), mine)
     m = keras.saving.load_model(tmp_path / "out.keras")
     assert int(m.optimizer.iterations.numpy()) == 8  # 2 epochs of 4 steps
     theirs = m.predict(x, verbose=0)
