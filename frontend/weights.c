@@ -349,7 +349,8 @@ static bool ends_with(const char *s, const char *suf) {
 static kdc_status load_keras_file(const kdc_keras_model *m, const char *path, source *s) {
   void *data = NULL;
   size_t len = 0;
-  KDC_RETURN_IF_ERROR(kdc_file_read_all(path, &data, &len));
+  KDC_RETURN_IF_ERROR(kdc_file_read_max(path, kdc_fe_weights_cap() + KDC_JSON_MAX_BYTES,
+                                        "a weights file", &data, &len));
   kdc_status st = NULL;
   if (kdc_is_zip(data, len)) {
     kdc_zip_member w = {"model.weights.h5", kdc_fe_weights_cap(), true, NULL, 0};

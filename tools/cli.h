@@ -24,6 +24,8 @@ typedef struct cli_args {
  * A flag without a value is a usage error (status). */
 bool cli_flag_value(cli_args *a, const char *flag, const char **out, kdc_status *st);
 bool cli_flag(cli_args *a, const char *flag);
+/* Plain decimal numbers only: no spaces, '+', hex, inf or nan; errors name
+ * |flag|. */
 kdc_status cli_parse_i64(const char *flag, const char *s, int64_t lo, int64_t hi, int64_t *out);
 kdc_status cli_parse_u64(const char *flag, const char *s, uint64_t *out);
 kdc_status cli_parse_double(const char *flag, const char *s, double *out);
@@ -51,6 +53,20 @@ struct kdc_keras_model;
 struct kdc_train_options;
 kdc_status cli_compile_config(const struct kdc_keras_model *km, const char *file,
                               struct kdc_train_options *t, bool *found);
+
+/* arrays.c: converts |a| (read from |path|) in place to the dtype of the
+ * plan's tensor |t| (f32, i32, i64), as Keras converts inputs; with
+ * |classes| > 0 its values are class ids: exact integers in [0, classes),
+ * else an error naming the row. */
+struct kdc_npy_array;
+struct kdc_prog_tensor;
+kdc_status cli_convert_array(const char *path, const struct kdc_prog_tensor *t, int64_t classes,
+                             struct kdc_npy_array *a);
+
+/* Ends the command's output set (common/io.h kdc_outputs_begin): its files
+ * are renamed into place when |st| is NULL, removed otherwise; returns |st|
+ * or the rename's error. */
+kdc_status cli_outputs_end(kdc_status st);
 
 /* Prints "kdc: error: <message>" (one line) and returns the exit status for
  * |st|'s code; frees |st|. */

@@ -472,7 +472,14 @@ static kdc_status compile(const compile_opts *o) {
 int kdc_cmd_compile(int argc, char **argv) {
   compile_opts o;
   kdc_status st = parse(argc, argv, &o);
+  if (!st) {
+    /* the plan appears only if everything succeeded (and never over an input) */
+    kdc_file_arg out[] = {{"-o", o.out}};
+    kdc_file_arg in[] = {{"the model", o.model}, {"--weights", o.weights}, {"--layout", o.layout}};
+    st = kdc_outputs_begin(out, 1, in, 3);
+  }
   if (!st) st = compile(&o);
+  st = cli_outputs_end(st);
   for (int i = 0; i < o.n_input_shapes; i++) kdc_input_shape_free(&o.input_shapes[i]);
   return st ? cli_fail(st) : 0;
 }

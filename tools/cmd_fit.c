@@ -141,53 +141,28 @@ static kdc_status parse(int argc, char **argv, fit_opts *o) {
   return st;
 }
 
-/* Converts |a| to |t|'s dtype: f64 -> f32, i64/i32 ids, integral floats to
- * i32 class ids (sparse losses); anything else is an error. */
-static kdc_status convert(const char *path, const kdc_rt_tensor_info *t, kdc_npy_array *a) {
-  if (a->dtype == t->dtype) return NULL;
-  if (t->dtype == KDC_IO_DTYPE_F32 && a->dtype == KDC_IO_DTYPE_F64) return kdc_npy_to_f32(path, a);
-  size_t n = a->nbytes / kdc_io_dtype_size(a->dtype);
-  if (t->dtype == KDC_IO_DTYPE_F32 && (a->dtype == KDC_IO_DTYPE_I32 || a->dtype == KDC_IO_DTYPE_I64)) {
-    float *out = kdc_xmalloc(n * 4 + 1);
-    for (size_t i = 0; i < n; i++)
-      out[i] = a->dtype == KDC_IO_DTYPE_I32 ? (float)((int32_t *)a->data)[i]
-                                            : (float)((int64_t *)a->data)[i];
-    free(a->data);
-    a->data = out, a->dtype = KDC_IO_DTYPE_F32, a->nbytes = n * 4;
-    return NULL;
-  }
-  if (t->dtype != KDC_IO_DTYPE_I32)
-    return KDC_ERR(KDC_INVALID_INPUT, "%s: dtype %s does not match the plan's \"%s\" (%s)", path,
-                   kdc_io_dtype_name(a->dtype), t->name, kdc_io_dtype_name(t->dtype));
-  int32_t *out = kdc_xmalloc(n * 4 + 1);
-  for (size_t i = 0; i < n; i++) {
-    double v;
-    switch (a->dtype) {
-    case KDC_IO_DTYPE_I64: v = (double)((int64_t *)a->data)[i]; break;
-    case KDC_IO_DTYPE_F32: v = ((float *)a->data)[i]; break;
-    case KDC_IO_DTYPE_F64: v = ((double *)a->data)[i]; break;
-    default: v = NAN; break;
-    }
-    if (!(v == floor(v) && fabs(v) < 2147483647.0)) {
-      free(out);
-      return KDC_ERR(KDC_INVALID_INPUT, "%s: element %zu is not an integer class id (the plan's "
-                     "\"%s\" takes int32 labels)", path, i, t->name);
-    }
-    out[i] = (int32_t)v;
-  }
-  free(a->data);
-  a->data = out, a->dtype = KDC_IO_DTYPE_I32, a->nbytes = n * 4;
-  return NULL;
-}
-
 /* |a| must have |t|'s per-row shape (a [N,1] array for [B] sparse labels too). */
-static kdc_status check_rows(const char *path, const kdc_rt_tensor_info *t, kdc_npy_array *a) {
+static kdc_status check_rows(const char *path, const kdc_rt_tensor_info *t, int64_t classes,
+                             kdc_npy_array *a) {
   uint64_t want = t->bytes / (uint64_t)t->dims[0] / kdc_io_dtype_size(t->dtype), got = 1;
   for (int d = 1; d < a->rank; d++) got *= (uint64_t)a->dims[d];
   if (a->rank < 1 || got != want)
     return KDC_ERR(KDC_INVALID_INPUT, "%s: %" PRIu64 " values per row; the plan's \"%s\" takes "
                    "%" PRIu64 " per row", path, a->rank ? got : 0, t->name, want);
-  return convert(path, t, a);
+  return cli_convert_array(path, t, classes, a);  /* arrays.c, as `kdc run` */
+}
+
+/* The number of classes of label |t| when it holds class ids (a sparse
+ * crossentropy: int32 labels of the predicted output's shape without its
+ * last dim, kdc_loss_label_type), else 0. */
+static int64_t label_classes(const kdc_rt_plan *plan, const kdc_rt_tensor_info *t) {
+  int predict = kdc_rt_plan_find_func(plan, "predict");
+  if (t->dtype != KDC_IO_DTYPE_I32 || predict < 0) return 0;
+  for (size_t o = 0; o < kdc_rt_plan_output_count(plan, (size_t)predict); o++) {
+    const kdc_rt_tensor_info *p = kdc_rt_plan_output(plan, (size_t)predict, o);
+    if (!strcmp(p->name, t->name) && p->rank == t->rank + 1) return p->dims[p->rank - 1];
+  }
+  return 0;
 }
 
 typedef struct fit_ui {
@@ -416,7 +391,8 @@ static kdc_status fit(const fit_opts *o, fit_state *s) {
   for (size_t k = 0; k < n_arrays; k++) {
     KDC_RETURN_IF_ERROR(kdc_npy_read(paths[k], &s->a[k]));
     s->n_a = k + 1;
-    KDC_RETURN_IF_ERROR(check_rows(paths[k], info[k], &s->a[k]));
+    int64_t classes = k >= n_in ? label_classes(s->plan, info[k]) : 0;
+    KDC_RETURN_IF_ERROR(check_rows(paths[k], info[k], classes, &s->a[k]));
     if (s->a[k].dims[0] != s->a[0].dims[0])
       return KDC_ERR(KDC_INVALID_INPUT, "%s has %" PRId64 " rows but %s has %" PRId64, paths[0],
                      s->a[0].dims[0], paths[k], s->a[k].dims[0]);
@@ -463,7 +439,29 @@ int kdc_cmd_fit(int argc, char **argv) {
   fit_state s;
   memset(&s, 0, sizeof s);
   kdc_status st = parse(argc, argv, &o);
+  if (!st) {
+    /* --history, --save-weights and --output appear together or not at
+     * all, never over an input; --initial-weights may be --save-weights (a
+     * checkpoint resumed in place: it is read before the new one is
+     * written) */
+    kdc_file_arg out[3 + 32] = {{"--history", o.history}, {"--save-weights", o.save},
+                                {"--save-model", o.save_model}};
+    for (size_t k = 0; k < o.n_output; k++) out[3 + k] = (kdc_file_arg){"--output", o.output[k]};
+    kdc_file_arg in[2 + 3 * 32] = {{"the plan", o.plan}};
+    size_t n_in = 1;
+    for (size_t k = 0; k < o.n_predict; k++) in[n_in++] = (kdc_file_arg){"--predict", o.predict[k]};
+    if (o.initial && (!o.save || strcmp(o.initial, o.save)) &&
+        (!o.save_model || strcmp(o.initial, o.save_model)))
+      in[n_in++] = (kdc_file_arg){"--initial-weights", o.initial};
+    for (size_t k = 0; k < o.n_x; k++) in[n_in++] = (kdc_file_arg){"--x", o.x[k]};
+    for (size_t k = 0; k < o.n_y; k++) {
+      const char *eq = strchr(o.y[k], '=');
+      in[n_in++] = (kdc_file_arg){"--y", eq ? eq + 1 : o.y[k]};
+    }
+    st = kdc_outputs_begin(out, 3 + o.n_output, in, n_in);
+  }
   if (!st) st = fit(&o, &s);
+  st = cli_outputs_end(st);
   kdc_rt_history_free(&s.h);
   kdc_rt_train_destroy(s.train);
   for (size_t k = 0; k < s.n_a; k++) kdc_npy_free(&s.a[k]);

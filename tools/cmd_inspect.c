@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/io.h"
 #include "frontend/frontend.h"
@@ -20,10 +21,16 @@
 
 static bool is_plan(const char *path) {
   char magic[8] = {0};
-  FILE *f = fopen(path, "rb");
-  if (!f) return false;
-  size_t n = fread(magic, 1, sizeof magic, f);
-  fclose(f);
+  int fd;
+  uint64_t size;
+  kdc_status st = kdc_file_open_input(path, &fd, &size);  /* never blocks on a FIFO */
+  if (st) {
+    kdc_status_free(st);  /* the model reader reports it */
+    return false;
+  }
+  ssize_t got = read(fd, magic, sizeof magic);
+  close(fd);
+  size_t n = got > 0 ? (size_t)got : 0;
   /* a plan cut inside its magic is still a (truncated) plan, not bad JSON */
   return n > 0 && memcmp(magic, "KDCPLAN", n < 7 ? n : 7) == 0;
 }

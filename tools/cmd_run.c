@@ -78,75 +78,6 @@ static void shape_str(int rank, const int64_t *dims, char *buf, size_t n) {
   if (k < n) snprintf(buf + k, n - k, rank == 1 ? ",)" : ")");
 }
 
-/* Element |i| of |a|: integers and booleans exactly in |*iv| (returns true),
- * floating types in |*fv| (returns false). */
-static bool input_element(const kdc_npy_array *a, size_t i, int64_t *iv, double *fv) {
-  const unsigned char *p = (const unsigned char *)a->data + i * kdc_io_dtype_size(a->dtype);
-  switch (a->dtype) {
-  case KDC_IO_DTYPE_I32: *iv = ((const int32_t *)a->data)[i]; return true;
-  case KDC_IO_DTYPE_I64: *iv = ((const int64_t *)a->data)[i]; return true;
-  case KDC_IO_DTYPE_I8: *iv = ((const int8_t *)a->data)[i]; return true;
-  case KDC_IO_DTYPE_U8:
-  case KDC_IO_DTYPE_BOOL: *iv = *p; return true;
-  case KDC_IO_DTYPE_F64: *fv = ((const double *)a->data)[i]; return false;
-  default: {
-    float f = 0;
-    kdc_io_convert_to_f32(a->dtype, p, 1, &f);
-    *fv = f;
-    return false;
-  }
-  }
-}
-
-/* Converts |a| in place to the plan input's dtype, as Keras converts a model
- * input (Functional._convert_inputs_to_tensors: convert_to_tensor(x,
- * dtype=input.dtype)): token ids saved as int64 feed a float32 Input, float
- * ids feed an int32 one. Floats round to nearest f32; integers and booleans
- * become floats exactly up to 2^24 (to nearest beyond); floats become
- * integers by truncation toward zero (numpy's astype). A value an integer
- * input cannot hold (NaN, infinite, out of range) is an error naming it. */
-static kdc_status convert_input(const char *path, const kdc_rt_tensor_info *t, kdc_npy_array *a) {
-  if (a->dtype == t->dtype) return NULL;
-  bool to_f32 = t->dtype == KDC_IO_DTYPE_F32;
-  if (!to_f32 && t->dtype != KDC_IO_DTYPE_I32 && t->dtype != KDC_IO_DTYPE_I64)
-    return KDC_ERR(KDC_INVALID_INPUT, "%s: dtype %s does not match the plan's input \"%s\" (%s)", path,
-                   kdc_io_dtype_name(a->dtype), t->name, kdc_io_dtype_name(t->dtype));
-  size_t n = a->nbytes / kdc_io_dtype_size(a->dtype), osz = kdc_io_dtype_size(t->dtype);
-  void *out = kdc_xmalloc(n ? n * osz : 1);
-  for (size_t i = 0; i < n; i++) {
-    int64_t iv = 0;
-    double fv = 0;
-    bool is_int = input_element(a, i, &iv, &fv);
-    if (to_f32) {
-      ((float *)out)[i] = is_int ? (float)iv : (float)fv;
-      continue;
-    }
-    if (!is_int) {
-      /* the largest doubles below 2^63 in magnitude convert without overflow */
-      if (!(fv > -9223372036854774784.0 && fv < 9223372036854774784.0)) {
-        free(out);
-        return KDC_ERR(KDC_INVALID_INPUT, "%s: element %zu (%g) is not an integer the plan's input \"%s\" "
-                       "(%s) can hold", path, i, fv, t->name, kdc_io_dtype_name(t->dtype));
-      }
-      iv = (int64_t)fv;
-    }
-    if (t->dtype == KDC_IO_DTYPE_I32) {
-      if (iv < INT32_MIN || iv > INT32_MAX) {
-        free(out);
-        return KDC_ERR(KDC_INVALID_INPUT, "%s: element %zu (%" PRId64 ") does not fit int32", path, i, iv);
-      }
-      ((int32_t *)out)[i] = (int32_t)iv;
-    } else {
-      ((int64_t *)out)[i] = iv;
-    }
-  }
-  free(a->data);
-  a->data = out;
-  a->dtype = t->dtype;
-  a->nbytes = n * osz;
-  return NULL;
-}
-
 static kdc_status check_input(const char *path, const kdc_rt_tensor_info *t, kdc_npy_array *a) {
   char want[160], got[160];
   shape_str(t->rank, t->dims, want, sizeof want);
@@ -157,7 +88,7 @@ static kdc_status check_input(const char *path, const kdc_rt_tensor_info *t, kdc
     return KDC_ERR(KDC_INVALID_INPUT,
                    "%s: shape %s does not match the plan's input \"%s\" (batch, ...) = %s", path,
                    got, t->name, want);
-  return convert_input(path, t, a);
+  return cli_convert_array(path, t, 0, a);  /* as Keras converts inputs (arrays.c) */
 }
 
 /* Prints |t|-shaped data numpy-like, at most 8 rows of at most 10 values. */
@@ -322,7 +253,15 @@ int kdc_cmd_run(int argc, char **argv) {
   kdc_rt_train *train = NULL;
   memset(&s, 0, sizeof s);
   kdc_status st = parse(argc, argv, &o);
+  if (!st) {
+    /* every output appears, or none (and never over an input) */
+    kdc_file_arg out[MAX_IO], in[MAX_IO + 2] = {{"the plan", o.plan}, {"--initial-weights", o.initial}};
+    for (int i = 0; i < o.n_outputs; i++) out[i] = (kdc_file_arg){"--output", o.outputs[i]};
+    for (int i = 0; i < o.n_inputs; i++) in[i + 2] = (kdc_file_arg){"--input", o.inputs[i]};
+    st = kdc_outputs_begin(out, (size_t)o.n_outputs, in, (size_t)o.n_inputs + 2);
+  }
   if (!st) st = run(&o, &s, &plan, &train);
+  st = cli_outputs_end(st);
   run_state_free(&s);
   kdc_rt_train_destroy(train);
   if (plan) kdc_rt_plan_release(plan);
