@@ -37,6 +37,9 @@ kdc_status kdc_api_compile_config(const struct kdc_keras_model *km, const char *
  * (once per process) and fills |ro|'s process fields; refuses a CUDA plan
  * this machine cannot run unless |cpu_only|. */
 kdc_status kdc_api_place(const kdc_run_options *o, const char *plan, kdc_rt_options *ro);
+/* plan.c: loads |path| (placing the process first) into a new kdc_plan. */
+kdc_status kdc_api_plan_open(const char *path, const kdc_run_options *o, kdc_plan **out);
+
 /* The rt options of |o| (NULL: defaults). */
 void kdc_api_rt_options(const kdc_run_options *o, kdc_rt_options *ro);
 
@@ -47,6 +50,9 @@ void kdc_api_rt_options(const kdc_run_options *o, kdc_rt_options *ro);
  * ids), else those of model inputs. */
 kdc_status kdc_api_convert(const char *what, const kdc_rt_tensor_info *t, const kdc_array *a,
                            bool labels, const void **out, void **owned);
+/* |a|'s name in messages: its own, else "<kind> <i> ("<plan_name>")". */
+void kdc_api_array_name(const kdc_array *a, const char *kind, size_t i, const char *plan_name,
+                        char *buf, size_t n);
 /* "(2, 3)" */
 void kdc_api_shape_str(int rank, const int64_t *dims, char *buf, size_t n);
 

@@ -1,112 +1,51 @@
-/* `kdc compile`: model file -> frontend -> passes -> codegen -> plan.bin. */
+/*
+ * api/compile.c: kdc_compile_file and kdc_compile, the pipeline of `kdc
+ * compile`: model (file or text) -> frontend -> passes -> codegen -> plan.
+ * Options are checked before the model is read, with the messages the
+ * command line always gave (naming its flags: --mesh, --loss...).
+ */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "api/api.h"
 #include "codegen/codegen.h"
 #include "frontend/frontend.h"
 #include "frontend/layout.h"
+#include "common/io.h"
 #include "passes/passes.h"
-#include "tools/cli.h"
 
 enum { KDC_MAX_INPUT_SHAPES = 64 };
 
-typedef struct compile_opts {
-  const char *model, *out, *weights, *dump_dir;
-  const char *mesh, *axes, *layout, *layout_match;
-  const char *loss, *optimizer;
-  double learning_rate;        /* 0 = the optimizer's Keras default */
-  bool from_logits;
-  int64_t batch;
-  uint64_t seed;
-  bool print_ir;
-  bool random_init;            /* --random-init: Keras initialisers even if the model has weights */
-  bool no_shard_update;        /* --no-shard-update: replicated optimizer updates */
-  const char *target;          /* --target cpu|cuda */
-  int64_t sm;                  /* --sm 80|90 (cuda) */
-  kdc_input_shape input_shapes[KDC_MAX_INPUT_SHAPES]; /* --input-shape, in order */
+/* What one compile holds besides the options. */
+typedef struct compile_ctx {
+  const kdc_compile_options *o;
+  const char *model;           /* the model's name in messages */
+  kdc_input_shape input_shapes[KDC_MAX_INPUT_SHAPES];
   int n_input_shapes;
-} compile_opts;
+  char loss_names[KDC_TRAIN_MAX_OUTPUTS][96];
+  FILE *warnings;
+} compile_ctx;
 
-static kdc_status parse(int argc, char **argv, compile_opts *o) {
-  cli_args a = {argc, argv, 0};
-  kdc_status st = NULL;
-  const char *v;
-  memset(o, 0, sizeof *o);
-  o->batch = 32;
-  while (a.i < a.argc && !st) {
-    if (cli_flag_value(&a, "-o", &o->out, &st) || cli_flag_value(&a, "--output", &o->out, &st) ||
-        cli_flag_value(&a, "--weights", &o->weights, &st) ||
-        cli_flag_value(&a, "--dump-ir", &o->dump_dir, &st) ||
-        cli_flag_value(&a, "--mesh", &o->mesh, &st) || cli_flag_value(&a, "--axes", &o->axes, &st) ||
-        cli_flag_value(&a, "--layout", &o->layout, &st) ||
-        cli_flag_value(&a, "--layout-match", &o->layout_match, &st) ||
-        cli_flag_value(&a, "--loss", &o->loss, &st) ||
-        cli_flag_value(&a, "--optimizer", &o->optimizer, &st) ||
-        cli_flag_value(&a, "--target", &o->target, &st))
-      continue;
-    if (cli_flag_value(&a, "--sm", &v, &st)) {
-      if (!st) st = cli_parse_i64("--sm", v, 1, 1000, &o->sm);
-      continue;
-    }
-    if (cli_flag_value(&a, "--input-shape", &v, &st)) {
-      if (!st && o->n_input_shapes == KDC_MAX_INPUT_SHAPES)
-        st = KDC_ERR(KDC_INVALID_INPUT, "--input-shape: more than %d given", KDC_MAX_INPUT_SHAPES);
-      if (!st) st = kdc_frontend_parse_input_shape(v, &o->input_shapes[o->n_input_shapes]);
-      if (!st) o->n_input_shapes++;
-      else st = kdc_status_annotate(st, "--input-shape");
-      continue;
-    }
-    if (cli_flag_value(&a, "--batch", &v, &st)) {
-      if (!st) st = cli_parse_i64("--batch", v, 1, (int64_t)1 << 30, &o->batch);
-    } else if (cli_flag_value(&a, "--seed", &v, &st)) {
-      if (!st) st = cli_parse_u64("--seed", v, &o->seed);
-    } else if (cli_flag_value(&a, "--learning-rate", &v, &st)) {
-      if (!st) st = cli_parse_double("--learning-rate", v, &o->learning_rate);
-      if (!st && !(o->learning_rate > 0 && isfinite(o->learning_rate)))
-        st = KDC_ERR(KDC_INVALID_INPUT, "--learning-rate \"%s\": expected a positive finite number", v);
-    } else if (cli_flag(&a, "--from-logits")) {
-      o->from_logits = true;
-    } else if (cli_flag(&a, "--no-shard-update")) {
-      o->no_shard_update = true;
-    } else if (cli_flag(&a, "--random-init")) {
-      o->random_init = true;
-    } else if (cli_flag(&a, "--print-ir-after-all")) {
-      o->print_ir = true;
-    } else if (a.argv[a.i][0] != '-' && !o->model) {
-      o->model = a.argv[a.i++];
-    } else {
-      st = cli_unknown(&a);
-    }
-  }
-  if (!st && !o->model) st = KDC_ERR(KDC_INVALID_INPUT, "compile: no model file given (see kdc --help)");
-  if (!st && !o->out) st = KDC_ERR(KDC_INVALID_INPUT, "compile: no output plan given (-o PLAN)");
-  if (!st && !o->mesh && (o->axes || o->layout || o->layout_match))
-    st = KDC_ERR(KDC_INVALID_INPUT, "compile: %s needs --mesh (e.g. --mesh 2x4)",
-                 o->axes ? "--axes" : o->layout ? "--layout" : "--layout-match");
-  if (!st && o->random_init && o->weights)
-    st = KDC_ERR(KDC_INVALID_INPUT, "compile: --random-init and --weights exclude each other");
-  if (!st && o->target && strcmp(o->target, "cpu") && strcmp(o->target, "cuda"))
-    st = KDC_ERR(KDC_INVALID_INPUT, "--target \"%s\": expected cpu or cuda", o->target);
-  if (!st && o->sm && !(o->target && !strcmp(o->target, "cuda")))
-    st = KDC_ERR(KDC_INVALID_INPUT, "compile: --sm needs --target cuda");
-  if (!st && o->sm && o->sm != 80 && o->sm != 90)
-    st = KDC_ERR(KDC_INVALID_INPUT, "--sm %lld: expected 80 or 90", (long long)o->sm);
-  if (!st && o->layout_match && !o->layout)
-    st = KDC_ERR(KDC_INVALID_INPUT, "compile: --layout-match needs --layout");
-  return st;
-}
 
 /* Mesh and layout: parsed and checked before the model is even read, so a
  * bad mesh string or layout rule fails fast with its own location. */
-static kdc_status distribution(const compile_opts *o, kdc_mesh *mesh, kdc_layout **layout) {
+static kdc_status distribution(const kdc_compile_options *o, kdc_mesh *mesh,
+                               kdc_layout **layout) {
   memset(mesh, 0, sizeof *mesh);
   *layout = NULL;
   if (!o->mesh) return NULL;
   KDC_RETURN_IF_ERROR(kdc_mesh_parse(o->mesh, o->axes, mesh));
-  if (!o->layout) return NULL;
-  KDC_RETURN_IF_ERROR(kdc_layout_load(o->layout, layout));
+  if (o->layout_text)
+    KDC_RETURN_IF_ERROR(kdc_layout_parse(o->layout_text, o->layout_text_len,
+                                         o->layout_path ? o->layout_path : "layout.json", layout));
+  else if (o->layout_path)
+    KDC_RETURN_IF_ERROR(kdc_layout_load(o->layout_path, layout));
+  else
+    return NULL;
   if (o->layout_match) {
     kdc_layout_match mm;
     if (!kdc_layout_match_from_name(o->layout_match, &mm))
@@ -135,7 +74,7 @@ static kdc_status loss_name(const char *s, size_t len, struct kdc_output_loss *e
 }
 
 /* --loss LOSS (every output), L1,L2,... (output order) or NAME=L1,NAME=L2. */
-static kdc_status parse_loss(const char *spec, kdc_train_options *t) {
+static kdc_status parse_loss(const char *spec, compile_ctx *c, kdc_train_options *t) {
   if (!strchr(spec, ',') && !strchr(spec, '=')) {
     struct kdc_output_loss e;
     memset(&e, 0, sizeof e);
@@ -153,9 +92,9 @@ static kdc_status parse_loss(const char *spec, kdc_train_options *t) {
       return KDC_ERR(KDC_INVALID_INPUT, "--loss: more than %d outputs", KDC_TRAIN_MAX_OUTPUTS);
     struct kdc_output_loss *e = &t->losses[t->n_losses++];
     if (eq) {
-      static char names[KDC_TRAIN_MAX_OUTPUTS][96]; /* one compile per process */
-      snprintf(names[t->n_losses - 1], sizeof names[0], "%.*s", (int)(eq - p), p);
-      e->output = names[t->n_losses - 1];
+      char *name = c->loss_names[t->n_losses - 1];
+      snprintf(name, sizeof c->loss_names[0], "%.*s", (int)(eq - p), p);
+      e->output = name;
       KDC_RETURN_IF_ERROR(loss_name(eq + 1, len - (size_t)(eq + 1 - p), e));
     } else {
       KDC_RETURN_IF_ERROR(loss_name(p, len, e));
@@ -169,13 +108,14 @@ static kdc_status parse_loss(const char *spec, kdc_train_options *t) {
 }
 
 /* Training options from the flags (Keras defaults for what is not given). */
-static kdc_status training(const compile_opts *o, kdc_train_options *t) {
+static kdc_status training(compile_ctx *c, kdc_train_options *t) {
+  const kdc_compile_options *o = c->o;
   kdc_optimizer_kind opt = KDC_OPT_SGD;
   if (o->optimizer && !kdc_optimizer_from_name(o->optimizer, &opt))
     return KDC_ERR(KDC_INVALID_INPUT, "--optimizer \"%s\": unknown optimizer (sgd, adam, adamw, "
                    "rmsprop)", o->optimizer);
   kdc_train_options_init(t, KDC_LOSS_MSE, opt);
-  KDC_RETURN_IF_ERROR(parse_loss(o->loss, t));
+  KDC_RETURN_IF_ERROR(parse_loss(o->loss, c, t));
   for (size_t i = 0; i < t->n_losses; i++) t->losses[i].from_logits = o->from_logits;
   t->from_logits = o->from_logits;
   t->sample_mask = true; /* partial batches in `kdc run --fit` (docs/training.md) */
@@ -228,9 +168,10 @@ static void capture_explain(const char *pass, const kdc_module *m, void *user) {
 /* No --loss: the model's Keras 3 compile_config, if any (tools/
  * compile_config.c), with --optimizer, --learning-rate and --from-logits
  * overriding it. */
-static kdc_status from_compile_config(const compile_opts *o, const kdc_keras_model *km,
+static kdc_status from_compile_config(const compile_ctx *c, const kdc_keras_model *km,
                                       kdc_train_options *t, bool *on) {
-  KDC_RETURN_IF_ERROR(cli_compile_config(km, o->model, t, on));
+  const kdc_compile_options *o = c->o;
+  KDC_RETURN_IF_ERROR(kdc_api_compile_config(km, c->model, t, on));
   bool flags = o->optimizer || o->learning_rate > 0 || o->from_logits || o->no_shard_update;
   if (!*on && flags)
     return KDC_ERR(KDC_INVALID_INPUT, "compile: training options need --loss (e.g. --loss mse) "
@@ -246,20 +187,21 @@ static kdc_status from_compile_config(const compile_opts *o, const kdc_keras_mod
   if (o->learning_rate > 0 && t->optimizer.schedule.kind == KDC_LR_PIECEWISE)
     return KDC_ERR(KDC_INVALID_INPUT, "--learning-rate: %s: the compile_config's learning rate is "
                    "a PiecewiseConstantDecay, which has no initial rate to replace (its values "
-                   "are the rates)", o->model);
+                   "are the rates)", c->model);
   if (o->learning_rate > 0) t->optimizer.learning_rate = o->learning_rate;
   if (o->from_logits) t->from_logits = true;
   for (size_t i = 0; i < t->n_losses && o->from_logits; i++) t->losses[i].from_logits = true;
   t->sample_mask = true;
   /* the values come from the model file (beta_1, rho, ...): name it */
   return kdc_status_annotate(kdc_optimizer_options_check(&t->optimizer), "%s: compile_config.optimizer",
-                             o->model);
+                             c->model);
 }
 
 /* Every output named by the losses / loss_weights of |t| must be one of
  * predict's results: a located error naming --loss or the compile_config. */
-static kdc_status check_output_names(const compile_opts *o, const kdc_module *mod,
+static kdc_status check_output_names(const compile_ctx *c, const kdc_module *mod,
                                      const kdc_train_options *t) {
+  const kdc_compile_options *o = c->o;
   const kdc_func *f = kdc_ir_module_find_func(mod, "predict");
   for (size_t k = 0; f && k < t->n_losses + t->n_weights; k++) {
     bool w = k >= t->n_losses;
@@ -274,13 +216,49 @@ static kdc_status check_output_names(const compile_opts *o, const kdc_module *mo
       return KDC_ERR(KDC_INVALID_INPUT, "--loss %s=...: the model has no output \"%s\" "
                      "(outputs: %s, ...)", name, name, first);
     return KDC_ERR(KDC_INVALID_INPUT, "%s: compile_config.%s[\"%s\"]: the model has no output "
-                   "\"%s\" (outputs: %s, ...)", o->model, w ? "loss_weights" : "loss", name,
+                   "\"%s\" (outputs: %s, ...)", c->model, w ? "loss_weights" : "loss", name,
                    name, first);
   }
   return NULL;
 }
 
-static kdc_status compile(const compile_opts *o) {
+/* The option checks `kdc compile` always made, before anything is read. */
+static kdc_status check_options(const kdc_compile_options *o) {
+  if (!o || o->struct_size < sizeof(kdc_compile_options))
+    return KDC_ERR(KDC_INVALID_INPUT, "compile: options not made by kdc_compile_options_init "
+                   "(struct_size %zu, this library's is %zu)", o ? o->struct_size : 0,
+                   sizeof(kdc_compile_options));
+  if (!o->model_path && !o->model_text)
+    return KDC_ERR(KDC_INVALID_INPUT, "compile: no model file given (see kdc --help)");
+  if (o->batch < 1 || o->batch > ((int64_t)1 << 30))
+    return KDC_ERR(KDC_INVALID_INPUT, "--batch \"%lld\": expected an integer from 1 to %lld",
+                   (long long)o->batch, (long long)1 << 30);
+  if (o->n_input_shapes && !o->input_shapes)
+    return KDC_ERR(KDC_INVALID_INPUT, "--input-shape: %zu shapes but no array", o->n_input_shapes);
+  if (o->n_input_shapes > KDC_MAX_INPUT_SHAPES)
+    return KDC_ERR(KDC_INVALID_INPUT, "--input-shape: more than %d given", KDC_MAX_INPUT_SHAPES);
+  if (!o->mesh && (o->axes || o->layout_path || o->layout_text || o->layout_match))
+    return KDC_ERR(KDC_INVALID_INPUT, "compile: %s needs --mesh (e.g. --mesh 2x4)",
+                   o->axes ? "--axes" : o->layout_match && !o->layout_path && !o->layout_text
+                   ? "--layout-match" : "--layout");
+  if (o->random_init && o->weights_path)
+    return KDC_ERR(KDC_INVALID_INPUT, "compile: --random-init and --weights exclude each other");
+  if (o->target && strcmp(o->target, "cpu") && strcmp(o->target, "cuda"))
+    return KDC_ERR(KDC_INVALID_INPUT, "--target \"%s\": expected cpu or cuda", o->target);
+  if (o->sm && !(o->target && !strcmp(o->target, "cuda")))
+    return KDC_ERR(KDC_INVALID_INPUT, "compile: --sm needs --target cuda");
+  if (o->sm && o->sm != 80 && o->sm != 90)
+    return KDC_ERR(KDC_INVALID_INPUT, "--sm %d: expected 80 or 90", o->sm);
+  if (o->layout_match && !o->layout_path && !o->layout_text)
+    return KDC_ERR(KDC_INVALID_INPUT, "compile: --layout-match needs --layout");
+  if (o->learning_rate < 0 || !isfinite(o->learning_rate))
+    return KDC_ERR(KDC_INVALID_INPUT, "--learning-rate \"%g\": expected a positive finite number",
+                   o->learning_rate);
+  return NULL;
+}
+
+static kdc_status compile_module(compile_ctx *c, const char *out) {
+  const kdc_compile_options *o = c->o;
   kdc_keras_model *km = NULL;
   kdc_module *mod = NULL;
   kdc_layout *layout = NULL;
@@ -289,27 +267,30 @@ static kdc_status compile(const compile_opts *o) {
   explain_capture explain = {NULL, 0};
   kdc_status st = distribution(o, &mesh, &layout);
   bool train_on = o->loss != NULL;
-  if (!st && o->loss) st = training(o, &train);
-  kdc_load_options load = {o->n_input_shapes, o->input_shapes};
-  if (!st) st = kdc_frontend_load_opts(o->model, &load, &km);
-  if (!st && !o->loss) st = from_compile_config(o, km, &train, &train_on);
+  if (!st && o->loss) st = training(c, &train);
+  kdc_load_options load = {c->n_input_shapes, c->input_shapes};
+  if (!st && o->model_text)
+    st = kdc_frontend_load_text_opts(c->model, o->model_text, o->model_text_len, &load, &km);
+  else if (!st)
+    st = kdc_frontend_load_opts(o->model_path, &load, &km);
+  if (!st && !o->loss) st = from_compile_config(c, km, &train, &train_on);
   if (!st) {
     kdc_lower_options lo = {.batch = o->batch, .mesh = o->mesh ? &mesh : NULL, .layout = layout,
                             .train_forward = train_on, .dropout_seed = o->seed,
                             .output_masks = train_on};
     st = kdc_frontend_lower(km, &lo, &mod);
   }
-  if (!st && train_on) st = check_output_names(o, mod, &train);
+  if (!st && train_on) st = check_output_names(c, mod, &train);
   if (train_on) train.no_shard_update = o->no_shard_update;
-  if (!st && layout) kdc_layout_report_unmatched(layout, stderr);
+  if (!st && layout) kdc_layout_report_unmatched(layout, c->warnings);
   if (!st && o->random_init) st = kdc_frontend_init_weights(km, mod, o->seed);
-  else if (!st) st = kdc_frontend_bind_weights(km, mod, o->weights, o->seed);
+  else if (!st) st = kdc_frontend_bind_weights(km, mod, o->weights_path, o->seed);
   if (!st) {
     kdc_pass_options po;
     memset(&po, 0, sizeof po);
-    po.dump_dir = o->dump_dir;
-    po.print_after_all = o->print_ir ? stderr : NULL;
-    po.warnings = stderr;
+    po.dump_dir = o->dump_ir_dir;
+    po.print_after_all = o->print_ir_after_all ? stderr : NULL;
+    po.warnings = c->warnings;
     po.train = train_on ? &train : NULL;
     po.after_pass = capture_explain;
     po.after_pass_user = &explain;
@@ -321,8 +302,8 @@ static kdc_status compile(const compile_opts *o) {
     co.explain = explain.text;
     static const char *const train_funcs[] = {"predict", "train_step", "evaluate"};
     if (train_on) co.funcs = train_funcs, co.n_funcs = 3;  /* not train_forward */
-    if (o->target && !strcmp(o->target, "cuda")) co.cuda_sm = o->sm ? (int)o->sm : 80;
-    st = kdc_codegen_cpu_plan(mod, &co, o->out);
+    if (o->target && !strcmp(o->target, "cuda")) co.cuda_sm = o->sm ? o->sm : 80;
+    st = kdc_codegen_cpu_plan(mod, &co, out);
   }
   kdc_ir_module_destroy(mod);
   kdc_frontend_free(km);
@@ -331,10 +312,83 @@ static kdc_status compile(const compile_opts *o) {
   return st;
 }
 
-int kdc_cmd_compile(int argc, char **argv) {
-  compile_opts o;
-  kdc_status st = parse(argc, argv, &o);
-  if (!st) st = compile(&o);
-  for (int i = 0; i < o.n_input_shapes; i++) kdc_input_shape_free(&o.input_shapes[i]);
-  return st ? cli_fail(st) : 0;
+/* Compiles |o| into the plan file |out|; the warnings into *|warnings|
+ * (always set, "" when none). */
+static kdc_status compile_to(const kdc_compile_options *o, const char *out, char **warnings) {
+  compile_ctx *c = calloc(1, sizeof *c);
+  char *wtext = NULL;
+  size_t wlen = 0;
+  *warnings = NULL;
+  if (!c) return KDC_ERR(KDC_OUT_OF_MEMORY, "compile: out of memory");
+  c->o = o;
+  kdc_status st = check_options(o);
+  if (!st) {
+    c->model = o->model_path ? o->model_path : "model.json";
+    c->warnings = open_memstream(&wtext, &wlen);
+    if (!c->warnings) st = KDC_ERR(KDC_OUT_OF_MEMORY, "compile: out of memory");
+  }
+  for (size_t i = 0; !st && i < o->n_input_shapes; i++) {
+    if (!o->input_shapes[i]) {
+      st = KDC_ERR(KDC_INVALID_INPUT, "--input-shape: entry %zu is NULL", i);
+      break;
+    }
+    st = kdc_frontend_parse_input_shape(o->input_shapes[i], &c->input_shapes[i]);
+    if (st) st = kdc_status_annotate(st, "--input-shape");
+    else c->n_input_shapes++;
+  }
+  if (!st) st = compile_module(c, out);
+  if (c->warnings) fclose(c->warnings);
+  for (int i = 0; i < c->n_input_shapes; i++) kdc_input_shape_free(&c->input_shapes[i]);
+  free(c);
+  *warnings = wtext ? wtext : strdup("");
+  return st;
+}
+
+kdc_status kdc_compile_file(const kdc_compile_options *o, const char *plan_path,
+                            char **warnings) {
+  char *w = NULL;
+  kdc_status st = plan_path ? compile_to(o, plan_path, &w)
+                            : KDC_ERR(KDC_INVALID_INPUT, "compile: no output plan given (-o PLAN)");
+  if (warnings) *warnings = w ? w : strdup("");
+  else free(w);
+  return st;
+}
+
+kdc_status kdc_compile(const kdc_compile_options *o, const kdc_run_options *ro, kdc_plan **out) {
+  if (!out) return KDC_ERR(KDC_INVALID_INPUT, "compile: no place for the plan (out is NULL)");
+  *out = NULL;
+  const char *tmpdir = getenv("TMPDIR");
+  char *path = NULL;
+  if (asprintf(&path, "%s/kdc-plan-XXXXXX", tmpdir && *tmpdir ? tmpdir : "/tmp") < 0)
+    return KDC_ERR(KDC_OUT_OF_MEMORY, "compile: out of memory");
+  int fd = mkstemp(path);
+  if (fd < 0) {
+    kdc_status st = KDC_ERR(KDC_IO_ERROR, "%s: cannot make a temporary plan file: %s", path,
+                            strerror(errno));
+    free(path);
+    return st;
+  }
+  close(fd);
+  char *warnings = NULL;
+  void *bytes = NULL;
+  size_t size = 0;
+  kdc_status st = compile_to(o, path, &warnings);
+  if (!st) st = kdc_file_read_all(path, &bytes, &size);
+  kdc_plan *p = NULL;
+  if (!st) st = kdc_api_plan_open(path, ro, &p);
+  unlink(path);
+  free(path);
+  if (st) {
+    free(warnings);
+    free(bytes);
+    return st;
+  }
+  free(p->path);
+  p->path = NULL;
+  p->bytes = bytes;
+  p->size = size;
+  free(p->warnings);
+  p->warnings = warnings;
+  *out = p;
+  return NULL;
 }

@@ -55,20 +55,22 @@ KDC_API void kdc_free(void *p);
 
 #define KDC_MAX_DIMS 8
 
-typedef enum kdc_dtype {
-  KDC_DTYPE_F32 = 0, KDC_DTYPE_F64, KDC_DTYPE_F16, KDC_DTYPE_BF16, KDC_DTYPE_I32,
-  KDC_DTYPE_I64, KDC_DTYPE_I8, KDC_DTYPE_U8, KDC_DTYPE_BOOL,
-} kdc_dtype;
+/* Element types of arrays (the values of kdc's .npy / safetensors types). */
+typedef enum kdc_array_dtype {
+  KDC_ARRAY_F32 = 0, KDC_ARRAY_F64, KDC_ARRAY_F16, KDC_ARRAY_BF16, KDC_ARRAY_I32,
+  KDC_ARRAY_I64, KDC_ARRAY_I8, KDC_ARRAY_U8, KDC_ARRAY_BOOL,
+} kdc_array_dtype;
 
 /* "f32", "i64", "bool"...; "?" for an unknown value. */
-KDC_API const char *kdc_dtype_name(int dtype);
+KDC_API const char *kdc_array_dtype_name(int dtype);
 
 /* A C-contiguous (row-major) array in caller memory. */
 typedef struct kdc_array {
   void *data;
-  int dtype;                     /* kdc_dtype */
+  int dtype;                     /* kdc_array_dtype */
   int rank;
   int64_t dims[KDC_MAX_DIMS];
+  const char *name;              /* names the array in messages (a file path); may be NULL */
 } kdc_array;
 
 /* A plan's input, output, training array or state tensor: GLOBAL shape
@@ -171,8 +173,9 @@ KDC_API kdc_status kdc_plan_output(const kdc_plan *p, size_t i, kdc_tensor_info 
  * plan's input order, each with the input's dims after the first (an input
  * of another numeric dtype is converted as Keras converts model inputs).
  * |outputs| (n_outputs = kdc_plan_output_count) are caller buffers of the
- * output's dtype and dims [rows, ...]; written only on success.  Full
- * batches are read and written in place; a last partial batch is padded. */
+ * output's dtype and dims [rows, ...], overlapping no input (their
+ * contents are unspecified after an error).  Full batches are read and
+ * written in place; a last partial batch is padded. */
 KDC_API kdc_status kdc_plan_predict(kdc_plan *p, const kdc_array *inputs, size_t n_inputs,
                                     kdc_array *outputs, size_t n_outputs);
 
@@ -211,7 +214,9 @@ KDC_API void kdc_trainer_free(kdc_trainer *t);
 KDC_API size_t kdc_trainer_data_count(const kdc_trainer *t);
 KDC_API size_t kdc_trainer_input_count(const kdc_trainer *t);
 KDC_API kdc_status kdc_trainer_data(const kdc_trainer *t, size_t i, kdc_tensor_info *out);
-/* Per-output losses "<output>_loss" of a model trained on several outputs. */
+/* Per-output losses "<output>_loss" of a model trained on several outputs
+ * (at most KDC_MAX_METRICS). */
+#define KDC_MAX_METRICS 32
 KDC_API size_t kdc_trainer_metric_count(const kdc_trainer *t);
 KDC_API const char *kdc_trainer_metric_name(const kdc_trainer *t, size_t j);
 
