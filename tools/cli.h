@@ -34,13 +34,6 @@ int kdc_cmd_run(int argc, char **argv);
 int kdc_cmd_fit(int argc, char **argv);
 int kdc_cmd_inspect(int argc, char **argv);
 
-/* compile_config.c: training options from |km|'s Keras 3 compile_config;
- * *|found| false when it has none (or no loss).  |file| names errors. */
-struct kdc_keras_model;
-struct kdc_train_options;
-kdc_status cli_compile_config(const struct kdc_keras_model *km, const char *file,
-                              struct kdc_train_options *t, bool *found);
-
 /* Prints "kdc: error: <message>" (one line) and returns the exit status for
  * |st|'s code; frees |st|. */
 int cli_fail(kdc_status st);
