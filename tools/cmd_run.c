@@ -1,13 +1,13 @@
 /*
- * `kdc run`: feeds .npy arrays through a plan's predict function in batches
- * of the compiled batch size (a last partial batch is zero-padded and its
- * padding rows dropped from the outputs), and writes .npy outputs.  Arrays
- * are GLOBAL: a plan compiled for a mesh runs on that many virtual devices
- * in this process, splitting inputs and gathering outputs by their
- * shardings (--threads caps the threads, --collective-timeout SECONDS bounds
- * how long a collective waits for a device, default 60).  Every
- * input is checked against the plan before anything runs; outputs are
- * written atomically only after every batch succeeded.
+ * `kdc run`: feeds .npy arrays through a plan's predict function
+ * (kdc_plan_predict, api/plan.c: batches of the compiled batch size, a last
+ * partial batch zero-padded and its padding rows dropped) and writes .npy
+ * outputs.  Arrays are GLOBAL: a plan compiled for a mesh runs on that many
+ * virtual devices in this process, splitting inputs and gathering outputs
+ * by their shardings (--threads caps the threads, --collective-timeout
+ * SECONDS bounds how long a collective waits for a device, default 60).
+ * Every input is checked against the plan before anything runs; outputs
+ * are written atomically only after every batch succeeded.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "common/io.h"
-#include "runtime/runtime.h"
+#include "kdc/kdc.h"
 #include "tools/cli.h"
 #include "tools/run_place.h"
 
@@ -26,18 +26,16 @@ typedef struct run_opts {
   const char *inputs[MAX_IO], *outputs[MAX_IO];
   int n_inputs, n_outputs;
   bool print;
-  int64_t threads;
-  double collective_timeout;  /* seconds, 0 = the runtime's default (60) */
-  const char *cache_dir;      /* --cache-dir: the compiled-code cache (NULL: $KDC_CACHE_DIR) */
-  run_place place;            /* --coordinator ... (run_place.c, docs/processes.md) */
+  kdc_run_options ro;         /* --threads, --collective-timeout, --cache-dir, placement */
 } run_opts;
 
 static kdc_status parse(int argc, char **argv, run_opts *o) {
   cli_args a = {argc, argv, 0};
   kdc_status st = NULL;
   const char *v;
+  int64_t x;
   memset(o, 0, sizeof *o);
-  run_place_init_opts(&o->place);
+  kdc_run_options_init(&o->ro);
   while (a.i < a.argc && !st) {
     if (cli_flag_value(&a, "--input", &v, &st)) {
       if (st) break;
@@ -47,14 +45,15 @@ static kdc_status parse(int argc, char **argv, run_opts *o) {
       if (st) break;
       if (o->n_outputs == MAX_IO) st = KDC_ERR(KDC_INVALID_INPUT, "run: more than %d --output", MAX_IO);
       else o->outputs[o->n_outputs++] = v;
-    } else if (cli_flag_value(&a, "--cache-dir", &o->cache_dir, &st)) {
+    } else if (cli_flag_value(&a, "--cache-dir", &o->ro.cache_dir, &st)) {
     } else if (cli_flag_value(&a, "--threads", &v, &st)) {
-      if (!st) st = cli_parse_i64("--threads", v, 1, 4096, &o->threads);
+      if (!st) st = cli_parse_i64("--threads", v, 1, 4096, &x);
+      if (!st) o->ro.threads = (int)x;
     } else if (cli_flag_value(&a, "--collective-timeout", &v, &st)) {
-      if (!st) st = cli_parse_double("--collective-timeout", v, &o->collective_timeout);
-      if (!st && !(o->collective_timeout > 0))
+      if (!st) st = cli_parse_double("--collective-timeout", v, &o->ro.collective_timeout_s);
+      if (!st && !(o->ro.collective_timeout_s > 0))
         st = KDC_ERR(KDC_INVALID_INPUT, "run: --collective-timeout must be > 0 seconds, got %s", v);
-    } else if (run_place_flag(&a, &o->place, &st)) {
+    } else if (run_place_flag(&a, &o->ro, &st)) {
     } else if (cli_flag(&a, "--print")) {
       o->print = true;
     } else if (a.argv[a.i][0] != '-' && !o->plan) {
@@ -74,88 +73,6 @@ static void shape_str(int rank, const int64_t *dims, char *buf, size_t n) {
   for (int i = 0; i < rank && k < n; i++)
     k += (size_t)snprintf(buf + k, n - k, "%s%" PRId64, i ? ", " : "", dims[i]);
   if (k < n) snprintf(buf + k, n - k, rank == 1 ? ",)" : ")");
-}
-
-/* Element |i| of |a|: integers and booleans exactly in |*iv| (returns true),
- * floating types in |*fv| (returns false). */
-static bool input_element(const kdc_npy_array *a, size_t i, int64_t *iv, double *fv) {
-  const unsigned char *p = (const unsigned char *)a->data + i * kdc_io_dtype_size(a->dtype);
-  switch (a->dtype) {
-  case KDC_IO_DTYPE_I32: *iv = ((const int32_t *)a->data)[i]; return true;
-  case KDC_IO_DTYPE_I64: *iv = ((const int64_t *)a->data)[i]; return true;
-  case KDC_IO_DTYPE_I8: *iv = ((const int8_t *)a->data)[i]; return true;
-  case KDC_IO_DTYPE_U8:
-  case KDC_IO_DTYPE_BOOL: *iv = *p; return true;
-  case KDC_IO_DTYPE_F64: *fv = ((const double *)a->data)[i]; return false;
-  default: {
-    float f = 0;
-    kdc_io_convert_to_f32(a->dtype, p, 1, &f);
-    *fv = f;
-    return false;
-  }
-  }
-}
-
-/* Converts |a| in place to the plan input's dtype, as Keras converts a model
- * input (Functional._convert_inputs_to_tensors: convert_to_tensor(x,
- * dtype=input.dtype)): token ids saved as int64 feed a float32 Input, float
- * ids feed an int32 one. Floats round to nearest f32; integers and booleans
- * become floats exactly up to 2^24 (to nearest beyond); floats become
- * integers by truncation toward zero (numpy's astype). A value an integer
- * input cannot hold (NaN, infinite, out of range) is an error naming it. */
-static kdc_status convert_input(const char *path, const kdc_rt_tensor_info *t, kdc_npy_array *a) {
-  if (a->dtype == t->dtype) return NULL;
-  bool to_f32 = t->dtype == KDC_IO_DTYPE_F32;
-  if (!to_f32 && t->dtype != KDC_IO_DTYPE_I32 && t->dtype != KDC_IO_DTYPE_I64)
-    return KDC_ERR(KDC_INVALID_INPUT, "%s: dtype %s does not match the plan's input \"%s\" (%s)", path,
-                   kdc_io_dtype_name(a->dtype), t->name, kdc_io_dtype_name(t->dtype));
-  size_t n = a->nbytes / kdc_io_dtype_size(a->dtype), osz = kdc_io_dtype_size(t->dtype);
-  void *out = kdc_xmalloc(n ? n * osz : 1);
-  for (size_t i = 0; i < n; i++) {
-    int64_t iv = 0;
-    double fv = 0;
-    bool is_int = input_element(a, i, &iv, &fv);
-    if (to_f32) {
-      ((float *)out)[i] = is_int ? (float)iv : (float)fv;
-      continue;
-    }
-    if (!is_int) {
-      /* the largest doubles below 2^63 in magnitude convert without overflow */
-      if (!(fv > -9223372036854774784.0 && fv < 9223372036854774784.0)) {
-        free(out);
-        return KDC_ERR(KDC_INVALID_INPUT, "%s: element %zu (%g) is not an integer the plan's input \"%s\" "
-                       "(%s) can hold", path, i, fv, t->name, kdc_io_dtype_name(t->dtype));
-      }
-      iv = (int64_t)fv;
-    }
-    if (t->dtype == KDC_IO_DTYPE_I32) {
-      if (iv < INT32_MIN || iv > INT32_MAX) {
-        free(out);
-        return KDC_ERR(KDC_INVALID_INPUT, "%s: element %zu (%" PRId64 ") does not fit int32", path, i, iv);
-      }
-      ((int32_t *)out)[i] = (int32_t)iv;
-    } else {
-      ((int64_t *)out)[i] = iv;
-    }
-  }
-  free(a->data);
-  a->data = out;
-  a->dtype = t->dtype;
-  a->nbytes = n * osz;
-  return NULL;
-}
-
-static kdc_status check_input(const char *path, const kdc_rt_tensor_info *t, kdc_npy_array *a) {
-  char want[160], got[160];
-  shape_str(t->rank, t->dims, want, sizeof want);
-  shape_str(a->rank, a->dims, got, sizeof got);
-  bool ok = a->rank == t->rank && t->rank >= 1;
-  for (int d = 1; ok && d < t->rank; d++) ok = a->dims[d] == t->dims[d];
-  if (!ok)
-    return KDC_ERR(KDC_INVALID_INPUT,
-                   "%s: shape %s does not match the plan's input \"%s\" (batch, ...) = %s", path,
-                   got, t->name, want);
-  return convert_input(path, t, a);
 }
 
 /* Prints |t|-shaped data numpy-like, at most 8 rows of at most 10 values. */
@@ -181,71 +98,16 @@ static void print_array(const char *name, kdc_io_dtype dt, int rank, const int64
 }
 
 typedef struct run_state {
-  kdc_rt_plan *plan;
+  kdc_plan *plan;
   size_t n_in, n_out;
   kdc_npy_array in[MAX_IO];
-  void *out[MAX_IO];            /* whole outputs, rows x ... */
-  int64_t out_dims[MAX_IO][KDC_IO_MAX_RANK];
-  void *bin[MAX_IO], *bout[MAX_IO]; /* one batch */
+  kdc_array ain[MAX_IO], aout[MAX_IO];
 } run_state;
 
-/* A zeroed host buffer of |bytes| for tensor |name| of |plan|: a plan
- * whose inputs or outputs do not fit in memory is an error naming them
- * (exit 3), not an abort. */
-static kdc_status io_buffer(const char *plan, const char *what, const char *name, uint64_t bytes,
-                            void **out) {
-  *out = bytes < SIZE_MAX ? calloc(1, (size_t)bytes + 1) : NULL;
-  if (!*out)
-    return KDC_ERR(KDC_OUT_OF_MEMORY, "%s: %s \"%s\": cannot allocate %llu bytes", plan, what,
-                   name, (unsigned long long)bytes);
-  return NULL;
-}
-
-static kdc_status run_batches(run_state *s, const char *plan, int64_t rows) {
-  const kdc_rt_tensor_info *ti0 = kdc_rt_plan_input(s->plan, 0, 0);
-  int64_t batch = ti0->dims[0];
-  for (size_t i = 0; i < s->n_in; i++) {
-    const kdc_rt_tensor_info *t = kdc_rt_plan_input(s->plan, 0, i);
-    KDC_RETURN_IF_ERROR(io_buffer(plan, "input", t->name, t->bytes, &s->bin[i]));
-  }
-  for (size_t o = 0; o < s->n_out; o++) {
-    const kdc_rt_tensor_info *t = kdc_rt_plan_output(s->plan, 0, o);
-    if (t->rank < 1 || t->dims[0] != batch)
-      return KDC_ERR(KDC_UNSUPPORTED, "output \"%s\" is not batch-major (dim 0 is not the batch %" PRId64 ")",
-                     t->name, batch);
-    KDC_RETURN_IF_ERROR(io_buffer(plan, "output", t->name, t->bytes, &s->bout[o]));
-    memcpy(s->out_dims[o], t->dims, sizeof t->dims);
-    s->out_dims[o][0] = rows;
-    uint64_t all;
-    if (__builtin_mul_overflow(t->bytes / (uint64_t)batch, (uint64_t)rows, &all)) all = UINT64_MAX;
-    KDC_RETURN_IF_ERROR(io_buffer(plan, "output", t->name, all, &s->out[o]));
-  }
-  for (int64_t r0 = 0; r0 < rows; r0 += batch) {
-    int64_t n = rows - r0 < batch ? rows - r0 : batch;
-    for (size_t i = 0; i < s->n_in; i++) {
-      size_t row = kdc_rt_plan_input(s->plan, 0, i)->bytes / (uint64_t)batch;
-      memset(s->bin[i], 0, row * (size_t)batch);
-      memcpy(s->bin[i], (char *)s->in[i].data + row * (size_t)r0, row * (size_t)n);
-    }
-    KDC_RETURN_IF_ERROR(kdc_rt_plan_run(s->plan, (const void *const *)s->bin, s->bout));
-    for (size_t o = 0; o < s->n_out; o++) {
-      size_t row = kdc_rt_plan_output(s->plan, 0, o)->bytes / (uint64_t)batch;
-      memcpy((char *)s->out[o] + row * (size_t)r0, s->bout[o], row * (size_t)n);
-    }
-  }
-  return NULL;
-}
-
 static kdc_status run(const run_opts *o, run_state *s) {
-  kdc_rt_options ro = {.n_threads = (int)o->threads,
-                       .collective_timeout_s = o->collective_timeout,
-                       .cache_dir = o->cache_dir};
-  KDC_RETURN_IF_ERROR(run_place_start(&o->place, o->plan, &ro));
-  KDC_RETURN_IF_ERROR(kdc_rt_plan_load_with(o->plan, &ro, &s->plan));
-  if (kdc_rt_plan_func_count(s->plan) == 0 || kdc_rt_plan_find_func(s->plan, "predict") != 0)
-    return KDC_ERR(KDC_INVALID_INPUT, "%s: the plan has no predict function", o->plan);
-  s->n_in = kdc_rt_plan_input_count(s->plan, 0);
-  s->n_out = kdc_rt_plan_output_count(s->plan, 0);
+  KDC_RETURN_IF_ERROR(kdc_plan_load(o->plan, &o->ro, &s->plan));
+  s->n_in = kdc_plan_input_count(s->plan);
+  s->n_out = kdc_plan_output_count(s->plan);
   if (s->n_in > MAX_IO || s->n_out > MAX_IO)
     return KDC_ERR(KDC_UNSUPPORTED, "%s: more than %d inputs or outputs", o->plan, MAX_IO);
   if ((size_t)o->n_inputs != s->n_in)
@@ -254,22 +116,41 @@ static kdc_status run(const run_opts *o, run_state *s) {
   if (o->n_outputs && (size_t)o->n_outputs != s->n_out)
     return KDC_ERR(KDC_INVALID_INPUT, "%s: the plan has %zu output(s), %d --output given", o->plan,
                    s->n_out, o->n_outputs);
-  int64_t rows = -1;
+  int64_t rows = 0;
   for (size_t i = 0; i < s->n_in; i++) {
     KDC_RETURN_IF_ERROR(kdc_npy_read(o->inputs[i], &s->in[i]));
-    KDC_RETURN_IF_ERROR(check_input(o->inputs[i], kdc_rt_plan_input(s->plan, 0, i), &s->in[i]));
-    if (rows >= 0 && s->in[i].dims[0] != rows)
-      return KDC_ERR(KDC_INVALID_INPUT, "%s: %" PRId64 " rows, but %s has %" PRId64, o->inputs[i],
-                     s->in[i].dims[0], o->inputs[0], rows);
-    rows = s->in[i].dims[0];
+    kdc_array *a = &s->ain[i];
+    a->data = s->in[i].data, a->dtype = (int)s->in[i].dtype, a->rank = s->in[i].rank;
+    memcpy(a->dims, s->in[i].dims, sizeof a->dims);
+    a->name = o->inputs[i];
+    if (i == 0) rows = a->rank ? a->dims[0] : 0;
   }
-  KDC_RETURN_IF_ERROR(run_batches(s, o->plan, rows));
+  /* outputs: [rows, ...] of each output's dtype; one that does not fit in
+   * memory is an error naming the plan and the output (exit 3) */
   for (size_t k = 0; k < s->n_out; k++) {
-    const kdc_rt_tensor_info *t = kdc_rt_plan_output(s->plan, 0, k);
-    if (!run_place_writes()) break;  /* processes: process 0 writes */
-    if (o->print) print_array(t->name, t->dtype, t->rank, s->out_dims[k], s->out[k]);
+    kdc_tensor_info t;
+    KDC_RETURN_IF_ERROR(kdc_plan_output(s->plan, k, &t));
+    kdc_array *a = &s->aout[k];
+    a->dtype = t.dtype, a->rank = t.rank;
+    memcpy(a->dims, t.dims, sizeof a->dims);
+    uint64_t all = UINT64_MAX;
+    if (t.rank >= 1 && t.dims[0] > 0 && rows >= 0 &&
+        !__builtin_mul_overflow(t.bytes / (uint64_t)t.dims[0], (uint64_t)rows, &all))
+      a->dims[0] = rows;
+    a->data = all < SIZE_MAX ? calloc(1, (size_t)all + 1) : NULL;
+    if (!a->data)
+      return KDC_ERR(KDC_OUT_OF_MEMORY, "%s: output \"%s\": cannot allocate %llu bytes", o->plan,
+                     t.name, (unsigned long long)all);
+  }
+  KDC_RETURN_IF_ERROR(kdc_plan_predict(s->plan, s->ain, s->n_in, s->aout, s->n_out));
+  for (size_t k = 0; k < s->n_out; k++) {
+    kdc_tensor_info t;
+    KDC_RETURN_IF_ERROR(kdc_plan_output(s->plan, k, &t));
+    const kdc_array *a = &s->aout[k];
+    if (kdc_plan_process_id(s->plan) != 0) break;  /* processes: process 0 writes */
+    if (o->print) print_array(t.name, (kdc_io_dtype)t.dtype, t.rank, a->dims, a->data);
     if (o->n_outputs)
-      KDC_RETURN_IF_ERROR(kdc_npy_write(o->outputs[k], t->dtype, t->rank, s->out_dims[k], s->out[k]));
+      KDC_RETURN_IF_ERROR(kdc_npy_write(o->outputs[k], (kdc_io_dtype)t.dtype, t.rank, a->dims, a->data));
   }
   return NULL;
 }
@@ -284,12 +165,10 @@ int kdc_cmd_run(int argc, char **argv) {
   if (!st) st = run(&o, &s);
   for (int i = 0; i < MAX_IO; i++) {
     kdc_npy_free(&s.in[i]);
-    free(s.out[i]);
-    free(s.bin[i]);
-    free(s.bout[i]);
+    free(s.aout[i].data);
   }
-  if (s.plan) kdc_rt_plan_release(s.plan);
+  kdc_plan_free(s.plan);
   int rc = st ? cli_fail(st) : 0;
-  run_place_finish(rc);
+  kdc_job_finish(rc);
   return rc;
 }
