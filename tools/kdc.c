@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "runtime/runtime.h"
+#include "runtime/runtime.h"  /* kdc_rt_blas_select_core */
 #include "tools/cli.h"
 
 #ifndef KDC_VERSION_STRING
@@ -66,6 +66,22 @@ static const char usage[] =
     "                            process 0 listens at H:P and the others connect (TCP);\n"
     "                            each process runs its share of the devices, process 0\n"
     "                            writes the outputs; --fit/--evaluate too (docs/processes.md)\n"
+    "  run PLAN --fit          train: Keras' Model.fit over .npy arrays (plan compiled with --loss)\n"
+    "      --x X.npy             model input (one per input, in input order)\n"
+    "      --y Y.npy             labels (one per trained output, in output order, or\n"
+    "                            --y NAME=Y.npy naming the output)\n"
+    "      --epochs E            epochs (default 1)\n"
+    "      --batch-size B        rows per step, at most the compiled --batch (default: it)\n"
+    "      --shuffle             shuffle the rows every epoch\n"
+    "      --seed S              seed of the shuffles (default 0)\n"
+    "      --validation-split F  hold out the last fraction F of the rows (val_loss)\n"
+    "      --history H.json      write Keras' History.history (+ every batch loss)\n"
+    "      --save-weights W.safetensors  the trained weights and optimizer state\n"
+    "      --initial-weights W.safetensors  start from these (any mesh wrote them)\n"
+    "      --quiet               no progress output\n"
+    "      --threads, --cache-dir, --collective-timeout, --coordinator ...  as for run\n"
+    "  run PLAN --evaluate     Keras' Model.evaluate: the mean loss over --x / --y\n"
+    "      --x, --y, --batch-size, --initial-weights, --threads ...  as for --fit\n"
     "  inspect FILE            describe a plan (mesh, shardings, collectives with groups and\n"
     "                          bytes, memory per device, steps, IR) or summarise a model\n"
     "      --explain NAME        why NAME (weight path, input, output, layer) is sharded so\n"
