@@ -89,14 +89,15 @@ static kdc_status describe(const kdc_plan *p, const kdc_rt_plan *rt, const char 
   }
 }
 
-/* Runs |st|'s producer into a string: *|text| on success only. */
-static kdc_status to_text(FILE *f, char *buf, kdc_status st, char **text) {
+/* Closes the memory stream |f| of *|buf| (its text exists only after
+ * that): *|text| on success, else the text is dropped. */
+static kdc_status to_text(FILE *f, char **buf, kdc_status st, char **text) {
   if (f) fclose(f);
   if (st || !f) {
-    free(buf);
+    free(*buf);
     return st ? st : KDC_ERR(KDC_OUT_OF_MEMORY, "describe: out of memory");
   }
-  *text = buf;
+  *text = *buf;
   return NULL;
 }
 
@@ -107,7 +108,7 @@ kdc_status kdc_plan_describe(const kdc_plan *p, int what, const char *name, char
   size_t len = 0;
   FILE *f = open_memstream(&buf, &len);
   kdc_status st = f ? describe(p, p->rt, p->path ? p->path : "plan", what, name, f) : NULL;
-  return to_text(f, buf, st, text);
+  return to_text(f, &buf, st, text);
 }
 
 kdc_status kdc_plan_file_describe(const char *path, int what, const char *name, char **text) {
@@ -127,7 +128,7 @@ kdc_status kdc_plan_file_describe(const char *path, int what, const char *name, 
     if (!st) st = describe(NULL, rt, path, what, name, f);
     if (rt) kdc_rt_plan_release(rt);
   }
-  return to_text(f, buf, st, text);
+  return to_text(f, &buf, st, text);
 }
 
 kdc_status kdc_model_summary(const char *path, const char *text, size_t len, char **out) {
@@ -143,5 +144,5 @@ kdc_status kdc_model_summary(const char *path, const char *text, size_t len, cha
   kdc_frontend_free(m);
   if (!f && !st) st = KDC_ERR(KDC_OUT_OF_MEMORY, "summary: out of memory");
   if (!f) return st;
-  return to_text(f, buf, st, out);
+  return to_text(f, &buf, st, out);
 }
