@@ -67,6 +67,12 @@ kdc_status kdc_api_plan_open(const char *path, const kdc_run_options *o, kdc_pla
     return KDC_ERR(KDC_INVALID_INPUT, "run options not made by kdc_run_options_init "
                    "(struct_size %zu, this library's is %zu)", o->struct_size,
                    sizeof(kdc_run_options));
+  if (o && (o->threads < 0 || o->threads > 4096))
+    return KDC_ERR(KDC_INVALID_INPUT, "--threads \"%d\": expected an integer from 1 to 4096 "
+                   "(0: every core)", o->threads);
+  if (o && !(o->collective_timeout_s >= 0 && o->collective_timeout_s < 1e9))
+    return KDC_ERR(KDC_INVALID_INPUT, "run: --collective-timeout must be > 0 seconds, got %g",
+                   o->collective_timeout_s);
   kdc_rt_options ro;
   kdc_api_rt_options(o, &ro);
   KDC_RETURN_IF_ERROR(kdc_api_place(o, path, &ro));

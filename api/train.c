@@ -208,9 +208,9 @@ kdc_status kdc_trainer_fit(kdc_trainer *t, const kdc_array *data, size_t n,
   if (!o) o = &dflt;
   if (o->struct_size < sizeof *o)
     return KDC_ERR(KDC_INVALID_INPUT, "fit: options not made by kdc_fit_options_init");
-  if (o->epochs < 0)
-    return KDC_ERR(KDC_INVALID_INPUT, "--epochs \"%" PRId64 "\": expected an integer from 0",
-                   o->epochs);
+  if (o->epochs < 0 || o->epochs > (1 << 30))
+    return KDC_ERR(KDC_INVALID_INPUT, "--epochs \"%" PRId64 "\": expected an integer from 0 to "
+                   "%d", o->epochs, 1 << 30);
   if (!(o->validation_split >= 0 && o->validation_split < 1))
     return KDC_ERR(KDC_INVALID_INPUT, "--validation-split \"%g\": expected a fraction in [0, 1)",
                    o->validation_split);

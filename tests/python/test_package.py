@@ -93,11 +93,15 @@ def test_bad_arguments_elsewhere(root, guide_plan, tmp_path):
         kdc.compile(ex(root, "model.json"), distribution=object(), batch_size=8)
     with pytest.raises(kdc.KdcError, match="/nonexistent"):
         kdc.load("/nonexistent/plan.bin")
+    with pytest.raises(kdc.KdcError, match="--threads"):
+        kdc.compile(ex(root, "model.json"), batch_size=4, threads=-1)
     x = np.zeros((16, 28, 28, 1), np.float32)
     y = np.zeros((16, 10), np.float32)
     for args in [dict(x=x, y=None), dict(x=x, y=y[:3]), dict(x=x, y=y, batch_size=17),
                  dict(x=x, y=y, batch_size=-1), dict(x=x, y=y, epochs=-1),
-                 dict(x=x, y=y, validation_split=1.5), dict(x=x, y=[y, y])]:
+                 dict(x=x, y=y, validation_split=1.5), dict(x=x, y=[y, y]),
+                 dict(x=x, y=y, epochs=2 ** 40), dict(x=x.astype(np.complex64), y=y),
+                 dict(x=x[:, :, :, :, None], y=y), dict(x=x, y=y.astype(np.float64)[:, :3])]:
         with pytest.raises(kdc.KdcError):
             guide_plan.fit(verbose=0, **args)
     with pytest.raises(kdc.KdcError, match="no state tensor"):
