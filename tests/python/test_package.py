@@ -157,3 +157,30 @@ def test_plan_equals_cli(root, kdc_cli, tmp_path):
     assert open(tmp_path / "copy.bin", "rb").read() == open(plan_path, "rb").read()
     plan.close()
     ref.close()
+
+
+def test_multi_input_output(root):
+    """Two inputs (a list in input order, or a dict by name, as Keras takes
+    them) and two outputs (a list in output order) on a 4-device mesh =
+    the model's reference outputs (examples/merge_reshape, TF.js)."""
+    d = os.path.join(root, "examples/merge_reshape")
+    plan = kdc.compile(os.path.join(d, "model.json"), weights=os.path.join(d, "weights.safetensors"),
+                       mesh=kdc.DeviceMesh((4,), ("data",)), batch_size=8)
+    a, b = np.load(os.path.join(d, "input0.npy")), np.load(os.path.join(d, "input1.npy"))
+    assert [i["name"] for i in plan.inputs] == ["in_a", "in_b"]
+    assert [o["name"] for o in plan.outputs] == ["head0", "head1"]
+    out = plan.predict([a, b])
+    assert isinstance(out, list) and len(out) == 2
+    for k in range(2):
+        np.testing.assert_allclose(out[k], np.load(os.path.join(d, f"expected{k}.npy")),
+                                   rtol=1e-4, atol=1e-5)
+    by_name = plan.predict({"in_b": b, "in_a": a})
+    for k in range(2):
+        np.testing.assert_array_equal(by_name[k], out[k])
+    with pytest.raises(kdc.KdcError, match="rows"):
+        plan.predict([a, b[:5]])
+    with pytest.raises(kdc.KdcError, match="missing"):
+        plan.predict({"in_a": a})
+    plan.close()
+    with pytest.raises(kdc.KdcError, match="closed"):
+        plan.predict([a, b])
