@@ -6,6 +6,8 @@ import struct
 
 import numpy as np
 
+from .errors import KdcError
+
 _ST_DTYPES = {np.dtype("float32"): "F32", np.dtype("float64"): "F64",
               np.dtype("float16"): "F16", np.dtype("int32"): "I32", np.dtype("int64"): "I64",
               np.dtype("int8"): "I8", np.dtype("uint8"): "U8", np.dtype("bool"): "BOOL"}
@@ -38,16 +40,22 @@ def is_keras_model(obj):
                for c in type(obj).__mro__)
 
 
-def serialize(model, directory):
-    """(model JSON text, weights path, variable paths in model.weights order)."""
+def serialize(model, directory, compile_config=False):
+    """(model JSON text, weights path, variable paths in model.weights order).
+    With |compile_config|, the text carries model.get_compile_config() as a
+    .keras config.json does, so the core reads the whole loss and optimizer
+    configuration (momentum, betas, schedules, per-output losses)."""
     text = model.to_json()
+    if compile_config:
+        obj = json.loads(text)
+        obj["compile_config"] = model.get_compile_config()
+        text = json.dumps(obj)
     names, tensors = [], []
     for v in model.weights:
         names.append(v.path)
         tensors.append((v.path, np.asarray(v.numpy() if hasattr(v, "numpy") else v)))
     if len(set(names)) != len(names):
-        raise ValueError("kdc: the model has two variables with one path; give its layers "
-                         "unique names")
+        raise KdcError("model: two variables have one path; give its layers unique names")
     wpath = os.path.join(directory, "weights.safetensors")
     write_safetensors(wpath, tensors)
     return text, wpath, names
@@ -86,6 +94,11 @@ def loss_spec(loss):
     if callable(loss) and not hasattr(loss, "get_config"):
         return getattr(loss, "__name__", str(loss)), None
     cfg = loss.get_config() if hasattr(loss, "get_config") else {}
+    if cfg.get("label_smoothing"):
+        raise KdcError("loss: label_smoothing is not supported yet", "unsupported")
+    if cfg.get("reduction", "sum_over_batch_size") != "sum_over_batch_size":
+        raise KdcError(f"loss: reduction {cfg['reduction']!r}: only sum_over_batch_size is "
+                       "supported", "unsupported")
     name = _snake(type(loss).__name__)
     return name, cfg.get("from_logits")
 
@@ -93,7 +106,7 @@ def loss_spec(loss):
 def _one_logits(parts):
     vals = {p[1] for p in parts if p[1] is not None}
     if len(vals) > 1:
-        raise ValueError("kdc: from_logits must be the same for every output's loss")
+        raise KdcError("loss: from_logits must be the same for every output's loss", "unsupported")
     return vals.pop() if vals else None
 
 
@@ -104,10 +117,20 @@ def optimizer_spec(opt):
     if isinstance(opt, str):
         return opt.lower(), None
     name = type(opt).__name__.lower()
+    # only the name and the learning rate cross: refuse anything else set
+    try:
+        mine, dflt = opt.get_config(), type(opt)().get_config()
+    except Exception:
+        mine, dflt = {}, {}
+    odd = [k for k in mine if k not in ("name", "learning_rate") and mine[k] != dflt.get(k)]
+    if odd:
+        raise KdcError(f"optimizer: {', '.join(odd)} differ from Keras' defaults and only the "
+                       "name and learning rate are passed; compile() the live model with it and "
+                       "leave loss=None (kdc then reads its whole compile_config)", "unsupported")
     lr = getattr(opt, "learning_rate", None)
     try:
         lr = float(np.asarray(lr))
     except (TypeError, ValueError):
-        raise ValueError(f"kdc: the optimizer's learning_rate {lr!r} is not a number "
-                         "(schedules: compile a model file with a compile_config)") from None
+        raise KdcError(f"optimizer: learning_rate {lr!r} is not a number (schedules: compile() "
+                       "the live model with it and leave loss=None)", "unsupported") from None
     return name, lr

@@ -510,10 +510,10 @@ def compile(model, *, distribution=None, mesh=None, layout_map=None, batch_size=
             or batch_size < 1:
         raise KdcError(f"batch_size {batch_size!r}: expected a positive integer")
     live = _model.is_keras_model(model)
-    if live and loss is None and getattr(model, "compiled", False) and model.loss is not None:
-        loss = model.loss
-        if optimizer is None:
-            optimizer = model.optimizer
+    # a compiled live model with no loss given: the core reads its whole
+    # compile_config (the optimizer's every setting, per-output losses)
+    use_cc = live and loss is None and getattr(model, "compiled", False) and \
+        getattr(model, "loss", None) is not None
     loss_s, logits = _model.loss_spec(loss)
     opt_s, lr = _model.optimizer_spec(optimizer)
     if learning_rate is not None:
@@ -526,7 +526,7 @@ def compile(model, *, distribution=None, mesh=None, layout_map=None, batch_size=
         lib.kdc_compile_options_init(C.byref(co))
         names = initial = text = path = None
         if live:
-            text, wpath, names = _model.serialize(model, tmp)
+            text, wpath, names = _model.serialize(model, tmp, compile_config=use_cc)
             initial = {v.path: np.asarray(v.numpy()) for v in model.weights}
             tb = text.encode()
             keep.append(tb)

@@ -120,3 +120,39 @@ def test_evaluate_matches_keras(guide):
     got = guide["plan"].evaluate(guide["x"], guide["y"], batch_size=BATCH, verbose=0)
     want = guide["model"].evaluate(guide["x"], guide["y"], batch_size=BATCH, verbose=0)
     np.testing.assert_allclose(got, want, rtol=1e-4)
+
+
+def test_data_parallel_compile_config_matches_keras():
+    """Keras' own DataParallel over the 8 devices and a model compile()d
+    with SGD(momentum=0.9, nesterov) and a CategoricalCrossentropy object:
+    kdc reads the whole compile_config; 2 epochs of batch 64 = Keras."""
+    devices = jax.devices("cpu")
+    if keras.backend.backend() != "jax" or len(devices) < 8:
+        pytest.skip("needs Keras on JAX with 8 virtual devices")
+    dp = keras.distribution.DataParallel(devices=devices[:8])
+    keras.distribution.set_distribution(dp)
+    try:
+        keras.utils.set_random_seed(3)
+        model = guide_model(0.0)
+        model.compile(loss=keras.losses.CategoricalCrossentropy(),
+                      optimizer=keras.optimizers.SGD(0.05, momentum=0.9, nesterov=True))
+        rng = np.random.default_rng(11)
+        x = rng.random((128, 28, 28, 1), dtype=np.float32)
+        y = np.eye(10, dtype=np.float32)[rng.integers(0, 10, 128)]
+        plan = kdc.compile(model, distribution=dp, batch_size=64)
+        assert plan.mesh == {"batch": 8}
+        h = plan.fit(x, y, epochs=2, batch_size=64, shuffle=False, verbose=0)
+        k = model.fit(x, y, epochs=2, batch_size=64, shuffle=False, verbose=0)
+        _report("DataParallel SGD+momentum epoch losses", h.history["loss"],
+                k.history["loss"], 0, 1e-4)
+        np.testing.assert_allclose(h.history["loss"], k.history["loss"], rtol=1e-4)
+        for got, v in zip(plan.get_weights(), model.weights):
+            np.testing.assert_allclose(got, np.asarray(v.numpy()), rtol=1e-4, atol=1e-5,
+                                       err_msg=v.path)
+        # only a name and a rate cross for an optimizer object given directly
+        with pytest.raises(kdc.KdcError, match="momentum"):
+            kdc.compile(model, distribution=dp, batch_size=64, loss="mse",
+                        optimizer=keras.optimizers.SGD(0.05, momentum=0.9))
+        plan.close()
+    finally:
+        keras.distribution.set_distribution(None)
