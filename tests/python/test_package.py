@@ -184,3 +184,15 @@ def test_multi_input_output(root):
     plan.close()
     with pytest.raises(kdc.KdcError, match="closed"):
         plan.predict([a, b])
+
+
+def test_fit_progress(root, guide_plan, capsys):
+    """verbose=2: one line per epoch; verbose=0: nothing (verbose=1 is
+    keras.utils.Progbar when Keras imports, else the same lines)."""
+    x, y = np.load(ex(root, "train_x.npy")), np.load(ex(root, "train_y.npy"))
+    h = guide_plan.fit(x, y, epochs=2, batch_size=16, shuffle=True, seed=3, verbose=2)
+    out = capsys.readouterr().out
+    assert "Epoch 1/2 - 6 steps" in out and "Epoch 2/2 - 6 steps" in out and "loss: " in out
+    assert len(h.history["loss"]) == 2 and len(h.batch_loss) == 12 and h.params["steps"] == 6
+    guide_plan.fit(x, y, epochs=1, batch_size=16, verbose=0)
+    assert capsys.readouterr().out == ""
