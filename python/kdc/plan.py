@@ -1,10 +1,10 @@
 """kdc.compile, kdc.load and kdc.Plan over the C API (docs/python.md)."""
 import ctypes as C
 import json
+import math
 import os
 import sys
 import tempfile
-import time
 
 import numpy as np
 
@@ -18,7 +18,6 @@ from .errors import KdcError
 _NP_TO_KDC = {np.dtype("float32"): 0, np.dtype("float64"): 1, np.dtype("float16"): 2,
               np.dtype("int32"): 4, np.dtype("int64"): 5, np.dtype("int8"): 6,
               np.dtype("uint8"): 7, np.dtype("bool"): 8}
-_KDC_TO_NP = {v: k for k, v in _NP_TO_KDC.items()}
 
 
 def _check(st):
@@ -134,19 +133,24 @@ class _Progress:
     def _logs(self, pr, names, val):
         logs = [("loss", pr.loss)]
         logs += [(names[j], pr.metrics[j]) for j in range(pr.n_metrics)]
-        if val and pr.val_metrics:
+        if val and not math.isnan(pr.val_loss):
             logs.append(("val_loss", pr.val_loss))
-            logs += [("val_" + names[j], pr.val_metrics[j]) for j in range(pr.n_metrics)]
+            if pr.val_metrics:
+                logs += [("val_" + names[j], pr.val_metrics[j]) for j in range(pr.n_metrics)]
         return logs
 
     def batch(self, pr, names):
         if self.verbose != 1:
             return
+        logs = self._logs(pr, names, False)
         if pr.step == 1 and self.progbar:
             print(f"Epoch {pr.epoch + 1}/{pr.epochs}")
-            self.bar = self.progbar(target=pr.steps)
-        if self.bar:
-            self.bar.update(pr.step, values=self._logs(pr, names, False))
+            # the values are kdc's running means already: none averaged again
+            self.bar = self.progbar(target=pr.steps,
+                                    stateful_metrics=[k for k, _ in logs] + ["val_loss"] +
+                                    ["val_" + n for n in names])
+        if self.bar and pr.step < pr.steps:  # the last step's line is the epoch's
+            self.bar.update(pr.step, values=logs)
 
     def epoch(self, pr, names):
         logs = self._logs(pr, names, True)
