@@ -83,7 +83,8 @@ kdc_status kdc_api_plan_open(const char *path, const kdc_run_options *o, kdc_pla
   p->process_id = ro.process_id;
   kdc_status st = p->path && p->warnings ? kdc_rt_plan_load_with(path, &ro, &p->rt)
                                          : KDC_ERR(KDC_OUT_OF_MEMORY, "%s: out of memory", path);
-  if (!st && (kdc_rt_plan_func_count(p->rt) == 0 || kdc_rt_plan_find_func(p->rt, "predict") != 0))
+  if (!st && !ro.describe_only &&
+      (kdc_rt_plan_func_count(p->rt) == 0 || kdc_rt_plan_find_func(p->rt, "predict") != 0))
     st = KDC_ERR(KDC_INVALID_INPUT, "%s: the plan has no predict function", path);
   if (st) {
     kdc_plan_free(p);

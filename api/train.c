@@ -342,6 +342,11 @@ kdc_status kdc_trainer_load(kdc_trainer *t, const char *path) {
   return kdc_rt_train_load(t->rt, path);
 }
 
+kdc_status kdc_trainer_load_weights(kdc_trainer *t, const char *path) {
+  if (!t || !path) return KDC_ERR(KDC_INVALID_INPUT, "load weights: no trainer or no path");
+  return kdc_rt_train_load_weights(t->rt, path);
+}
+
 /* ---- history ---------------------------------------------------------------- */
 
 int64_t kdc_history_epochs(const kdc_history *h) { return h ? h->epochs : 0; }

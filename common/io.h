@@ -185,6 +185,14 @@ const kdc_st_tensor *kdc_safetensors_get(const kdc_safetensors *st, size_t i);
 const kdc_st_tensor *kdc_safetensors_find(const kdc_safetensors *st, const char *name);
 /* A "__metadata__" value, or NULL. */
 const char *kdc_safetensors_metadata(const kdc_safetensors *st, const char *key);
+/* A kdc training checkpoint (`kdc run --fit --save-weights`: metadata
+ * "format": "kdc-train-state") holds the optimizer state next to the
+ * weights, named "<opt>/iteration" (an i32 scalar) and "<opt>/<slot>".
+ * Returns true and |opt|'s name in |out| (NUL-terminated, at most |n|
+ * bytes) when |st| is one with such an iteration tensor. */
+bool kdc_safetensors_checkpoint_optimizer(const kdc_safetensors *st, char *out, size_t n);
+/* Is |name| one of the optimizer tensors "<opt>/..." of |opt|? */
+bool kdc_safetensors_is_optimizer_tensor(const char *opt, const char *name);
 /* Copies |t| to |dst| (t->nbytes / dtype size floats), converting F64, F16
  * and BF16 to f32.  Integer tensors give KDC_INVALID_INPUT naming the file
  * and tensor. */
@@ -198,6 +206,11 @@ kdc_status kdc_safetensors_copy_f32(const kdc_safetensors *st,
  * Names must be unique and non-empty, and not "__metadata__". */
 kdc_status kdc_safetensors_write(const char *path, const kdc_st_tensor *tensors,
                                  size_t n, const char *const *metadata);
+/* The same bytes appended to |out| (a plan section: kdc compile's
+ * TRAIN_STATE); |name| names errors. */
+struct kdc_buf;
+kdc_status kdc_safetensors_encode(const char *name, const kdc_st_tensor *tensors, size_t n,
+                                  const char *const *metadata, struct kdc_buf *out);
 
 /* ------------------------------------------------------------------------
  * hash.c: xxHash64 (https://github.com/Cyan4973/xxHash, written from the
@@ -240,6 +253,8 @@ enum {
   KDC_PLAN_SECTION_PTX = 7,
   KDC_PLAN_SECTION_EXPLAIN = 8,  /* text: why each named value has its sharding */
   KDC_PLAN_SECTION_CUDA = 9,     /* CUDA launch table of the PTX kernels (docs/gpu.md) */
+  KDC_PLAN_SECTION_TRAIN_STATE = 10, /* safetensors image: initial optimizer state restored
+                                        from a checkpoint (`kdc compile --weights`) */
 };
 
 /* "metadata", "program", ... or "unknown" for other kinds. */

@@ -466,6 +466,25 @@ static kdc_status build_header(const char *path, const kdc_st_tensor *ts, size_t
   return NULL;
 }
 
+kdc_status kdc_safetensors_encode(const char *name, const kdc_st_tensor *tensors, size_t n,
+                                  const char *const *metadata, kdc_buf *out) {
+  kdc_buf b;
+  kdc_buf_init(&b);
+  kdc_status err = build_header(name, tensors, n, metadata, &b);
+  if (!err) {
+    kdc_buf_put_u64(out, b.size);
+    kdc_buf_put_bytes(out, b.data, b.size);
+  }
+  for (size_t i = 0; i < n && !err; i++) {
+    size_t nbytes;
+    int bad_dim;
+    kdc_io_shape_bytes(tensors[i].dtype, tensors[i].rank, tensors[i].dims, &nbytes, &bad_dim);
+    kdc_buf_put_bytes(out, tensors[i].data, nbytes);
+  }
+  kdc_buf_free(&b);
+  return err;
+}
+
 kdc_status kdc_safetensors_write(const char *path, const kdc_st_tensor *tensors, size_t n,
                                  const char *const *metadata) {
   kdc_buf b;
@@ -489,4 +508,25 @@ kdc_status kdc_safetensors_write(const char *path, const kdc_st_tensor *tensors,
     return err;
   }
   return kdc_atomic_file_commit(f);
+}
+
+bool kdc_safetensors_checkpoint_optimizer(const kdc_safetensors *st, char *out, size_t n) {
+  const char *fmt = kdc_safetensors_metadata(st, "format");
+  if (!fmt || strcmp(fmt, "kdc-train-state") != 0 || n == 0) return false;
+  for (size_t i = 0; i < kdc_safetensors_count(st); i++) {
+    const kdc_st_tensor *t = kdc_safetensors_get(st, i);
+    const char *slash = strchr(t->name, '/');
+    if (!slash || slash == t->name || strcmp(slash, "/iteration") != 0 || t->rank != 0 ||
+        t->dtype != KDC_IO_DTYPE_I32 || (size_t)(slash - t->name) >= n)
+      continue;
+    memcpy(out, t->name, (size_t)(slash - t->name));
+    out[slash - t->name] = 0;
+    return true;
+  }
+  return false;
+}
+
+bool kdc_safetensors_is_optimizer_tensor(const char *opt, const char *name) {
+  size_t k = strlen(opt);
+  return k && !strncmp(name, opt, k) && name[k] == '/';
 }

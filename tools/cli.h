@@ -2,12 +2,13 @@
  * tools/cli.h: the kdc command line's internal header.  tools/ is thin: it
  * parses flags, calls the libraries, and maps a kdc_status to an exit code
  * (0 ok, 2 bad input, 3 internal error).  Each subcommand lives in its own
- * file (cmd_compile.c, cmd_run.c, cmd_inspect.c).
+ * file (cmd_compile.c, cmd_run.c, cmd_fit.c, cmd_inspect.c, cmd_devices.c).
  */
 #ifndef KDC_TOOLS_CLI_H
 #define KDC_TOOLS_CLI_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "kdc/status.h"
@@ -33,6 +34,14 @@ int kdc_cmd_run(int argc, char **argv);
 /* `kdc run --fit` / `--evaluate` (cmd_fit.c); kdc_cmd_run dispatches. */
 int kdc_cmd_fit(int argc, char **argv);
 int kdc_cmd_inspect(int argc, char **argv);
+/* `kdc devices` (cmd_devices.c). */
+int kdc_cmd_devices(int argc, char **argv);
+/* cmd_run.c: the plan's predict over .npy |inputs| (global arrays, any
+ * number of rows, in batches of the compiled batch), writing |outputs|
+ * (process 0 only): `kdc run` and `kdc run --fit --predict X --output Y`. */
+struct kdc_plan;
+kdc_status cli_predict(struct kdc_plan *plan, const char *path, const char *const *inputs,
+                       size_t n_inputs, const char *const *outputs, size_t n_outputs);
 
 /* Prints "kdc: error: <message>" (one line) and returns the exit status for
  * |st|'s code; frees |st|. */

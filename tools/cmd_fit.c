@@ -5,6 +5,7 @@
  *   kdc run plan.bin --fit --x X.npy --y Y.npy --epochs E --batch-size B
  *       [--shuffle --seed S] [--validation-split F] [--history H.json]
  *       [--save-weights W.safetensors] [--initial-weights W.safetensors]
+ *       [--predict X2.npy --output P.npy]   (predictions after training)
  *   kdc run plan.bin --evaluate --x X.npy --y Y.npy [--initial-weights W]
  *
  * A model with several inputs takes one --x per input, in input order (as
@@ -35,7 +36,9 @@ typedef struct fit_opts {
   const char *plan, *history, *save, *initial;
   const char *x[32];          /* --x per model input, in input order */
   const char *y[32];          /* --y per trained output, in output order, or NAME=path */
-  size_t n_x, n_y;
+  const char *predict[32];    /* --predict per model input: predictions after training */
+  const char *output[32];     /* --output per model output, for --predict */
+  size_t n_x, n_y, n_predict, n_output;
   bool fit, evaluate, shuffle, quiet, epochs_given;
   int64_t epochs, batch;
   uint64_t seed;
@@ -63,6 +66,16 @@ static kdc_status parse(int argc, char **argv, fit_opts *o) {
       if (!st && o->n_x == sizeof o->x / sizeof o->x[0])
         st = KDC_ERR(KDC_INVALID_INPUT, "run: more than %zu --x", sizeof o->x / sizeof o->x[0]);
       if (!st) o->x[o->n_x++] = v;
+      continue;
+    }
+    bool out = false;
+    if (cli_flag_value(&a, "--predict", &v, &st) ||
+        (out = cli_flag_value(&a, "--output", &v, &st))) {
+      const char **list = out ? o->output : o->predict;
+      size_t *n = out ? &o->n_output : &o->n_predict;
+      if (!st && *n == 32)
+        st = KDC_ERR(KDC_INVALID_INPUT, "run: more than 32 %s", out ? "--output" : "--predict");
+      if (!st) list[(*n)++] = v;
       continue;
     }
     if (cli_flag_value(&a, "--history", &o->history, &st) ||
@@ -107,10 +120,13 @@ static kdc_status parse(int argc, char **argv, fit_opts *o) {
   if (!st && o->fit == o->evaluate)
     st = KDC_ERR(KDC_INVALID_INPUT, "run: give one of --fit and --evaluate");
   if (!st && (!o->n_x || !o->n_y)) st = KDC_ERR(KDC_INVALID_INPUT, "run: --fit/--evaluate need --x X.npy and --y Y.npy");
+  if (!st && (o->n_predict > 0) != (o->n_output > 0))
+    st = KDC_ERR(KDC_INVALID_INPUT, "run: --predict X.npy (per model input) and --output Y.npy "
+                 "(per model output) go together");
   if (!st && o->evaluate && (o->history || o->save || o->shuffle || o->validation_split > 0 ||
-                             o->epochs_given))
-    st = KDC_ERR(KDC_INVALID_INPUT, "run: --epochs, --history, --save-weights, --shuffle and "
-                 "--validation-split are --fit options");
+                             o->epochs_given || o->n_predict))
+    st = KDC_ERR(KDC_INVALID_INPUT, "run: --epochs, --history, --save-weights, --shuffle, "
+                 "--validation-split and --predict are --fit options");
   return st;
 }
 
@@ -282,6 +298,9 @@ static kdc_status fit(const fit_opts *o, fit_state *s) {
   if (o->n_x != n_in)
     return KDC_ERR(KDC_INVALID_INPUT, "%s: the model has %zu inputs but %zu --x were given (one per "
                    "input, in input order)", o->plan, n_in, o->n_x);
+  if (o->n_predict && o->n_predict != n_in)
+    return KDC_ERR(KDC_INVALID_INPUT, "%s: the model has %zu inputs but %zu --predict were given "
+                   "(one per input, in input order)", o->plan, n_in, o->n_predict);
   /* named --y must each name a label */
   for (size_t i = 0; i < o->n_y; i++) {
     const char *eq = strchr(o->y[i], '=');
@@ -336,6 +355,9 @@ static kdc_status fit(const fit_opts *o, fit_state *s) {
   if (!st && o->history && writes) st = write_history(o->history, s->h);
   /* every process takes part (its pieces go to process 0, which writes) */
   if (!st && o->save) st = kdc_trainer_save(s->train, o->save);
+  /* predict with the trained weights (the plan's weights point at them) */
+  if (!st && o->n_predict)
+    st = cli_predict(s->plan, o->plan, o->predict, o->n_predict, o->output, o->n_output);
   return st;
 }
 

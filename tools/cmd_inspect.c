@@ -14,7 +14,43 @@
 #include <string.h>
 
 #include "kdc/kdc.h"
+#include "runtime/place.h"
 #include "tools/cli.h"
+
+/* Where `kdc run` of this plan would place this process (runtime/place.h:
+ * the environment: KDC_*, an MPI launcher, Slurm), each value's source and
+ * the plan's devices it would run. */
+static kdc_status placement(int64_t nd) {
+  kdc_rt_place pl;
+  KDC_RETURN_IF_ERROR(kdc_rt_place_resolve(NULL, &pl));
+  printf("\nplacement (kdc run here, from the environment):\n");
+  kdc_rt_place_print(&pl, stdout);
+  if (pl.n > 0 && nd % pl.n == 0 && pl.id < pl.n)
+    printf("  mesh devices      %lld..%lld of %lld\n", (long long)(nd / pl.n * pl.id),
+           (long long)(nd / pl.n * (pl.id + 1) - 1), (long long)nd);
+  else
+    printf("  mesh devices      - (%lld devices cannot be split evenly over %d processes)\n",
+           (long long)nd, pl.n);
+  return NULL;
+}
+
+/* The plan's description (read and checked, no code compiled), then the
+ * placement. */
+static int describe_plan(const char *file) {
+  kdc_run_options ro;
+  kdc_run_options_init(&ro);
+  ro.describe_only = 1;
+  kdc_plan *p = NULL;
+  char *text = NULL;
+  kdc_status st = kdc_plan_load(file, &ro, &p);
+  if (!st) st = kdc_plan_describe(p, KDC_DESCRIBE_PLAN, NULL, &text);
+  if (text) fputs(text, stdout);
+  kdc_free(text);
+  int64_t nd = kdc_plan_device_count(p);
+  kdc_plan_free(p);
+  if (!st) st = placement(nd);
+  return st ? cli_fail(st) : 0;
+}
 
 int kdc_cmd_inspect(int argc, char **argv) {
   cli_args a = {argc, argv, 0};
@@ -42,6 +78,7 @@ int kdc_cmd_inspect(int argc, char **argv) {
                      : collectives ? "collectives" : NULL;
   if (flag && !plan) return cli_fail(KDC_ERR(KDC_INVALID_INPUT, "%s: --%s needs a plan", file, flag));
   char *text = NULL;
+  if (plan && !flag) return describe_plan(file);
   if (!plan) st = kdc_model_summary(file, NULL, 0, &text);
   else if (ptx) st = kdc_plan_file_describe(file, KDC_DESCRIBE_PTX, NULL, &text);
   else if (explain_name) st = kdc_plan_file_describe(file, KDC_DESCRIBE_EXPLAIN, explain_name, &text);

@@ -26,6 +26,7 @@ typedef struct run_opts {
   const char *inputs[MAX_IO], *outputs[MAX_IO];
   int n_inputs, n_outputs;
   bool print;
+  const char *initial;        /* --initial-weights W: a checkpoint's weights (training plan) */
   kdc_run_options ro;         /* --threads, --collective-timeout, --cache-dir, placement */
 } run_opts;
 
@@ -45,7 +46,8 @@ static kdc_status parse(int argc, char **argv, run_opts *o) {
       if (st) break;
       if (o->n_outputs == MAX_IO) st = KDC_ERR(KDC_INVALID_INPUT, "run: more than %d --output", MAX_IO);
       else o->outputs[o->n_outputs++] = v;
-    } else if (cli_flag_value(&a, "--cache-dir", &o->ro.cache_dir, &st)) {
+    } else if (cli_flag_value(&a, "--cache-dir", &o->ro.cache_dir, &st) ||
+               cli_flag_value(&a, "--initial-weights", &o->initial, &st)) {
     } else if (cli_flag_value(&a, "--threads", &v, &st)) {
       if (!st) st = cli_parse_i64("--threads", v, 1, 4096, &x);
       if (!st) o->ro.threads = (int)x;
@@ -98,38 +100,38 @@ static void print_array(const char *name, kdc_io_dtype dt, int rank, const int64
 }
 
 typedef struct run_state {
-  kdc_plan *plan;
   size_t n_in, n_out;
   kdc_npy_array in[MAX_IO];
   kdc_array ain[MAX_IO], aout[MAX_IO];
 } run_state;
 
-static kdc_status run(const run_opts *o, run_state *s) {
-  KDC_RETURN_IF_ERROR(kdc_plan_load(o->plan, &o->ro, &s->plan));
-  s->n_in = kdc_plan_input_count(s->plan);
-  s->n_out = kdc_plan_output_count(s->plan);
+static kdc_status predict(kdc_plan *plan, const char *path, const char *const *inputs,
+                          size_t n_inputs, const char *const *outputs, size_t n_outputs,
+                          bool print, run_state *s) {
+  s->n_in = kdc_plan_input_count(plan);
+  s->n_out = kdc_plan_output_count(plan);
   if (s->n_in > MAX_IO || s->n_out > MAX_IO)
-    return KDC_ERR(KDC_UNSUPPORTED, "%s: more than %d inputs or outputs", o->plan, MAX_IO);
-  if ((size_t)o->n_inputs != s->n_in)
-    return KDC_ERR(KDC_INVALID_INPUT, "%s: the plan takes %zu input(s), %d --input given", o->plan,
-                   s->n_in, o->n_inputs);
-  if (o->n_outputs && (size_t)o->n_outputs != s->n_out)
-    return KDC_ERR(KDC_INVALID_INPUT, "%s: the plan has %zu output(s), %d --output given", o->plan,
-                   s->n_out, o->n_outputs);
+    return KDC_ERR(KDC_UNSUPPORTED, "%s: more than %d inputs or outputs", path, MAX_IO);
+  if (n_inputs != s->n_in)
+    return KDC_ERR(KDC_INVALID_INPUT, "%s: the plan takes %zu input(s), %zu given", path,
+                   s->n_in, n_inputs);
+  if (n_outputs && n_outputs != s->n_out)
+    return KDC_ERR(KDC_INVALID_INPUT, "%s: the plan has %zu output(s), %zu --output given", path,
+                   s->n_out, n_outputs);
   int64_t rows = 0;
   for (size_t i = 0; i < s->n_in; i++) {
-    KDC_RETURN_IF_ERROR(kdc_npy_read(o->inputs[i], &s->in[i]));
+    KDC_RETURN_IF_ERROR(kdc_npy_read(inputs[i], &s->in[i]));
     kdc_array *a = &s->ain[i];
     a->data = s->in[i].data, a->dtype = (int)s->in[i].dtype, a->rank = s->in[i].rank;
     memcpy(a->dims, s->in[i].dims, sizeof a->dims);
-    a->name = o->inputs[i];
+    a->name = inputs[i];
     if (i == 0) rows = a->rank ? a->dims[0] : 0;
   }
   /* outputs: [rows, ...] of each output's dtype; one that does not fit in
    * memory is an error naming the plan and the output (exit 3) */
   for (size_t k = 0; k < s->n_out; k++) {
     kdc_tensor_info t;
-    KDC_RETURN_IF_ERROR(kdc_plan_output(s->plan, k, &t));
+    KDC_RETURN_IF_ERROR(kdc_plan_output(plan, k, &t));
     kdc_array *a = &s->aout[k];
     a->dtype = t.dtype, a->rank = t.rank;
     memcpy(a->dims, t.dims, sizeof a->dims);
@@ -139,20 +141,51 @@ static kdc_status run(const run_opts *o, run_state *s) {
       a->dims[0] = rows;
     a->data = all < SIZE_MAX ? calloc(1, (size_t)all + 1) : NULL;
     if (!a->data)
-      return KDC_ERR(KDC_OUT_OF_MEMORY, "%s: output \"%s\": cannot allocate %llu bytes", o->plan,
+      return KDC_ERR(KDC_OUT_OF_MEMORY, "%s: output \"%s\": cannot allocate %llu bytes", path,
                      t.name, (unsigned long long)all);
   }
-  KDC_RETURN_IF_ERROR(kdc_plan_predict(s->plan, s->ain, s->n_in, s->aout, s->n_out));
+  KDC_RETURN_IF_ERROR(kdc_plan_predict(plan, s->ain, s->n_in, s->aout, s->n_out));
   for (size_t k = 0; k < s->n_out; k++) {
     kdc_tensor_info t;
-    KDC_RETURN_IF_ERROR(kdc_plan_output(s->plan, k, &t));
+    KDC_RETURN_IF_ERROR(kdc_plan_output(plan, k, &t));
     const kdc_array *a = &s->aout[k];
-    if (kdc_plan_process_id(s->plan) != 0) break;  /* processes: process 0 writes */
-    if (o->print) print_array(t.name, (kdc_io_dtype)t.dtype, t.rank, a->dims, a->data);
-    if (o->n_outputs)
-      KDC_RETURN_IF_ERROR(kdc_npy_write(o->outputs[k], (kdc_io_dtype)t.dtype, t.rank, a->dims, a->data));
+    if (kdc_plan_process_id(plan) != 0) break;  /* processes: process 0 writes */
+    if (print) print_array(t.name, (kdc_io_dtype)t.dtype, t.rank, a->dims, a->data);
+    if (n_outputs)
+      KDC_RETURN_IF_ERROR(kdc_npy_write(outputs[k], (kdc_io_dtype)t.dtype, t.rank, a->dims,
+                                        a->data));
   }
   return NULL;
+}
+
+static void run_state_free(run_state *s) {
+  for (int i = 0; i < MAX_IO; i++) {
+    kdc_npy_free(&s->in[i]);
+    free(s->aout[i].data);
+  }
+}
+
+kdc_status cli_predict(kdc_plan *plan, const char *path, const char *const *inputs,
+                       size_t n_inputs, const char *const *outputs, size_t n_outputs) {
+  run_state s;
+  memset(&s, 0, sizeof s);
+  kdc_status st = predict(plan, path, inputs, n_inputs, outputs, n_outputs, false, &s);
+  run_state_free(&s);
+  return st;
+}
+
+static kdc_status run(const run_opts *o, run_state *s, kdc_plan **plan, kdc_trainer **train) {
+  KDC_RETURN_IF_ERROR(kdc_plan_load(o->plan, &o->ro, plan));
+  if (o->initial) {  /* the checkpoint's weights replace the plan's (state.c re-points them) */
+    if (!kdc_plan_has_training(*plan))
+      return KDC_ERR(KDC_INVALID_INPUT, "%s: --initial-weights needs a training plan (compiled "
+                     "with --loss or a compile_config); for this plan, compile the model with "
+                     "--weights %s", o->plan, o->initial);
+    KDC_RETURN_IF_ERROR(kdc_trainer_create(*plan, train));
+    KDC_RETURN_IF_ERROR(kdc_trainer_load_weights(*train, o->initial));
+  }
+  return predict(*plan, o->plan, o->inputs, (size_t)o->n_inputs, o->outputs,
+                 (size_t)o->n_outputs, o->print, s);
 }
 
 int kdc_cmd_run(int argc, char **argv) {
@@ -160,14 +193,14 @@ int kdc_cmd_run(int argc, char **argv) {
     if (!strcmp(argv[i], "--fit") || !strcmp(argv[i], "--evaluate")) return kdc_cmd_fit(argc, argv);
   run_opts o;
   run_state s;
+  kdc_plan *plan = NULL;
+  kdc_trainer *train = NULL;
   memset(&s, 0, sizeof s);
   kdc_status st = parse(argc, argv, &o);
-  if (!st) st = run(&o, &s);
-  for (int i = 0; i < MAX_IO; i++) {
-    kdc_npy_free(&s.in[i]);
-    free(s.aout[i].data);
-  }
-  kdc_plan_free(s.plan);
+  if (!st) st = run(&o, &s, &plan, &train);
+  run_state_free(&s);
+  kdc_trainer_free(train);
+  kdc_plan_free(plan);
   int rc = st ? cli_fail(st) : 0;
   kdc_job_finish(rc);
   return rc;

@@ -6,7 +6,7 @@
 #include "kdc/kdc.h"
 #include "tools/cli.h"
 
-/* --coordinator, --num-processes, --process-id into |ro|. */
+/* --coordinator, --num-processes, --process-id, --local-device-ids into |ro|. */
 bool run_place_flag(cli_args *a, kdc_run_options *ro, kdc_status *st);
 
 #endif

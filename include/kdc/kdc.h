@@ -133,6 +133,9 @@ typedef struct kdc_run_options {
    * KDC_PROCESS_ID or the MPI launcher, else one process */
   const char *coordinator;
   int num_processes, process_id;
+  /* a CUDA plan: the GPU ordinals of this process's devices, "0,1" (NULL:
+   * KDC_LOCAL_DEVICE_IDS, Slurm's, else docs/gpu.md's rule) */
+  const char *local_device_ids;
 } kdc_run_options;
 
 KDC_API void kdc_compile_options_init(kdc_compile_options *o);
@@ -283,6 +286,9 @@ KDC_API kdc_status kdc_trainer_set(kdc_trainer *t, const char *name, const kdc_a
 /* Every state tensor to / from one .safetensors file (any mesh reads it). */
 KDC_API kdc_status kdc_trainer_save(kdc_trainer *t, const char *path);
 KDC_API kdc_status kdc_trainer_load(kdc_trainer *t, const char *path);
+/* Only the weights of a checkpoint (optimizer tensors ignored): predict
+ * with a checkpoint's weights. */
+KDC_API kdc_status kdc_trainer_load_weights(kdc_trainer *t, const char *path);
 
 /* Several processes: ends this process's part in the job (a bounded
  * barrier; a nonzero |exit_code| ends the job).  A no-op for one process. */

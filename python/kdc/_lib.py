@@ -44,7 +44,8 @@ class RunOptions(C.Structure):
     _fields_ = [("struct_size", C.c_size_t), ("threads", C.c_int),
                 ("collective_timeout_s", C.c_double), ("cache_dir", C.c_char_p),
                 ("describe_only", C.c_int), ("cpu_only", C.c_int), ("coordinator", C.c_char_p),
-                ("num_processes", C.c_int), ("process_id", C.c_int)]
+                ("num_processes", C.c_int), ("process_id", C.c_int),
+                ("local_device_ids", C.c_char_p)]
 
 
 class FitProgress(C.Structure):
@@ -112,6 +113,7 @@ _SIGS = {
     "kdc_trainer_set": (_P, [_P, C.c_char_p, C.POINTER(Array)]),
     "kdc_trainer_save": (_P, [_P, C.c_char_p]),
     "kdc_trainer_load": (_P, [_P, C.c_char_p]),
+    "kdc_trainer_load_weights": (_P, [_P, C.c_char_p]),
     "kdc_history_epochs": (C.c_int64, [_P]),
     "kdc_history_steps": (C.c_int64, [_P]),
     "kdc_history_key_count": (C.c_size_t, [_P]),

@@ -456,6 +456,13 @@ class Plan:
         _check(lib.kdc_trainer_save(self._train(), _b(filepath)))
 
     def load_weights(self, filepath):
+        """The weights of a .safetensors checkpoint (save_weights, `kdc run
+        --fit --save-weights`, any mesh), as Keras' load_weights: the
+        optimizer state stays; load_checkpoint restores it too."""
+        _check(lib.kdc_trainer_load_weights(self._train(), _b(filepath)))
+
+    def load_checkpoint(self, filepath):
+        """Every state tensor of a checkpoint: weights and optimizer state."""
         _check(lib.kdc_trainer_load(self._train(), _b(filepath)))
 
     def save(self, filepath):
