@@ -43,13 +43,13 @@ kdc_status kdc_api_plan_open(const char *path, const kdc_run_options *o, kdc_pla
 /* The rt options of |o| (NULL: defaults). */
 void kdc_api_rt_options(const kdc_run_options *o, kdc_rt_options *ro);
 
-/* convert.c: |a| checked against |t| (same dims after the first, rows >= 0)
- * into |*out|: |a->data| itself when the dtype matches, else a converted
- * copy in *|owned| (free it).  |what| names the array in messages.
- * |labels|: the conversions of `kdc run --fit` (integral floats to class
- * ids), else those of model inputs. */
+/* convert.c: |a| checked against |t| (same dims after the first; for
+ * |labels|, the same values per row) into |*out|: |a->data| itself when the
+ * dtype matches, else a converted copy in *|owned| (free it).  |what| names
+ * the array in messages.  |classes| > 0: |t| holds class ids, each checked
+ * to be an exact integer in [0, classes). */
 kdc_status kdc_api_convert(const char *what, const kdc_rt_tensor_info *t, const kdc_array *a,
-                           bool labels, const void **out, void **owned);
+                           bool labels, int64_t classes, const void **out, void **owned);
 /* |a|'s name in messages: its own, else "<kind> <i> ("<plan_name>")". */
 void kdc_api_array_name(const kdc_array *a, const char *kind, size_t i, const char *plan_name,
                         char *buf, size_t n);

@@ -7,6 +7,7 @@
  */
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "api/api.h"
 #include "common/io.h"
@@ -14,10 +15,17 @@
 
 int kdc_is_plan_file(const char *path) {
   char magic[8] = {0};
-  FILE *f = path ? fopen(path, "rb") : NULL;
-  if (!f) return 0;
-  size_t n = fread(magic, 1, sizeof magic, f);
-  fclose(f);
+  int fd;
+  uint64_t size;
+  if (!path) return 0;
+  kdc_status st = kdc_file_open_input(path, &fd, &size);  /* never blocks on a FIFO */
+  if (st) {
+    kdc_status_free(st);  /* the model reader reports it */
+    return 0;
+  }
+  ssize_t got = read(fd, magic, sizeof magic);
+  close(fd);
+  size_t n = got > 0 ? (size_t)got : 0;
   /* a plan cut inside its magic is still a (truncated) plan, not bad JSON */
   return n > 0 && memcmp(magic, "KDCPLAN", n < 7 ? n : 7) == 0;
 }

@@ -220,7 +220,7 @@ static kdc_status predict(kdc_plan *p, const kdc_array *inputs, size_t n_in, kdc
     const kdc_rt_tensor_info *t = kdc_rt_plan_input(rt, 0, i);
     char what[200], first[200];
     kdc_api_array_name(&inputs[i], "input", i, t->name, what, sizeof what);
-    KDC_RETURN_IF_ERROR(kdc_api_convert(what, t, &inputs[i], false, &s->in[i], &s->owned[i]));
+    KDC_RETURN_IF_ERROR(kdc_api_convert(what, t, &inputs[i], false, 0, &s->in[i], &s->owned[i]));
     kdc_api_array_name(&inputs[0], "input", 0, kdc_rt_plan_input(rt, 0, 0)->name, first,
                        sizeof first);
     if (rows >= 0 && inputs[i].dims[0] != rows)

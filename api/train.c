@@ -111,6 +111,20 @@ static void data_free(data_set *d) {
   for (size_t i = 0; i < MAX_DATA; i++) free(d->owned[i]);
 }
 
+/* The number of classes of label |t| when it holds class ids (a sparse
+ * crossentropy: int32 labels of the predicted output's shape without its
+ * last dim, kdc_loss_label_type), else 0. */
+static int64_t label_classes(const kdc_trainer *tr, const kdc_rt_tensor_info *t) {
+  const kdc_rt_plan *plan = tr->plan->rt;
+  int predict = kdc_rt_plan_find_func(plan, "predict");
+  if (t->dtype != KDC_IO_DTYPE_I32 || predict < 0) return 0;
+  for (size_t o = 0; o < kdc_rt_plan_output_count(plan, (size_t)predict); o++) {
+    const kdc_rt_tensor_info *p = kdc_rt_plan_output(plan, (size_t)predict, o);
+    if (!strcmp(p->name, t->name) && p->rank == t->rank + 1) return p->dims[p->rank - 1];
+  }
+  return 0;
+}
+
 static kdc_status data_get(const kdc_trainer *t, const kdc_array *a, size_t n, data_set *d) {
   const char *name = t->plan->path ? t->plan->path : "plan";
   memset(d, 0, sizeof *d);
@@ -125,7 +139,9 @@ static kdc_status data_get(const kdc_trainer *t, const kdc_array *a, size_t n, d
     kdc_api_array_name(&a[k], label ? "label" : "input", label ? k - t->n_inputs : k,
                        t->data[k]->name, what, sizeof what);
     if (k == 0) snprintf(first, sizeof first, "%s", what);
-    KDC_RETURN_IF_ERROR(kdc_api_convert(what, t->data[k], &a[k], label, &d->ptr[k], &d->owned[k]));
+    int64_t classes = label ? label_classes(t, t->data[k]) : 0;
+    KDC_RETURN_IF_ERROR(kdc_api_convert(what, t->data[k], &a[k], label, classes, &d->ptr[k],
+                                        &d->owned[k]));
     if (a[k].dims[0] != a[0].dims[0])
       return KDC_ERR(KDC_INVALID_INPUT, "%s has %" PRId64 " rows but %s has %" PRId64, first,
                      a[0].dims[0], what, a[k].dims[0]);

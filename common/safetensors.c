@@ -210,7 +210,11 @@ static int by_offset_cmp(const void *a, const void *b, void *ctx) {
   return x->data < y->data ? -1 : x->data > y->data;
 }
 
-static kdc_status check_overlaps(kdc_safetensors *st, size_t *order) {
+/* Tensors may not overlap, and the data buffer ends where the last tensor
+ * ends (as the Rust crate's validation: trailing bytes are refused). */
+static kdc_status check_overlaps(kdc_safetensors *st, size_t *order, size_t data_at,
+                                 size_t data_size) {
+  size_t end = 0;
   for (size_t i = 0; i < st->n; i++) order[i] = i;
   qsort_r(order, st->n, sizeof *order, by_offset_cmp, st->tensors);
   const kdc_st_tensor *prev = NULL;
@@ -225,6 +229,13 @@ static kdc_status check_overlaps(kdc_safetensors *st, size_t *order) {
                      (size_t)(uintptr_t)prev->data + prev->nbytes);
     prev = t;
   }
+  for (size_t i = 0; i < st->n; i++)
+    if ((size_t)(uintptr_t)st->tensors[i].data + st->tensors[i].nbytes > end)
+      end = (size_t)(uintptr_t)st->tensors[i].data + st->tensors[i].nbytes;
+  if (data_size > end)
+    return KDC_ERR(KDC_INVALID_INPUT, "%s: byte %zu: %zu bytes after the last tensor's data "
+                   "(the data must end with the last tensor)", st->name, data_at + end,
+                   data_size - end);
   return NULL;
 }
 
@@ -242,6 +253,7 @@ static kdc_status parse_json(kdc_safetensors *st, const char *text, size_t n,
                    st->name, 8 + start);
   if (n - ws > INT32_MAX)
     return KDC_ERR(KDC_INVALID_INPUT, "%s: header too large", st->name);
+  KDC_RETURN_IF_ERROR(kdc_json_text_check(st->name, text, n - ws, 8));  /* \u0000 in names */
   struct json_tokener *tok = json_tokener_new();
   json_tokener_set_flags(tok, JSON_TOKENER_STRICT | JSON_TOKENER_ALLOW_TRAILING_CHARS);
   json_object *root = json_tokener_parse_ex(tok, text, (int)(n - ws));
@@ -303,7 +315,7 @@ static kdc_status parse(kdc_safetensors *st) {
   json_object_put(root);
   if (err) return err;
   st->by_name = kdc_xcalloc(st->n + 1, sizeof *st->by_name);
-  KDC_RETURN_IF_ERROR(check_overlaps(st, st->by_name));
+  KDC_RETURN_IF_ERROR(check_overlaps(st, st->by_name, 8 + (size_t)n, data_size));
   for (size_t i = 0; i < st->n; i++)
     st->tensors[i].data = base + (uintptr_t)st->tensors[i].data;
   for (size_t i = 0; i < st->n; i++) st->by_name[i] = i;

@@ -24,6 +24,8 @@ typedef struct cli_args {
  * A flag without a value is a usage error (status). */
 bool cli_flag_value(cli_args *a, const char *flag, const char **out, kdc_status *st);
 bool cli_flag(cli_args *a, const char *flag);
+/* Plain decimal numbers only: no spaces, '+', hex, inf or nan; errors name
+ * |flag|. */
 kdc_status cli_parse_i64(const char *flag, const char *s, int64_t lo, int64_t hi, int64_t *out);
 kdc_status cli_parse_u64(const char *flag, const char *s, uint64_t *out);
 kdc_status cli_parse_double(const char *flag, const char *s, double *out);
@@ -42,6 +44,11 @@ int kdc_cmd_devices(int argc, char **argv);
 struct kdc_plan;
 kdc_status cli_predict(struct kdc_plan *plan, const char *path, const char *const *inputs,
                        size_t n_inputs, const char *const *outputs, size_t n_outputs);
+
+/* Ends the command's output set (common/io.h kdc_outputs_begin): its files
+ * are renamed into place when |st| is NULL, removed otherwise; returns |st|
+ * or the rename's error. */
+kdc_status cli_outputs_end(kdc_status st);
 
 /* Prints "kdc: error: <message>" (one line) and returns the exit status for
  * |st|'s code; frees |st|. */

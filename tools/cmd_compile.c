@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/io.h"
 #include "kdc/kdc.h"
 #include "tools/cli.h"
 
@@ -76,8 +77,16 @@ int kdc_cmd_compile(int argc, char **argv) {
   memset(&f, 0, sizeof f);
   kdc_compile_options_init(&f.co);
   kdc_status st = parse(argc, argv, &f);
+  if (!st) {
+    /* the plan appears only if everything succeeded (and never over an input) */
+    kdc_file_arg out[] = {{"-o", f.out}};
+    kdc_file_arg in[] = {{"the model", f.co.model_path}, {"--weights", f.co.weights_path},
+                         {"--layout", f.co.layout_path}};
+    st = kdc_outputs_begin(out, 1, in, 3);
+  }
   char *warnings = NULL;
   if (!st) st = kdc_compile_file(&f.co, f.out, &warnings);
+  st = cli_outputs_end(st);
   if (warnings) fputs(warnings, stderr);
   kdc_free(warnings);
   return st ? cli_fail(st) : 0;

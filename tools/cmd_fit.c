@@ -366,7 +366,27 @@ int kdc_cmd_fit(int argc, char **argv) {
   fit_state s;
   memset(&s, 0, sizeof s);
   kdc_status st = parse(argc, argv, &o);
+  if (!st) {
+    /* --history, --save-weights and --output appear together or not at
+     * all, never over an input; --initial-weights may be --save-weights (a
+     * checkpoint resumed in place: it is read before the new one is
+     * written) */
+    kdc_file_arg out[2 + 32] = {{"--history", o.history}, {"--save-weights", o.save}};
+    for (size_t k = 0; k < o.n_output; k++) out[2 + k] = (kdc_file_arg){"--output", o.output[k]};
+    kdc_file_arg in[2 + 3 * 32] = {{"the plan", o.plan}};
+    size_t n_in = 1;
+    for (size_t k = 0; k < o.n_predict; k++) in[n_in++] = (kdc_file_arg){"--predict", o.predict[k]};
+    if (o.initial && (!o.save || strcmp(o.initial, o.save)))
+      in[n_in++] = (kdc_file_arg){"--initial-weights", o.initial};
+    for (size_t k = 0; k < o.n_x; k++) in[n_in++] = (kdc_file_arg){"--x", o.x[k]};
+    for (size_t k = 0; k < o.n_y; k++) {
+      const char *eq = strchr(o.y[k], '=');
+      in[n_in++] = (kdc_file_arg){"--y", eq ? eq + 1 : o.y[k]};
+    }
+    st = kdc_outputs_begin(out, 2 + o.n_output, in, n_in);
+  }
   if (!st) st = fit(&o, &s);
+  st = cli_outputs_end(st);
   kdc_history_free(s.h);
   kdc_trainer_free(s.train);
   for (size_t k = 0; k < s.n_a; k++) kdc_npy_free(&s.a[k]);

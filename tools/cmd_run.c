@@ -197,7 +197,15 @@ int kdc_cmd_run(int argc, char **argv) {
   kdc_trainer *train = NULL;
   memset(&s, 0, sizeof s);
   kdc_status st = parse(argc, argv, &o);
+  if (!st) {
+    /* every output appears, or none (and never over an input) */
+    kdc_file_arg out[MAX_IO], in[MAX_IO + 2] = {{"the plan", o.plan}, {"--initial-weights", o.initial}};
+    for (int i = 0; i < o.n_outputs; i++) out[i] = (kdc_file_arg){"--output", o.outputs[i]};
+    for (int i = 0; i < o.n_inputs; i++) in[i + 2] = (kdc_file_arg){"--input", o.inputs[i]};
+    st = kdc_outputs_begin(out, (size_t)o.n_outputs, in, (size_t)o.n_inputs + 2);
+  }
   if (!st) st = run(&o, &s, &plan, &train);
+  st = cli_outputs_end(st);
   run_state_free(&s);
   kdc_trainer_free(train);
   kdc_plan_free(plan);
