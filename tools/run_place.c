@@ -1,118 +1,50 @@
 /*
- * tools/run_place.c: the process-placement and target flags of `kdc run`
- * (docs/processes.md, docs/gpu.md), kept out of cmd_run.c.
+ * tools/run_place.c: the process-placement flags of `kdc run`
+ * (docs/processes.md):
  *
  *   --coordinator HOST:PORT  --num-processes N  --process-id I  [--job-token-file F]
+ *
  * or KDC_COORDINATOR_ADDRESS / KDC_NUM_PROCESSES / KDC_PROCESS_ID, or the
  * MPI launcher's own variables under mpirun, or Slurm's under srun
- * (runtime/place.h); --local-device-ids 0,1 (KDC_LOCAL_DEVICE_IDS) picks
- * the GPUs of a CUDA plan.  With several processes each
- * runs its share of the mesh's devices, collectives go through MPI (under
- * mpirun) or TCP (a rendezvous at the coordinator), only process 0 writes
- * outputs, and a failure ends the whole job.
+ * (runtime/place.h, through api/place.c); --local-device-ids 0,1
+ * (KDC_LOCAL_DEVICE_IDS) picks the GPUs of a CUDA plan.
+ * With several processes each runs its share of the mesh's devices,
+ * collectives go through MPI (under mpirun) or TCP (a rendezvous at the
+ * coordinator), only process 0 writes outputs, and a failure ends the
+ * whole job (kdc_job_finish).
  */
-#include <stdlib.h>
-#include <string.h>
-#include <unistd.h>
+#include <stdio.h>
 
-#include "common/io.h"
-#include "kdc/arena.h"
-#include "runtime/comm.h"
-#include "runtime/place.h"
-#include "runtime/program.h"
-#include "runtime/procs.h"
 #include "tools/run_place.h"
 
-bool run_place_flag(cli_args *a, run_place *pl, kdc_status *st) {
+bool run_place_flag(cli_args *a, kdc_run_options *ro, kdc_status *st) {
   const char *v;
   int64_t x;
-  if (cli_flag_value(a, "--coordinator", &pl->coordinator, st) ||
-      cli_flag_value(a, "--local-device-ids", &pl->local_device_ids, st) ||
-      cli_flag_value(a, "--job-token-file", &pl->token_file, st))
+  if (cli_flag_value(a, "--coordinator", &ro->coordinator, st) ||
+      cli_flag_value(a, "--local-device-ids", &ro->local_device_ids, st) ||
+      cli_flag_value(a, "--job-token-file", &ro->job_token_file, st))
     return true;
   if (cli_flag_value(a, "--num-processes", &v, st)) {
     if (!*st) *st = cli_parse_i64("--num-processes", v, 1, 1 << 20, &x);
-    if (!*st) pl->n = (int)x;
+    if (!*st) ro->num_processes = (int)x;
     return true;
   }
   if (cli_flag_value(a, "--process-id", &v, st)) {
     if (!*st) *st = cli_parse_i64("--process-id", v, 0, 1 << 20, &x);
-    if (!*st) pl->id = (int)x;
+    if (!*st) ro->process_id = (int)x;
     return true;
   }
   return false;
 }
 
-void run_place_init_opts(run_place *pl) {
-  memset(pl, 0, sizeof *pl);
-  pl->n = -1;
-  pl->id = -1;
-}
-
-/* The job is process-wide (MPI is): resolved once by run_place_start. */
-static kdc_rt_procs procs = {1, 0, 1, false, NULL};
-static kdc_rt_place place;
-static double timeout_s;
-
-kdc_status run_place_start(const run_place *pl, const char *plan, kdc_rt_options *ro) {
-  kdc_plan_file *pf = NULL;
-  KDC_RETURN_IF_ERROR(kdc_plan_file_open(plan, &pf));
-  const void *data;
-  size_t size;
-  bool cuda = kdc_plan_file_find(pf, KDC_PLAN_SECTION_CUDA, &data, &size);
-  uint64_t key = kdc_plan_file_checksum(pf);  /* every process must run this plan */
-  /* the mesh's device count: a process count that cannot share it is
-   * refused before anyone waits at the rendezvous */
-  kdc_reader r;
-  kdc_program prog;
-  memset(&prog, 0, sizeof prog);
-  kdc_arena *arena = kdc_arena_create();
-  kdc_status st = kdc_plan_file_reader(pf, KDC_PLAN_SECTION_PROGRAM, &r);
+int run_place_end(kdc_status st) {
   if (!st) {
-    r.section = "program";
-    st = kdc_prog_decode_mesh(&r, arena, &prog);
+    kdc_job_finish(0);
+    return 0;
   }
-  int64_t n_devices = prog.mesh.n_devices;
-  kdc_arena_destroy(arena);
-  kdc_plan_file_close(pf);
-  KDC_RETURN_IF_ERROR(st);
-  if (cuda) KDC_RETURN_IF_ERROR(kdc_rt_cuda_available(plan));
-  kdc_rt_place_flags fl = {pl->coordinator, pl->n, pl->id, pl->local_device_ids};
-  KDC_RETURN_IF_ERROR(kdc_rt_place_resolve(&fl, &place));
-  if (place.n_local_devices && !place.local_devices_default) {  /* explicit GPUs */
-    ro->local_device_ids = place.local_devices;
-    ro->n_local_device_ids = place.n_local_devices;
-    ro->local_device_ids_from = place.devices_from;
-  }
-  if (n_devices > 0 && place.n > 1 && n_devices % place.n)
-    return KDC_ERR(KDC_INVALID_INPUT, "%s: %d processes (from %s) cannot share the plan's %lld "
-                   "devices evenly: the process count must divide the device count", plan,
-                   place.n, place.n_from, (long long)n_devices);
-  kdc_rt_procs pr;
-  timeout_s = ro->collective_timeout_s;
-  kdc_rt_job job = {*place.coordinator ? place.coordinator : NULL, place.n, place.id, key,
-                    timeout_s, pl->token_file};
-  st = kdc_rt_procs_init_job(&job, &pr);
-  procs = pr;
-  if (st) return st;
-  ro->n_processes = pr.n;
-  ro->process_id = pr.id;
-  ro->net = pr.net;
-  if (pr.n > 1 && ro->n_threads <= 0) {  /* share the cores of this host */
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    int t = cores > 0 ? (int)(cores / (place.local_n > 0 ? place.local_n : 1)) : 1;
-    ro->n_threads = t > 0 ? t : 1;
-  }
-  return NULL;
-}
-
-bool run_place_writes(void) { return procs.id == 0; }
-
-static char why[RT_NET_WHY];  /* this process's error, for its peers */
-
-int run_place_fail(kdc_status st) {
+  char why[480];  /* the other processes of the job report it (runtime/comm.h RT_NET_WHY) */
   snprintf(why, sizeof why, "%s", kdc_status_message(st));
-  return cli_fail(st);
+  int rc = cli_fail(st);
+  kdc_job_fail(rc, why);
+  return rc;
 }
-
-void run_place_finish(int exit_code) { kdc_rt_procs_finish(&procs, exit_code, why, timeout_s); }
