@@ -31,10 +31,37 @@ static bool is_model_class(const char *c) {
   return !strcmp(c, "Functional") || !strcmp(c, "Model") || !strcmp(c, "Sequential");
 }
 
-static int find_layer(const kdc_keras_model *m, const char *name) {
-  for (int i = 0; i < m->n_layers; i++)
-    if (m->layers[i].name && !strcmp(m->layers[i].name, name)) return i;
-  return -1;
+static size_t name_hash(const char *s) {  /* FNV-1a */
+  uint64_t h = 1469598103934665603ull;
+  for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+  return (size_t)h;
+}
+
+/* The slot of |name| in m->name_slots: its entry or the empty one to fill. */
+static size_t name_slot(const kdc_keras_model *m, const char *name) {
+  size_t mask = m->name_cap - 1, i = name_hash(name) & mask;
+  while (m->name_slots[i] && strcmp(m->layers[m->name_slots[i] - 1].name, name)) i = (i + 1) & mask;
+  return i;
+}
+
+/* Index of the layer named |name|, or -1; layers added since the last call
+ * are indexed first (the first of equal names wins, as a linear search). */
+static int find_layer(kdc_keras_model *m, const char *name) {
+  if ((size_t)m->n_layers * 2 >= m->name_cap || m->n_named > m->n_layers) {  /* (re)build */
+    size_t cap = 64;
+    while (cap <= (size_t)m->n_layers * 2) cap *= 2;
+    m->name_slots = kdc_arena_alloc(m->arena, cap * sizeof *m->name_slots);
+    m->name_cap = cap;
+    m->n_named = 0;
+  }
+  for (; m->n_named < m->n_layers; m->n_named++) {
+    const char *n = m->layers[m->n_named].name;
+    if (!n) continue;
+    size_t i = name_slot(m, n);
+    if (!m->name_slots[i]) m->name_slots[i] = m->n_named + 1;
+  }
+  int k = m->name_slots[name_slot(m, name)];
+  return k ? k - 1 : -1;
 }
 
 /* Keras-style snake_case of a class name, for layers without a name. */

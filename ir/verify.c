@@ -238,6 +238,26 @@ bool kdc_ir_group_output(const kdc_func *f, kdc_value_id v, kdc_value_id root) {
   return false;
 }
 
+void kdc_ir_group_members_init(kdc_group_members *gm, const kdc_func *f) {
+  int32_t ng = 0;
+  for (size_t v = 0; v < f->n_nodes; v++)
+    if (f->nodes[v].group >= ng) ng = f->nodes[v].group + 1;
+  gm->n_groups = ng;
+  gm->start = kdc_xcalloc((size_t)ng + 2, sizeof *gm->start);
+  for (size_t v = 0; v < f->n_nodes; v++)
+    if (f->nodes[v].group >= 0) gm->start[f->nodes[v].group + 2]++;
+  for (int32_t g = 0; g < ng; g++) gm->start[g + 2] += gm->start[g + 1];
+  gm->member = kdc_xmalloc((gm->start[ng + 1] + 1) * sizeof *gm->member);
+  for (size_t v = 0; v < f->n_nodes; v++)  /* counting sort, stable: ids ascend */
+    if (f->nodes[v].group >= 0) gm->member[gm->start[f->nodes[v].group + 1]++] = (kdc_value_id)v;
+}
+
+void kdc_ir_group_members_free(kdc_group_members *gm) {
+  free(gm->start);
+  free(gm->member);
+  memset(gm, 0, sizeof *gm);
+}
+
 static bool same_dims(const kdc_type *a, const kdc_type *b) {
   if (a->rank != b->rank) return false;
   for (int d = 0; d < a->rank; d++)
