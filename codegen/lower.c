@@ -73,7 +73,8 @@ static kdc_status bad(const lowerer *L, kdc_value_id v, const char *what) {
 /* Index of weight |t| (global data |data|) in the plan's table, adding it
  * when new (same name and sharding: the same entry). */
 static uint32_t add_weight(cg_plan *P, const kdc_prog_tensor *t, const void *data) {
-  for (uint32_t i = 0; i < P->nw; i++)
+  int64_t first = kdc_strindex_get(&P->w_index, t->name);  /* O(1): models of many weights */
+  for (uint32_t i = first < 0 ? P->nw : (uint32_t)first; i < P->nw; i++)
     if (strcmp(P->w[i].name, t->name) == 0 &&
         memcmp(&P->w[i].sharding, &t->sharding, sizeof t->sharding) == 0)
       return i;
@@ -82,6 +83,7 @@ static uint32_t add_weight(cg_plan *P, const kdc_prog_tensor *t, const void *dat
   if (cap != P->cap_w) P->wdata = kdc_xrealloc(P->wdata, P->cap_w * sizeof *P->wdata);
   P->w[P->nw] = *t;
   P->wdata[P->nw] = data;
+  kdc_strindex_add(&P->w_index, P->w[P->nw].name, P->nw);
   return P->nw++;
 }
 

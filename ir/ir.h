@@ -27,6 +27,7 @@
 
 #include "kdc/arena.h"
 #include "kdc/status.h"
+#include "kdc/strindex.h"
 
 enum { KDC_MAX_RANK = 8, KDC_MAX_MESH_AXES = 8, KDC_MAX_AXES_PER_DIM = 4 };
 
@@ -368,6 +369,7 @@ typedef struct kdc_module {
   kdc_mesh mesh;
   kdc_weight *weights;
   size_t n_weights, cap_weights;
+  kdc_strindex *weight_index; /* name -> first weight of that name (add_weight keeps it) */
   kdc_prov *prov;          /* provenance table (arena-owned, entry 0 unused) */
   size_t n_prov, cap_prov;
 } kdc_module;

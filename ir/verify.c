@@ -343,10 +343,9 @@ kdc_status kdc_ir_verify_module(const kdc_module *m) {
     if (!w->name || w->type.rank < 0 || w->type.rank > KDC_MAX_RANK ||
         (unsigned)w->type.dtype >= KDC_DTYPE_COUNT)
       return KDC_ERR(KDC_INVALID_INPUT, "module @%s: weight %zu is malformed", m->name, i);
-    for (size_t j = 0; j < i; j++)
-      if (strcmp(m->weights[j].name, w->name) == 0)
-        return KDC_ERR(KDC_INVALID_INPUT, "module @%s: weight \"%s\" listed twice", m->name,
-                       w->name);
+    if (kdc_ir_module_find_weight(m, w->name) != w)  /* the first of that name */
+      return KDC_ERR(KDC_INVALID_INPUT, "module @%s: weight \"%s\" listed twice", m->name,
+                     w->name);
   }
   for (size_t i = 0; i < m->n_funcs; i++) {
     const kdc_func *f = m->funcs[i];
