@@ -31,37 +31,17 @@ static bool is_model_class(const char *c) {
   return !strcmp(c, "Functional") || !strcmp(c, "Model") || !strcmp(c, "Sequential");
 }
 
-static size_t name_hash(const char *s) {  /* FNV-1a */
-  uint64_t h = 1469598103934665603ull;
-  for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
-  return (size_t)h;
-}
-
-/* The slot of |name| in m->name_slots: its entry or the empty one to fill. */
-static size_t name_slot(const kdc_keras_model *m, const char *name) {
-  size_t mask = m->name_cap - 1, i = name_hash(name) & mask;
-  while (m->name_slots[i] && strcmp(m->layers[m->name_slots[i] - 1].name, name)) i = (i + 1) & mask;
-  return i;
-}
-
 /* Index of the layer named |name|, or -1; layers added since the last call
  * are indexed first (the first of equal names wins, as a linear search). */
 static int find_layer(kdc_keras_model *m, const char *name) {
-  if ((size_t)m->n_layers * 2 >= m->name_cap || m->n_named > m->n_layers) {  /* (re)build */
-    size_t cap = 64;
-    while (cap <= (size_t)m->n_layers * 2) cap *= 2;
-    m->name_slots = kdc_arena_alloc(m->arena, cap * sizeof *m->name_slots);
-    m->name_cap = cap;
-    m->n_named = 0;
+  if (m->n_indexed > m->n_layers) {  /* layers were dropped: start again */
+    kdc_strindex_free(&m->layer_index);
+    m->n_indexed = 0;
   }
-  for (; m->n_named < m->n_layers; m->n_named++) {
-    const char *n = m->layers[m->n_named].name;
-    if (!n) continue;
-    size_t i = name_slot(m, n);
-    if (!m->name_slots[i]) m->name_slots[i] = m->n_named + 1;
-  }
-  int k = m->name_slots[name_slot(m, name)];
-  return k ? k - 1 : -1;
+  for (; m->n_indexed < m->n_layers; m->n_indexed++)
+    if (m->layers[m->n_indexed].name)
+      kdc_strindex_add(&m->layer_index, m->layers[m->n_indexed].name, (uint32_t)m->n_indexed);
+  return (int)kdc_strindex_get(&m->layer_index, name);
 }
 
 /* Keras-style snake_case of a class name, for layers without a name. */
@@ -708,7 +688,16 @@ static kdc_status infer_all(kdc_keras_model *m) {
   return NULL;
 }
 
+static kdc_status parse_model(kdc_keras_model *m, json_object *env, const char *loc);
+
 kdc_status kdc_fe_parse_model(kdc_keras_model *m, json_object *env, const char *loc) {
+  kdc_status st = parse_model(m, env, loc);
+  kdc_strindex_free(&m->layer_index);  /* names are looked up only while parsing */
+  m->n_indexed = 0;
+  return st;
+}
+
+static kdc_status parse_model(kdc_keras_model *m, json_object *env, const char *loc) {
   m->loc = loc;
   const char *cls = str_or_null(kdc_fe_get(env, "class_name"));
   const char *cat = kdc_fe_join(m->arena, loc, "class_name");
