@@ -30,6 +30,8 @@ kdc_status cli_parse_i64(const char *flag, const char *s, int64_t lo, int64_t hi
 kdc_status cli_parse_u64(const char *flag, const char *s, uint64_t *out);
 kdc_status cli_parse_double(const char *flag, const char *s, double *out);
 kdc_status cli_unknown(const cli_args *a);
+/* Keras' own files by name (.h5, .hdf5, .keras), rather than safetensors. */
+bool cli_is_keras_file(const char *path);
 
 int kdc_cmd_compile(int argc, char **argv);
 int kdc_cmd_run(int argc, char **argv);

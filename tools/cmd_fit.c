@@ -34,6 +34,8 @@
 
 typedef struct fit_opts {
   const char *plan, *history, *save, *initial;
+  const char *save_model;     /* --save-model M.keras */
+  bool save_optimizer;        /* --save-optimizer: a .weights.h5 gets the optimizer too */
   const char *x[32];          /* --x per model input, in input order */
   const char *y[32];          /* --y per trained output, in output order, or NAME=path */
   const char *predict[32];    /* --predict per model input: predictions after training */
@@ -81,7 +83,8 @@ static kdc_status parse(int argc, char **argv, fit_opts *o) {
     }
     if (cli_flag_value(&a, "--history", &o->history, &st) ||
         cli_flag_value(&a, "--save-weights", &o->save, &st) ||
-        cli_flag_value(&a, "--initial-weights", &o->initial, &st))
+        cli_flag_value(&a, "--initial-weights", &o->initial, &st) ||
+        cli_flag_value(&a, "--save-model", &o->save_model, &st))
       continue;
     if (cli_flag_value(&a, "--epochs", &v, &st)) {
       if (!st) st = cli_parse_i64("--epochs", v, 0, 1 << 30, &o->epochs);
@@ -106,6 +109,8 @@ static kdc_status parse(int argc, char **argv, fit_opts *o) {
       o->fit = true;
     } else if (cli_flag(&a, "--evaluate")) {
       o->evaluate = true;
+    } else if (cli_flag(&a, "--save-optimizer")) {
+      o->save_optimizer = true;
     } else if (cli_flag(&a, "--shuffle")) {
       o->shuffle = true;
     } else if (cli_flag(&a, "--quiet")) {
@@ -124,9 +129,15 @@ static kdc_status parse(int argc, char **argv, fit_opts *o) {
     st = KDC_ERR(KDC_INVALID_INPUT, "run: --predict X.npy (per model input) and --output Y.npy "
                  "(per model output) go together");
   if (!st && o->evaluate && (o->history || o->save || o->shuffle || o->validation_split > 0 ||
-                             o->epochs_given || o->n_predict))
-    st = KDC_ERR(KDC_INVALID_INPUT, "run: --epochs, --history, --save-weights, --shuffle, "
-                 "--validation-split and --predict are --fit options");
+                             o->epochs_given || o->n_predict || o->save_model))
+    st = KDC_ERR(KDC_INVALID_INPUT, "run: --epochs, --history, --save-weights, --save-model, "
+                 "--shuffle, --validation-split and --predict are --fit options");
+  if (!st && o->save_optimizer && !(o->save && cli_is_keras_file(o->save)))
+    st = KDC_ERR(KDC_INVALID_INPUT, "run: --save-optimizer needs --save-weights W.weights.h5 (a "
+                 "safetensors checkpoint always holds the optimizer)");
+  if (!st && o->save_model &&
+      (strlen(o->save_model) < 6 || strcmp(o->save_model + strlen(o->save_model) - 6, ".keras")))
+    st = KDC_ERR(KDC_INVALID_INPUT, "--save-model \"%s\": expected a .keras file name", o->save_model);
   return st;
 }
 
@@ -331,6 +342,9 @@ static kdc_status fit(const fit_opts *o, fit_state *s) {
   KDC_RETURN_IF_ERROR(run_place_start(&o->place, o->plan, &ro));
   KDC_RETURN_IF_ERROR(kdc_rt_plan_load_with(o->plan, &ro, &s->plan));
   KDC_RETURN_IF_ERROR(kdc_rt_train_create(s->plan, &s->train));
+  /* Keras outputs the plan cannot write fail before any step runs */
+  if (o->save && cli_is_keras_file(o->save)) KDC_RETURN_IF_ERROR(kdc_rt_keras_check(s->plan, false));
+  if (o->save_model) KDC_RETURN_IF_ERROR(kdc_rt_keras_check(s->plan, true));
   size_t nd = kdc_rt_train_data_count(s->train), n_arrays = 0;
   const kdc_rt_tensor_info *info[33];
   for (size_t i = 0; i < nd; i++) {
@@ -384,7 +398,10 @@ static kdc_status fit(const fit_opts *o, fit_state *s) {
                      s->a[0].dims[0], paths[k], s->a[k].dims[0]);
     arrays[k] = s->a[k].data;
   }
-  if (o->initial) KDC_RETURN_IF_ERROR(kdc_rt_train_load(s->train, o->initial));
+  if (o->initial && cli_is_keras_file(o->initial))
+    KDC_RETURN_IF_ERROR(kdc_rt_keras_load(s->plan, s->train, o->initial));
+  else if (o->initial)
+    KDC_RETURN_IF_ERROR(kdc_rt_train_load(s->train, o->initial));
   fit_ui ui = {isatty(STDOUT_FILENO) == 1, s->train};
   bool quiet = o->quiet || !run_place_writes();  /* processes: process 0 reports */
   if (o->evaluate) {
@@ -406,7 +423,11 @@ static kdc_status fit(const fit_opts *o, fit_state *s) {
   kdc_status st = kdc_rt_fit(s->train, arrays, s->a[0].dims[0], &fo, &s->h);
   if (!st && o->history && run_place_writes()) st = write_history(o->history, &s->h, s->train);
   /* every process takes part (its pieces go to process 0, which writes) */
-  if (!st && o->save) st = kdc_rt_train_save(s->train, o->save);
+  if (!st && o->save && cli_is_keras_file(o->save))
+    st = kdc_rt_keras_save(s->plan, s->train, o->save, false, o->save_optimizer);
+  else if (!st && o->save)
+    st = kdc_rt_train_save(s->train, o->save);
+  if (!st && o->save_model) st = kdc_rt_keras_save(s->plan, s->train, o->save_model, true, true);
   /* predict with the trained weights (the plan's weights point at them) */
   if (!st && o->n_predict)
     st = cli_predict(s->plan, o->plan, o->predict, o->n_predict, o->output, o->n_output);
@@ -423,19 +444,21 @@ int kdc_cmd_fit(int argc, char **argv) {
      * all, never over an input; --initial-weights may be --save-weights (a
      * checkpoint resumed in place: it is read before the new one is
      * written) */
-    kdc_file_arg out[2 + 32] = {{"--history", o.history}, {"--save-weights", o.save}};
-    for (size_t k = 0; k < o.n_output; k++) out[2 + k] = (kdc_file_arg){"--output", o.output[k]};
+    kdc_file_arg out[3 + 32] = {{"--history", o.history}, {"--save-weights", o.save},
+                                {"--save-model", o.save_model}};
+    for (size_t k = 0; k < o.n_output; k++) out[3 + k] = (kdc_file_arg){"--output", o.output[k]};
     kdc_file_arg in[2 + 3 * 32] = {{"the plan", o.plan}};
     size_t n_in = 1;
     for (size_t k = 0; k < o.n_predict; k++) in[n_in++] = (kdc_file_arg){"--predict", o.predict[k]};
-    if (o.initial && (!o.save || strcmp(o.initial, o.save)))
+    if (o.initial && (!o.save || strcmp(o.initial, o.save)) &&
+        (!o.save_model || strcmp(o.initial, o.save_model)))
       in[n_in++] = (kdc_file_arg){"--initial-weights", o.initial};
     for (size_t k = 0; k < o.n_x; k++) in[n_in++] = (kdc_file_arg){"--x", o.x[k]};
     for (size_t k = 0; k < o.n_y; k++) {
       const char *eq = strchr(o.y[k], '=');
       in[n_in++] = (kdc_file_arg){"--y", eq ? eq + 1 : o.y[k]};
     }
-    st = kdc_outputs_begin(out, 2 + o.n_output, in, n_in);
+    st = kdc_outputs_begin(out, 3 + o.n_output, in, n_in);
   }
   if (!st) st = fit(&o, &s);
   st = cli_outputs_end(st);

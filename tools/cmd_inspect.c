@@ -159,6 +159,12 @@ int kdc_cmd_inspect(int argc, char **argv) {
   kdc_keras_model *m = NULL;
   st = kdc_frontend_load(file, &m);
   if (!st) st = kdc_frontend_summary(m, stdout);
+  int64_t fixed = -1;
+  const kdc_keras_layer *at = NULL;
+  if (!st) st = kdc_frontend_fixed_batch(m, &fixed, &at);
+  if (!st && fixed >= 0)
+    printf("Batch: %lld, fixed by the batch_shape of input \"%s\" (kdc compile uses it; a "
+           "different --batch is an error)\n", (long long)fixed, at->name);
   kdc_frontend_free(m);
   return st ? cli_fail(st) : 0;
 }

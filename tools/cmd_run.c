@@ -235,7 +235,10 @@ static kdc_status run(const run_opts *o, run_state *s, kdc_rt_plan **plan, kdc_r
                      "with --loss or a compile_config); for this plan, compile the model with "
                      "--weights %s", o->plan, o->initial);
     KDC_RETURN_IF_ERROR(kdc_rt_train_create(*plan, train));
-    KDC_RETURN_IF_ERROR(kdc_rt_train_load_weights(*train, o->initial));
+    if (cli_is_keras_file(o->initial))  /* .keras / .weights.h5: through the plan's KERAS section */
+      KDC_RETURN_IF_ERROR(kdc_rt_keras_load(*plan, *train, o->initial));
+    else
+      KDC_RETURN_IF_ERROR(kdc_rt_train_load_weights(*train, o->initial));
   }
   return predict(*plan, o->plan, o->inputs, (size_t)o->n_inputs, o->outputs,
                  (size_t)o->n_outputs, o->print, s);
