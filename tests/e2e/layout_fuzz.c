@@ -356,13 +356,13 @@ static kdc_status run_func(const kdc_module *m, const kdc_func *f, const kdc_ten
 typedef struct trace {
   int n_pred;
   kdc_tensor pred[2 * MAX_IO];
-  const char *pred_name[2 * MAX_IO];
+  char *pred_name[2 * MAX_IO]; /* copies: the module goes before the comparison */
   float loss[STEPS];
   state st;
 } trace;
 
 static void trace_free(trace *t) {
-  for (int i = 0; i < t->n_pred; i++) free(t->pred[i].data);
+  for (int i = 0; i < t->n_pred; i++) free(t->pred[i].data), free(t->pred_name[i]);
   state_free(&t->st);
   memset(t, 0, sizeof *t);
 }
@@ -400,7 +400,8 @@ static kdc_status run_trace(const kdc_module *m, const batch *b, bool fit, trace
   assert_true(pf->n_results <= 2 * MAX_IO);
   kdc_status st = run_func(m, pf, args, t->pred);
   t->n_pred = st ? 0 : (int)pf->n_results;
-  for (size_t r = 0; r < pf->n_results; r++) t->pred_name[r] = pf->result_names[r];
+  for (int r = 0; r < t->n_pred; r++)
+    t->pred_name[r] = strdup(pf->result_names && pf->result_names[r] ? pf->result_names[r] : "?");
   free(args), free(owned);
   float *y = fit ? labels_for(ts, m) : NULL;
   for (int s = 0; s < STEPS && fit && !st; s++) {
