@@ -22,8 +22,9 @@
  * seed's plans (0: none);
  * KDC_LAYOUT_FUZZ_SAVE=DIR writes every failing case there as NAME.json,
  * ready to be checked in as a regression case; KDC_LAYOUT_FUZZ_VERBOSE=1
- * prints every case.  A refused case (a located user error such as an
- * indivisible RNN unit split) is counted, not failed.
+ * prints every case with its JSON (a case file).  A refused case (a
+ * located user error such as an indivisible RNN unit split) is counted,
+ * not failed.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -134,7 +135,7 @@ static void test_fixed_seeds(void **state) {
               : o.result == LF_REFUSED ? "refused"
               : o.result == LF_INTERNAL ? "INTERNAL ERROR"
                                         : "MISMATCH",
-              o.msg[0] ? ": " : "", o.msg, o.result == LF_OK ? "" : json);
+              o.msg[0] ? ": " : "", o.msg, json); /* the case, to replay or check in */
       free(json);
     }
     if (o.result == LF_INTERNAL || o.result == LF_MISMATCH) save_failure(&c);
