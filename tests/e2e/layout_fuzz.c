@@ -210,6 +210,8 @@ void lf_case_read(const char *path, lf_case *c) {
   c->rank = 1;
   for (const char *p = c->mesh; *p; p++) c->rank += *p == 'x';
   json_object *l = NULL;
+  if (json_object_object_get_ex(o, "plan", &l)) c->no_plan = !json_object_get_boolean(l);
+  l = NULL;
   if (json_object_object_get_ex(o, "layout", &l) && l)
     c->layout = strdup(json_object_to_json_string_ext(l, JSON_C_TO_STRING_PLAIN));
   json_object_put(o);

@@ -27,6 +27,7 @@ typedef struct lf_case {
   char *layout;      /* layout.json text (malloc'd), or NULL: DataParallel */
   char optimizer[8]; /* "sgd" or "adam" */
   uint64_t seed;     /* the seed it was drawn from (0: a checked-in case) */
+  bool no_plan;      /* a case file's "plan": false: the SPMD interpreter only */
 } lf_case;
 
 typedef enum lf_result {
@@ -51,7 +52,8 @@ const char *lf_example(int i);
 void lf_case_make(uint64_t seed, lf_case *c);
 void lf_case_free(lf_case *c);
 /* A case as a JSON object {"example", "mesh", "axes", "optimizer",
- * "seed", "layout": {...} or null} (malloc'd), and back. */
+ * "seed", "layout": {...} or null} (malloc'd), and back (a case file may
+ * add "plan": false). */
 char *lf_case_json(const lf_case *c);
 void lf_case_read(const char *path, lf_case *c);
 

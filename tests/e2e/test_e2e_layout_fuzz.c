@@ -10,7 +10,9 @@
  *   test_regressions: every checked-in case of tests/e2e/layout_fuzz_cases/
  *     (the issue's reproducers and every failure the fuzzer found) must pass,
  *     and so must its compiled CPU plans (runtime, JIT: predict, and three
- *     train_steps through the runtime's training API);
+ *     train_steps through the runtime's training API) unless the file says
+ *     "plan": false (JIT costs seconds a plan; fuzzer finds of a cause
+ *     that a reproducer already runs as plans);
  *   test_fixed_seeds: seeds 1..N (N below; the sanitizer build samples
  *     fewer) must have no internal error and no mismatch; every 125th seed
  *     also runs as compiled plans (predict, and three train_steps through
@@ -63,6 +65,7 @@ static void test_regressions(void **state) {
   (void)state;
   char *names[MAX_CASES];
   int n = e2e_case_names("tests/e2e/layout_fuzz_cases", names, MAX_CASES, 0);
+  int fails = 0;
   for (int i = 0; i < n; i++) {
     char rel[256];
     snprintf(rel, sizeof rel, "tests/e2e/layout_fuzz_cases/%s", names[i]);
@@ -71,16 +74,18 @@ static void test_regressions(void **state) {
     lf_case_read(path, &c);
     lf_outcome o;
     lf_check(&c, &o);
-    double plan = o.result == LF_OK ? lf_check_plan(&c) : 0;
-    fprintf(stderr, "%s: %s on %s (%s): %s, predict %.3g, fit %.3g, plan %.3g x tol%s%s\n",
+    double plan = o.result == LF_OK && !c.no_plan ? lf_check_plan(&c) : 0;
+    char pt[32] = "not run";
+    if (o.result == LF_OK && !c.no_plan) snprintf(pt, sizeof pt, "%.3g", plan);
+    fprintf(stderr, "%s: %s on %s (%s): %s, predict %.3g, fit %.3g, plans %s x tol%s%s\n",
             names[i], c.example, c.mesh, c.axes, o.result == LF_OK ? "ok" : "FAIL", o.err_predict,
-            o.err_fit, plan, o.msg[0] ? ": " : "", o.msg);
-    assert_int_equal(o.result, LF_OK);
-    assert_true(plan <= 1);
+            o.err_fit, pt, o.msg[0] ? ": " : "", o.msg);
+    fails += o.result != LF_OK || plan > 1; /* all of them are run, then the verdict */
     lf_case_free(&c);
     free(path), free(names[i]);
   }
   lf_cleanup();
+  assert_int_equal(fails, 0);
 }
 
 /* The figures per mesh rank of |count| seeds from |first| by |stride|. */
