@@ -182,6 +182,9 @@ static kdc_status write_plan(cg_plan *P, const kdc_codegen_options *opt, const c
   if (!st && opt && opt->explain)
     st = kdc_plan_writer_add(w, KDC_PLAN_SECTION_EXPLAIN, "explain", opt->explain,
                              strlen(opt->explain));
+  if (!st && opt && opt->train_state)
+    st = kdc_plan_writer_add(w, KDC_PLAN_SECTION_TRAIN_STATE, "train_state", opt->train_state,
+                             opt->train_state_size);
   if (!st) st = kdc_plan_writer_write(w, path);
   kdc_plan_writer_destroy(w);
   LLVMDisposeMemoryBuffer(bc);

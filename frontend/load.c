@@ -16,48 +16,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/io.h"
 #include "frontend/frontend.h"
-
-/* Reads a whole file into a NUL-terminated heap buffer. */
-static kdc_status read_file(const char *path, char **out, size_t *out_len) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return KDC_ERR(KDC_IO_ERROR, "%s: cannot open: %s", path, strerror(errno));
-  size_t cap = 1 << 16, n = 0;
-  char *buf = kdc_xmalloc(cap);
-  for (;;) {
-    if (n + 1 >= cap) buf = kdc_xrealloc(buf, cap *= 2);
-    size_t r = fread(buf + n, 1, cap - n - 1, f);
-    n += r;
-    if (r == 0) break;
-  }
-  bool bad = ferror(f);
-  fclose(f);
-  if (bad) {
-    free(buf);
-    return KDC_ERR(KDC_IO_ERROR, "%s: read error", path);
-  }
-  buf[n] = 0;
-  *out = buf;
-  *out_len = n;
-  return NULL;
-}
-
-/* Line and column (1-based) of byte |off| in |text|. */
-static void line_col(const char *text, size_t off, int *line, int *col) {
-  *line = 1;
-  *col = 1;
-  for (size_t i = 0; i < off; i++) {
-    if (text[i] == '\n') {
-      (*line)++;
-      *col = 1;
-    } else {
-      (*col)++;
-    }
-  }
-}
 
 static kdc_status parse_json(const char *path, const char *text, size_t len, json_object **out) {
   if (len == 0) return KDC_ERR(KDC_INVALID_INPUT, "%s: the file is empty", path);
+  KDC_RETURN_IF_ERROR(kdc_json_text_check(path, text, len, 0));  /* comments, \u0000 */
   json_tokener *tok = json_tokener_new_ex(1024);
   if (!tok) return KDC_ERR(KDC_OUT_OF_MEMORY, "out of memory");
   json_object *o = json_tokener_parse_ex(tok, text, (int)len);
@@ -67,7 +31,7 @@ static kdc_status parse_json(const char *path, const char *text, size_t len, jso
   int line, col;
   if (e != json_tokener_success) {
     json_object_put(o);
-    line_col(text, end < len ? end : len, &line, &col);
+    kdc_text_line_col(text, end < len ? end : len, &line, &col);
     if (e == json_tokener_continue)
       return KDC_ERR(KDC_INVALID_INPUT, "%s: line %d, column %d: invalid JSON: unexpected end of "
                      "file", path, line, col);
@@ -78,7 +42,7 @@ static kdc_status parse_json(const char *path, const char *text, size_t len, jso
   while (i < len && strchr(" \t\r\n", text[i])) i++;
   if (i < len) {
     json_object_put(o);
-    line_col(text, i, &line, &col);
+    kdc_text_line_col(text, i, &line, &col);
     return KDC_ERR(KDC_INVALID_INPUT, "%s: line %d, column %d (byte %zu): invalid JSON: "
                    "unexpected text after the end of the document", path, line, col, i);
   }
@@ -184,10 +148,11 @@ kdc_status kdc_frontend_load(const char *path, kdc_keras_model **out) {
 
 kdc_status kdc_frontend_load_opts(const char *path, const kdc_load_options *opt,
                                   kdc_keras_model **out) {
-  char *text = NULL;
+  void *text = NULL;
   size_t len = 0;
   *out = NULL;
-  KDC_RETURN_IF_ERROR(read_file(path, &text, &len));
+  /* a regular file of at most KDC_JSON_MAX_BYTES (common/files.c) */
+  KDC_RETURN_IF_ERROR(kdc_file_read_max(path, KDC_JSON_MAX_BYTES, "a model file", &text, &len));
   kdc_status st = kdc_frontend_load_text_opts(path, text, len, opt, out);
   free(text);
   return st;

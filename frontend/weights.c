@@ -11,7 +11,10 @@
  * after stripping a trailing ":0" from the tensor name.  Every variable must
  * get exactly one tensor of its shape, and every tensor must bind a variable
  * (TF.js "optimizer" group entries are ignored): anything else is an error
- * naming the variable or tensor and both shapes.  The object-tree names of
+ * naming the variable or tensor and both shapes.  The optimizer state of a
+ * kdc training checkpoint ("adam/iteration", "adam/d1_kernel_momentum":
+ * kdc_safetensors_checkpoint_optimizer) binds no variable and is no error.
+ * The object-tree names of
  * `.keras` HDF5 files (layers/dense/vars/0) are not matched yet.
  */
 #include <json-c/json.h>
@@ -30,7 +33,8 @@ typedef struct src_tensor {
   char where[96];  /* "weightsManifest[0].weights[3]" or "" */
   kdc_kshape shape;
   float *data;     /* heap */
-  bool used;
+  bool used;       /* bound, or optimizer state of a kdc checkpoint (never bound: `kdc
+                      compile` restores or skips it, tools/cmd_compile.c) */
 } src_tensor;
 
 typedef struct source {
@@ -59,9 +63,12 @@ static kdc_status load_safetensors(const char *path, source *s) {
   kdc_safetensors *st = NULL;
   KDC_RETURN_IF_ERROR(kdc_safetensors_open(path, &st));
   kdc_status err = NULL;
+  char opt[128];
+  bool checkpoint = kdc_safetensors_checkpoint_optimizer(st, opt, sizeof opt);
   for (size_t i = 0; i < kdc_safetensors_count(st) && !err; i++) {
     const kdc_st_tensor *x = kdc_safetensors_get(st, i);
     src_tensor *t = add_tensor(s, x->name);
+    t->used = checkpoint && kdc_safetensors_is_optimizer_tensor(opt, x->name);
     t->shape.rank = x->rank;
     for (int d = 0; d < x->rank; d++) t->shape.dims[d] = x->dims[d];
     size_t n = x->nbytes / kdc_io_dtype_size(x->dtype);

@@ -75,35 +75,66 @@ kdc_status kdc_rt_train_save(kdc_rt_train *t, const char *path) {
   return st;
 }
 
-kdc_status kdc_rt_train_load(kdc_rt_train *t, const char *path) {
-  kdc_safetensors *sf = NULL;
-  KDC_RETURN_IF_ERROR(kdc_safetensors_open(path, &sf));
+/* Which state tensors a load needs (load_from). */
+typedef enum load_mode {
+  LOAD_ALL,       /* every state tensor (--initial-weights of --fit / --evaluate) */
+  LOAD_WEIGHTS,   /* the weights; other tensors of the file are ignored (predict) */
+  LOAD_PRESENT,   /* those present (the plan's TRAIN_STATE section) */
+} load_mode;
+
+static kdc_status load_from(kdc_rt_train *t, const kdc_safetensors *sf, const char *path,
+                            load_mode mode) {
   size_t n = kdc_rt_train_state_count(t);
-  kdc_status st = NULL;
   /* check everything before changing anything */
-  for (size_t k = 0; k < n && !st; k++) {
+  for (size_t k = 0; k < n; k++) {
     const kdc_rt_tensor_info *i = kdc_rt_train_state(t, k);
     const kdc_st_tensor *x = kdc_safetensors_find(sf, i->name);
+    bool needed = mode == LOAD_ALL || (mode == LOAD_WEIGHTS && kdc_rt_train_state_is_weight(t, k));
     int64_t dims[KDC_IO_MAX_RANK];
     int rank = file_shape(t, k, dims);
     bool ok = x && x->dtype == i->dtype && x->rank == rank && x->nbytes == i->bytes;
     for (int d = 0; ok && d < rank; d++) ok = x->dims[d] == dims[d];
-    if (!x)
-      st = KDC_ERR(KDC_INVALID_INPUT, "%s: no tensor \"%s\" (the plan's training state needs it)",
-                   path, i->name);
-    else if (!ok)
-      st = KDC_ERR(KDC_INVALID_INPUT, "%s: tensor \"%s\" is %s of %zu bytes; the plan expects %s "
-                   "of %llu bytes", path, i->name, kdc_io_dtype_name(x->dtype), x->nbytes,
-                   kdc_io_dtype_name(i->dtype), (unsigned long long)i->bytes);
+    if (!x && needed)
+      return KDC_ERR(KDC_INVALID_INPUT, "%s: no tensor \"%s\" (the plan's %s needs it)", path,
+                     i->name, mode == LOAD_ALL ? "training state" : "weights");
+    if (x && !ok && (needed || mode == LOAD_PRESENT))
+      return KDC_ERR(KDC_INVALID_INPUT, "%s: tensor \"%s\" is %s of %zu bytes; the plan expects "
+                     "%s of %llu bytes", path, i->name, kdc_io_dtype_name(x->dtype), x->nbytes,
+                     kdc_io_dtype_name(i->dtype), (unsigned long long)i->bytes);
   }
-  for (size_t k = 0; k < n && !st; k++) {
+  for (size_t k = 0; k < n; k++) {
     const kdc_rt_tensor_info *i = kdc_rt_train_state(t, k);
     const kdc_st_tensor *x = kdc_safetensors_find(sf, i->name);
+    if (!x || (mode == LOAD_WEIGHTS && !kdc_rt_train_state_is_weight(t, k))) continue;
     void *tmp = kdc_xmalloc(i->bytes ? i->bytes : 1);  /* the mapped data may be unaligned */
     memcpy(tmp, x->data, i->bytes);
     kdc_rt_train_state_set(t, k, tmp);
     free(tmp);
   }
+  return NULL;
+}
+
+static kdc_status load_file(kdc_rt_train *t, const char *path, load_mode mode) {
+  kdc_safetensors *sf = NULL;
+  KDC_RETURN_IF_ERROR(kdc_safetensors_open(path, &sf));
+  kdc_status st = load_from(t, sf, path, mode);
+  kdc_safetensors_close(sf);
+  return st;
+}
+
+kdc_status kdc_rt_train_load(kdc_rt_train *t, const char *path) {
+  return load_file(t, path, LOAD_ALL);
+}
+
+kdc_status kdc_rt_train_load_weights(kdc_rt_train *t, const char *path) {
+  return load_file(t, path, LOAD_WEIGHTS);
+}
+
+kdc_status kdc_rt_train_load_initial(kdc_rt_train *t, const char *name, const void *bytes,
+                                     size_t size) {
+  kdc_safetensors *sf = NULL;
+  KDC_RETURN_IF_ERROR(kdc_safetensors_open_mem(name, bytes, size, &sf));
+  kdc_status st = load_from(t, sf, name, LOAD_PRESENT);
   kdc_safetensors_close(sf);
   return st;
 }
