@@ -51,6 +51,7 @@ typedef struct kdc_codegen_options {
   size_t n_funcs;
   bool no_ir_text;           /* omit the IR_TEXT section (smaller plans) */
   const char *explain;       /* EXPLAIN section text (`kdc inspect --explain`); NULL = none */
+  const char *keras;         /* KERAS section text (frontend kdc_frontend_keras_section); NULL = none */
   int cuda_sm;               /* > 0: also lower every kernel to PTX for sm_<cuda_sm> (80, 90):
                                 PTX and CUDA sections, metadata target "cuda" (docs/gpu.md) */
   const void *train_state;   /* a safetensors image of initial training state (optimizer
@@ -117,6 +118,7 @@ typedef struct cg_plan {
   const void **wdata;
   uint32_t nw;
   size_t cap_w;
+  kdc_strindex w_index;       /* weight name -> its first entry in |w| */
   cg_global *globals;
   size_t n_globals, cap_globals;
   kdc_type *ktype;            /* per kernel: the type of what it writes (ptx_wrap.c) */

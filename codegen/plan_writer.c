@@ -51,6 +51,7 @@ static void plan_free(cg_plan *P) {
   free(P->bodies);
   free(P->w);
   free(P->wdata);
+  kdc_strindex_free(&P->w_index);
   free(P->globals);
   free(P->ktype);
 }
@@ -179,6 +180,8 @@ static kdc_status write_plan(cg_plan *P, const kdc_codegen_options *opt, const c
   if (!st && ptx) st = kdc_plan_writer_add(w, KDC_PLAN_SECTION_PTX, "ptx", ptx, ptx_len);
   if (!st && ptx)
     st = kdc_plan_writer_add(w, KDC_PLAN_SECTION_CUDA, "cuda", launch.data, launch.size);
+  if (!st && opt && opt->keras)
+    st = kdc_plan_writer_add(w, KDC_PLAN_SECTION_KERAS, "keras", opt->keras, strlen(opt->keras));
   if (!st && opt && opt->explain)
     st = kdc_plan_writer_add(w, KDC_PLAN_SECTION_EXPLAIN, "explain", opt->explain,
                              strlen(opt->explain));
