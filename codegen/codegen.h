@@ -247,6 +247,13 @@ LLVMValueRef cg_emit_binop(cg_plan *P, kdc_op op, kdc_dtype d, LLVMValueRef a, L
 /* rng_uniform's f32 at the i64 global |index| for the i64 |step|. */
 LLVMValueRef cg_emit_rng_uniform(cg_plan *P, int64_t seed, LLVMValueRef step, LLVMValueRef index);
 
+/* ---- math_ir.c: ir/math.c's exp, expm1, tanh, logistic as LLVM IR -------- */
+
+LLVMValueRef cg_math_exp(cg_plan *P, LLVMValueRef x);
+LLVMValueRef cg_math_expm1(cg_plan *P, LLVMValueRef x);
+LLVMValueRef cg_math_tanh(cg_plan *P, LLVMValueRef x);
+LLVMValueRef cg_math_logistic(cg_plan *P, LLVMValueRef x);
+
 /* ---- cpu_wrap.c: the CPU loop nest --------------------------------------- */
 
 /* Emits "void <name>(ptr args, i64 begin, i64 end)" calling |body| over the
