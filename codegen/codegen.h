@@ -11,8 +11,8 @@
  *
  * Kernel design (docs/codegen.md).  Each fusion group becomes
  *   - a BODY, generated once as LLVM IR over an element multi-index:
- *       internal alwaysinline void kdc_body_<k>(ptr noalias out,
- *           ptr noalias in_1, ..., ptr noalias coords, i64 i_0, ..., i64 i_{r-1})
+ *       internal alwaysinline void kdc_body_<k>(ptr out,
+ *           ptr in_1, ..., ptr coords, i64 i_0, ..., i64 i_{r-1})
  *     computing the group's root at that index (operand chains fused,
  *     reductions as loops inside) and storing it to out[linear(i)].
  *     |coords| is the device's mesh coordinates (one i64 per mesh axis),
