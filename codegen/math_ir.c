@@ -84,11 +84,13 @@ static LLVMValueRef pow2i(mt *m, LLVMValueRef n) {
 }
 
 static LLVMValueRef expm1_poly(mt *m, LLVMValueRef r) {
-  static const float c[] = {KDC_MATH_C7, KDC_MATH_C6, KDC_MATH_C5, KDC_MATH_C4, KDC_MATH_C3,
-                            KDC_MATH_C2};
-  LLVMValueRef p = fc(m, KDC_MATH_C8);
-  for (size_t k = 0; k < sizeof c / sizeof *c; k++) p = fadd(m, fmul(m, p, r), fc(m, c[k]));
-  return fadd(m, fmul(m, fmul(m, r, r), p), r);
+  LLVMValueRef r2 = fmul(m, r, r), r4 = fmul(m, r2, r2);
+  LLVMValueRef a = fadd(m, fmul(m, fc(m, KDC_MATH_C3), r), fc(m, KDC_MATH_C2));
+  LLVMValueRef b = fadd(m, fmul(m, fc(m, KDC_MATH_C5), r), fc(m, KDC_MATH_C4));
+  LLVMValueRef c = fadd(m, fmul(m, fc(m, KDC_MATH_C7), r), fc(m, KDC_MATH_C6));
+  LLVMValueRef p = fadd(m, fadd(m, fmul(m, b, r2), a),
+                        fmul(m, fadd(m, fmul(m, fc(m, KDC_MATH_C8), r2), c), r4));
+  return fadd(m, fmul(m, r2, p), r);
 }
 
 /* The reduction: r, and n as i32. */
@@ -109,20 +111,26 @@ static LLVMValueRef body_exp(mt *m, LLVMValueRef x) {
   return sel(m, fcmp(m, LLVMRealUNO, x, x), x, y);
 }
 
-static LLVMValueRef body_expm1(mt *m, LLVMValueRef x) {
+/* expm1 for x <= KDC_MATH_EXPM1_BIG or NaN (tanh's argument): the C
+ * function's branches but the one that calls exp. */
+static LLVMValueRef expm1_small(mt *m, LLVMValueRef x) {
   LLVMValueRef r, ni = reduce(m, clamp(m, x, KDC_MATH_EXPM1_LO, KDC_MATH_EXPM1_BIG), &r);
   LLVMValueRef s = pow2i(m, ni);
   LLVMValueRef y = fadd(m, fmul(m, s, expm1_poly(m, r)), fsub(m, s, fc(m, 1)));
   y = sel(m, fcmp(m, LLVMRealOLT, x, fc(m, KDC_MATH_EXPM1_LO)), fc(m, -1), y);
-  y = sel(m, fcmp(m, LLVMRealOGT, x, fc(m, KDC_MATH_EXPM1_BIG)), body_exp(m, x), y);
   y = sel(m, fcmp(m, LLVMRealOEQ, x, fc(m, 0)), x, y); /* expm1(-0) = -0 */
   return sel(m, fcmp(m, LLVMRealUNO, x, x), x, y);
+}
+
+static LLVMValueRef body_expm1(mt *m, LLVMValueRef x) {
+  LLVMValueRef y = expm1_small(m, x);
+  return sel(m, fcmp(m, LLVMRealOGT, x, fc(m, KDC_MATH_EXPM1_BIG)), body_exp(m, x), y);
 }
 
 static LLVMValueRef body_tanh(mt *m, LLVMValueRef x) {
   LLVMValueRef a = intr(m, "llvm.fabs", &x, 1);
   LLVMValueRef ac = clamp(m, a, 0, KDC_MATH_TANH_ONE);
-  LLVMValueRef e = body_expm1(m, fadd(m, ac, ac));
+  LLVMValueRef e = expm1_small(m, fadd(m, ac, ac)); /* <= 18.2: never exp's branch */
   LLVMValueRef t = LLVMBuildFDiv(m->b, e, fadd(m, e, fc(m, 2)), "");
   t = sel(m, fcmp(m, LLVMRealOGT, a, fc(m, KDC_MATH_TANH_ONE)), fc(m, 1), t);
   LLVMValueRef args[2] = {t, x};
