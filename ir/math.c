@@ -19,7 +19,7 @@
  * Method (Cody and Waite's argument reduction, Taylor polynomials):
  *   exp(x) = 2^n * e^r, n = roundeven(x / ln 2), r = x - n ln 2 with ln 2 split
  *   in a part exact in few bits (C1 * n is exact for |n| <= 256) and the rest,
- *   so |r| <= ln2/2 and e^r = 1 + r + r^2 (1/2 + r/6 + ... + r^5/5040),
+ *   so |r| <= ln2/2 and e^r = 1 + r + r^2 (1/2 + r/6 + ... + r^6/40320),
  *   whose truncation error is below 0.1 ulp; 2^n is built from its bits in
  *   two halves (2^n1 * 2^n2) so n = 128 and n = -126 never overflow the
  *   exponent field.
