@@ -21,7 +21,7 @@
  * This is JIT-at-load: the build never looks at the host (STYLE
  * anti-pattern 5), and one plan runs on any x86-64 or arm64 machine.
  *
- * Kernels call libm (expf, tanhf, ...): a DynamicLibrarySearchGenerator for
+ * Kernels call libm (logf, erff, ...): a DynamicLibrarySearchGenerator for
  * the process resolves them from the libm the runtime itself links.
  *
  * Every LLVM failure (bitcode that does not parse, a module that does not
