@@ -51,6 +51,7 @@ typedef struct kdc_codegen_options {
   size_t n_funcs;
   bool no_ir_text;           /* omit the IR_TEXT section (smaller plans) */
   const char *explain;       /* EXPLAIN section text (`kdc inspect --explain`); NULL = none */
+  const char *keras;         /* KERAS section text (frontend kdc_frontend_keras_section); NULL = none */
   int cuda_sm;               /* > 0: also lower every kernel to PTX for sm_<cuda_sm> (80, 90):
                                 PTX and CUDA sections, metadata target "cuda" (docs/gpu.md) */
   const void *train_state;   /* a safetensors image of initial training state (optimizer

@@ -312,6 +312,7 @@ enum {
   KDC_PLAN_SECTION_CUDA = 9,     /* CUDA launch table of the PTX kernels (docs/gpu.md) */
   KDC_PLAN_SECTION_TRAIN_STATE = 10, /* safetensors image: initial optimizer state restored
                                         from a checkpoint (`kdc compile --weights`) */
+  KDC_PLAN_SECTION_KERAS = 11,   /* JSON: the Keras config and weights-file paths (--save-model) */
 };
 
 /* "metadata", "program", ... or "unknown" for other kinds. */

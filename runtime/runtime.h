@@ -23,6 +23,7 @@
 #ifndef KDC_RUNTIME_H
 #define KDC_RUNTIME_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -265,6 +266,19 @@ kdc_status kdc_rt_train_load_weights(kdc_rt_train *t, const char *path);
 kdc_status kdc_rt_train_load_initial(kdc_rt_train *t, const char *name, const void *bytes,
                                      size_t size);
 
+/* Keras' own files (checkpoint.c, docs/training.md "Keras files"), through
+ * the plan's KERAS section.  check: the plan can write them (|archive|: a
+ * .keras needs a Keras 3 config).  save: a Keras 3 weights file (|archive|
+ * false; the optimizer's variables when |optimizer|) or a .keras archive
+ * (config.json, metadata.json, model.weights.h5 with the optimizer when the
+ * config has a compile_config), atomically; global arrays, any mesh.  load:
+ * a .weights.h5 or .keras into the state (weights; the optimizer when the
+ * file has one), everything checked before anything is set. */
+kdc_status kdc_rt_keras_check(const kdc_rt_plan *p, bool archive);
+kdc_status kdc_rt_keras_save(kdc_rt_plan *p, kdc_rt_train *t, const char *path, bool archive,
+                             bool optimizer);
+kdc_status kdc_rt_keras_load(kdc_rt_plan *p, kdc_rt_train *t, const char *path);
+
 /* ---- describe.c ------------------------------------------------------------- */
 
 /* `kdc inspect plan.bin`: the mesh, buffers and sizes, each device's peak
@@ -275,6 +289,12 @@ void kdc_rt_plan_describe(const kdc_rt_plan *p, FILE *out);
 /* `kdc inspect --collectives plan.bin`: the mesh and, per function, every
  * collective step with its axes, device groups and bytes per device. */
 void kdc_rt_plan_describe_collectives(const kdc_rt_plan *p, FILE *out);
+/* The same for programs (the C API's KDC_DESCRIBE_JSON, Python's
+ * Plan.collectives / Plan.memory): {"mesh": {axis: size}, "devices": n,
+ * "memory_per_device": {"arena", "weights", "inputs_outputs", "total"},
+ * "collectives": [{"function", "step", "kind", "axes", "dtype", "in",
+ * "out", "group_size", "bytes_per_device", "groups"}]}. */
+void kdc_rt_plan_describe_json(const kdc_rt_plan *plan, FILE *out);
 /* `kdc inspect --sharding NAME plan.bin` (describe_sharding.c): how the
  * input, output or weight called |name| is laid out over the devices (a grid
  * of blocks for rank 2, a list of blocks otherwise, each with the device ids
