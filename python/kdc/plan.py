@@ -447,13 +447,20 @@ class Plan:
         for n, w in zip(names, weights):
             self.set_weight(n, w)
 
-    def save_weights(self, filepath):
-        """Every state tensor (weights and optimizer) to a .safetensors file
-        named by Keras variable path (any mesh loads it: load_weights)."""
-        if not str(filepath).endswith(".safetensors"):
-            raise NotImplementedError("save_weights: kdc writes .safetensors checkpoints; "
-                                      "Keras' .weights.h5 is not written by the C core yet")
-        _check(lib.kdc_trainer_save(self._train(), _b(filepath)))
+    def save_weights(self, filepath, optimizer=False):
+        """The trained weights in the global layout (any mesh loads them):
+        "*.weights.h5" as Keras 3's save_weights writes it (Keras'
+        load_weights reads it; the optimizer's variables too when
+        |optimizer|), or "*.safetensors", every state tensor named by Keras
+        variable path (weights and optimizer state)."""
+        path = str(filepath)
+        if path.endswith(".weights.h5"):
+            _check(lib.kdc_trainer_save_keras(self._train(), _b(filepath), 1 if optimizer else 0))
+        elif path.endswith(".safetensors"):
+            _check(lib.kdc_trainer_save(self._train(), _b(filepath)))
+        else:
+            raise KdcError(f"save_weights: \"{path}\": expected a .weights.h5 or .safetensors "
+                           f"file name")
 
     def load_weights(self, filepath):
         """The weights of a .safetensors checkpoint (save_weights, `kdc run
@@ -466,12 +473,13 @@ class Plan:
         _check(lib.kdc_trainer_load(self._train(), _b(filepath)))
 
     def save(self, filepath):
-        """A plan file (".bin"/".kdc": kdc.load reads it); ".keras" needs the
-        C core's .keras writer, which is not there yet."""
+        """"*.keras": a Keras 3 archive of the trained model (config with its
+        compile_config, metadata, weights and optimizer variables) that
+        keras.saving.load_model() opens (a training plan of a Keras 3
+        config); any other name: the plan file (kdc.load reads it)."""
         if str(filepath).endswith(".keras"):
-            raise NotImplementedError("save(\"*.keras\"): the C core has no .keras writer yet "
-                                      "(save_weights(\"*.safetensors\") keeps the trained "
-                                      "weights; save(\"plan.bin\") the plan)")
+            _check(lib.kdc_trainer_save_keras(self._train(), _b(filepath), 1))
+            return
         _check(lib.kdc_plan_save(self._handle(), _b(filepath)))
 
 
@@ -556,6 +564,7 @@ def compile(model, *, distribution=None, mesh=None, layout_map=None, batch_size=
         co.random_init = 1 if random_init else 0
         co.seed = int(seed)
         co.batch = int(batch_size)
+        co.batch_given = 1
         if input_shapes:
             shapes = [(f"{k}=" if k else "") + ",".join(str(int(d)) for d in v)
                       for k, v in (input_shapes.items() if isinstance(input_shapes, dict)

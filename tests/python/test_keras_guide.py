@@ -116,6 +116,27 @@ def test_final_weights_match_keras(guide):
                                    err_msg=v.path)
 
 
+def test_save_keras_loads_in_keras(guide, tmp_path):
+    """plan.save("*.keras") after training on the 2x4 mesh: keras.saving.
+    load_model opens it and predicts what the plan predicts (global
+    weights; the same float32 math in another order: 1e-6 + 1e-5 |kdc|);
+    save_weights("*.weights.h5") loads into the guide's model with
+    load_weights, every variable bitwise the plan's."""
+    plan = guide["plan"]
+    path = str(tmp_path / "guide.keras")
+    plan.save(path)
+    loaded = keras.saving.load_model(path)
+    got = loaded.predict(guide["x"], batch_size=BATCH, verbose=0)
+    np.testing.assert_allclose(got, guide["after"], rtol=1e-5, atol=1e-6)
+    assert int(loaded.optimizer.iterations.numpy()) == EPOCHS * (ROWS // BATCH)
+    wpath = str(tmp_path / "guide.weights.h5")
+    plan.save_weights(wpath)
+    fresh = guide_model(0.0)
+    fresh.load_weights(wpath)
+    for got, v in zip(plan.get_weights(), fresh.weights):
+        np.testing.assert_array_equal(got, np.asarray(v.numpy()), err_msg=v.path)
+
+
 def test_evaluate_matches_keras(guide):
     got = guide["plan"].evaluate(guide["x"], guide["y"], batch_size=BATCH, verbose=0)
     want = guide["model"].evaluate(guide["x"], guide["y"], batch_size=BATCH, verbose=0)

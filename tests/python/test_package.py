@@ -112,8 +112,8 @@ def test_bad_arguments_elsewhere(root, guide_plan, tmp_path):
         guide_plan.set_weight("d2/bias", np.zeros((11,), np.float32))
     with pytest.raises(kdc.KdcError, match="no value named"):
         guide_plan.explain("nope")
-    with pytest.raises(NotImplementedError, match="keras"):
-        guide_plan.save(str(tmp_path / "m.keras"))
+    with pytest.raises(kdc.KdcError, match="expected a .weights.h5 or .safetensors"):
+        guide_plan.save_weights(str(tmp_path / "m.npz"))
 
 
 def test_plan_equals_cli(root, kdc_cli, tmp_path):
