@@ -542,7 +542,11 @@ static void narrow_weights(part *p, kdc_value_id *fold) {
       memcpy(s->axes[d] + s->naxes[d], cut->axes, (size_t)cut->naxes);
       s->naxes[d] = (uint8_t)(s->naxes[d] + cut->naxes);
       p->local[w].dims[d] = f->nodes[cut_node].type.dims[d];
-      for (size_t x = p->n0; x < n; x++) {
+      /* fold exactly the users checked above: a slice of one of them (the
+       * weight cut on a second dim) reads w only once they are folded, and
+       * is the next round's cut, not this one's (descending order: a user's
+       * input is never marked before the user is looked at) */
+      for (size_t x = n; x-- > p->n0;) {
         if (fold[x] != KDC_NO_VALUE || f->nodes[x].op != KDC_OP_SHARD_SLICE) continue;
         kdc_value_id u = f->nodes[x].in[0];
         while (u >= p->n0 && fold[u] != KDC_NO_VALUE) u = fold[u];

@@ -303,6 +303,41 @@ static void test_fallback_warning(void **state) {
   done(&o);
 }
 
+/* issue 21: a replicated weight that a dot reads cut on both dims (its
+ * contracting dim over x, from the activation; its output dim over model,
+ * from the next layer's rule) is narrowed at load on both: the parameter
+ * becomes {x,model} of local type [16,32], and no shard_slice of it is left
+ * (before the fix the second cut was dropped and the dot read a [16,64]
+ * piece as [16,32]: "pass partition produced invalid IR"). */
+static void test_weight_cut_on_two_dims(void **state) {
+  (void)state;
+  const char *text =
+      "module @w2d {\n  mesh [data=2, model=2, x=2]\n"
+      "  weight \"w1\" : f32[32,64]\n  weight \"w2\" : f32[64,32]\n"
+      "  func @predict {\n"
+      "    %x = parameter 0 input \"x\" : f32[16,32] {data,x}\n"
+      "    %w1 = parameter 1 weight \"w1\" : f32[32,64] {-,-}\n"
+      "    %w2 = parameter 2 weight \"w2\" : f32[64,32] {model,x}\n"
+      "    %h = dot_general %x, %w1 lhs_contract=[1] rhs_contract=[0] : f32[16,64]\n"
+      "    %z = constant 0 : f32[16,64]\n"
+      "    %a = max %h, %z : f32[16,64]\n"
+      "    %y = dot_general %a, %w2 lhs_contract=[1] rhs_contract=[0] : f32[16,32]\n"
+      "    return %y \"y\"\n  }\n}\n";
+  outcome o;
+  run(text, &o);
+  kdc_func *f = o.m->funcs[0];
+  const kdc_node *w1 = &f->nodes[f->params[1]];
+  kdc_sharding s = w1->sharding;
+  s.origin = 0;
+  char buf[256];
+  assert_string_equal(kdc_sharding_str(&o.m->mesh, &s, buf, sizeof buf), "{x,model}");
+  assert_int_equal(w1->type.dims[0], 16);
+  assert_int_equal(w1->type.dims[1], 32);
+  for (size_t v = 0; v < f->n_nodes; v++)
+    if (f->nodes[v].op == KDC_OP_SHARD_SLICE) assert_int_not_equal(f->nodes[v].in[0], f->params[1]);
+  done(&o);
+}
+
 /* Indivisible dims are located errors, never padding. */
 static void test_indivisible(void **state) {
   (void)state;
@@ -321,6 +356,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_megatron_counts), cmocka_unit_test(test_explain),
       cmocka_unit_test(test_fallback_warning), cmocka_unit_test(test_indivisible),
+      cmocka_unit_test(test_weight_cut_on_two_dims),
       cmocka_unit_test(test_mlp_all_meshes),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
