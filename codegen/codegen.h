@@ -11,8 +11,8 @@
  *
  * Kernel design (docs/codegen.md).  Each fusion group becomes
  *   - a BODY, generated once as LLVM IR over an element multi-index:
- *       internal alwaysinline void kdc_body_<k>(ptr noalias out,
- *           ptr noalias in_1, ..., ptr noalias coords, i64 i_0, ..., i64 i_{r-1})
+ *       internal alwaysinline void kdc_body_<k>(ptr out,
+ *           ptr in_1, ..., ptr coords, i64 i_0, ..., i64 i_{r-1})
  *     computing the group's root at that index (operand chains fused,
  *     reductions as loops inside) and storing it to out[linear(i)].
  *     |coords| is the device's mesh coordinates (one i64 per mesh axis),
@@ -248,6 +248,13 @@ LLVMValueRef cg_reduce_step(cg_plan *P, kdc_reduce_kind kind, kdc_dtype d, LLVMV
 LLVMValueRef cg_emit_binop(cg_plan *P, kdc_op op, kdc_dtype d, LLVMValueRef a, LLVMValueRef b);
 /* rng_uniform's f32 at the i64 global |index| for the i64 |step|. */
 LLVMValueRef cg_emit_rng_uniform(cg_plan *P, int64_t seed, LLVMValueRef step, LLVMValueRef index);
+
+/* ---- math_ir.c: ir/math.c's exp, expm1, tanh, logistic as LLVM IR -------- */
+
+LLVMValueRef cg_math_exp(cg_plan *P, LLVMValueRef x);
+LLVMValueRef cg_math_expm1(cg_plan *P, LLVMValueRef x);
+LLVMValueRef cg_math_tanh(cg_plan *P, LLVMValueRef x);
+LLVMValueRef cg_math_logistic(cg_plan *P, LLVMValueRef x);
 
 /* ---- cpu_wrap.c: the CPU loop nest --------------------------------------- */
 

@@ -169,6 +169,57 @@ static void assume_aligned(cg_plan *P, LLVMValueRef *p, uint32_t n) {
   }
 }
 
+/* The kernel function "void |name|(ptr args, ptr coords, i64 begin, i64
+ * end)": it loads the buffer pointers from |args| and calls the loop nest,
+ * returned here: an internal alwaysinline function "(ptr noalias
+ * buffers.., ptr noalias coords, i64 begin, i64 end)" for the caller to
+ * fill.
+ * Once inlined, the noalias of the buffers is scoped to the whole loop
+ * nest (the bodies' own noalias only holds within one element's call), so
+ * the loop vectoriser knows that the buffers do not overlap across
+ * iterations and needs no runtime overlap checks -- it could not build
+ * them for most kernels ("cannot identify array bounds").  Distinct slots
+ * are distinct buffers (plan_memory gives live values disjoint ranges; an
+ * in-place operand is read through slot 0 itself). */
+static LLVMValueRef loop_nest_shell(cg_plan *P, const cg_kernel *k, const char *name) {
+  KDC_ASSERT(k->n_args <= 64);
+  LLVMTypeRef params[64 + 4];
+  unsigned n = 0;
+  for (uint32_t i = 0; i < k->n_args; i++) params[n++] = P->ptr;
+  params[n++] = P->ptr;  /* coords */
+  params[n++] = P->i64;
+  params[n++] = P->i64;
+  char iname[80];
+  snprintf(iname, sizeof iname, "%s_nest", name);
+  LLVMValueRef in = LLVMAddFunction(P->mod, iname, LLVMFunctionType(P->void_t, params, n, 0));
+  LLVMSetLinkage(in, LLVMInternalLinkage);
+  unsigned inl = LLVMGetEnumAttributeKindForName("alwaysinline", 12);
+  unsigned nounwind = LLVMGetEnumAttributeKindForName("nounwind", 8);
+  unsigned noalias = LLVMGetEnumAttributeKindForName("noalias", 7);
+  LLVMAddAttributeAtIndex(in, LLVMAttributeFunctionIndex, LLVMCreateEnumAttribute(P->ctx, inl, 0));
+  LLVMAddAttributeAtIndex(in, LLVMAttributeFunctionIndex,
+                          LLVMCreateEnumAttribute(P->ctx, nounwind, 0));
+  for (uint32_t i = 0; i <= k->n_args; i++)  /* the buffers and coords */
+    LLVMAddAttributeAtIndex(in, i + 1, LLVMCreateEnumAttribute(P->ctx, noalias, 0));
+
+  LLVMTypeRef wparams[4] = {P->ptr, P->ptr, P->i64, P->i64};
+  LLVMValueRef fn = LLVMAddFunction(P->mod, name, LLVMFunctionType(P->void_t, wparams, 4, 0));
+  LLVMAddAttributeAtIndex(fn, LLVMAttributeFunctionIndex,
+                          LLVMCreateEnumAttribute(P->ctx, nounwind, 0));
+  LLVMPositionBuilderAtEnd(P->b, LLVMAppendBasicBlockInContext(P->ctx, fn, "entry"));
+  LLVMValueRef a[64 + 4], args = LLVMGetParam(fn, 0);
+  unsigned na = 0;
+  for (uint32_t i = 0; i < k->n_args; i++) {
+    LLVMValueRef idx = LLVMConstInt(P->i64, i, 0);
+    LLVMValueRef g = LLVMBuildInBoundsGEP2(P->b, P->ptr, args, &idx, 1, "");
+    a[na++] = LLVMBuildLoad2(P->b, P->ptr, g, "");
+  }
+  for (unsigned i = 1; i < 4; i++) a[na++] = LLVMGetParam(fn, i);
+  LLVMBuildCall2(P->b, LLVMGlobalGetValueType(in), in, a, na, "");
+  LLVMBuildRetVoid(P->b);
+  return in;
+}
+
 void cg_cpu_wrap(cg_plan *P, const cg_kernel *k, LLVMValueRef body, const char *name,
                  int64_t *out_extent, int64_t *out_unit_cost) {
   const kdc_type *t = &k->out_type;
@@ -190,11 +241,7 @@ void cg_cpu_wrap(cg_plan *P, const cg_kernel *k, LLVMValueRef body, const char *
     kdc_status_free(vst);
     p = np = 0;
   }
-  LLVMTypeRef params[4] = {P->ptr, P->ptr, P->i64, P->i64};
-  LLVMValueRef fn = LLVMAddFunction(P->mod, name, LLVMFunctionType(P->void_t, params, 4, 0));
-  unsigned nounwind = LLVMGetEnumAttributeKindForName("nounwind", 8);
-  LLVMAddAttributeAtIndex(fn, LLVMAttributeFunctionIndex,
-                          LLVMCreateEnumAttribute(P->ctx, nounwind, 0));
+  LLVMValueRef fn = loop_nest_shell(P, k, name);
   LLVMBasicBlockRef entry = LLVMAppendBasicBlockInContext(P->ctx, fn, "entry");
   LLVMPositionBuilderAtEnd(P->b, entry);
   LLVMValueRef row_slot = LLVMBuildAlloca(P->b, P->i64, "row");
@@ -202,23 +249,18 @@ void cg_cpu_wrap(cg_plan *P, const cg_kernel *k, LLVMValueRef body, const char *
 
   LLVMValueRef cargs[65 + KDC_MAX_RANK];
   unsigned nc = 0;
-  LLVMValueRef args = LLVMGetParam(fn, 0);
-  for (uint32_t i = 0; i < k->n_args; i++) {
-    LLVMValueRef idx = LLVMConstInt(P->i64, i, 0);
-    LLVMValueRef g = LLVMBuildInBoundsGEP2(P->b, P->ptr, args, &idx, 1, "");
-    cargs[nc++] = LLVMBuildLoad2(P->b, P->ptr, g, "");
-  }
+  for (uint32_t i = 0; i < k->n_args; i++) cargs[nc++] = LLVMGetParam(fn, i);
   if (k->aligned_out) assume_aligned(P, cargs, 1 + k->n_extra);
-  cargs[nc++] = LLVMGetParam(fn, 1);  /* coords */
+  cargs[nc++] = LLVMGetParam(fn, k->n_args);  /* coords */
+  LLVMValueRef begin = LLVMGetParam(fn, k->n_args + 1), end = LLVMGetParam(fn, k->n_args + 2);
   if (p) {
-    column_loops(P, k, fn, acc, cargs, nc, p, LLVMGetParam(fn, 2), LLVMGetParam(fn, 3),
-                 out_extent);
+    column_loops(P, k, fn, acc, cargs, nc, p, begin, end, out_extent);
     LLVMBuildRetVoid(P->b);
     *out_unit_cost = COLUMN_BLOCK * k->cost;
     return;
   }
   if (cg_kernel_scatter_rows(k)) {
-    scatter_loops(P, k, fn, cargs, LLVMGetParam(fn, 2), LLVMGetParam(fn, 3));
+    scatter_loops(P, k, fn, cargs, begin, end);
     LLVMBuildRetVoid(P->b);
     const kdc_node *nd = &k->f->nodes[k->root];
     *out_extent = t->dims[0];
@@ -229,7 +271,6 @@ void cg_cpu_wrap(cg_plan *P, const cg_kernel *k, LLVMValueRef body, const char *
   LLVMTypeRef bt = LLVMGlobalGetValueType(body);
   wloop rows, cols;
   if (rank == 1 && np) {  /* rows are elements: each piece loops over its part of them */
-    LLVMValueRef begin = LLVMGetParam(fn, 2), end = LLVMGetParam(fn, 3);
     const kdc_node *nd = &k->f->nodes[k->root];
     int64_t off = 0;
     for (int j = 0; j < np; j++) {
@@ -250,7 +291,7 @@ void cg_cpu_wrap(cg_plan *P, const cg_kernel *k, LLVMValueRef body, const char *
     *out_unit_cost = k->cost;
     return;
   }
-  LLVMValueRef r = open_loop(P, fn, row_slot, &rows, LLVMGetParam(fn, 2), LLVMGetParam(fn, 3));
+  LLVMValueRef r = open_loop(P, fn, row_slot, &rows, begin, end);
   int64_t extent = 1, inner = 1;
   if (rank == 1) {
     cargs[nc++] = r;

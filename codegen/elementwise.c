@@ -10,10 +10,13 @@
  * wrapping integer arithmetic.  Bool operands of arithmetic ops are widened
  * to i64, computed as integers and narrowed with != 0, like the interpreter.
  *
- * Transcendentals call libm's f32 functions (expf, logf, log1pf, expm1f,
- * tanhf, erff, powf) or the LLVM intrinsics that lower to them (llvm.exp,
- * llvm.log, llvm.pow); the JIT resolves them from the process (runtime/jit.c),
- * so results match the interpreter, which calls the same libm.  They are
+ * exp, expm1, tanh and logistic are kdc's own (ir/math.c), emitted inline
+ * by codegen/math_ir.c: branch-free basic operations that the loop
+ * vectoriser turns into SIMD code, bitwise equal to the interpreter's.  The
+ * other transcendentals call libm's f32 functions (logf, log1pf, erff, powf)
+ * or the LLVM intrinsics that lower to them (llvm.log, llvm.pow); the JIT
+ * resolves them from the process (runtime/jit.c), so results match the
+ * interpreter, which calls the same libm.  They are
  * declared nounwind and memory(none) (errno ignored, as -fno-math-errno) so
  * LLVM may hoist and CSE them.
  */
@@ -122,16 +125,13 @@ static LLVMValueRef unary_f32(cg_plan *P, kdc_op op, LLVMValueRef x) {
   switch (op) {
   case KDC_OP_NEG: return LLVMBuildFNeg(B, x, "");
   case KDC_OP_ABS: return intr(P, "llvm.fabs", t, &x, 1);
-  case KDC_OP_EXP: return libm1(P, "expf", x);
+  case KDC_OP_EXP: return cg_math_exp(P, x);
   case KDC_OP_LOG: return libm1(P, "logf", x);
   case KDC_OP_LOG1P: return libm1(P, "log1pf", x);
-  case KDC_OP_EXPM1: return libm1(P, "expm1f", x);
-  case KDC_OP_TANH: return libm1(P, "tanhf", x);
+  case KDC_OP_EXPM1: return cg_math_expm1(P, x);
+  case KDC_OP_TANH: return cg_math_tanh(P, x);
   case KDC_OP_ERF: return libm1(P, "erff", x);
-  case KDC_OP_LOGISTIC: {
-    LLVMValueRef e = libm1(P, "expf", LLVMBuildFNeg(B, x, ""));
-    return LLVMBuildFDiv(B, fconst(P, 1), LLVMBuildFAdd(B, fconst(P, 1), e, ""), "");
-  }
+  case KDC_OP_LOGISTIC: return cg_math_logistic(P, x);
   case KDC_OP_SQRT: return intr(P, "llvm.sqrt", t, &x, 1);
   case KDC_OP_RSQRT: return LLVMBuildFDiv(B, fconst(P, 1), intr(P, "llvm.sqrt", t, &x, 1), "");
   case KDC_OP_SIGN: {

@@ -2,8 +2,8 @@
  * codegen/kernel_body.c: the body of a kernel, generated once over an
  * element multi-index and shared by every target's wrapper.
  *
- *   internal alwaysinline void kdc_body_<k>(ptr noalias out, ptr noalias a1,
- *       ..., ptr noalias coords, i64 i_0, ..., i64 i_{r-1})
+ *   internal alwaysinline void kdc_body_<k>(ptr out, ptr a1, ..., ptr coords,
+ *       i64 i_0, ..., i64 i_{r-1})
  *
  * computes the kernel's root at index (i_0..i_{r-1}) of its output and
  * stores it at out[linear].  Operand chains are emitted recursively from the
@@ -606,7 +606,10 @@ int cg_kernel_concat_pieces(const cg_kernel *k) {
 }
 
 /* The function shell: |name|(args.., coords, i64 x |n_idx|), internal,
- * alwaysinline, noalias buffers; the emitter positioned in its entry. */
+ * alwaysinline; the emitter positioned in its entry.  No noalias here: a
+ * body's scope would hold for one element only, and the loop vectoriser
+ * then drops every alias scope of the access (the wrapper's loop nest
+ * carries the noalias, cpu_wrap.c). */
 static LLVMValueRef body_shell(cg_plan *P, const cg_kernel *k, const char *name, int n_idx,
                                emitter *E) {
   LLVMTypeRef params[1 + 65 + KDC_MAX_RANK];
@@ -618,14 +621,9 @@ static LLVMValueRef body_shell(cg_plan *P, const cg_kernel *k, const char *name,
   LLVMSetLinkage(fn, LLVMInternalLinkage);
   unsigned inl = LLVMGetEnumAttributeKindForName("alwaysinline", 12);
   unsigned nounwind = LLVMGetEnumAttributeKindForName("nounwind", 8);
-  unsigned noalias = LLVMGetEnumAttributeKindForName("noalias", 7);
   LLVMAddAttributeAtIndex(fn, LLVMAttributeFunctionIndex, LLVMCreateEnumAttribute(P->ctx, inl, 0));
   LLVMAddAttributeAtIndex(fn, LLVMAttributeFunctionIndex,
                           LLVMCreateEnumAttribute(P->ctx, nounwind, 0));
-  /* Distinct args never overlap (plan_memory gives live values disjoint
-   * ranges; an in-place operand is read through slot 0 itself). */
-  for (uint32_t i = 0; i <= k->n_args; i++)  /* the buffers and coords */
-    LLVMAddAttributeAtIndex(fn, i + 1, LLVMCreateEnumAttribute(P->ctx, noalias, 0));
   *E = (emitter){.P = P, .k = k, .f = k->f, .b = P->b, .fn = fn, .trips = 1, .root_piece = -1};
   E->entry = LLVMAppendBasicBlockInContext(P->ctx, fn, "entry");
   LLVMPositionBuilderAtEnd(P->b, E->entry);

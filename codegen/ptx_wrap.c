@@ -15,8 +15,9 @@
  * Kernels are marked as PTX entries both with the PTX_Kernel calling
  * convention and the classic !nvvm.annotations {fn, "kernel", 1}.
  *
- * Math: the bodies call libm's f32 functions (expf, logf, log1pf, expm1f,
- * tanhf, erff) and llvm.pow; on the GPU they are renamed to libdevice's
+ * Math: exp, expm1, tanh and logistic are kdc's own (codegen/math_ir.c:
+ * basic operations, the CPU's bits); the bodies call libm's f32 functions
+ * for the others (logf, log1pf, erff) and llvm.pow; on the GPU they are renamed to libdevice's
  * __nv_expf, ... (__nv_powf), and /usr/local/cuda/nvvm/libdevice/
  * libdevice.10.bc (or $KDC_LIBDEVICE) is linked in with LLVMLinkModules2,
  * its functions internalised so O3 keeps only what is used.  Without
@@ -26,7 +27,7 @@
  * roundeven, fabs and fptosi.sat are native PTX instructions (sqrt.rn,
  * cvt.rmi/rpi/rni); f32 division is div.rn (IEEE), no FTZ
  * (nvvm-reflect-ftz = 0), so elementwise results match the CPU bit for bit
- * except for the transcendentals (libdevice is not glibc's libm).
+ * except for libm's transcendentals (libdevice is not glibc's libm).
  */
 #include <stdio.h>
 #include <stdlib.h>

@@ -6,8 +6,9 @@
  * row-major indices.  Shardings, groups and memory offsets are ignored.
  *
  * Semantics (ops.def gives the one-line version):
- *   - f32 math is done in float, in program order; libm's f32 functions
- *     (expf, tanhf, ...); subnormal inputs and results are flushed to
+ *   - f32 math is done in float, in program order; exp, expm1, tanh and
+ *     logistic are kdc's own (ir/math.c), the other transcendentals libm's
+ *     f32 functions (logf, log1pf, erff, powf); subnormal inputs and results are flushed to
  *     (signed) zero, as the runtime does (kdc/fpenv.h).  Sums (reduce, dot_general) accumulate in a float
  *     in increasing index order: reduce over the operand's row-major order,
  *     dot over the contracting dims row-major in lhs_contract order.  The
@@ -101,12 +102,12 @@ static bool un_f32(kdc_op op, float x, float *out) {
   switch (op) {
   case KDC_OP_NEG: *out = -x; return true;
   case KDC_OP_ABS: *out = fabsf(x); return true;
-  case KDC_OP_EXP: *out = expf(x); return true;
+  case KDC_OP_EXP: *out = kdc_math_expf(x); return true;
   case KDC_OP_LOG: *out = logf(x); return true;
   case KDC_OP_LOG1P: *out = log1pf(x); return true;
-  case KDC_OP_EXPM1: *out = expm1f(x); return true;
-  case KDC_OP_TANH: *out = tanhf(x); return true;
-  case KDC_OP_LOGISTIC: *out = 1.0f / (1.0f + expf(-x)); return true;
+  case KDC_OP_EXPM1: *out = kdc_math_expm1f(x); return true;
+  case KDC_OP_TANH: *out = kdc_math_tanhf(x); return true;
+  case KDC_OP_LOGISTIC: *out = kdc_math_logisticf(x); return true;
   case KDC_OP_SQRT: *out = sqrtf(x); return true;
   case KDC_OP_RSQRT: *out = 1.0f / sqrtf(x); return true;
   case KDC_OP_ERF: *out = erff(x); return true;

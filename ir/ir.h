@@ -526,6 +526,31 @@ void kdc_ir_print_sharding(FILE *out, const kdc_module *m, const kdc_sharding *s
 /* Parses module text; |filename| names the source in errors ("file:line:col: ..."). */
 kdc_status kdc_ir_parse_module(const char *text, const char *filename, kdc_module **out);
 
+/* ---- kdc's f32 exp, expm1, tanh, logistic (ir/math.c) --------------------
+ * Written with basic IEEE operations in a fixed order so that
+ * codegen/math_ir.c can emit the same sequence (vectorisable, and bitwise
+ * equal to these); the interpreter, folding and every backend use them
+ * instead of libm (exp, expm1 <= 2 ulp, tanh <= 3 ulp; file comment). */
+#define KDC_MATH_LOG2E 1.44269504088896341f
+#define KDC_MATH_LN2_HI 0.693359375f           /* 355/512: C1 * n exact, |n| <= 256 */
+#define KDC_MATH_LN2_LO -2.12194440054690583e-4f
+#define KDC_MATH_C2 0.5f                        /* Taylor coefficients 1/k! */
+#define KDC_MATH_C3 0.166666666666666667f
+#define KDC_MATH_C4 0.0416666666666666667f
+#define KDC_MATH_C5 0.00833333333333333333f
+#define KDC_MATH_C6 0.00138888888888888889f
+#define KDC_MATH_C7 1.98412698412698413e-4f
+#define KDC_MATH_C8 2.48015873015873016e-5f
+#define KDC_MATH_EXP_HI 88.8f                   /* above: inf (n <= 128 below it) */
+#define KDC_MATH_EXP_LO -87.33654f              /* below: 0 (under FLT_MIN) */
+#define KDC_MATH_EXPM1_BIG 40.0f                /* above: exp(x) (the -1 is lost) */
+#define KDC_MATH_EXPM1_LO -17.5f                /* below: -1 */
+#define KDC_MATH_TANH_ONE 9.1f                  /* above: tanh rounds to 1 */
+float kdc_math_expf(float x);
+float kdc_math_expm1f(float x);
+float kdc_math_tanhf(float x);
+float kdc_math_logisticf(float x);
+
 /* ---- reference interpreter (ir/interp.c) ----------------------------------
  * Evaluates |f| on the host, slowly and obviously correctly (double-precision
  * accumulation is NOT used: f32 math in program order, sums in index order).

@@ -21,7 +21,7 @@
  * This is JIT-at-load: the build never looks at the host (STYLE
  * anti-pattern 5), and one plan runs on any x86-64 or arm64 machine.
  *
- * Kernels call libm (expf, tanhf, ...): a DynamicLibrarySearchGenerator for
+ * Kernels call libm (logf, erff, ...): a DynamicLibrarySearchGenerator for
  * the process resolves them from the libm the runtime itself links.
  *
  * Every LLVM failure (bitcode that does not parse, a module that does not
@@ -38,6 +38,7 @@
 #include <llvm-c/Error.h>
 #include <llvm-c/LLJIT.h>
 #include <llvm-c/Orc.h>
+#include <llvm-c/Support.h>
 #include <llvm-c/Target.h>
 #include <llvm-c/TargetMachine.h>
 #include <llvm-c/Transforms/PassBuilder.h>
@@ -54,8 +55,17 @@ struct rt_jit {
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 static int init_failed;
 
+/* LLVM's loop vectoriser vectorises a floating-point sum in order (a
+ * vector of elements added one lane after the other, llvm.vector.reduce.fadd
+ * without reassoc) only where the target asks for it (AArch64) or with
+ * this option.  In order is the interpreter's order, so results keep
+ * their bits, and what feeds the sum is vectorised: a softmax's
+ * sum exp(x - max) runs kdc's exp 8 lanes at a time instead of one call
+ * per element (docs/codegen.md, "Transcendentals and vectorisation"). */
 static void init_llvm(void) {
   init_failed = LLVMInitializeNativeTarget() || LLVMInitializeNativeAsmPrinter();
+  const char *const argv[] = {"kdc", "-force-ordered-reductions"};
+  LLVMParseCommandLineOptions(2, argv, NULL);
 }
 
 /* Collects the first diagnostic LLVM reports while parsing bitcode. */
@@ -79,7 +89,7 @@ static kdc_status llvm_err(LLVMErrorRef e, const char *file, uint64_t off, const
  * the bitcode or the strings of compile_desc(): the passes of optimise(),
  * mark_nontemporal, the TargetMachine's options.  It is part of the key of
  * every compiled-code cache entry (jit_cache.c). */
-enum { RT_JIT_CODE_VERSION = 1 };
+enum { RT_JIT_CODE_VERSION = 2 };  /* 2: ordered FP reductions vectorised */
 
 typedef struct host { char *triple, *cpu, *features; } host;
 

@@ -67,7 +67,10 @@ static void test_unary_f32(void **state) {
   unary_case(KDC_OP_RSQRT, KDC_DTYPE_F32, &pos);
   /* special values: NaN, infinities, signed zeros, halves (round to even) */
   static const float sp[] = {NAN, INFINITY, -INFINITY, 0.0f, -0.0f, 0.5f, -0.5f, 1.5f, 2.5f,
-                             -2.5f, 1e-40f, 100.0f, -100.0f, 3.0f};
+                             -2.5f, 1e-40f, 100.0f, -100.0f, 3.0f,
+                             /* the range ends of ir/math.c's exp, expm1, tanh */
+                             88.72f, 88.8f, 88.9f, -87.33f, -87.34f, -17.5f, -17.6f, 40.0f,
+                             40.5f, 9.1f, 9.2f, 1e-30f, -1e-30f, 0.34657f, -0.34658f};
   static const kdc_op all[] = {KDC_OP_NEG, KDC_OP_ABS, KDC_OP_EXP, KDC_OP_LOG, KDC_OP_LOG1P,
                                KDC_OP_EXPM1, KDC_OP_TANH, KDC_OP_LOGISTIC, KDC_OP_SQRT,
                                KDC_OP_RSQRT, KDC_OP_ERF, KDC_OP_SIGN, KDC_OP_FLOOR, KDC_OP_CEIL,
