@@ -63,9 +63,45 @@ def model_weights(model):
     return {v.path: np.asarray(v.numpy()) for v in model.weights}
 
 
+def match_paths(keras_paths, names):
+    """{Keras variable path: name in `names`}: equal, else the one name that
+    ends with "/" + path.  A model Keras deserializes (model_from_json)
+    creates nested layers' variables outside the wrapper's name scope
+    (`forward_lstm/lstm_cell/kernel`, `d1/kernel` in a Sequential) where a
+    model built in Python, and kdc, put them under it
+    (`bidirectional/forward_lstm/...`, `sequential/d1/kernel`)."""
+    out = {}
+    for p in keras_paths:
+        if p in names:
+            out[p] = p
+            continue
+        cands = [n for n in names if n.endswith("/" + p)]
+        assert len(cands) == 1, "Keras variable %s: candidates %s" % (p, cands)
+        out[p] = cands[0]
+    return out
+
+
 def set_weights_by_path(model, weights):
+    m = match_paths([v.path for v in model.weights], list(weights))
     for v in model.weights:
-        v.assign(weights[v.path])
+        v.assign(weights[m[v.path]])
+    # Layers that cache tensors computed from their variables at build
+    # (Normalization's mean and variance) refresh them here, as Keras'
+    # weight loading does.
+    for layer in model._flatten_layers():
+        if hasattr(layer, "finalize_state") and layer.built:
+            layer.finalize_state()
+
+
+def assert_weights_close(kdc_weights, keras_weights, rtol, atol, what, constants=()):
+    """kdc's saved training state against Keras' weights after fit.  `constants`:
+    non-trainable paths training never writes (Normalization's mean), which
+    kdc's checkpoint does not hold."""
+    keras_weights = {p: v for p, v in keras_weights.items()
+                     if p not in constants or any(n.endswith(p) for n in kdc_weights)}
+    m = match_paths(list(keras_weights), list(kdc_weights))
+    for p, v in keras_weights.items():
+        assert_close(kdc_weights[m[p]], v, rtol, atol, "%s %s" % (what, p))
 
 
 def export(model, d, weights=None):
