@@ -26,7 +26,7 @@ def write_safetensors(path, tensors):
     little-endian header length, a JSON header, the raw bytes)."""
     header, blobs, off = {}, [], 0
     for name, a in tensors.items():
-        a = np.ascontiguousarray(a)
+        a = np.asarray(a, order="C")  # (ascontiguousarray makes 0-d arrays 1-d)
         if a.dtype not in _ST_DTYPES:
             a = a.astype(np.float32)
         b = a.tobytes()
