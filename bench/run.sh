@@ -4,7 +4,15 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 cmake -S . -B build-bench -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build-bench -j "$(nproc)" --target bench_predict bench_mesh bench_collectives bench_train bench_models \
-  bench_gemm_panels >/dev/null
+  bench_gemm_panels bench_plan kdc >/dev/null
+# kdc against XLA (Keras 3 on JAX, plain jax.jit) and PyTorch 2 (eager,
+# torch.compile): one JSON line per model with kdc/peer ratios, compile +
+# first run against XLA's first jitted call, and the 2x4 ModelParallel MNIST
+# MLP on 8 virtual devices against Keras' ModelParallel on 8 host devices
+# (bench/compare.py; .ci/requirements.txt has JAX and Keras, torch 2.13 is
+# `pip install torch==2.13.0`).
+python3 -c 'import torch' 2>/dev/null || python3 -m pip install -q torch==2.13.0
+python3 bench/compare.py build-bench
 ./build-bench/bench/bench_predict
 ./build-bench/bench/bench_mesh
 ./build-bench/bench/bench_collectives

@@ -51,8 +51,13 @@ typedef struct kdc_codegen_options {
   size_t n_funcs;
   bool no_ir_text;           /* omit the IR_TEXT section (smaller plans) */
   const char *explain;       /* EXPLAIN section text (`kdc inspect --explain`); NULL = none */
+  const char *keras;         /* KERAS section text (frontend kdc_frontend_keras_section); NULL = none */
   int cuda_sm;               /* > 0: also lower every kernel to PTX for sm_<cuda_sm> (80, 90):
                                 PTX and CUDA sections, metadata target "cuda" (docs/gpu.md) */
+  const void *train_state;   /* a safetensors image of initial training state (optimizer
+                                tensors of a checkpoint, `kdc compile --weights`): the
+                                TRAIN_STATE section; NULL = none (state starts at zero) */
+  size_t train_state_size;
 } kdc_codegen_options;
 
 /* Compiles every selected function of |m| (fused and memory-planned) into
@@ -184,6 +189,11 @@ kdc_status cg_body_emit(cg_plan *P, cg_kernel *k, uint32_t index, LLVMValueRef *
  *    walks the operand with the stride of the kept dims per element. */
 enum { CG_MAX_PIECES = 64 };
 int cg_kernel_concat_pieces(const cg_kernel *k);  /* pieces, or 0 */
+/* Scatter rows (cpu_wrap.c): a scatter_add root reading its ids and
+ * updates from buffers runs, per thread, over its output rows: zero them,
+ * then add every update row whose id falls in them, ids in increasing
+ * order (the generic body's order, so the same bits). */
+bool cg_kernel_scatter_rows(const cg_kernel *k);
 /* Flat kernels: a kernel of rank >= 2 whose every output is computed from
  * its row-major linear index alone (elementwise members over operands of
  * the output's dims, reshapes, broadcasts of one element, loads, constants)

@@ -90,6 +90,71 @@ static void column_loops(cg_plan *P, const cg_kernel *k, LLVMValueRef fn, LLVMVa
   *out_extent = (n + COLUMN_BLOCK - 1) / COLUMN_BLOCK;
 }
 
+/* cg_kernel_scatter_rows: a scatter_add kernel (always its own root,
+ * never fused) whose ids and updates are buffers, of a numeric dtype. */
+bool cg_kernel_scatter_rows(const cg_kernel *k) {
+  if (k->transpose) return false;
+  const kdc_node *nd = &k->f->nodes[k->root];
+  if (nd->op != KDC_OP_SCATTER_ADD || nd->type.rank < 1 || nd->type.dtype == KDC_DTYPE_BOOL ||
+      kdc_type_numel(&nd->type) <= 0)
+    return false;
+  return k->slot[nd->in[0]] > 0 && k->slot[nd->in[1]] > 0;
+}
+
+/* The scatter-rows wrapper body: rows are output rows (dim 0).  A thread's
+ * rows [begin, end) are set to 0, then for every id in increasing order
+ * whose wrapped value (kdc_gather_index) falls in [begin, end) the
+ * update's row is added to that output row.  Each output element thus sums
+ * the same updates in the same order as the generic body (which, per output
+ * element, scans every id: O(V * ids * row) against O(ids + rows * row)
+ * here; the gradient of a 1000-word Embedding over 1600 tokens took 85 ms
+ * a step). */
+static void scatter_loops(cg_plan *P, const cg_kernel *k, LLVMValueRef fn, LLVMValueRef *cargs,
+                          LLVMValueRef begin, LLVMValueRef end) {
+  const kdc_node *nd = &k->f->nodes[k->root];
+  const kdc_type *it = &k->f->nodes[nd->in[0]].type;
+  kdc_dtype d = nd->type.dtype;
+  int64_t V = nd->type.dims[0], row = kdc_type_numel(&nd->type) / V, nid = kdc_type_numel(it);
+  LLVMTypeRef et = cg_mem_type(P, d);
+  LLVMValueRef out = cargs[0], ids = cargs[k->slot[nd->in[0]]], upd = cargs[k->slot[nd->in[1]]];
+  LLVMValueRef slots[3];
+  LLVMBasicBlockRef cur = LLVMGetInsertBlock(P->b);
+  LLVMPositionBuilderBefore(P->b, LLVMGetFirstInstruction(LLVMGetEntryBasicBlock(fn)));
+  for (int i = 0; i < 3; i++) slots[i] = LLVMBuildAlloca(P->b, P->i64, "");
+  LLVMPositionBuilderAtEnd(P->b, cur);
+  wloop L0, L1, L2;
+  LLVMValueRef lo = LLVMBuildNSWMul(P->b, begin, I64(P, row), "");
+  LLVMValueRef hi = LLVMBuildNSWMul(P->b, end, I64(P, row), "");
+  LLVMValueRef e = open_loop(P, fn, slots[0], &L0, lo, hi);
+  LLVMBuildStore(P->b, cg_reduce_init(P, KDC_RED_SUM, d),
+                 LLVMBuildInBoundsGEP2(P->b, et, out, &e, 1, ""));
+  close_loop(P, &L0);
+  LLVMValueRef i = open_loop(P, fn, slots[1], &L1, I64(P, 0), I64(P, nid));
+  LLVMTypeRef idt = cg_mem_type(P, it->dtype);
+  LLVMValueRef id = LLVMBuildLoad2(P->b, idt, LLVMBuildInBoundsGEP2(P->b, idt, ids, &i, 1, ""), "");
+  if (it->dtype != KDC_DTYPE_I64) id = LLVMBuildSExt(P->b, id, P->i64, "");
+  LLVMValueRef neg = LLVMBuildICmp(P->b, LLVMIntSLT, id, I64(P, 0), "");
+  LLVMValueRef w = LLVMBuildSelect(P->b, neg, LLVMBuildAdd(P->b, id, I64(P, V), ""), id, "");
+  LLVMValueRef hit = LLVMBuildAnd(P->b, LLVMBuildICmp(P->b, LLVMIntSGE, w, begin, ""),
+                                  LLVMBuildICmp(P->b, LLVMIntSLT, w, end, ""), "");
+  LLVMBasicBlockRef add = LLVMAppendBasicBlockInContext(P->ctx, fn, "hit");
+  LLVMBasicBlockRef next = LLVMAppendBasicBlockInContext(P->ctx, fn, "next");
+  LLVMBuildCondBr(P->b, hit, add, next);
+  LLVMPositionBuilderAtEnd(P->b, add);
+  LLVMValueRef ob = LLVMBuildNSWMul(P->b, w, I64(P, row), "");
+  LLVMValueRef ub = LLVMBuildNSWMul(P->b, i, I64(P, row), "");
+  LLVMValueRef c = open_loop(P, fn, slots[2], &L2, I64(P, 0), I64(P, row));
+  LLVMValueRef oi = LLVMBuildNSWAdd(P->b, ob, c, ""), ui = LLVMBuildNSWAdd(P->b, ub, c, "");
+  LLVMValueRef op = LLVMBuildInBoundsGEP2(P->b, et, out, &oi, 1, "");
+  LLVMValueRef u = LLVMBuildLoad2(P->b, et, LLVMBuildInBoundsGEP2(P->b, et, upd, &ui, 1, ""), "");
+  LLVMValueRef a = LLVMBuildLoad2(P->b, et, op, "");
+  LLVMBuildStore(P->b, cg_reduce_step(P, KDC_RED_SUM, d, a, u), op);
+  close_loop(P, &L2);
+  LLVMBuildBr(P->b, next);
+  LLVMPositionBuilderAtEnd(P->b, next);
+  close_loop(P, &L1);
+}
+
 /* llvm.assume((ptrtoint p[i] & 63) == 0) for i < |n|: LLVM then knows the
  * alignment of every row (whole lines) and of the vector stores in them. */
 static void assume_aligned(cg_plan *P, LLVMValueRef *p, uint32_t n) {
@@ -150,6 +215,15 @@ void cg_cpu_wrap(cg_plan *P, const cg_kernel *k, LLVMValueRef body, const char *
                  out_extent);
     LLVMBuildRetVoid(P->b);
     *out_unit_cost = COLUMN_BLOCK * k->cost;
+    return;
+  }
+  if (cg_kernel_scatter_rows(k)) {
+    scatter_loops(P, k, fn, cargs, LLVMGetParam(fn, 2), LLVMGetParam(fn, 3));
+    LLVMBuildRetVoid(P->b);
+    const kdc_node *nd = &k->f->nodes[k->root];
+    *out_extent = t->dims[0];
+    *out_unit_cost = 2 * (kdc_type_numel(t) / t->dims[0]) +
+                     kdc_type_numel(&k->f->nodes[nd->in[0]].type) / t->dims[0] + 1;
     return;
   }
   LLVMTypeRef bt = LLVMGlobalGetValueType(body);

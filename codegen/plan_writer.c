@@ -179,9 +179,14 @@ static kdc_status write_plan(cg_plan *P, const kdc_codegen_options *opt, const c
   if (!st && ptx) st = kdc_plan_writer_add(w, KDC_PLAN_SECTION_PTX, "ptx", ptx, ptx_len);
   if (!st && ptx)
     st = kdc_plan_writer_add(w, KDC_PLAN_SECTION_CUDA, "cuda", launch.data, launch.size);
+  if (!st && opt && opt->keras)
+    st = kdc_plan_writer_add(w, KDC_PLAN_SECTION_KERAS, "keras", opt->keras, strlen(opt->keras));
   if (!st && opt && opt->explain)
     st = kdc_plan_writer_add(w, KDC_PLAN_SECTION_EXPLAIN, "explain", opt->explain,
                              strlen(opt->explain));
+  if (!st && opt && opt->train_state)
+    st = kdc_plan_writer_add(w, KDC_PLAN_SECTION_TRAIN_STATE, "train_state", opt->train_state,
+                             opt->train_state_size);
   if (!st) st = kdc_plan_writer_write(w, path);
   kdc_plan_writer_destroy(w);
   LLVMDisposeMemoryBuffer(bc);

@@ -23,19 +23,19 @@ enum { CHUNK_MIN = 64 * 1024 };
 
 void *kdc_xmalloc(size_t n) {
   void *p = malloc(n ? n : 1);
-  if (!p) kdc_fatal(__FILE__, __LINE__, "out of memory (%zu bytes)", n);
+  if (!p) kdc_out_of_memory(n);
   return p;
 }
 
 void *kdc_xcalloc(size_t n, size_t size) {
   void *p = calloc(n ? n : 1, size ? size : 1);
-  if (!p) kdc_fatal(__FILE__, __LINE__, "out of memory (%zu x %zu bytes)", n, size);
+  if (!p) kdc_out_of_memory(n * size);
   return p;
 }
 
 void *kdc_xrealloc(void *p, size_t n) {
   void *q = realloc(p, n ? n : 1);
-  if (!q) kdc_fatal(__FILE__, __LINE__, "out of memory (%zu bytes)", n);
+  if (!q) kdc_out_of_memory(n);
   return q;
 }
 

@@ -103,3 +103,27 @@ bool kdc_io_convert_to_f32(kdc_io_dtype dt, const void *src, size_t n, float *ds
     return false;
   }
 }
+
+bool kdc_io_element(kdc_io_dtype dt, const void *data, size_t i, int64_t *iv, double *fv) {
+  const uint8_t *p = (const uint8_t *)data + i * kdc_io_dtype_size(dt);
+  *iv = 0;
+  *fv = 0;
+  switch (dt) {
+  case KDC_IO_DTYPE_I32: *iv = (int32_t)kdc_load_le32(p); return true;
+  case KDC_IO_DTYPE_I64: *iv = (int64_t)kdc_load_le64(p); return true;
+  case KDC_IO_DTYPE_I8: *iv = (int8_t)*p; return true;
+  case KDC_IO_DTYPE_U8:
+  case KDC_IO_DTYPE_BOOL: *iv = *p; return true;
+  case KDC_IO_DTYPE_F64: {
+    uint64_t bits = kdc_load_le64(p);
+    memcpy(fv, &bits, 8);
+    return false;
+  }
+  default: {
+    float f = 0;
+    kdc_io_convert_to_f32(dt, p, 1, &f);
+    *fv = f;
+    return false;
+  }
+  }
+}

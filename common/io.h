@@ -1,13 +1,15 @@
 /*
  * common/io.h: kdc's file formats and file helpers, shared by every folder.
  *
- *   files.c        whole-file reads and maps, atomic writes (temp + rename)
+ *   files.c        input checks, whole-file reads and maps, atomic writes (temp +
+ *                  rename), a command's all-or-nothing output set
  *   dtype.c        element types of array files, shape sizes, f32 conversion
  *   npy.c          NumPy .npy arrays (read v1/v2/v3, write v1 like numpy)
  *   safetensors.c  safetensors weight files (read, write like the Rust crate)
  *   hash.c         xxHash64 (one-shot and streaming) for plan integrity
  *   plan_file.c    the plan.bin container (docs/plan-format.md)
  *   bytes.c        kdc_reader / kdc_buf: bounds-checked section payloads
+ *   json_text.c    JSON text checks json-c does not make (comments, \u0000)
  *
  * Conventions.  Every function that can fail on input returns a kdc_status
  * whose message is one line starting with the file name as the caller gave
@@ -31,18 +33,47 @@
  * files.c
  * ---------------------------------------------------------------------- */
 
+/* Inputs are regular files only.  Opens |path| read-only without blocking on
+ * a FIFO; a directory, FIFO, socket or device is an error naming what it
+ * is.  *|out_size| is st_size (0 also for procfs files of unknown size). */
+kdc_status kdc_file_open_input(const char *path, int *out_fd, uint64_t *out_size);
+/* "a directory", "a FIFO (named pipe)", ... for a st_mode. */
+const char *kdc_file_type_name(unsigned mode);
+
 /* Reads the whole file at |path|.  On success *|out_data| is a heap block of
  * *|out_size| bytes, aligned to 64 bytes, followed by one extra NUL byte (so
  * text can be parsed as a C string); free it with free().  IO errors name
- * |path| and strerror. */
+ * |path| and strerror.  _max: a file over |max| bytes is an error (checked
+ * against st_size before anything is allocated; a procfs file is read up to
+ * |max|) naming |what| ("a model JSON"). */
 kdc_status kdc_file_read_all(const char *path, void **out_data, size_t *out_size);
+kdc_status kdc_file_read_max(const char *path, size_t max, const char *what, void **out_data,
+                             size_t *out_size);
+
+/* The size limit of JSON documents kdc reads (model, layout, TF.js
+ * model.json): json-c takes an int length; 1 GiB is far above any model. */
+#define KDC_JSON_MAX_BYTES ((size_t)1 << 30)
+
+/* json_text.c: |text| (|len| bytes, the JSON document of file |name|, at
+ * byte |base| of it) holds no comment, no NUL byte and no \u0000 escape in a
+ * string (json-c would take comments and truncate names at the NUL); the
+ * error gives line, column and byte. */
+kdc_status kdc_json_text_check(const char *name, const char *text, size_t len, size_t base);
+/* The 1-based line and column of byte |off| of |text|. */
+void kdc_text_line_col(const char *text, size_t off, int *line, int *col);
 
 /* An output file that appears at its final path complete or not at all.
  * open() creates "<path>.tmp.XXXXXX" in the same directory (so rename() is
  * atomic), write() appends, commit() flushes, fsyncs and renames over |path|,
  * abort() unlinks the temp file.  Exactly one of commit/abort must be called;
  * both free the object.  A failed commit also removes the temp file, and an
- * existing file at |path| is untouched until the rename. */
+ * existing file at |path| is untouched until the rename.
+ * Targets: a regular file or a new name; a symlink is written through to
+ * the file at the end of its chain (the temp file in that file's directory);
+ * a character device (/dev/null, a terminal) is written directly, without a
+ * temp file; a directory, FIFO, socket or block device is an error at open.
+ * SIGINT, SIGTERM and SIGHUP (when their handler is the default) and exit()
+ * remove every live temp file. */
 typedef struct kdc_atomic_file kdc_atomic_file;
 
 kdc_status kdc_atomic_file_open(const char *path, kdc_atomic_file **out);
@@ -52,10 +83,29 @@ kdc_status kdc_atomic_file_write(kdc_atomic_file *f, const void *data, size_t n)
 /* The underlying stream, for fprintf-style writers; its errors surface at
  * commit().  Do not fclose it. */
 FILE *kdc_atomic_file_stream(kdc_atomic_file *f);
-/* The temporary file's path (for tests and diagnostics). */
+/* The temporary file's path (for tests and diagnostics; a device's path). */
 const char *kdc_atomic_file_temp_path(const kdc_atomic_file *f);
 kdc_status kdc_atomic_file_commit(kdc_atomic_file *f);
 void kdc_atomic_file_abort(kdc_atomic_file *f);
+
+/* A command's outputs, all-or-nothing.  begin() checks that every input
+ * that exists is a regular file (a FIFO or device fails before any work),
+ * every output path
+ * (a regular file, a new name, a symlink to one, or a character device;
+ * anything else is an error naming the flag) and that no output is the same
+ * file as an input or another output (the same path, or the same st_dev and
+ * st_ino): that is a located error naming both flags.  Until end(), the
+ * commit of an atomic file opened at a declared path (the same string) only
+ * completes its temp file; end(true) renames them all into place, end(false)
+ * removes them (and a signal or exit() removes them too).  One set at a
+ * time; paths NULL in |out| or |in| are skipped. */
+typedef struct kdc_file_arg {
+  const char *flag;  /* "--output", "-o", "--x" ... */
+  const char *path;
+} kdc_file_arg;
+kdc_status kdc_outputs_begin(const kdc_file_arg *out, size_t n_out, const kdc_file_arg *in,
+                             size_t n_in);
+kdc_status kdc_outputs_end(bool keep);
 
 /* open + write + commit of one block. */
 kdc_status kdc_file_write_atomic(const char *path, const void *data, size_t n);
@@ -101,6 +151,9 @@ const char *kdc_io_dtype_name(kdc_io_dtype dt);
  * (any alignment) to f32 at |dst|.  F64 rounds to nearest; returns false,
  * converting nothing, when |dt| is not a floating type. */
 bool kdc_io_convert_to_f32(kdc_io_dtype dt, const void *src, size_t n, float *dst);
+/* Element |i| of an array of |dt|: integers and booleans exactly in *|iv|
+ * (returns true), floating types in *|fv| (returns false). */
+bool kdc_io_element(kdc_io_dtype dt, const void *data, size_t i, int64_t *iv, double *fv);
 /* Number of elements and bytes of a shape, refusing negative dims and any
  * product that overflows int64/size_t.  On failure *|out_bad_dim| is the index
  * of the offending dim (or -1 for a byte-size overflow). */
@@ -112,6 +165,10 @@ bool kdc_io_shape_bytes(kdc_io_dtype dt, int rank, const int64_t *dims,
  * ---------------------------------------------------------------------- */
 
 typedef kdc_io_dtype kdc_npy_dtype;
+
+/* The longest .npy header read (a v2/v3 header length is 32-bit; numpy's
+ * own reader stops at 10000 bytes by default). */
+#define KDC_NPY_MAX_HEADER 65536
 
 /* An array read from or to be written to a .npy file.  C order, little
  * endian.  rank 0 is a scalar (one element). */
@@ -185,6 +242,14 @@ const kdc_st_tensor *kdc_safetensors_get(const kdc_safetensors *st, size_t i);
 const kdc_st_tensor *kdc_safetensors_find(const kdc_safetensors *st, const char *name);
 /* A "__metadata__" value, or NULL. */
 const char *kdc_safetensors_metadata(const kdc_safetensors *st, const char *key);
+/* A kdc training checkpoint (`kdc run --fit --save-weights`: metadata
+ * "format": "kdc-train-state") holds the optimizer state next to the
+ * weights, named "<opt>/iteration" (an i32 scalar) and "<opt>/<slot>".
+ * Returns true and |opt|'s name in |out| (NUL-terminated, at most |n|
+ * bytes) when |st| is one with such an iteration tensor. */
+bool kdc_safetensors_checkpoint_optimizer(const kdc_safetensors *st, char *out, size_t n);
+/* Is |name| one of the optimizer tensors "<opt>/..." of |opt|? */
+bool kdc_safetensors_is_optimizer_tensor(const char *opt, const char *name);
 /* Copies |t| to |dst| (t->nbytes / dtype size floats), converting F64, F16
  * and BF16 to f32.  Integer tensors give KDC_INVALID_INPUT naming the file
  * and tensor. */
@@ -198,6 +263,11 @@ kdc_status kdc_safetensors_copy_f32(const kdc_safetensors *st,
  * Names must be unique and non-empty, and not "__metadata__". */
 kdc_status kdc_safetensors_write(const char *path, const kdc_st_tensor *tensors,
                                  size_t n, const char *const *metadata);
+/* The same bytes appended to |out| (a plan section: kdc compile's
+ * TRAIN_STATE); |name| names errors. */
+struct kdc_buf;
+kdc_status kdc_safetensors_encode(const char *name, const kdc_st_tensor *tensors, size_t n,
+                                  const char *const *metadata, struct kdc_buf *out);
 
 /* ------------------------------------------------------------------------
  * hash.c: xxHash64 (https://github.com/Cyan4973/xxHash, written from the
@@ -240,6 +310,9 @@ enum {
   KDC_PLAN_SECTION_PTX = 7,
   KDC_PLAN_SECTION_EXPLAIN = 8,  /* text: why each named value has its sharding */
   KDC_PLAN_SECTION_CUDA = 9,     /* CUDA launch table of the PTX kernels (docs/gpu.md) */
+  KDC_PLAN_SECTION_TRAIN_STATE = 10, /* safetensors image: initial optimizer state restored
+                                        from a checkpoint (`kdc compile --weights`) */
+  KDC_PLAN_SECTION_KERAS = 11,   /* JSON: the Keras config and weights-file paths (--save-model) */
 };
 
 /* "metadata", "program", ... or "unknown" for other kinds. */

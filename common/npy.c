@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "kdc/arena.h"
 
@@ -225,6 +226,9 @@ static kdc_status parse_prefix(const char *name, const uint8_t *buf, size_t avai
     return KDC_ERR(KDC_INVALID_INPUT, "%s: truncated header: expected at least %zu bytes, "
                    "file has %zu", name, pre, avail);
   size_t hlen = major == 1 ? kdc_load_le16(buf + 8) : kdc_load_le32(buf + 8);
+  if (hlen > KDC_NPY_MAX_HEADER)
+    return KDC_ERR(KDC_INVALID_INPUT, "%s: byte 8: a header of %zu bytes is over the %d-byte "
+                   "limit", name, hlen, KDC_NPY_MAX_HEADER);
   if (avail - pre < hlen)
     return KDC_ERR(KDC_INVALID_INPUT, "%s: truncated header: expected %zu bytes, file has %zu",
                    name, pre + hlen, avail);
@@ -252,53 +256,63 @@ static kdc_status array_size(const char *name, const header *h, size_t *nbytes) 
                  "address space", name);
 }
 
-static kdc_status fill(const char *name, const header *h, kdc_npy_array *out) {
+static kdc_status truncated(const char *name, size_t data_at, size_t nbytes, size_t have) {
+  return KDC_ERR(KDC_INVALID_INPUT, "%s: truncated data: expected %zu bytes (%zu header + "
+                 "%zu data), file has %zu", name, data_at + nbytes, data_at, nbytes, have);
+}
+
+/* Allocates |out|'s data for header |h| after checking that the |size|-byte
+ * file (SIZE_MAX: unknown) holds it: a header cannot make kdc allocate more
+ * than the file has. */
+static kdc_status fill(const char *name, const header *h, size_t data_at, size_t size,
+                       kdc_npy_array *out) {
   out->dtype = h->dtype;
   out->rank = h->rank;
   memcpy(out->dims, h->dims, sizeof out->dims);
   KDC_RETURN_IF_ERROR(array_size(name, h, &out->nbytes));
+  if (size != SIZE_MAX && size - data_at < out->nbytes) {
+    kdc_status st = truncated(name, data_at, out->nbytes, size);
+    out->nbytes = 0;
+    return st;
+  }
   out->data = aligned_alloc(64, (out->nbytes + 63) / 64 * 64 + 64 * (out->nbytes == 0));
   if (!out->data)
     return KDC_ERR(KDC_OUT_OF_MEMORY, "%s: cannot allocate %zu bytes", name, out->nbytes);
   return NULL;
 }
 
-static kdc_status truncated(const char *name, size_t data_at, size_t nbytes, size_t have) {
-  return KDC_ERR(KDC_INVALID_INPUT, "%s: truncated data: expected %zu bytes (%zu header + "
-                 "%zu data), file has %zu", name, data_at + nbytes, data_at, nbytes, have);
-}
-
 kdc_status kdc_npy_read_mem(const char *name, const void *bytes, size_t size,
                             kdc_npy_array *out) {
   memset(out, 0, sizeof *out);
   header h;
-  size_t data_at;
+  size_t data_at = 0;
   KDC_RETURN_IF_ERROR(parse_prefix(name, bytes, size, &h, &data_at));
-  KDC_RETURN_IF_ERROR(fill(name, &h, out));
-  if (size - data_at < out->nbytes) {
-    kdc_status st = truncated(name, data_at, out->nbytes, size);
-    kdc_npy_free(out);
-    return st;
-  }
+  KDC_RETURN_IF_ERROR(fill(name, &h, data_at, size, out));
   memcpy(out->data, (const uint8_t *)bytes + data_at, out->nbytes);
   return NULL;
 }
 
 kdc_status kdc_npy_read(const char *path, kdc_npy_array *out) {
   memset(out, 0, sizeof *out);
-  FILE *fp = fopen(path, "rb");
-  if (!fp) return KDC_ERR(KDC_IO_ERROR, "%s: cannot open: %s", path, strerror(errno));
+  int fd;
+  uint64_t st_size;
+  KDC_RETURN_IF_ERROR(kdc_file_open_input(path, &fd, &st_size));
+  FILE *fp = fdopen(fd, "rb");
+  if (!fp) {
+    close(fd);
+    return KDC_ERR(KDC_IO_ERROR, "%s: cannot open: %s", path, strerror(errno));
+  }
   /* Read the preamble, then exactly the header, then the data straight into
-   * the array: no second copy of a large array. */
-  struct stat sb;
-  size_t file_size = fstat(fileno(fp), &sb) == 0 && S_ISREG(sb.st_mode) ? (size_t)sb.st_size
-                                                                         : SIZE_MAX;
+   * the array: no second copy of a large array.  A zero st_size (procfs) is
+   * an unknown size. */
+  size_t file_size = st_size && st_size < SIZE_MAX ? (size_t)st_size : SIZE_MAX;
   uint8_t pre[12];
   size_t got = fread(pre, 1, sizeof pre, fp);
   size_t hdr_end = got >= 10 && pre[6] == 1 ? 10 + (size_t)kdc_load_le16(pre + 8)
                    : got >= 12              ? 12 + (size_t)kdc_load_le32(pre + 8)
                                             : got;
-  if (hdr_end > file_size) hdr_end = got;  /* the parser reports the truncation */
+  if (hdr_end > file_size || hdr_end > 12 + KDC_NPY_MAX_HEADER)
+    hdr_end = got;  /* the parser reports the truncation or the limit */
   uint8_t *buf = kdc_xmalloc(hdr_end > got ? hdr_end : got);
   memcpy(buf, pre, got);
   if (hdr_end > got) got += fread(buf + got, 1, hdr_end - got, fp);
@@ -307,7 +321,7 @@ kdc_status kdc_npy_read(const char *path, kdc_npy_array *out) {
   kdc_status st = parse_prefix(path, buf, got, &h, &data_at);
   free(buf);
   /* A valid header is at least "{}\n" long, so data_at >= 12 = bytes read. */
-  if (!st) st = fill(path, &h, out);
+  if (!st) st = fill(path, &h, data_at, file_size, out);
   if (!st) {
     size_t have = fread(out->data, 1, out->nbytes, fp);
     if (ferror(fp))

@@ -42,7 +42,8 @@ const char *kdc_plan_section_kind_name(uint32_t kind) {
       [KDC_PLAN_SECTION_BUFFERS] = "buffers",   [KDC_PLAN_SECTION_CODE] = "code",
       [KDC_PLAN_SECTION_WEIGHTS] = "weights",   [KDC_PLAN_SECTION_IR_TEXT] = "ir_text",
       [KDC_PLAN_SECTION_PTX] = "ptx",           [KDC_PLAN_SECTION_EXPLAIN] = "explain",
-      [KDC_PLAN_SECTION_CUDA] = "cuda",
+      [KDC_PLAN_SECTION_CUDA] = "cuda",         [KDC_PLAN_SECTION_TRAIN_STATE] = "train_state",
+      [KDC_PLAN_SECTION_KERAS] = "keras",
   };
   if (kind < sizeof names / sizeof names[0] && names[kind]) return names[kind];
   return "unknown";

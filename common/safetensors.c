@@ -210,7 +210,11 @@ static int by_offset_cmp(const void *a, const void *b, void *ctx) {
   return x->data < y->data ? -1 : x->data > y->data;
 }
 
-static kdc_status check_overlaps(kdc_safetensors *st, size_t *order) {
+/* Tensors may not overlap, and the data buffer ends where the last tensor
+ * ends (as the Rust crate's validation: trailing bytes are refused). */
+static kdc_status check_overlaps(kdc_safetensors *st, size_t *order, size_t data_at,
+                                 size_t data_size) {
+  size_t end = 0;
   for (size_t i = 0; i < st->n; i++) order[i] = i;
   qsort_r(order, st->n, sizeof *order, by_offset_cmp, st->tensors);
   const kdc_st_tensor *prev = NULL;
@@ -225,6 +229,13 @@ static kdc_status check_overlaps(kdc_safetensors *st, size_t *order) {
                      (size_t)(uintptr_t)prev->data + prev->nbytes);
     prev = t;
   }
+  for (size_t i = 0; i < st->n; i++)
+    if ((size_t)(uintptr_t)st->tensors[i].data + st->tensors[i].nbytes > end)
+      end = (size_t)(uintptr_t)st->tensors[i].data + st->tensors[i].nbytes;
+  if (data_size > end)
+    return KDC_ERR(KDC_INVALID_INPUT, "%s: byte %zu: %zu bytes after the last tensor's data "
+                   "(the data must end with the last tensor)", st->name, data_at + end,
+                   data_size - end);
   return NULL;
 }
 
@@ -242,6 +253,7 @@ static kdc_status parse_json(kdc_safetensors *st, const char *text, size_t n,
                    st->name, 8 + start);
   if (n - ws > INT32_MAX)
     return KDC_ERR(KDC_INVALID_INPUT, "%s: header too large", st->name);
+  KDC_RETURN_IF_ERROR(kdc_json_text_check(st->name, text, n - ws, 8));  /* \u0000 in names */
   struct json_tokener *tok = json_tokener_new();
   json_tokener_set_flags(tok, JSON_TOKENER_STRICT | JSON_TOKENER_ALLOW_TRAILING_CHARS);
   json_object *root = json_tokener_parse_ex(tok, text, (int)(n - ws));
@@ -303,7 +315,7 @@ static kdc_status parse(kdc_safetensors *st) {
   json_object_put(root);
   if (err) return err;
   st->by_name = kdc_xcalloc(st->n + 1, sizeof *st->by_name);
-  KDC_RETURN_IF_ERROR(check_overlaps(st, st->by_name));
+  KDC_RETURN_IF_ERROR(check_overlaps(st, st->by_name, 8 + (size_t)n, data_size));
   for (size_t i = 0; i < st->n; i++)
     st->tensors[i].data = base + (uintptr_t)st->tensors[i].data;
   for (size_t i = 0; i < st->n; i++) st->by_name[i] = i;
@@ -466,6 +478,25 @@ static kdc_status build_header(const char *path, const kdc_st_tensor *ts, size_t
   return NULL;
 }
 
+kdc_status kdc_safetensors_encode(const char *name, const kdc_st_tensor *tensors, size_t n,
+                                  const char *const *metadata, kdc_buf *out) {
+  kdc_buf b;
+  kdc_buf_init(&b);
+  kdc_status err = build_header(name, tensors, n, metadata, &b);
+  if (!err) {
+    kdc_buf_put_u64(out, b.size);
+    kdc_buf_put_bytes(out, b.data, b.size);
+  }
+  for (size_t i = 0; i < n && !err; i++) {
+    size_t nbytes;
+    int bad_dim;
+    kdc_io_shape_bytes(tensors[i].dtype, tensors[i].rank, tensors[i].dims, &nbytes, &bad_dim);
+    kdc_buf_put_bytes(out, tensors[i].data, nbytes);
+  }
+  kdc_buf_free(&b);
+  return err;
+}
+
 kdc_status kdc_safetensors_write(const char *path, const kdc_st_tensor *tensors, size_t n,
                                  const char *const *metadata) {
   kdc_buf b;
@@ -489,4 +520,25 @@ kdc_status kdc_safetensors_write(const char *path, const kdc_st_tensor *tensors,
     return err;
   }
   return kdc_atomic_file_commit(f);
+}
+
+bool kdc_safetensors_checkpoint_optimizer(const kdc_safetensors *st, char *out, size_t n) {
+  const char *fmt = kdc_safetensors_metadata(st, "format");
+  if (!fmt || strcmp(fmt, "kdc-train-state") != 0 || n == 0) return false;
+  for (size_t i = 0; i < kdc_safetensors_count(st); i++) {
+    const kdc_st_tensor *t = kdc_safetensors_get(st, i);
+    const char *slash = strchr(t->name, '/');
+    if (!slash || slash == t->name || strcmp(slash, "/iteration") != 0 || t->rank != 0 ||
+        t->dtype != KDC_IO_DTYPE_I32 || (size_t)(slash - t->name) >= n)
+      continue;
+    memcpy(out, t->name, (size_t)(slash - t->name));
+    out[slash - t->name] = 0;
+    return true;
+  }
+  return false;
+}
+
+bool kdc_safetensors_is_optimizer_tensor(const char *opt, const char *name) {
+  size_t k = strlen(opt);
+  return k && !strncmp(name, opt, k) && name[k] == '/';
 }

@@ -108,3 +108,8 @@ void kdc_fatal(const char *file, int line, const char *fmt, ...) {
   fputc('\n', stderr);
   abort();
 }
+
+void kdc_out_of_memory(size_t bytes) {
+  fprintf(stderr, "kdc: error: out of memory: cannot allocate %zu bytes\n", bytes);
+  exit(3);
+}

@@ -130,6 +130,13 @@ typedef struct kdc_keras_model {
   size_t cap_vars;
   struct json_object *weights_manifest; /* TF.js weightsManifest, borrowed */
   const char *manifest_loc;    /* "weightsManifest" */
+  /* Keras' own files (frontend/keras_files.c): */
+  const char *source_file;     /* the .keras / .h5 path (m->file then names the config in it) */
+  char *config_text;           /* a .keras archive's config.json (heap), else NULL */
+  size_t config_len;
+  void *h5_image;              /* its model.weights.h5, or the legacy .h5 file itself (heap) */
+  size_t h5_len;
+  const char *h5_name;         /* "m.keras: model.weights.h5" / "m.h5", for messages */
 } kdc_keras_model;
 
 /* Static shapes for model inputs whose non-batch dims are unknown (Keras
@@ -144,12 +151,23 @@ typedef struct kdc_input_shape {
 typedef struct kdc_load_options {
   int n_input_shapes;
   const kdc_input_shape *input_shapes;
+  /* The keras_version of the container (a .keras metadata.json, a legacy
+   * .h5 attribute) for a topology that does not carry one; NULL: none. */
+  const char *keras_version;
 } kdc_load_options;
 
 /* Parses "[NAME=]D1,D2,..." (positive dims) into |out|; |out->name| points
  * into |text|.  Errors quote the text; callers add the flag. */
 kdc_status kdc_frontend_parse_input_shape(const char *text, kdc_input_shape *out);
 void kdc_input_shape_free(kdc_input_shape *s); /* frees |name| */
+/* The batch the model's InputLayers fix (a known first dim of batch_shape /
+ * batch_input_shape), or -1 in *|batch| when none does, with the input
+ * layer in *|where|; inputs fixing different batches are a located error
+ * (frontend/input_shape.c). */
+struct kdc_keras_model;
+struct kdc_keras_layer;
+kdc_status kdc_frontend_fixed_batch(const struct kdc_keras_model *m, int64_t *batch,
+                                    const struct kdc_keras_layer **where);
 
 /* Reads the model file at |path| (format auto-detected) and infers every
  * layer's output shapes and variables.  On success *|out| owns the model.
@@ -169,6 +187,39 @@ kdc_status kdc_frontend_load_opts(const char *path, const kdc_load_options *opt,
 kdc_status kdc_frontend_load_text_opts(const char *path, const char *text, size_t len,
                                        const kdc_load_options *opt, kdc_keras_model **out);
 void kdc_frontend_free(kdc_keras_model *m);
+
+/* ---- Keras' own files (frontend/keras_files.c) ----------------------------- */
+
+/* `.keras` archives and legacy `.h5` models are read by kdc_frontend_load
+ * (by their magic bytes); their weights bind when no --weights is given.
+ * Weights files (`.weights.h5`, legacy `.h5`, a `.keras`) are accepted by
+ * kdc_frontend_bind_weights. */
+
+/* Keras 3's weights-file path of |v| ("layers/dense_1/vars/0",
+ * "layers/bidirectional/forward_layer/cell/vars/2"). */
+void kdc_frontend_h5_path(const kdc_keras_var *v, char *buf, size_t n);
+/* A second path Keras writes |v| at (SpectralNormalization's wrapped
+ * kernel, also the wrapper's `vars/0`): true and the path in |buf|. */
+bool kdc_frontend_h5_alias(const kdc_keras_var *v, char *buf, size_t n);
+/* The most bytes kdc reads for one weights member or file (physical memory,
+ * at most 16 GiB; KDC_TEST_WEIGHTS_CAP overrides it for tests). */
+size_t kdc_fe_weights_cap(void);
+kdc_status kdc_fe_load_archive(const char *path, const void *data, size_t len,
+                               const kdc_load_options *opt, kdc_keras_model **out);
+kdc_status kdc_fe_load_legacy_h5(const char *path, const void *data, size_t len,
+                                 const kdc_load_options *opt, kdc_keras_model **out);
+struct kdc_fe_source;
+/* The tensors of the HDF5 image |img| (Keras 3 or legacy layout) as a
+ * weights source for |m|, named by variable path (Keras 3) or weight name
+ * (legacy); every problem is an error naming |file| and the HDF5 path. */
+kdc_status kdc_fe_h5_source(const kdc_keras_model *m, const char *file, const void *img,
+                            size_t len, struct kdc_fe_source *s);
+
+/* The plan's KERAS section (docs/plan-format.md): {"config": the Keras 3
+ * config (with its compile_config) or null, "keras_version", "vars":
+ * [[path, weights-file path, trainable (, alias path)], ...] in variable order,
+ * "optimizer": |optimizer_json| parsed or null}.  Heap string. */
+char *kdc_frontend_keras_section(const kdc_keras_model *m, const char *optimizer_json);
 
 /* ---- summary and counts (frontend/summary.c) ----------------------------- */
 
@@ -329,6 +380,7 @@ kdc_status kdc_fe_shape_err(kdc_infer_args *a, const char *what, const kdc_kshap
                             const kdc_kshape *s2);
 kdc_kshape kdc_kshape_make(int rank, const int64_t *dims);
 int64_t kdc_kshape_numel(const kdc_kshape *s); /* -1 if any dim unknown */
+bool kdc_kshape_equal(const kdc_kshape *a, const kdc_kshape *b); /* weights.c */
 /* kdc's limit on the elements of one tensor (per sample where the batch is
  * unknown): 2^40.  A shape in a model file past it (units 2^62, a dim
  * product that overflows int64) is bad input, refused where it appears. */

@@ -112,3 +112,22 @@ kdc_status kdc_fe_apply_input_shapes(kdc_keras_model *m) {
   }
   return NULL;
 }
+
+kdc_status kdc_frontend_fixed_batch(const kdc_keras_model *m, int64_t *batch,
+                                    const kdc_keras_layer **where) {
+  *batch = -1;
+  *where = NULL;
+  for (int i = 0; i < m->n_inputs; i++) {
+    const kdc_keras_layer *l = &m->layers[m->inputs[i].layer];
+    if (!l->n_nodes || !l->nodes[0].out || l->nodes[0].out[0].rank < 1) continue;
+    int64_t b = l->nodes[0].out[0].dims[0];
+    if (b < 0) continue;
+    if (*batch >= 0 && b != *batch)
+      return kdc_fe_layer_err(l, KDC_INVALID_INPUT, "the input's batch_shape fixes the batch to "
+                              "%lld but input \"%s\" fixes it to %lld: one plan has one batch",
+                              (long long)b, (*where)->name, (long long)*batch);
+    *batch = b;
+    *where = l;
+  }
+  return NULL;
+}

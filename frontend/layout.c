@@ -35,6 +35,7 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
+#include "common/io.h"
 #include "frontend/layout.h"
 #include "kdc/arena.h"
 
@@ -92,28 +93,6 @@ static int line_of(const char *text, const char *p) {
   int line = 1;
   for (; text < p; text++) line += *text == '\n';
   return line;
-}
-
-static kdc_status read_file(const char *path, char **out, size_t *out_len) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return KDC_ERR(KDC_IO_ERROR, "%s: cannot open: %s", path, strerror(errno));
-  char *buf = NULL;
-  size_t len = 0, cap = 0, got;
-  do {
-    KDC_GROW(buf, cap, len + 65536 + 1);
-    got = fread(buf + len, 1, cap - len - 1, f);
-    len += got;
-  } while (got > 0);
-  bool bad = ferror(f);
-  fclose(f);
-  if (bad) {
-    free(buf);
-    return KDC_ERR(KDC_IO_ERROR, "%s: read error", path);
-  }
-  buf[len] = '\0';
-  *out = buf;
-  *out_len = len;
-  return NULL;
 }
 
 /* ---- a scanner over validated JSON ----------------------------------------
@@ -502,9 +481,10 @@ kdc_status kdc_layout_parse(const char *text, size_t len, const char *filename,
 kdc_status kdc_layout_load(const char *path, kdc_layout **out) {
   KDC_ASSERT(path && out);
   *out = NULL;
-  char *text = NULL;
+  void *text = NULL;
   size_t len = 0;
-  KDC_RETURN_IF_ERROR(read_file(path, &text, &len));
+  /* a regular file of at most KDC_JSON_MAX_BYTES (common/files.c) */
+  KDC_RETURN_IF_ERROR(kdc_file_read_max(path, KDC_JSON_MAX_BYTES, "a layout file", &text, &len));
   kdc_status st = kdc_layout_parse(text, len, path, out);
   free(text);
   return st;

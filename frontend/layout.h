@@ -28,8 +28,9 @@
 
 /* ---- mesh.c --------------------------------------------------------------- */
 
-/* The largest mesh kdc accepts, in devices (2^20; docs/layout.md says why). */
-#define KDC_MESH_MAX_DEVICES ((int64_t)1 << 20)
+/* The largest mesh kdc accepts, in devices: 4096, the plan format's limit
+ * (KDC_PROG_MAX_DEVICES, runtime/program.h; docs/layout.md says why). */
+#define KDC_MESH_MAX_DEVICES ((int64_t)4096)
 
 /* Parses the --mesh |shape| ("8", "2x4", "2x2x2": positive decimal sizes
  * joined by a lowercase 'x', at most KDC_MAX_MESH_AXES of them, nothing else,

@@ -16,48 +16,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/io.h"
+#include "common/kfiles.h"
 #include "frontend/frontend.h"
-
-/* Reads a whole file into a NUL-terminated heap buffer. */
-static kdc_status read_file(const char *path, char **out, size_t *out_len) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return KDC_ERR(KDC_IO_ERROR, "%s: cannot open: %s", path, strerror(errno));
-  size_t cap = 1 << 16, n = 0;
-  char *buf = kdc_xmalloc(cap);
-  for (;;) {
-    if (n + 1 >= cap) buf = kdc_xrealloc(buf, cap *= 2);
-    size_t r = fread(buf + n, 1, cap - n - 1, f);
-    n += r;
-    if (r == 0) break;
-  }
-  bool bad = ferror(f);
-  fclose(f);
-  if (bad) {
-    free(buf);
-    return KDC_ERR(KDC_IO_ERROR, "%s: read error", path);
-  }
-  buf[n] = 0;
-  *out = buf;
-  *out_len = n;
-  return NULL;
-}
-
-/* Line and column (1-based) of byte |off| in |text|. */
-static void line_col(const char *text, size_t off, int *line, int *col) {
-  *line = 1;
-  *col = 1;
-  for (size_t i = 0; i < off; i++) {
-    if (text[i] == '\n') {
-      (*line)++;
-      *col = 1;
-    } else {
-      (*col)++;
-    }
-  }
-}
 
 static kdc_status parse_json(const char *path, const char *text, size_t len, json_object **out) {
   if (len == 0) return KDC_ERR(KDC_INVALID_INPUT, "%s: the file is empty", path);
+  KDC_RETURN_IF_ERROR(kdc_json_text_check(path, text, len, 0));  /* comments, \u0000 */
   json_tokener *tok = json_tokener_new_ex(1024);
   if (!tok) return KDC_ERR(KDC_OUT_OF_MEMORY, "out of memory");
   json_object *o = json_tokener_parse_ex(tok, text, (int)len);
@@ -67,7 +32,7 @@ static kdc_status parse_json(const char *path, const char *text, size_t len, jso
   int line, col;
   if (e != json_tokener_success) {
     json_object_put(o);
-    line_col(text, end < len ? end : len, &line, &col);
+    kdc_text_line_col(text, end < len ? end : len, &line, &col);
     if (e == json_tokener_continue)
       return KDC_ERR(KDC_INVALID_INPUT, "%s: line %d, column %d: invalid JSON: unexpected end of "
                      "file", path, line, col);
@@ -78,7 +43,7 @@ static kdc_status parse_json(const char *path, const char *text, size_t len, jso
   while (i < len && strchr(" \t\r\n", text[i])) i++;
   if (i < len) {
     json_object_put(o);
-    line_col(text, i, &line, &col);
+    kdc_text_line_col(text, i, &line, &col);
     return KDC_ERR(KDC_INVALID_INPUT, "%s: line %d, column %d (byte %zu): invalid JSON: "
                    "unexpected text after the end of the document", path, line, col, i);
   }
@@ -87,6 +52,7 @@ static kdc_status parse_json(const char *path, const char *text, size_t len, jso
 }
 
 static const char *str_of(json_object *o) {
+  /* (strings of the parsed tree, or of the caller's options) */
   return o && json_object_is_type(o, json_type_string) ? json_object_get_string(o) : NULL;
 }
 
@@ -98,12 +64,8 @@ kdc_status kdc_frontend_load_text(const char *path, const char *text, size_t len
 kdc_status kdc_frontend_load_text_opts(const char *path, const char *text, size_t len,
                                        const kdc_load_options *opt, kdc_keras_model **out) {
   *out = NULL;
-  if (len >= 4 && !memcmp(text, "PK\x03\x04", 4))
-    return KDC_ERR(KDC_UNSUPPORTED, "%s: .keras archives are zip files; unzip and pass config.json",
-                   path);
-  if (len >= 8 && !memcmp(text, "\x89HDF\r\n\x1a\n", 8))
-    return KDC_ERR(KDC_UNSUPPORTED, "%s: HDF5 (.h5) model files are not supported; pass the "
-                   "model.to_json() text or the config.json of a .keras archive", path);
+  if (kdc_is_zip(text, len)) return kdc_fe_load_archive(path, text, len, opt, out);
+  if (kdc_is_hdf5(text, len)) return kdc_fe_load_legacy_h5(path, text, len, opt, out);
   json_object *root = NULL;
   KDC_RETURN_IF_ERROR(parse_json(path, text, len, &root));
   kdc_keras_model *m = kdc_xcalloc(1, sizeof *m);
@@ -120,6 +82,14 @@ kdc_status kdc_frontend_load_text_opts(const char *path, const char *text, size_
   } else if (kdc_fe_get(root, "modelTopology")) {
     json_object *topo = kdc_fe_get(root, "modelTopology");
     m->format = KDC_KERAS_TFJS;
+    const char *fmt = str_of(kdc_fe_get(root, "format"));
+    if (fmt && !strcmp(fmt, "graph-model")) {
+      st = kdc_fe_err(m, KDC_UNSUPPORTED, "format", "a TensorFlow.js graph model (\"format\": "
+                      "\"graph-model\", a converted TensorFlow graph) is not a Keras layers "
+                      "model; kdc reads layers models (\"format\": \"layers-model\", "
+                      "tensorflowjs_converter --output_format tfjs_layers_model)");
+      goto parsed;
+    }
     m->weights_manifest = kdc_fe_get(root, "weightsManifest");
     m->manifest_loc = "weightsManifest";
     m->keras_version = str_of(kdc_fe_get(topo, "keras_version"));
@@ -136,6 +106,7 @@ kdc_status kdc_frontend_load_text_opts(const char *path, const char *text, size_
   } else if (kdc_fe_get(root, "class_name")) {
     env = root;
     m->keras_version = str_of(kdc_fe_get(root, "keras_version"));
+    if (!m->keras_version && opt && opt->keras_version) m->keras_version = kdc_arena_strdup(m->arena, opt->keras_version);
     bool k3 = m->keras_version ? m->keras_version[0] == '3' : kdc_fe_get(root, "module") != NULL;
     m->format = k3 ? KDC_KERAS_K3 : KDC_KERAS_TK2;
     m->tk2_topology = !k3;
@@ -168,6 +139,7 @@ kdc_status kdc_frontend_load_text_opts(const char *path, const char *text, size_
                     "it first");
   }
   if (!st) st = kdc_fe_parse_model(m, env, loc);
+parsed:
   m->load_opt = NULL;
   if (st) {
     kdc_frontend_free(m);
@@ -184,10 +156,18 @@ kdc_status kdc_frontend_load(const char *path, kdc_keras_model **out) {
 
 kdc_status kdc_frontend_load_opts(const char *path, const kdc_load_options *opt,
                                   kdc_keras_model **out) {
-  char *text = NULL;
+  void *text = NULL;
   size_t len = 0;
   *out = NULL;
-  KDC_RETURN_IF_ERROR(read_file(path, &text, &len));
+  /* a regular file of at most KDC_JSON_MAX_BYTES (common/files.c), or a .keras / .h5 model
+   * with its weights (frontend/keras_files.c caps each member again) */
+  KDC_RETURN_IF_ERROR(kdc_file_read_max(path, KDC_JSON_MAX_BYTES + kdc_fe_weights_cap(),
+                                        "a model file", &text, &len));
+  if (len > KDC_JSON_MAX_BYTES && !kdc_is_zip(text, len) && !kdc_is_hdf5(text, len)) {
+    free(text);
+    return KDC_ERR(KDC_INVALID_INPUT, "%s: %zu bytes, more than kdc reads for a model file (%zu)",
+                   path, len, (size_t)KDC_JSON_MAX_BYTES);
+  }
   kdc_status st = kdc_frontend_load_text_opts(path, text, len, opt, out);
   free(text);
   return st;
@@ -197,6 +177,8 @@ void kdc_frontend_free(kdc_keras_model *m) {
   if (!m) return;
   json_object_put(m->root);
   free(m->vars);
+  free(m->config_text);
+  free(m->h5_image);
   kdc_arena_destroy(m->arena);
   free(m);
 }

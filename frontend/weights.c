@@ -15,7 +15,10 @@
  * after stripping a trailing ":0" from the tensor name.  Every variable must
  * get exactly one tensor of its shape, and every tensor must bind a variable
  * (TF.js "optimizer" group entries are ignored): anything else is an error
- * naming the variable or tensor and both shapes.  The object-tree names of
+ * naming the variable or tensor and both shapes.  The optimizer state of a
+ * kdc training checkpoint ("adam/iteration", "adam/d1_kernel_momentum":
+ * kdc_safetensors_checkpoint_optimizer) binds no variable and is no error.
+ * The object-tree names of
  * `.keras` HDF5 files (layers/dense/vars/0) are not matched yet.
  */
 #include <json-c/json.h>
@@ -25,30 +28,19 @@
 #include <unistd.h>
 
 #include "common/io.h"
+#include "common/kfiles.h"
 #include "frontend/frontend.h"
+#include "frontend/weights_src.h"
 
-/* One tensor of a weights source, already converted to f32. */
-typedef struct src_tensor {
-  char *name;      /* ":0" stripped (heap) */
-  char *raw;       /* name as stored (heap) */
-  char where[96];  /* "weightsManifest[0].weights[3]" or "" */
-  kdc_kshape shape;
-  float *data;     /* heap */
-  bool used;
-} src_tensor;
+typedef kdc_fe_src_tensor src_tensor;
+typedef kdc_fe_source source;
 
-typedef struct source {
-  const char *file;
-  src_tensor *t;
-  size_t n, cap;
-} source;
-
-static void source_free(source *s) {
+void kdc_fe_src_free(source *s) {
   for (size_t i = 0; i < s->n; i++) free(s->t[i].name), free(s->t[i].raw), free(s->t[i].data);
   free(s->t);
 }
 
-static src_tensor *add_tensor(source *s, const char *name) {
+src_tensor *kdc_fe_src_add(source *s, const char *name) {
   KDC_GROW(s->t, s->cap, s->n + 1);
   src_tensor *t = &s->t[s->n++];
   memset(t, 0, sizeof *t);
@@ -63,9 +55,12 @@ static kdc_status load_safetensors(const char *path, source *s) {
   kdc_safetensors *st = NULL;
   KDC_RETURN_IF_ERROR(kdc_safetensors_open(path, &st));
   kdc_status err = NULL;
+  char opt[128];
+  bool checkpoint = kdc_safetensors_checkpoint_optimizer(st, opt, sizeof opt);
   for (size_t i = 0; i < kdc_safetensors_count(st) && !err; i++) {
     const kdc_st_tensor *x = kdc_safetensors_get(st, i);
-    src_tensor *t = add_tensor(s, x->name);
+    src_tensor *t = kdc_fe_src_add(s, x->name);
+    t->used = checkpoint && kdc_safetensors_is_optimizer_tensor(opt, x->name);
     t->shape.rank = x->rank;
     for (int d = 0; d < x->rank; d++) t->shape.dims[d] = x->dims[d];
     size_t n = x->nbytes / kdc_io_dtype_size(x->dtype);
@@ -196,7 +191,7 @@ static kdc_status load_tfjs(const kdc_keras_model *m, const char *json_path, jso
         off += (size_t)n * es;
         continue;
       }
-      src_tensor *t = add_tensor(s, json_object_get_string(nm));
+      src_tensor *t = kdc_fe_src_add(s, json_object_get_string(nm));
       snprintf(t->where, sizeof t->where, "%s", at);
       t->shape = shape;
       t->data = kdc_xmalloc(sizeof(float) * ((size_t)n + 1));
@@ -224,7 +219,7 @@ static kdc_status load_tfjs(const kdc_keras_model *m, const char *json_path, jso
   return NULL;
 }
 
-static bool same_shape(const kdc_kshape *a, const kdc_kshape *b) {
+bool kdc_kshape_equal(const kdc_kshape *a, const kdc_kshape *b) {
   if (a->rank != b->rank) return false;
   for (int i = 0; i < a->rank; i++)
     if (a->dims[i] != b->dims[i]) return false;
@@ -299,7 +294,7 @@ static kdc_status bind_from(const kdc_keras_model *m, kdc_module *mod, source *s
       break;
     }
     src_tensor *t = &s->t[match[i]];
-    if (!same_shape(&t->shape, &v->shape)) {
+    if (!kdc_kshape_equal(&t->shape, &v->shape)) {
       st = KDC_ERR(KDC_INVALID_INPUT, "%s: %s%stensor \"%s\" has shape %s but variable \"%s\" "
                    "needs %s", s->file, t->where, *t->where ? ": " : "", t->raw,
                    kdc_kshape_str(&t->shape, b1, sizeof b1), v->path,
@@ -366,6 +361,34 @@ static bool ends_with(const char *s, const char *suf) {
   return a >= b && !strcmp(s + a - b, suf);
 }
 
+/* A .weights.h5 / legacy .h5 / .keras file given as --weights (recognised
+ * by its bytes, whatever its name says). */
+static kdc_status load_keras_file(const kdc_keras_model *m, const char *path, source *s) {
+  void *data = NULL;
+  size_t len = 0;
+  KDC_RETURN_IF_ERROR(kdc_file_read_max(path, kdc_fe_weights_cap() + KDC_JSON_MAX_BYTES,
+                                        "a weights file", &data, &len));
+  kdc_status st = NULL;
+  if (kdc_is_zip(data, len)) {
+    kdc_zip_member w = {"model.weights.h5", kdc_fe_weights_cap(), true, NULL, 0};
+    st = kdc_zip_read(path, data, len, &w, 1);
+    if (!st) {
+      char *name = NULL;
+      if (asprintf(&name, "%s: model.weights.h5", path) < 0) name = NULL;
+      st = kdc_fe_h5_source(m, name ? name : path, w.data, w.len, s);
+      free(name);
+      free(w.data);
+    }
+  } else if (len > kdc_fe_weights_cap()) {
+    st = KDC_ERR(KDC_INVALID_INPUT, "%s: %zu bytes, past kdc's limit of %zu bytes for a weights "
+                 "file", path, len, kdc_fe_weights_cap());
+  } else {
+    st = kdc_fe_h5_source(m, path, data, len, s);
+  }
+  free(data);
+  return st;
+}
+
 kdc_status kdc_frontend_init_weights(const kdc_keras_model *m, kdc_module *mod, uint64_t seed) {
   KDC_RETURN_IF_ERROR(check_memory(m));
   return bind_init(m, mod, seed);
@@ -377,10 +400,20 @@ kdc_status kdc_frontend_bind_weights(const kdc_keras_model *m, kdc_module *mod,
   /* A TF.js model.json carries its own weights: use them (a missing shard is
    * an error, never a silent fall-back to random initialisation). */
   if (!weights_path && m->weights_manifest) weights_path = m->file;
+  if (!weights_path && m->h5_image) {
+    source s = {m->h5_name, NULL, 0, 0};
+    kdc_status st = kdc_fe_h5_source(m, m->h5_name, m->h5_image, m->h5_len, &s);
+    if (!st) st = bind_from(m, mod, &s);
+    kdc_fe_src_free(&s);
+    return st;
+  }
   if (!weights_path) return bind_init(m, mod, seed);
   source s = {weights_path, NULL, 0, 0};
   kdc_status st;
-  if (ends_with(weights_path, ".json")) {
+  if (ends_with(weights_path, ".h5") || ends_with(weights_path, ".hdf5") ||
+      ends_with(weights_path, ".keras")) {
+    st = load_keras_file(m, weights_path, &s);
+  } else if (ends_with(weights_path, ".json")) {
     kdc_keras_model *wm = NULL;
     const kdc_keras_model *src = m;
     st = NULL;
@@ -394,6 +427,6 @@ kdc_status kdc_frontend_bind_weights(const kdc_keras_model *m, kdc_module *mod,
     st = load_safetensors(weights_path, &s);
   }
   if (!st) st = bind_from(m, mod, &s);
-  source_free(&s);
+  kdc_fe_src_free(&s);
   return st;
 }

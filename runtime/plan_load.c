@@ -119,6 +119,14 @@ static kdc_status load(kdc_rt_plan *p, const kdc_rt_options *opt) {
 #endif
   p->n_procs = opt && opt->n_processes > 1 ? opt->n_processes : 1;
   p->proc_id = p->n_procs > 1 ? opt->process_id : 0;
+  if (opt && opt->local_device_ids && opt->n_local_device_ids > 0) {  /* cuda/exec.c */
+    size_t n = (size_t)opt->n_local_device_ids;
+    p->local_device_ids = kdc_xmalloc(n * sizeof *p->local_device_ids);
+    memcpy(p->local_device_ids, opt->local_device_ids, n * sizeof *p->local_device_ids);
+    p->n_local_device_ids = opt->n_local_device_ids;
+    p->local_device_ids_from = kdc_xstrdup(opt->local_device_ids_from ? opt->local_device_ids_from
+                                                                      : "kdc_rt_options");
+  }
   p->d0 = 0;
   p->d1 = p->nd;
   if (p->n_procs > 1) {  /* docs/processes.md: devices split evenly, row-major */
@@ -174,6 +182,8 @@ void kdc_rt_plan_release(kdc_rt_plan *p) {
   free(p->ir_text);
   kdc_plan_file_close(p->file);
   kdc_arena_destroy(p->arena);
+  free(p->local_device_ids);
+  free(p->local_device_ids_from);
   free(p->path);
   free(p);
 }

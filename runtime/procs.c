@@ -20,7 +20,7 @@ static kdc_status env_int(const char *name, int dflt, int *out) {
   if (!v || !*v) return NULL;
   char *end;
   long x = strtol(v, &end, 10);
-  if (*end || x < 0 || x > 1 << 20)
+  if (*v < '0' || *v > '9' || *end || x < 0 || x > 1 << 20)  /* no spaces or signs */
     return KDC_ERR(KDC_INVALID_INPUT, "%s=\"%s\": expected a non-negative integer", name, v);
   *out = (int)x;
   return NULL;

@@ -23,6 +23,7 @@
 #ifndef KDC_RUNTIME_H
 #define KDC_RUNTIME_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -57,6 +58,11 @@ typedef struct kdc_rt_options {
   const char *cache_dir;       /* the compiled-code cache (jit_cache.c): NULL = the
                                   environment variable KDC_CACHE_DIR, "" or unset =
                                   no cache; `kdc run/fit --cache-dir DIR` */
+  const int *local_device_ids; /* a CUDA plan: the GPU ordinals of this process's devices,
+                                  one per device (`--local-device-ids`, runtime/place.h);
+                                  NULL = the rule of docs/gpu.md */
+  int n_local_device_ids;
+  const char *local_device_ids_from; /* names their source in messages */
 } kdc_rt_options;
 
 enum {
@@ -248,6 +254,30 @@ kdc_status kdc_rt_train_save(kdc_rt_train *t, const char *path);
 /* Loads |path| (any mesh or layout wrote it) into the state: every state
  * tensor must be present with its dtype and global shape. */
 kdc_status kdc_rt_train_load(kdc_rt_train *t, const char *path);
+/* Loads only the weights of |path| (a --save-weights checkpoint or any
+ * safetensors file with the plan's weight names, global shapes); other
+ * tensors of the file, optimizer state included, are ignored: `kdc run
+ * PLAN --input X --initial-weights W` (predict with a checkpoint). */
+kdc_status kdc_rt_train_load_weights(kdc_rt_train *t, const char *path);
+/* Sets every state tensor present in the safetensors image |bytes| (the
+ * plan's TRAIN_STATE section: optimizer tensors restored at compile time
+ * from a checkpoint, docs/training.md); |name| names it in messages.
+ * kdc_rt_train_create calls it. */
+kdc_status kdc_rt_train_load_initial(kdc_rt_train *t, const char *name, const void *bytes,
+                                     size_t size);
+
+/* Keras' own files (checkpoint.c, docs/training.md "Keras files"), through
+ * the plan's KERAS section.  check: the plan can write them (|archive|: a
+ * .keras needs a Keras 3 config).  save: a Keras 3 weights file (|archive|
+ * false; the optimizer's variables when |optimizer|) or a .keras archive
+ * (config.json, metadata.json, model.weights.h5 with the optimizer when the
+ * config has a compile_config), atomically; global arrays, any mesh.  load:
+ * a .weights.h5 or .keras into the state (weights; the optimizer when the
+ * file has one), everything checked before anything is set. */
+kdc_status kdc_rt_keras_check(const kdc_rt_plan *p, bool archive);
+kdc_status kdc_rt_keras_save(kdc_rt_plan *p, kdc_rt_train *t, const char *path, bool archive,
+                             bool optimizer);
+kdc_status kdc_rt_keras_load(kdc_rt_plan *p, kdc_rt_train *t, const char *path);
 
 /* ---- describe.c ------------------------------------------------------------- */
 
@@ -518,6 +548,9 @@ struct kdc_rt_plan {
   /* processes (docs/processes.md): this process runs devices [d0, d1) */
   int64_t d0, d1;
   int n_procs, proc_id;
+  int *local_device_ids;    /* kdc_rt_options': GPU ordinals of the local devices, or NULL */
+  int n_local_device_ids;
+  char *local_device_ids_from;
 };
 
 /* ---- devices.c: per-device state, made once at load ------------------------- */

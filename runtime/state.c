@@ -39,9 +39,11 @@
  * so every process has it.  kdc_rt_train_gather brings every other
  * process's pieces to process 0 (for a checkpoint).
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/io.h"
 #include "runtime/comm.h"
 #include "runtime/runtime.h"
 
@@ -272,6 +274,16 @@ kdc_status kdc_rt_train_create(kdc_rt_plan *p, kdc_rt_train **out) {
   memcpy(t->saved_weights, p->dev_weights, nw * sizeof *t->saved_weights);
   kdc_rt_plan_retain(p);
   point_weights(t);
+  const void *data;
+  size_t size;
+  if (p->file && kdc_plan_file_find(p->file, KDC_PLAN_SECTION_TRAIN_STATE, &data, &size)) {
+    char name[600];  /* optimizer state restored by `kdc compile --weights CHECKPOINT` */
+    snprintf(name, sizeof name, "%s: section train_state", p->path);
+    if ((st = kdc_rt_train_load_initial(t, name, data, size))) {
+      kdc_rt_train_destroy(t);
+      return st;
+    }
+  }
   *out = t;
   return NULL;
 }

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "codegen/codegen.h"
+#include "common/io.h"
 #include "frontend/frontend.h"
 #include "frontend/layout.h"
 #include "passes/passes.h"
@@ -19,6 +20,7 @@ typedef struct compile_opts {
   double learning_rate;        /* 0 = the optimizer's Keras default */
   bool from_logits;
   int64_t batch;
+  bool batch_given;            /* --batch was on the command line */
   uint64_t seed;
   bool print_ir;
   bool random_init;            /* --random-init: Keras initialisers even if the model has weights */
@@ -60,6 +62,7 @@ static kdc_status parse(int argc, char **argv, compile_opts *o) {
     }
     if (cli_flag_value(&a, "--batch", &v, &st)) {
       if (!st) st = cli_parse_i64("--batch", v, 1, (int64_t)1 << 30, &o->batch);
+      o->batch_given = true;
     } else if (cli_flag_value(&a, "--seed", &v, &st)) {
       if (!st) st = cli_parse_u64("--seed", v, &o->seed);
     } else if (cli_flag_value(&a, "--learning-rate", &v, &st)) {
@@ -236,6 +239,15 @@ static kdc_status from_compile_config(const compile_opts *o, const kdc_keras_mod
     return KDC_ERR(KDC_INVALID_INPUT, "compile: training options need --loss (e.g. --loss mse) "
                    "or a model with a compile_config");
   if (!*on) return NULL;
+  /* say what the command line replaces */
+  if (o->optimizer)
+    fprintf(stderr, "kdc: note: %s: --optimizer %s overrides the compile_config's optimizer\n",
+            o->model, o->optimizer);
+  if (o->learning_rate > 0)
+    fprintf(stderr, "kdc: note: %s: --learning-rate %g overrides the compile_config's learning "
+            "rate\n", o->model, o->learning_rate);
+  if (o->from_logits)
+    fprintf(stderr, "kdc: note: %s: --from-logits overrides the compile_config's losses\n", o->model);
   if (o->optimizer) {
     kdc_optimizer_kind k;
     if (!kdc_optimizer_from_name(o->optimizer, &k))
@@ -280,6 +292,113 @@ static kdc_status check_output_names(const compile_opts *o, const kdc_module *mo
   return NULL;
 }
 
+/* The optimizer's variables as Keras 3 lays them out in a weights file
+ * (`optimizer/vars/<i>`: iterations, the learning rate unless it is a
+ * schedule, then blocks of slots: a block of several names interleaves them
+ * per weight, as add_optimizer_variables(vars, [names]) does): JSON for the
+ * plan's KERAS section. */
+static char *optimizer_json(const kdc_train_options *t) {
+  const kdc_optimizer_options *op = &t->optimizer;
+  char blocks[160] = "";
+  switch (op->kind) {
+  case KDC_OPT_ADAM:
+  case KDC_OPT_ADAMW:
+    snprintf(blocks, sizeof blocks, "[[\"momentum\",\"velocity\"]%s]",
+             op->amsgrad ? ",[\"velocity_hat\"]" : "");
+    break;
+  case KDC_OPT_RMSPROP:
+    snprintf(blocks, sizeof blocks, "[[\"velocity\"]%s%s]", op->momentum > 0 ? ",[\"momentum\"]" : "",
+             op->centered ? ",[\"average_gradient\"]" : "");
+    break;
+  default:
+    snprintf(blocks, sizeof blocks, "[%s]", op->momentum != 0 ? "[\"momentum\"]" : "");
+    break;
+  }
+  char *s = NULL;
+  bool sched = op->schedule.kind != KDC_LR_CONSTANT;
+  if (asprintf(&s, "{\"name\":\"%s\",\"learning_rate\":%s%.9g,\"lr_variable\":%s,\"blocks\":%s}",
+               kdc_optimizer_name(op->kind), "", op->learning_rate, sched ? "false" : "true",
+               blocks) < 0)
+    s = NULL;
+  return s;
+}
+
+/* The optimizer state of a kdc training checkpoint given as --weights
+ * (the weights bind as usual; frontend/weights.c leaves "<opt>/..." alone):
+ * restored as the plan's initial training state (TRAIN_STATE section,
+ * encoded into |out|) when the plan trains with the same optimizer, else
+ * skipped with a one-line note on stderr.  The same optimizer must name
+ * the same state tensors (its options decide the slots): anything else is
+ * an error naming the tensor.  Shapes follow from the weights, which bound;
+ * the runtime checks them again when it creates the training state. */
+static kdc_status checkpoint_state(const compile_opts *o, const kdc_module *mod, bool train_on,
+                                   const kdc_train_options *train, kdc_buf *out) {
+  if (!o->weights) return NULL;
+  size_t len = strlen(o->weights);
+  if (len >= 5 && !strcmp(o->weights + len - 5, ".json")) return NULL;  /* TF.js */
+  /* Keras files: their optimizer state is restored by kdc run --initial-weights */
+  if (cli_is_keras_file(o->weights)) return NULL;
+  kdc_safetensors *sf = NULL;
+  KDC_RETURN_IF_ERROR(kdc_safetensors_open(o->weights, &sf));
+  char opt[128];
+  kdc_status st = NULL;
+  size_t n = 0, n_file = 0;
+  kdc_st_tensor *ts = NULL;
+  const char *plan_opt = train_on ? kdc_optimizer_name(train->optimizer.kind) : NULL;
+  if (!kdc_safetensors_checkpoint_optimizer(sf, opt, sizeof opt)) goto done;
+  for (size_t i = 0; i < kdc_safetensors_count(sf); i++)
+    n_file += kdc_safetensors_is_optimizer_tensor(opt, kdc_safetensors_get(sf, i)->name);
+  if (!plan_opt || strcmp(plan_opt, opt) != 0) {
+    if (plan_opt)
+      fprintf(stderr, "kdc: note: %s: %zu optimizer tensors (%s/...) skipped: the plan trains "
+              "with %s\n", o->weights, n_file, opt, plan_opt);
+    else
+      fprintf(stderr, "kdc: note: %s: %zu optimizer tensors (%s/...) skipped: the plan does not "
+              "train (predict only)\n", o->weights, n_file, opt);
+    goto done;
+  }
+  const kdc_func *f = kdc_ir_module_find_func(mod, "train_step");
+  if (!f) {
+    st = KDC_ERR(KDC_INTERNAL, "compile: a training plan without train_step");
+    goto done;
+  }
+  ts = kdc_xcalloc(f->n_params + 1, sizeof *ts);
+  for (size_t i = 0; i < f->n_params && !st; i++) {
+    const kdc_node *p = kdc_ir_node(f, f->params[i]);
+    if (p->attr.param.kind != KDC_PARAM_STATE) continue;
+    const char *name = p->attr.param.name;
+    const kdc_st_tensor *x = kdc_safetensors_find(sf, name);
+    kdc_dtype dt = kdc_ir_type(f, f->params[i])->dtype;
+    kdc_io_dtype want = dt == KDC_DTYPE_I32 ? KDC_IO_DTYPE_I32 : dt == KDC_DTYPE_I64
+                        ? KDC_IO_DTYPE_I64 : dt == KDC_DTYPE_BOOL ? KDC_IO_DTYPE_BOOL
+                        : KDC_IO_DTYPE_F32;
+    if (!x)
+      st = KDC_ERR(KDC_INVALID_INPUT, "%s: no tensor \"%s\": the plan's %s keeps it (the "
+                   "checkpoint was saved by a %s with other options?)", o->weights, name, opt,
+                   opt);
+    else if (x->dtype != want)
+      st = KDC_ERR(KDC_INVALID_INPUT, "%s: tensor \"%s\" is %s; the plan's %s keeps %s",
+                   o->weights, name, kdc_io_dtype_name(x->dtype), opt, kdc_io_dtype_name(want));
+    else
+      ts[n++] = *x;
+  }
+  if (!st && n != n_file)  /* a tensor of the file the plan does not keep */
+    for (size_t i = 0; i < kdc_safetensors_count(sf) && !st; i++) {
+      const kdc_st_tensor *x = kdc_safetensors_get(sf, i);
+      bool kept = !kdc_safetensors_is_optimizer_tensor(opt, x->name);
+      for (size_t k = 0; k < n && !kept; k++) kept = !strcmp(ts[k].name, x->name);
+      if (!kept)
+        st = KDC_ERR(KDC_INVALID_INPUT, "%s: tensor \"%s\" is no state of the plan's %s (the "
+                     "checkpoint was saved by a %s with other options?)", o->weights, x->name,
+                     opt, opt);
+    }
+  if (!st) st = kdc_safetensors_encode(o->weights, ts, n, NULL, out);
+done:
+  free(ts);
+  kdc_safetensors_close(sf);
+  return st;
+}
+
 static kdc_status compile(const compile_opts *o) {
   kdc_keras_model *km = NULL;
   kdc_module *mod = NULL;
@@ -290,11 +409,20 @@ static kdc_status compile(const compile_opts *o) {
   kdc_status st = distribution(o, &mesh, &layout);
   bool train_on = o->loss != NULL;
   if (!st && o->loss) st = training(o, &train);
-  kdc_load_options load = {o->n_input_shapes, o->input_shapes};
+  kdc_load_options load = {o->n_input_shapes, o->input_shapes, NULL};
   if (!st) st = kdc_frontend_load_opts(o->model, &load, &km);
   if (!st && !o->loss) st = from_compile_config(o, km, &train, &train_on);
+  int64_t batch = o->batch, fixed = -1;
+  const kdc_keras_layer *fixed_at = NULL;
+  if (!st) st = kdc_frontend_fixed_batch(km, &fixed, &fixed_at);
+  /* an InputLayer that fixes the batch: the plan's batch, and --batch must agree */
+  if (!st && fixed >= 0 && o->batch_given && fixed != o->batch)
+    st = kdc_fe_layer_err(fixed_at, KDC_INVALID_INPUT, "the input's batch_shape fixes the batch "
+                          "to %lld, but --batch %lld was given (drop --batch, or save the model "
+                          "with a batch_shape of None)", (long long)fixed, (long long)o->batch);
+  if (fixed >= 0) batch = fixed;
   if (!st) {
-    kdc_lower_options lo = {.batch = o->batch, .mesh = o->mesh ? &mesh : NULL, .layout = layout,
+    kdc_lower_options lo = {.batch = batch, .mesh = o->mesh ? &mesh : NULL, .layout = layout,
                             .train_forward = train_on, .dropout_seed = o->seed,
                             .output_masks = train_on};
     st = kdc_frontend_lower(km, &lo, &mod);
@@ -315,15 +443,25 @@ static kdc_status compile(const compile_opts *o) {
     po.after_pass_user = &explain;
     st = kdc_pass_pipeline_run(mod, &po);
   }
+  kdc_buf state;
+  kdc_buf_init(&state);
+  if (!st) st = checkpoint_state(o, mod, train_on, &train, &state);
   if (!st) {
     kdc_codegen_options co;
     memset(&co, 0, sizeof co);
     co.explain = explain.text;
+    char *opt_json = train_on ? optimizer_json(&train) : NULL;
+    char *keras = kdc_frontend_keras_section(km, opt_json);
+    free(opt_json);
+    co.keras = keras;
+    if (state.size) co.train_state = state.data, co.train_state_size = state.size;
     static const char *const train_funcs[] = {"predict", "train_step", "evaluate"};
     if (train_on) co.funcs = train_funcs, co.n_funcs = 3;  /* not train_forward */
     if (o->target && !strcmp(o->target, "cuda")) co.cuda_sm = o->sm ? (int)o->sm : 80;
     st = kdc_codegen_cpu_plan(mod, &co, o->out);
+    free(keras);
   }
+  kdc_buf_free(&state);
   kdc_ir_module_destroy(mod);
   kdc_frontend_free(km);
   kdc_layout_free(layout);
@@ -334,7 +472,14 @@ static kdc_status compile(const compile_opts *o) {
 int kdc_cmd_compile(int argc, char **argv) {
   compile_opts o;
   kdc_status st = parse(argc, argv, &o);
+  if (!st) {
+    /* the plan appears only if everything succeeded (and never over an input) */
+    kdc_file_arg out[] = {{"-o", o.out}};
+    kdc_file_arg in[] = {{"the model", o.model}, {"--weights", o.weights}, {"--layout", o.layout}};
+    st = kdc_outputs_begin(out, 1, in, 3);
+  }
   if (!st) st = compile(&o);
+  st = cli_outputs_end(st);
   for (int i = 0; i < o.n_input_shapes; i++) kdc_input_shape_free(&o.input_shapes[i]);
   return st ? cli_fail(st) : 0;
 }

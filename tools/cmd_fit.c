@@ -5,6 +5,7 @@
  *   kdc run plan.bin --fit --x X.npy --y Y.npy --epochs E --batch-size B
  *       [--shuffle --seed S] [--validation-split F] [--history H.json]
  *       [--save-weights W.safetensors] [--initial-weights W.safetensors]
+ *       [--predict X2.npy --output P.npy]   (predictions after training)
  *   kdc run plan.bin --evaluate --x X.npy --y Y.npy [--initial-weights W]
  *
  * A model with several inputs takes one --x per input, in input order (as
@@ -33,9 +34,13 @@
 
 typedef struct fit_opts {
   const char *plan, *history, *save, *initial;
+  const char *save_model;     /* --save-model M.keras */
+  bool save_optimizer;        /* --save-optimizer: a .weights.h5 gets the optimizer too */
   const char *x[32];          /* --x per model input, in input order */
   const char *y[32];          /* --y per trained output, in output order, or NAME=path */
-  size_t n_x, n_y;
+  const char *predict[32];    /* --predict per model input: predictions after training */
+  const char *output[32];     /* --output per model output, for --predict */
+  size_t n_x, n_y, n_predict, n_output;
   bool fit, evaluate, shuffle, quiet, epochs_given;
   int64_t epochs, batch, threads;
   uint64_t seed;
@@ -66,9 +71,20 @@ static kdc_status parse(int argc, char **argv, fit_opts *o) {
       if (!st) o->x[o->n_x++] = v;
       continue;
     }
+    bool out = false;
+    if (cli_flag_value(&a, "--predict", &v, &st) ||
+        (out = cli_flag_value(&a, "--output", &v, &st))) {
+      const char **list = out ? o->output : o->predict;
+      size_t *n = out ? &o->n_output : &o->n_predict;
+      if (!st && *n == 32)
+        st = KDC_ERR(KDC_INVALID_INPUT, "run: more than 32 %s", out ? "--output" : "--predict");
+      if (!st) list[(*n)++] = v;
+      continue;
+    }
     if (cli_flag_value(&a, "--history", &o->history, &st) ||
         cli_flag_value(&a, "--save-weights", &o->save, &st) ||
-        cli_flag_value(&a, "--initial-weights", &o->initial, &st))
+        cli_flag_value(&a, "--initial-weights", &o->initial, &st) ||
+        cli_flag_value(&a, "--save-model", &o->save_model, &st))
       continue;
     if (cli_flag_value(&a, "--epochs", &v, &st)) {
       if (!st) st = cli_parse_i64("--epochs", v, 0, 1 << 30, &o->epochs);
@@ -93,6 +109,8 @@ static kdc_status parse(int argc, char **argv, fit_opts *o) {
       o->fit = true;
     } else if (cli_flag(&a, "--evaluate")) {
       o->evaluate = true;
+    } else if (cli_flag(&a, "--save-optimizer")) {
+      o->save_optimizer = true;
     } else if (cli_flag(&a, "--shuffle")) {
       o->shuffle = true;
     } else if (cli_flag(&a, "--quiet")) {
@@ -107,60 +125,44 @@ static kdc_status parse(int argc, char **argv, fit_opts *o) {
   if (!st && o->fit == o->evaluate)
     st = KDC_ERR(KDC_INVALID_INPUT, "run: give one of --fit and --evaluate");
   if (!st && (!o->n_x || !o->n_y)) st = KDC_ERR(KDC_INVALID_INPUT, "run: --fit/--evaluate need --x X.npy and --y Y.npy");
+  if (!st && (o->n_predict > 0) != (o->n_output > 0))
+    st = KDC_ERR(KDC_INVALID_INPUT, "run: --predict X.npy (per model input) and --output Y.npy "
+                 "(per model output) go together");
   if (!st && o->evaluate && (o->history || o->save || o->shuffle || o->validation_split > 0 ||
-                             o->epochs_given))
-    st = KDC_ERR(KDC_INVALID_INPUT, "run: --epochs, --history, --save-weights, --shuffle and "
-                 "--validation-split are --fit options");
+                             o->epochs_given || o->n_predict || o->save_model))
+    st = KDC_ERR(KDC_INVALID_INPUT, "run: --epochs, --history, --save-weights, --save-model, "
+                 "--shuffle, --validation-split and --predict are --fit options");
+  if (!st && o->save_optimizer && !(o->save && cli_is_keras_file(o->save)))
+    st = KDC_ERR(KDC_INVALID_INPUT, "run: --save-optimizer needs --save-weights W.weights.h5 (a "
+                 "safetensors checkpoint always holds the optimizer)");
+  if (!st && o->save_model &&
+      (strlen(o->save_model) < 6 || strcmp(o->save_model + strlen(o->save_model) - 6, ".keras")))
+    st = KDC_ERR(KDC_INVALID_INPUT, "--save-model \"%s\": expected a .keras file name", o->save_model);
   return st;
 }
 
-/* Converts |a| to |t|'s dtype: f64 -> f32, i64/i32 ids, integral floats to
- * i32 class ids (sparse losses); anything else is an error. */
-static kdc_status convert(const char *path, const kdc_rt_tensor_info *t, kdc_npy_array *a) {
-  if (a->dtype == t->dtype) return NULL;
-  if (t->dtype == KDC_IO_DTYPE_F32 && a->dtype == KDC_IO_DTYPE_F64) return kdc_npy_to_f32(path, a);
-  size_t n = a->nbytes / kdc_io_dtype_size(a->dtype);
-  if (t->dtype == KDC_IO_DTYPE_F32 && (a->dtype == KDC_IO_DTYPE_I32 || a->dtype == KDC_IO_DTYPE_I64)) {
-    float *out = kdc_xmalloc(n * 4 + 1);
-    for (size_t i = 0; i < n; i++)
-      out[i] = a->dtype == KDC_IO_DTYPE_I32 ? (float)((int32_t *)a->data)[i]
-                                            : (float)((int64_t *)a->data)[i];
-    free(a->data);
-    a->data = out, a->dtype = KDC_IO_DTYPE_F32, a->nbytes = n * 4;
-    return NULL;
-  }
-  if (t->dtype != KDC_IO_DTYPE_I32)
-    return KDC_ERR(KDC_INVALID_INPUT, "%s: dtype %s does not match the plan's \"%s\" (%s)", path,
-                   kdc_io_dtype_name(a->dtype), t->name, kdc_io_dtype_name(t->dtype));
-  int32_t *out = kdc_xmalloc(n * 4 + 1);
-  for (size_t i = 0; i < n; i++) {
-    double v;
-    switch (a->dtype) {
-    case KDC_IO_DTYPE_I64: v = (double)((int64_t *)a->data)[i]; break;
-    case KDC_IO_DTYPE_F32: v = ((float *)a->data)[i]; break;
-    case KDC_IO_DTYPE_F64: v = ((double *)a->data)[i]; break;
-    default: v = NAN; break;
-    }
-    if (!(v == floor(v) && fabs(v) < 2147483647.0)) {
-      free(out);
-      return KDC_ERR(KDC_INVALID_INPUT, "%s: element %zu is not an integer class id (the plan's "
-                     "\"%s\" takes int32 labels)", path, i, t->name);
-    }
-    out[i] = (int32_t)v;
-  }
-  free(a->data);
-  a->data = out, a->dtype = KDC_IO_DTYPE_I32, a->nbytes = n * 4;
-  return NULL;
-}
-
 /* |a| must have |t|'s per-row shape (a [N,1] array for [B] sparse labels too). */
-static kdc_status check_rows(const char *path, const kdc_rt_tensor_info *t, kdc_npy_array *a) {
+static kdc_status check_rows(const char *path, const kdc_rt_tensor_info *t, int64_t classes,
+                             kdc_npy_array *a) {
   uint64_t want = t->bytes / (uint64_t)t->dims[0] / kdc_io_dtype_size(t->dtype), got = 1;
   for (int d = 1; d < a->rank; d++) got *= (uint64_t)a->dims[d];
   if (a->rank < 1 || got != want)
     return KDC_ERR(KDC_INVALID_INPUT, "%s: %" PRIu64 " values per row; the plan's \"%s\" takes "
                    "%" PRIu64 " per row", path, a->rank ? got : 0, t->name, want);
-  return convert(path, t, a);
+  return cli_convert_array(path, t, classes, a);  /* arrays.c, as `kdc run` */
+}
+
+/* The number of classes of label |t| when it holds class ids (a sparse
+ * crossentropy: int32 labels of the predicted output's shape without its
+ * last dim, kdc_loss_label_type), else 0. */
+static int64_t label_classes(const kdc_rt_plan *plan, const kdc_rt_tensor_info *t) {
+  int predict = kdc_rt_plan_find_func(plan, "predict");
+  if (t->dtype != KDC_IO_DTYPE_I32 || predict < 0) return 0;
+  for (size_t o = 0; o < kdc_rt_plan_output_count(plan, (size_t)predict); o++) {
+    const kdc_rt_tensor_info *p = kdc_rt_plan_output(plan, (size_t)predict, o);
+    if (!strcmp(p->name, t->name) && p->rank == t->rank + 1) return p->dims[p->rank - 1];
+  }
+  return 0;
 }
 
 typedef struct fit_ui {
@@ -340,6 +342,9 @@ static kdc_status fit(const fit_opts *o, fit_state *s) {
   KDC_RETURN_IF_ERROR(run_place_start(&o->place, o->plan, &ro));
   KDC_RETURN_IF_ERROR(kdc_rt_plan_load_with(o->plan, &ro, &s->plan));
   KDC_RETURN_IF_ERROR(kdc_rt_train_create(s->plan, &s->train));
+  /* Keras outputs the plan cannot write fail before any step runs */
+  if (o->save && cli_is_keras_file(o->save)) KDC_RETURN_IF_ERROR(kdc_rt_keras_check(s->plan, false));
+  if (o->save_model) KDC_RETURN_IF_ERROR(kdc_rt_keras_check(s->plan, true));
   size_t nd = kdc_rt_train_data_count(s->train), n_arrays = 0;
   const kdc_rt_tensor_info *info[33];
   for (size_t i = 0; i < nd; i++) {
@@ -359,6 +364,9 @@ static kdc_status fit(const fit_opts *o, fit_state *s) {
   if (o->n_x != n_in)
     return KDC_ERR(KDC_INVALID_INPUT, "%s: the model has %zu inputs but %zu --x were given (one per "
                    "input, in input order)", o->plan, n_in, o->n_x);
+  if (o->n_predict && o->n_predict != n_in)
+    return KDC_ERR(KDC_INVALID_INPUT, "%s: the model has %zu inputs but %zu --predict were given "
+                   "(one per input, in input order)", o->plan, n_in, o->n_predict);
   /* named --y must each name a label */
   for (size_t i = 0; i < o->n_y; i++) {
     const char *eq = strchr(o->y[i], '=');
@@ -383,13 +391,17 @@ static kdc_status fit(const fit_opts *o, fit_state *s) {
   for (size_t k = 0; k < n_arrays; k++) {
     KDC_RETURN_IF_ERROR(kdc_npy_read(paths[k], &s->a[k]));
     s->n_a = k + 1;
-    KDC_RETURN_IF_ERROR(check_rows(paths[k], info[k], &s->a[k]));
+    int64_t classes = k >= n_in ? label_classes(s->plan, info[k]) : 0;
+    KDC_RETURN_IF_ERROR(check_rows(paths[k], info[k], classes, &s->a[k]));
     if (s->a[k].dims[0] != s->a[0].dims[0])
       return KDC_ERR(KDC_INVALID_INPUT, "%s has %" PRId64 " rows but %s has %" PRId64, paths[0],
                      s->a[0].dims[0], paths[k], s->a[k].dims[0]);
     arrays[k] = s->a[k].data;
   }
-  if (o->initial) KDC_RETURN_IF_ERROR(kdc_rt_train_load(s->train, o->initial));
+  if (o->initial && cli_is_keras_file(o->initial))
+    KDC_RETURN_IF_ERROR(kdc_rt_keras_load(s->plan, s->train, o->initial));
+  else if (o->initial)
+    KDC_RETURN_IF_ERROR(kdc_rt_train_load(s->train, o->initial));
   fit_ui ui = {isatty(STDOUT_FILENO) == 1, s->train};
   bool quiet = o->quiet || !run_place_writes();  /* processes: process 0 reports */
   if (o->evaluate) {
@@ -411,7 +423,14 @@ static kdc_status fit(const fit_opts *o, fit_state *s) {
   kdc_status st = kdc_rt_fit(s->train, arrays, s->a[0].dims[0], &fo, &s->h);
   if (!st && o->history && run_place_writes()) st = write_history(o->history, &s->h, s->train);
   /* every process takes part (its pieces go to process 0, which writes) */
-  if (!st && o->save) st = kdc_rt_train_save(s->train, o->save);
+  if (!st && o->save && cli_is_keras_file(o->save))
+    st = kdc_rt_keras_save(s->plan, s->train, o->save, false, o->save_optimizer);
+  else if (!st && o->save)
+    st = kdc_rt_train_save(s->train, o->save);
+  if (!st && o->save_model) st = kdc_rt_keras_save(s->plan, s->train, o->save_model, true, true);
+  /* predict with the trained weights (the plan's weights point at them) */
+  if (!st && o->n_predict)
+    st = cli_predict(s->plan, o->plan, o->predict, o->n_predict, o->output, o->n_output);
   return st;
 }
 
@@ -420,7 +439,29 @@ int kdc_cmd_fit(int argc, char **argv) {
   fit_state s;
   memset(&s, 0, sizeof s);
   kdc_status st = parse(argc, argv, &o);
+  if (!st) {
+    /* --history, --save-weights and --output appear together or not at
+     * all, never over an input; --initial-weights may be --save-weights (a
+     * checkpoint resumed in place: it is read before the new one is
+     * written) */
+    kdc_file_arg out[3 + 32] = {{"--history", o.history}, {"--save-weights", o.save},
+                                {"--save-model", o.save_model}};
+    for (size_t k = 0; k < o.n_output; k++) out[3 + k] = (kdc_file_arg){"--output", o.output[k]};
+    kdc_file_arg in[2 + 3 * 32] = {{"the plan", o.plan}};
+    size_t n_in = 1;
+    for (size_t k = 0; k < o.n_predict; k++) in[n_in++] = (kdc_file_arg){"--predict", o.predict[k]};
+    if (o.initial && (!o.save || strcmp(o.initial, o.save)) &&
+        (!o.save_model || strcmp(o.initial, o.save_model)))
+      in[n_in++] = (kdc_file_arg){"--initial-weights", o.initial};
+    for (size_t k = 0; k < o.n_x; k++) in[n_in++] = (kdc_file_arg){"--x", o.x[k]};
+    for (size_t k = 0; k < o.n_y; k++) {
+      const char *eq = strchr(o.y[k], '=');
+      in[n_in++] = (kdc_file_arg){"--y", eq ? eq + 1 : o.y[k]};
+    }
+    st = kdc_outputs_begin(out, 3 + o.n_output, in, n_in);
+  }
   if (!st) st = fit(&o, &s);
+  st = cli_outputs_end(st);
   kdc_rt_history_free(&s.h);
   kdc_rt_train_destroy(s.train);
   for (size_t k = 0; k < s.n_a; k++) kdc_npy_free(&s.a[k]);

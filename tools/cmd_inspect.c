@@ -11,18 +11,26 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/io.h"
 #include "frontend/frontend.h"
+#include "runtime/place.h"
 #include "runtime/runtime.h"
 #include "tools/cli.h"
 
 static bool is_plan(const char *path) {
   char magic[8] = {0};
-  FILE *f = fopen(path, "rb");
-  if (!f) return false;
-  size_t n = fread(magic, 1, sizeof magic, f);
-  fclose(f);
+  int fd;
+  uint64_t size;
+  kdc_status st = kdc_file_open_input(path, &fd, &size);  /* never blocks on a FIFO */
+  if (st) {
+    kdc_status_free(st);  /* the model reader reports it */
+    return false;
+  }
+  ssize_t got = read(fd, magic, sizeof magic);
+  close(fd);
+  size_t n = got > 0 ? (size_t)got : 0;
   /* a plan cut inside its magic is still a (truncated) plan, not bad JSON */
   return n > 0 && memcmp(magic, "KDCPLAN", n < 7 ? n : 7) == 0;
 }
@@ -78,6 +86,23 @@ static kdc_status print_ptx(const char *path) {
   return st;
 }
 
+/* Where `kdc run` of this plan would place this process (runtime/place.h:
+ * the environment: KDC_*, an MPI launcher, Slurm), each value's source and
+ * the plan's devices it would run. */
+static kdc_status placement(int64_t nd) {
+  kdc_rt_place pl;
+  KDC_RETURN_IF_ERROR(kdc_rt_place_resolve(NULL, &pl));
+  printf("\nplacement (kdc run here, from the environment):\n");
+  kdc_rt_place_print(&pl, stdout);
+  if (pl.n > 0 && nd % pl.n == 0 && pl.id < pl.n)
+    printf("  mesh devices      %lld..%lld of %lld\n", (long long)(nd / pl.n * pl.id),
+           (long long)(nd / pl.n * (pl.id + 1) - 1), (long long)nd);
+  else
+    printf("  mesh devices      - (%lld devices cannot be split evenly over %d processes)\n",
+           (long long)nd, pl.n);
+  return NULL;
+}
+
 int kdc_cmd_inspect(int argc, char **argv) {
   cli_args a = {argc, argv, 0};
   const char *file = NULL, *explain_name = NULL, *sharding_name = NULL;
@@ -126,12 +151,20 @@ int kdc_cmd_inspect(int argc, char **argv) {
     }
     if (collectives) kdc_rt_plan_describe_collectives(p, stdout);
     else kdc_rt_plan_describe(p, stdout);
+    int64_t nd = p->nd;
     kdc_rt_plan_release(p);
-    return 0;
+    if (!collectives) st = placement(nd);
+    return st ? cli_fail(st) : 0;
   }
   kdc_keras_model *m = NULL;
   st = kdc_frontend_load(file, &m);
   if (!st) st = kdc_frontend_summary(m, stdout);
+  int64_t fixed = -1;
+  const kdc_keras_layer *at = NULL;
+  if (!st) st = kdc_frontend_fixed_batch(m, &fixed, &at);
+  if (!st && fixed >= 0)
+    printf("Batch: %lld, fixed by the batch_shape of input \"%s\" (kdc compile uses it; a "
+           "different --batch is an error)\n", (long long)fixed, at->name);
   kdc_frontend_free(m);
   return st ? cli_fail(st) : 0;
 }

@@ -29,6 +29,7 @@ typedef struct run_opts {
   int64_t threads;
   double collective_timeout;  /* seconds, 0 = the runtime's default (60) */
   const char *cache_dir;      /* --cache-dir: the compiled-code cache (NULL: $KDC_CACHE_DIR) */
+  const char *initial;        /* --initial-weights W: a checkpoint's weights (training plan) */
   run_place place;            /* --coordinator ... (run_place.c, docs/processes.md) */
 } run_opts;
 
@@ -47,7 +48,8 @@ static kdc_status parse(int argc, char **argv, run_opts *o) {
       if (st) break;
       if (o->n_outputs == MAX_IO) st = KDC_ERR(KDC_INVALID_INPUT, "run: more than %d --output", MAX_IO);
       else o->outputs[o->n_outputs++] = v;
-    } else if (cli_flag_value(&a, "--cache-dir", &o->cache_dir, &st)) {
+    } else if (cli_flag_value(&a, "--cache-dir", &o->cache_dir, &st) ||
+               cli_flag_value(&a, "--initial-weights", &o->initial, &st)) {
     } else if (cli_flag_value(&a, "--threads", &v, &st)) {
       if (!st) st = cli_parse_i64("--threads", v, 1, 4096, &o->threads);
     } else if (cli_flag_value(&a, "--collective-timeout", &v, &st)) {
@@ -76,75 +78,6 @@ static void shape_str(int rank, const int64_t *dims, char *buf, size_t n) {
   if (k < n) snprintf(buf + k, n - k, rank == 1 ? ",)" : ")");
 }
 
-/* Element |i| of |a|: integers and booleans exactly in |*iv| (returns true),
- * floating types in |*fv| (returns false). */
-static bool input_element(const kdc_npy_array *a, size_t i, int64_t *iv, double *fv) {
-  const unsigned char *p = (const unsigned char *)a->data + i * kdc_io_dtype_size(a->dtype);
-  switch (a->dtype) {
-  case KDC_IO_DTYPE_I32: *iv = ((const int32_t *)a->data)[i]; return true;
-  case KDC_IO_DTYPE_I64: *iv = ((const int64_t *)a->data)[i]; return true;
-  case KDC_IO_DTYPE_I8: *iv = ((const int8_t *)a->data)[i]; return true;
-  case KDC_IO_DTYPE_U8:
-  case KDC_IO_DTYPE_BOOL: *iv = *p; return true;
-  case KDC_IO_DTYPE_F64: *fv = ((const double *)a->data)[i]; return false;
-  default: {
-    float f = 0;
-    kdc_io_convert_to_f32(a->dtype, p, 1, &f);
-    *fv = f;
-    return false;
-  }
-  }
-}
-
-/* Converts |a| in place to the plan input's dtype, as Keras converts a model
- * input (Functional._convert_inputs_to_tensors: convert_to_tensor(x,
- * dtype=input.dtype)): token ids saved as int64 feed a float32 Input, float
- * ids feed an int32 one. Floats round to nearest f32; integers and booleans
- * become floats exactly up to 2^24 (to nearest beyond); floats become
- * integers by truncation toward zero (numpy's astype). A value an integer
- * input cannot hold (NaN, infinite, out of range) is an error naming it. */
-static kdc_status convert_input(const char *path, const kdc_rt_tensor_info *t, kdc_npy_array *a) {
-  if (a->dtype == t->dtype) return NULL;
-  bool to_f32 = t->dtype == KDC_IO_DTYPE_F32;
-  if (!to_f32 && t->dtype != KDC_IO_DTYPE_I32 && t->dtype != KDC_IO_DTYPE_I64)
-    return KDC_ERR(KDC_INVALID_INPUT, "%s: dtype %s does not match the plan's input \"%s\" (%s)", path,
-                   kdc_io_dtype_name(a->dtype), t->name, kdc_io_dtype_name(t->dtype));
-  size_t n = a->nbytes / kdc_io_dtype_size(a->dtype), osz = kdc_io_dtype_size(t->dtype);
-  void *out = kdc_xmalloc(n ? n * osz : 1);
-  for (size_t i = 0; i < n; i++) {
-    int64_t iv = 0;
-    double fv = 0;
-    bool is_int = input_element(a, i, &iv, &fv);
-    if (to_f32) {
-      ((float *)out)[i] = is_int ? (float)iv : (float)fv;
-      continue;
-    }
-    if (!is_int) {
-      /* the largest doubles below 2^63 in magnitude convert without overflow */
-      if (!(fv > -9223372036854774784.0 && fv < 9223372036854774784.0)) {
-        free(out);
-        return KDC_ERR(KDC_INVALID_INPUT, "%s: element %zu (%g) is not an integer the plan's input \"%s\" "
-                       "(%s) can hold", path, i, fv, t->name, kdc_io_dtype_name(t->dtype));
-      }
-      iv = (int64_t)fv;
-    }
-    if (t->dtype == KDC_IO_DTYPE_I32) {
-      if (iv < INT32_MIN || iv > INT32_MAX) {
-        free(out);
-        return KDC_ERR(KDC_INVALID_INPUT, "%s: element %zu (%" PRId64 ") does not fit int32", path, i, iv);
-      }
-      ((int32_t *)out)[i] = (int32_t)iv;
-    } else {
-      ((int64_t *)out)[i] = iv;
-    }
-  }
-  free(a->data);
-  a->data = out;
-  a->dtype = t->dtype;
-  a->nbytes = n * osz;
-  return NULL;
-}
-
 static kdc_status check_input(const char *path, const kdc_rt_tensor_info *t, kdc_npy_array *a) {
   char want[160], got[160];
   shape_str(t->rank, t->dims, want, sizeof want);
@@ -155,7 +88,7 @@ static kdc_status check_input(const char *path, const kdc_rt_tensor_info *t, kdc
     return KDC_ERR(KDC_INVALID_INPUT,
                    "%s: shape %s does not match the plan's input \"%s\" (batch, ...) = %s", path,
                    got, t->name, want);
-  return convert_input(path, t, a);
+  return cli_convert_array(path, t, 0, a);  /* as Keras converts inputs (arrays.c) */
 }
 
 /* Prints |t|-shaped data numpy-like, at most 8 rows of at most 10 values. */
@@ -236,42 +169,79 @@ static kdc_status run_batches(run_state *s, const char *plan, int64_t rows) {
   return NULL;
 }
 
-static kdc_status run(const run_opts *o, run_state *s) {
+static kdc_status predict(kdc_rt_plan *plan, const char *path, const char *const *inputs,
+                          size_t n_inputs, const char *const *outputs, size_t n_outputs,
+                          bool print, run_state *s) {
+  s->plan = plan;
+  if (kdc_rt_plan_func_count(plan) == 0 || kdc_rt_plan_find_func(plan, "predict") != 0)
+    return KDC_ERR(KDC_INVALID_INPUT, "%s: the plan has no predict function", path);
+  s->n_in = kdc_rt_plan_input_count(plan, 0);
+  s->n_out = kdc_rt_plan_output_count(plan, 0);
+  if (s->n_in > MAX_IO || s->n_out > MAX_IO)
+    return KDC_ERR(KDC_UNSUPPORTED, "%s: more than %d inputs or outputs", path, MAX_IO);
+  if (n_inputs != s->n_in)
+    return KDC_ERR(KDC_INVALID_INPUT, "%s: the plan takes %zu input(s), %zu given", path,
+                   s->n_in, n_inputs);
+  if (n_outputs && n_outputs != s->n_out)
+    return KDC_ERR(KDC_INVALID_INPUT, "%s: the plan has %zu output(s), %zu --output given", path,
+                   s->n_out, n_outputs);
+  int64_t rows = -1;
+  for (size_t i = 0; i < s->n_in; i++) {
+    KDC_RETURN_IF_ERROR(kdc_npy_read(inputs[i], &s->in[i]));
+    KDC_RETURN_IF_ERROR(check_input(inputs[i], kdc_rt_plan_input(plan, 0, i), &s->in[i]));
+    if (rows >= 0 && s->in[i].dims[0] != rows)
+      return KDC_ERR(KDC_INVALID_INPUT, "%s: %" PRId64 " rows, but %s has %" PRId64, inputs[i],
+                     s->in[i].dims[0], inputs[0], rows);
+    rows = s->in[i].dims[0];
+  }
+  KDC_RETURN_IF_ERROR(run_batches(s, path, rows));
+  for (size_t k = 0; k < s->n_out; k++) {
+    const kdc_rt_tensor_info *t = kdc_rt_plan_output(plan, 0, k);
+    if (!run_place_writes()) break;  /* processes: process 0 writes */
+    if (print) print_array(t->name, t->dtype, t->rank, s->out_dims[k], s->out[k]);
+    if (n_outputs)
+      KDC_RETURN_IF_ERROR(kdc_npy_write(outputs[k], t->dtype, t->rank, s->out_dims[k], s->out[k]));
+  }
+  return NULL;
+}
+
+static void run_state_free(run_state *s) {
+  for (int i = 0; i < MAX_IO; i++) {
+    kdc_npy_free(&s->in[i]);
+    free(s->out[i]);
+    free(s->bin[i]);
+    free(s->bout[i]);
+  }
+}
+
+kdc_status cli_predict(kdc_rt_plan *plan, const char *path, const char *const *inputs,
+                       size_t n_inputs, const char *const *outputs, size_t n_outputs) {
+  run_state s;
+  memset(&s, 0, sizeof s);
+  kdc_status st = predict(plan, path, inputs, n_inputs, outputs, n_outputs, false, &s);
+  run_state_free(&s);
+  return st;
+}
+
+static kdc_status run(const run_opts *o, run_state *s, kdc_rt_plan **plan, kdc_rt_train **train) {
   kdc_rt_options ro = {.n_threads = (int)o->threads,
                        .collective_timeout_s = o->collective_timeout,
                        .cache_dir = o->cache_dir};
   KDC_RETURN_IF_ERROR(run_place_start(&o->place, o->plan, &ro));
-  KDC_RETURN_IF_ERROR(kdc_rt_plan_load_with(o->plan, &ro, &s->plan));
-  if (kdc_rt_plan_func_count(s->plan) == 0 || kdc_rt_plan_find_func(s->plan, "predict") != 0)
-    return KDC_ERR(KDC_INVALID_INPUT, "%s: the plan has no predict function", o->plan);
-  s->n_in = kdc_rt_plan_input_count(s->plan, 0);
-  s->n_out = kdc_rt_plan_output_count(s->plan, 0);
-  if (s->n_in > MAX_IO || s->n_out > MAX_IO)
-    return KDC_ERR(KDC_UNSUPPORTED, "%s: more than %d inputs or outputs", o->plan, MAX_IO);
-  if ((size_t)o->n_inputs != s->n_in)
-    return KDC_ERR(KDC_INVALID_INPUT, "%s: the plan takes %zu input(s), %d --input given", o->plan,
-                   s->n_in, o->n_inputs);
-  if (o->n_outputs && (size_t)o->n_outputs != s->n_out)
-    return KDC_ERR(KDC_INVALID_INPUT, "%s: the plan has %zu output(s), %d --output given", o->plan,
-                   s->n_out, o->n_outputs);
-  int64_t rows = -1;
-  for (size_t i = 0; i < s->n_in; i++) {
-    KDC_RETURN_IF_ERROR(kdc_npy_read(o->inputs[i], &s->in[i]));
-    KDC_RETURN_IF_ERROR(check_input(o->inputs[i], kdc_rt_plan_input(s->plan, 0, i), &s->in[i]));
-    if (rows >= 0 && s->in[i].dims[0] != rows)
-      return KDC_ERR(KDC_INVALID_INPUT, "%s: %" PRId64 " rows, but %s has %" PRId64, o->inputs[i],
-                     s->in[i].dims[0], o->inputs[0], rows);
-    rows = s->in[i].dims[0];
+  KDC_RETURN_IF_ERROR(kdc_rt_plan_load_with(o->plan, &ro, plan));
+  if (o->initial) {  /* the checkpoint's weights replace the plan's (state.c re-points them) */
+    if (kdc_rt_plan_find_func(*plan, "train_step") < 0)
+      return KDC_ERR(KDC_INVALID_INPUT, "%s: --initial-weights needs a training plan (compiled "
+                     "with --loss or a compile_config); for this plan, compile the model with "
+                     "--weights %s", o->plan, o->initial);
+    KDC_RETURN_IF_ERROR(kdc_rt_train_create(*plan, train));
+    if (cli_is_keras_file(o->initial))  /* .keras / .weights.h5: through the plan's KERAS section */
+      KDC_RETURN_IF_ERROR(kdc_rt_keras_load(*plan, *train, o->initial));
+    else
+      KDC_RETURN_IF_ERROR(kdc_rt_train_load_weights(*train, o->initial));
   }
-  KDC_RETURN_IF_ERROR(run_batches(s, o->plan, rows));
-  for (size_t k = 0; k < s->n_out; k++) {
-    const kdc_rt_tensor_info *t = kdc_rt_plan_output(s->plan, 0, k);
-    if (!run_place_writes()) break;  /* processes: process 0 writes */
-    if (o->print) print_array(t->name, t->dtype, t->rank, s->out_dims[k], s->out[k]);
-    if (o->n_outputs)
-      KDC_RETURN_IF_ERROR(kdc_npy_write(o->outputs[k], t->dtype, t->rank, s->out_dims[k], s->out[k]));
-  }
-  return NULL;
+  return predict(*plan, o->plan, o->inputs, (size_t)o->n_inputs, o->outputs,
+                 (size_t)o->n_outputs, o->print, s);
 }
 
 int kdc_cmd_run(int argc, char **argv) {
@@ -279,16 +249,22 @@ int kdc_cmd_run(int argc, char **argv) {
     if (!strcmp(argv[i], "--fit") || !strcmp(argv[i], "--evaluate")) return kdc_cmd_fit(argc, argv);
   run_opts o;
   run_state s;
+  kdc_rt_plan *plan = NULL;
+  kdc_rt_train *train = NULL;
   memset(&s, 0, sizeof s);
   kdc_status st = parse(argc, argv, &o);
-  if (!st) st = run(&o, &s);
-  for (int i = 0; i < MAX_IO; i++) {
-    kdc_npy_free(&s.in[i]);
-    free(s.out[i]);
-    free(s.bin[i]);
-    free(s.bout[i]);
+  if (!st) {
+    /* every output appears, or none (and never over an input) */
+    kdc_file_arg out[MAX_IO], in[MAX_IO + 2] = {{"the plan", o.plan}, {"--initial-weights", o.initial}};
+    for (int i = 0; i < o.n_outputs; i++) out[i] = (kdc_file_arg){"--output", o.outputs[i]};
+    for (int i = 0; i < o.n_inputs; i++) in[i + 2] = (kdc_file_arg){"--input", o.inputs[i]};
+    st = kdc_outputs_begin(out, (size_t)o.n_outputs, in, (size_t)o.n_inputs + 2);
   }
-  if (s.plan) kdc_rt_plan_release(s.plan);
+  if (!st) st = run(&o, &s, &plan, &train);
+  st = cli_outputs_end(st);
+  run_state_free(&s);
+  kdc_rt_train_destroy(train);
+  if (plan) kdc_rt_plan_release(plan);
   int rc = st ? cli_fail(st) : 0;
   run_place_finish(rc);
   return rc;

@@ -1,5 +1,5 @@
 /*
- * kdc: the command line.  `kdc compile`, `kdc run`, `kdc inspect`.
+ * kdc: the command line.  `kdc compile`, `kdc run`, `kdc inspect`, `kdc devices`.
  * Exit status: 0 ok, 2 bad input (model, layout, plan, array, flag), 3
  * internal error.  Every error is one line on stderr naming the file and the
  * place.
@@ -19,13 +19,18 @@ static const char usage[] =
     "\n"
     "commands:\n"
     "  compile MODEL -o PLAN   compile a Keras model file into an execution plan\n"
-    "      MODEL                 Keras 3 model.to_json() / .keras config.json, tf.keras 2\n"
-    "                            to_json(), or a TF.js model.json\n"
+    "      MODEL                 a Keras 3 .keras archive or model.to_json(), a legacy\n"
+    "                            tf.keras 2 .h5 model or to_json(), or a TF.js model.json\n"
     "      -o, --output PLAN     the plan to write (atomically)\n"
-    "      --weights W           weights: .safetensors named by Keras variable path, or a\n"
+    "      --weights W           weights: a Keras .weights.h5 (save_weights), legacy .h5,\n"
+    "                            .keras, .safetensors named by Keras variable path (also a\n"
+    "                            --save-weights checkpoint: its optimizer state is restored\n"
+    "                            into a plan training with the same optimizer), or a\n"
     "                            TF.js model.json with its shards; default: the model's own\n"
-    "                            TF.js shards if any, else Keras initialisers from --seed\n"
-    "      --batch N             global batch the plan is compiled for (default 32)\n"
+    "                            (.keras, .h5, TF.js shards) if any, else Keras\n"
+    "                            initialisers from --seed\n"
+    "      --batch N             global batch the plan is compiled for (default 32, or the\n"
+    "                            batch an InputLayer's batch_shape fixes)\n"
     "      --seed S              seed of the default initialisers (default 0)\n"
     "      --random-init         use the initialisers even if the model carries weights\n"
     "      --input-shape [NAME=]D1,D2  static dims (after the batch dim) of a model input\n"
@@ -53,7 +58,8 @@ static const char usage[] =
     "  run PLAN                run a plan\n"
     "      --input X.npy         model input (repeat for several inputs, in order)\n"
     "      --output Y.npy        where to write an output (repeat, in order)\n"
-    "      --print               print the outputs\n"
+    "      --print               print the outputs\n"    "      --initial-weights W   predict with a checkpoint's weights (--save-weights of a\n"
+    "                            training plan)\n"
     "      --threads N           threads for kernels and BLAS (default: all cores)\n"
     "      --cache-dir DIR       keep the compiled code of plans in DIR and reuse it (default:\n"
     "                            $KDC_CACHE_DIR; none when unset; docs/runtime.md)\n"
@@ -65,13 +71,21 @@ static const char usage[] =
     "                            under `mpirun -np N kdc run ...` MPI supplies them, else\n"
     "                            process 0 listens at H:P and the others connect (TCP);\n"
     "                            each process runs its share of the devices, process 0\n"
-    "                            writes the outputs; --fit/--evaluate too (docs/processes.md)\n"
+    "                            writes the outputs; --fit/--evaluate too; under Slurm\n"
+    "                            (`srun kdc run ...`) they come from SLURM_* (docs/processes.md)\n"
+    "      --local-device-ids 0,1  the GPUs this process's devices use (KDC_LOCAL_DEVICE_IDS)\n"
+    "  run PLAN --fit --x X.npy --y Y.npy [--epochs E --batch-size B --shuffle --seed S\n"
+    "           --validation-split F --history H.json --save-weights W --initial-weights W\n"
+    "           --predict X2.npy --output P.npy]   train (then predict); --evaluate: the loss\n"
     "  inspect FILE            describe a plan (mesh, shardings, collectives with groups and\n"
     "                          bytes, memory per device, steps, IR) or summarise a model\n"
     "      --explain NAME        why NAME (weight path, input, output, layer) is sharded so\n"
     "      --sharding NAME       picture of how tensor NAME is laid out over the devices\n"
     "      --collectives         only the mesh and every collective (groups, bytes)\n"
     "      --ptx                 print the PTX of a plan compiled with --target cuda\n"
+    "  devices                 CPU cores and virtual meshes, the GPUs the CUDA driver sees\n"
+    "                          (or why none), this process's place in a job and where each\n"
+    "                          value came from; --json; takes run's placement flags\n"
     "\n"
     "  kdc --help | --version\n"
     "\n"
@@ -91,5 +105,6 @@ int main(int argc, char **argv) {
   if (strcmp(argv[1], "compile") == 0) return kdc_cmd_compile(argc - 2, argv + 2);
   if (strcmp(argv[1], "run") == 0) return kdc_cmd_run(argc - 2, argv + 2);
   if (strcmp(argv[1], "inspect") == 0) return kdc_cmd_inspect(argc - 2, argv + 2);
+  if (strcmp(argv[1], "devices") == 0) return kdc_cmd_devices(argc - 2, argv + 2);
   return cli_fail(KDC_ERR(KDC_INVALID_INPUT, "unknown command \"%s\" (see kdc --help)", argv[1]));
 }

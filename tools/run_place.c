@@ -4,7 +4,9 @@
  *
  *   --coordinator HOST:PORT  --num-processes N  --process-id I
  * or KDC_COORDINATOR_ADDRESS / KDC_NUM_PROCESSES / KDC_PROCESS_ID, or the
- * MPI launcher's own variables under mpirun.  With several processes each
+ * MPI launcher's own variables under mpirun, or Slurm's under srun
+ * (runtime/place.h); --local-device-ids 0,1 (KDC_LOCAL_DEVICE_IDS) picks
+ * the GPUs of a CUDA plan.  With several processes each
  * runs its share of the mesh's devices, collectives go through MPI (under
  * mpirun) or TCP (a rendezvous at the coordinator), only process 0 writes
  * outputs, and a failure ends the whole job.
@@ -14,13 +16,16 @@
 #include <unistd.h>
 
 #include "common/io.h"
+#include "runtime/place.h"
 #include "runtime/procs.h"
 #include "tools/run_place.h"
 
 bool run_place_flag(cli_args *a, run_place *pl, kdc_status *st) {
   const char *v;
   int64_t x;
-  if (cli_flag_value(a, "--coordinator", &pl->coordinator, st)) return true;
+  if (cli_flag_value(a, "--coordinator", &pl->coordinator, st) ||
+      cli_flag_value(a, "--local-device-ids", &pl->local_device_ids, st))
+    return true;
   if (cli_flag_value(a, "--num-processes", &v, st)) {
     if (!*st) *st = cli_parse_i64("--num-processes", v, 1, 1 << 20, &x);
     if (!*st) pl->n = (int)x;
@@ -42,6 +47,7 @@ void run_place_init_opts(run_place *pl) {
 
 /* The job is process-wide (MPI is): resolved once by run_place_start. */
 static kdc_rt_procs procs = {1, 0, 1, false, NULL};
+static kdc_rt_place place;
 static double timeout_s;
 
 kdc_status run_place_start(const run_place *pl, const char *plan, kdc_rt_options *ro) {
@@ -53,9 +59,17 @@ kdc_status run_place_start(const run_place *pl, const char *plan, kdc_rt_options
   uint64_t key = kdc_plan_file_checksum(pf);  /* every process must run this plan */
   kdc_plan_file_close(pf);
   if (cuda) KDC_RETURN_IF_ERROR(kdc_rt_cuda_available(plan));
+  kdc_rt_place_flags fl = {pl->coordinator, pl->n, pl->id, pl->local_device_ids};
+  KDC_RETURN_IF_ERROR(kdc_rt_place_resolve(&fl, &place));
+  if (place.n_local_devices && !place.local_devices_default) {  /* explicit GPUs */
+    ro->local_device_ids = place.local_devices;
+    ro->n_local_device_ids = place.n_local_devices;
+    ro->local_device_ids_from = place.devices_from;
+  }
   kdc_rt_procs pr;
   timeout_s = ro->collective_timeout_s;
-  kdc_status st = kdc_rt_procs_init_job(pl->coordinator, pl->n, pl->id, key, timeout_s, &pr);
+  kdc_status st = kdc_rt_procs_init_job(*place.coordinator ? place.coordinator : NULL, place.n,
+                                        place.id, key, timeout_s, &pr);
   procs = pr;
   if (st) return st;
   ro->n_processes = pr.n;
@@ -63,7 +77,7 @@ kdc_status run_place_start(const run_place *pl, const char *plan, kdc_rt_options
   ro->net = pr.net;
   if (pr.n > 1 && ro->n_threads <= 0) {  /* share the cores of this host */
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    int t = cores > 0 ? (int)(cores / (pr.local_n > 0 ? pr.local_n : 1)) : 1;
+    int t = cores > 0 ? (int)(cores / (place.local_n > 0 ? place.local_n : 1)) : 1;
     ro->n_threads = t > 0 ? t : 1;
   }
   return NULL;

@@ -1,7 +1,8 @@
 /*
  * Arena allocation (STYLE.md 6): one arena per compilation, freed at once.
  * Blocks grow in chunks; nothing is sized in advance.  Allocation failure
- * aborts through kdc_fatal (an arena that cannot grow is not bad input).
+ * (here and in kdc_x*alloc) is kdc_out_of_memory: a one-line error and exit
+ * status 3, never an abort.
  */
 #ifndef KDC_ARENA_H
 #define KDC_ARENA_H

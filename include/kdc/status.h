@@ -15,6 +15,7 @@
 #define KDC_STATUS_H
 
 #include <stdarg.h>
+#include <stddef.h>
 
 typedef enum kdc_code {
   KDC_OK = 0,
@@ -60,5 +61,10 @@ void kdc_fatal(const char *file, int line, const char *fmt, ...)
 #define KDC_ASSERT(c) \
   do { if (!(c)) kdc_fatal(__FILE__, __LINE__, "assertion failed: %s", #c); } while (0)
 #define kdc_unreachable() kdc_fatal(__FILE__, __LINE__, "unreachable")
+
+/* Memory exhausted (the checked allocators of arena.h): one line
+ * "kdc: error: out of memory: cannot allocate N bytes" and exit status 3,
+ * never an abort; exit() runs the atexit handler that removes temp files. */
+void kdc_out_of_memory(size_t bytes) __attribute__((noreturn));
 
 #endif

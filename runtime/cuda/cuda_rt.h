@@ -30,6 +30,57 @@ struct rt_net;
  *                        (`kdc run` exits 3). */
 kdc_status kdc_rt_cuda_available(const char *path);
 
+/* ---- the GPUs this process can see (cuda/gpus.c; `kdc devices`) ------------------ */
+
+enum { KDC_RT_MAX_GPUS = 64 };
+
+typedef struct kdc_rt_gpu {
+  int ordinal;
+  char name[128];
+  int cc_major, cc_minor;          /* compute capability */
+  uint64_t memory_bytes;
+} kdc_rt_gpu;
+
+typedef struct kdc_rt_gpus {
+  int n;                           /* 0: none, |why| says why */
+  kdc_rt_gpu gpu[KDC_RT_MAX_GPUS];
+  int driver_count;                /* what cuDeviceGetCount said (-1: not asked) */
+  char why[600];
+} kdc_rt_gpus;
+
+/* The driver's answers as calls (cuda/api.c adapts libcuda.so.1; tests fake
+ * them): each returns 0 (CUDA_SUCCESS) or the driver's error code, which
+ * |error| names.  |unavailable| non-NULL: no usable driver at all, and why. */
+typedef struct kdc_rt_gpu_driver {
+  void *user;
+  const char *unavailable;
+  int (*count)(void *user, int *n);
+  int (*name)(void *user, int ordinal, char *buf, int len);
+  int (*capability)(void *user, int ordinal, int *major, int *minor);
+  int (*memory)(void *user, int ordinal, uint64_t *bytes);
+  const char *(*error)(void *user, int rc);
+} kdc_rt_gpu_driver;
+
+/* Asks |d| for every GPU (at most KDC_RT_MAX_GPUS); on any failure |out|
+ * has no GPU and |why| names the call and the driver's error. */
+void kdc_rt_gpus_list(const kdc_rt_gpu_driver *d, kdc_rt_gpus *out);
+/* The GPUs of this machine through the real driver: built without CUDA,
+ * no libcuda.so.1 or a failed cuInit give none with the reason.  Test hook:
+ * KDC_TEST_FAKE_GPUS="NAME/MAJOR.MINOR/MIB;..." (or "error:CODE") answers
+ * instead of the driver (tests/runtime/test_place.c, tests/e2e). */
+void kdc_rt_gpus_query(kdc_rt_gpus *out);
+
+/* The GPU ordinals of a process's |k| local devices (docs/gpu.md):
+ * explicit local device ids (|ids|, |n_ids| > 0, named by |ids_from|)
+ * must name k existing GPUs; otherwise local device i is GPU local_rank x
+ * k + i, or, when those do not exist but the process sees exactly k GPUs
+ * (a scheduler bound them: CUDA_VISIBLE_DEVICES, Slurm --gpus-per-task),
+ * GPU i.  Errors name |plan|, the process and the GPUs (KDC_UNAVAILABLE,
+ * KDC_INVALID_INPUT for a wrong explicit list). */
+kdc_status kdc_rt_gpu_ordinals(const char *plan, int proc_id, const int *ids, int n_ids,
+                               const char *ids_from, int local_rank, int64_t k, int count,
+                               int *out);
+
 /* ---- the executor (cuda/exec.c), called by runtime/ ---------------------------
  * Without the toolkit each fails with the "built without CUDA" message. */
 

@@ -7,7 +7,8 @@
  * the CPU on a machine with a GPU and skips here.
  *
  * Per local device (mesh devices [p->d0, p->d1) of this process, GPU
- * ordinal = local rank on the host x devices per process + index):
+ * ordinal from kdc_rt_gpu_ordinals: the local device ids, else local rank
+ * on the host x devices per process + index):
  *   - the primary context (shared with cuBLAS and NCCL, which use the
  *     runtime API), one non-blocking stream: every operation of a run is
  *     stream-ordered on it, and the run ends with one poll of all streams
@@ -38,6 +39,7 @@
 #include "runtime/cuda/cuda_rt.h"
 #include "runtime/cuda/host.h"
 #include "runtime/comm.h"
+#include "runtime/place.h"
 #include "runtime/runtime.h"
 
 enum { ALIGN = 256, LOG_BYTES = 8192, MAX_PARAMS = 66 };
@@ -206,18 +208,6 @@ static kdc_status plan_collectives(kdc_rt_plan *p, rt_cuda *c, cu_dev *d) {
   return NULL;
 }
 
-/* The process's rank among the processes of its host (the GPUs it uses
- * start at local rank x local devices). */
-static int local_rank(void) {
-  static const char *const vars[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID",
-                                     "SLURM_LOCALID", NULL};
-  for (int i = 0; vars[i]; i++) {
-    const char *v = getenv(vars[i]);
-    if (v && *v) return atoi(v);
-  }
-  return 0;
-}
-
 static kdc_status load_module(kdc_rt_plan *p, rt_cuda *c, cu_dev *d) {
   const rt_cuda_api *api = c->api;
   char *elog = kdc_xcalloc(1, LOG_BYTES), *ilog = kdc_xcalloc(1, LOG_BYTES);
@@ -377,11 +367,10 @@ static kdc_status create(kdc_rt_plan *p, rt_cuda *c, uint64_t arena_bytes, rt_ne
   int count = 0;
   CU(p, (cu_dev *)NULL, "cuDeviceGetCount", c->api->cuDeviceGetCount(&count));
   c->n = p->d1 - p->d0;
-  int base = local_rank() * (int)c->n;
-  if (count < base + c->n)
-    return KDC_ERR(KDC_UNAVAILABLE, "%s: no CUDA device: process %d runs %lld devices of the mesh "
-                   "on GPUs %d..%lld, but the driver reports %d GPU(s)", p->path, p->proc_id,
-                   (long long)c->n, base, (long long)(base + c->n - 1), count);
+  int *ord = kdc_arena_alloc(c->arena, (size_t)c->n * sizeof *ord);
+  KDC_RETURN_IF_ERROR(kdc_rt_gpu_ordinals(p->path, p->proc_id, p->local_device_ids,
+                                          p->n_local_device_ids, p->local_device_ids_from,
+                                          kdc_rt_local_rank(NULL), c->n, count, ord));
   c->dev = kdc_arena_alloc(c->arena, (size_t)c->n * sizeof *c->dev);
   memset(c->dev, 0, (size_t)c->n * sizeof *c->dev);
   uint64_t weights_bytes = 0;
@@ -389,7 +378,7 @@ static kdc_status create(kdc_rt_plan *p, rt_cuda *c, uint64_t arena_bytes, rt_ne
     weights_bytes += align_up(p->prog.weights[w].local_bytes);
   for (int64_t i = 0; i < c->n; i++) {
     c->dev[i].id = p->d0 + i;
-    c->dev[i].ordinal = base + (int)i;
+    c->dev[i].ordinal = ord[i];
     KDC_RETURN_IF_ERROR(plan_collectives(p, c, &c->dev[i]));
   }
   for (int64_t i = 0; i < c->n; i++)

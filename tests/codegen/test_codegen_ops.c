@@ -516,6 +516,10 @@ static void test_gather_scatter(void **state) {
       {KDC_DTYPE_F32, KDC_DTYPE_I64, 3, {7, 2, 3}, 1, {6}},
       {KDC_DTYPE_I32, KDC_DTYPE_I32, 1, {9}, 2, {5, 2}},
       {KDC_DTYPE_F32, KDC_DTYPE_I32, 2, {33, 7}, 0, {0}},
+      /* scatter rows (codegen/cpu_wrap.c) split over 2 threads: ids in
+       * [-20, 20] hit rows of both halves, wrap, repeat and fall outside */
+      {KDC_DTYPE_F32, KDC_DTYPE_I32, 2, {24, 9}, 2, {40, 5}},
+      {KDC_DTYPE_I32, KDC_DTYPE_I32, 3, {17, 2, 3}, 1, {300}},
   };
   for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
     kdc_func *f;
@@ -525,7 +529,7 @@ static void test_gather_scatter(void **state) {
     kdc_value_id y = kdc_ir_gather(f, t, ids);
     kdc_value_id u = param(f, cs[i].td, kdc_ir_type(f, y)->rank, kdc_ir_type(f, y)->dims);
     kdc_ir_add_result(f, kdc_ir_scatter_add(f, ids, u, kdc_ir_type(f, t)), "scatter");
-    finish(m, f, y, NULL);
+    finish(m, f, y, &(cgt_opts){.threads = i % 2 ? 2 : 1});
   }
 }
 

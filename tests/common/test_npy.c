@@ -265,10 +265,15 @@ static void test_framing_errors(void **state TU_UNUSED) {
   memcpy(bad, buf, n);
   bad[70] = 0;
   TU_ERR(kdc_npy_read_mem("t.npy", bad, n, &a), KDC_INVALID_INPUT, "t.npy: byte 70:", "NUL");
-  /* A v2 header length far beyond the file is a truncation, not an alloc. */
+  /* A v2 header length far beyond the file or the header limit is an
+   * error, not an alloc. */
   memcpy(bad, "\x93NUMPY\x02\x00\xff\xff\xff\x7f", 12);
   tu_write(p, bad, 64);
-  TU_ERR(kdc_npy_read(p, &a), KDC_INVALID_INPUT, p, "truncated header: expected 2147483659");
+  TU_ERR(kdc_npy_read(p, &a), KDC_INVALID_INPUT, p, "byte 8: a header of 2147483647 bytes is "
+         "over the 65536-byte limit");
+  memcpy(bad, "\x93NUMPY\x02\x00\x00\x01\x00\x00", 12);  /* 256 bytes, file has 52 */
+  tu_write(p, bad, 64);
+  TU_ERR(kdc_npy_read(p, &a), KDC_INVALID_INPUT, p, "truncated header: expected 268");
   TU_ERR(kdc_npy_read(tu_path("nope.npy"), &a), KDC_IO_ERROR, "nope.npy: cannot open");
   unlink(p);
 }

@@ -59,7 +59,7 @@ static void test_anaya_2x4_equals_interpreter(void **state) {
   if (!anaya(path, sizeof path)) skip();
   /* reference: the frontend API with the same input shape, one device */
   kdc_input_shape is = {"input_layer", 2, {STEPS, FEAT}};
-  kdc_load_options lo = {1, &is};
+  kdc_load_options lo = {1, &is, NULL};
   kdc_keras_model *km = NULL;
   kdc_module *mod = NULL;
   assert_null(kdc_frontend_load_opts(path, &lo, &km));

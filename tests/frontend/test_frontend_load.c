@@ -291,12 +291,14 @@ static void test_err_graph(void **s FE_UNUSED) {
 static void test_err_file_kinds(void **s FE_UNUSED) {
   kdc_keras_model *m = NULL;
   const char *p = fe_tmp("model.keras");
+  /* recognised by their bytes and read (frontend/keras_files.c): broken ones are located */
   fe_write(p, "PK\x03\x04rest of a zip", 18);
-  fe_assert_err(kdc_frontend_load(p, &m), KDC_UNSUPPORTED,
-                "model.keras: .keras archives are zip files; unzip and pass config.json", NULL);
+  fe_assert_err(kdc_frontend_load(p, &m), KDC_INVALID_INPUT,
+                "model.keras: not a readable zip archive", NULL);
   p = fe_tmp("model.h5");
   fe_write(p, "\x89HDF\r\n\x1a\n....", 12);
-  fe_assert_err(kdc_frontend_load(p, &m), KDC_UNSUPPORTED, "model.h5: HDF5", NULL);
+  fe_assert_err(kdc_frontend_load(p, &m), KDC_INVALID_INPUT, "model.h5: not a readable HDF5 file",
+                NULL);
   p = fe_tmp("empty.json");
   fe_write(p, "", 0);
   fe_assert_err(kdc_frontend_load(p, &m), KDC_INVALID_INPUT, "empty.json: the file is empty", NULL);

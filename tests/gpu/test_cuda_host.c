@@ -18,6 +18,13 @@
  *     the toolkit's stub libcuda.so, libcublas.so.13 and libnccl.so.2
  *     (nothing is called); with the stub as libcuda.so.1, `kdc run` on a
  *     CUDA plan fails at cuInit (exit 3);
+ *   - gpu_list / gpu_ordinals (cuda/gpus.c): the GPU inventory from fakes of
+ *     the driver's answers (names, capabilities, memory; each failing call
+ *     named with the driver's error), and which GPUs a process's devices
+ *     use (the local-rank rule, a scheduler's binding, explicit ids);
+ *   - devices_cli: `kdc devices` (+ --json) on this machine, and its GPU
+ *     branch with the driver's answers faked (KDC_TEST_FAKE_GPUS) under a
+ *     Slurm environment set by the test;
  *   - collective_plans: every kind x axes x dim on 2x4 and 2x2x2 meshes:
  *     the per-device plans (block copies + NCCL calls) applied on the host
  *     with NCCL's documented flat-buffer semantics equal the in-process
@@ -35,11 +42,13 @@
 
 #include <cblas.h>
 #include <cmocka.h>
+#include <json-c/json.h>
 
 #include "common/io.h"
 #include "e2e/e2e_util.h"
 #include "ir/ir.h"
 #include "runtime/comm.h"
+#include "runtime/cuda/cuda_rt.h"
 #include "runtime/cuda/host.h"
 #ifdef KDC_HAVE_CUDA
 #include "runtime/cuda/api.h"
@@ -622,12 +631,220 @@ static void test_library_symbols(void **state) {
 #endif
 }
 
+/* ---- the GPUs the driver sees (cuda/gpus.c) on fakes of its answers --------------- */
+
+typedef struct fake_drv {
+  int count, count_rc, fail_ordinal, fail_rc;
+} fake_drv;
+
+static int fd_count(void *u, int *n) {
+  *n = ((fake_drv *)u)->count;
+  return ((fake_drv *)u)->count_rc;
+}
+static int fd_name(void *u, int i, char *buf, int len) {
+  fake_drv *f = u;
+  if (i == f->fail_ordinal) return f->fail_rc;
+  snprintf(buf, (size_t)len, "Fake GPU %d", i);
+  return 0;
+}
+static int fd_cap(void *u, int i, int *major, int *minor) {
+  (void)u;
+  *major = 8 + i, *minor = i;
+  return 0;
+}
+static int fd_mem(void *u, int i, uint64_t *bytes) {
+  (void)u;
+  *bytes = (uint64_t)(i + 1) << 30;
+  return 0;
+}
+static const char *fd_error(void *u, int rc) {
+  (void)u;
+  return rc == 100 ? "no CUDA-capable device is detected" : rc == 999 ? "unknown error" : NULL;
+}
+
+static void fake_list(fake_drv *f, const char *unavailable, kdc_rt_gpus *g) {
+  kdc_rt_gpu_driver d = {f, unavailable, fd_count, fd_name, fd_cap, fd_mem, fd_error};
+  kdc_rt_gpus_list(&d, g);
+}
+
+static void test_gpu_list(void **state) {
+  (void)state;
+  kdc_rt_gpus g;
+  fake_drv f = {3, 0, -1, 0};
+  fake_list(&f, NULL, &g);
+  assert_int_equal(g.n, 3);
+  assert_int_equal(g.driver_count, 3);
+  assert_string_equal(g.why, "");
+  for (int i = 0; i < 3; i++) {
+    char name[32];
+    snprintf(name, sizeof name, "Fake GPU %d", i);
+    assert_int_equal(g.gpu[i].ordinal, i);
+    assert_string_equal(g.gpu[i].name, name);
+    assert_int_equal(g.gpu[i].cc_major, 8 + i);
+    assert_int_equal(g.gpu[i].cc_minor, i);
+    assert_int_equal(g.gpu[i].memory_bytes, (uint64_t)(i + 1) << 30);
+  }
+  f = (fake_drv){0, 100, -1, 0};  /* cuDeviceGetCount fails */
+  fake_list(&f, NULL, &g);
+  assert_int_equal(g.n, 0);
+  assert_string_equal(g.why, "cuDeviceGetCount failed: no CUDA-capable device is detected (error 100)");
+  f = (fake_drv){2, 0, 1, 999};  /* the second GPU's name fails: no half list */
+  fake_list(&f, NULL, &g);
+  assert_int_equal(g.n, 0);
+  assert_string_equal(g.why, "cuDeviceGetName failed: unknown error (error 999)");
+  f = (fake_drv){0, 0, -1, 0};
+  fake_list(&f, NULL, &g);
+  assert_int_equal(g.n, 0);
+  assert_string_equal(g.why, "the CUDA driver loaded and reports 0 GPUs");
+  fake_list(&f, "the CUDA driver (libcuda.so.1) cannot be loaded: nope", &g);
+  assert_int_equal(g.n, 0);
+  assert_int_equal(g.driver_count, -1);
+  assert_string_equal(g.why, "the CUDA driver (libcuda.so.1) cannot be loaded: nope");
+}
+
+/* Which GPUs a process's devices use (kdc_rt_gpu_ordinals, cuda/exec.c). */
+static void test_gpu_ordinals(void **state) {
+  (void)state;
+  int ord[8];
+  /* the rule: local rank x k + i */
+  assert_null(kdc_rt_gpu_ordinals("p", 1, NULL, 0, NULL, 1, 2, 4, ord));
+  assert_int_equal(ord[0], 2);
+  assert_int_equal(ord[1], 3);
+  /* one device per process (Slurm's default): GPU = local rank */
+  assert_null(kdc_rt_gpu_ordinals("p", 5, NULL, 0, NULL, 3, 1, 8, ord));
+  assert_int_equal(ord[0], 3);
+  /* the rule's GPU does not exist, but the process sees exactly its one
+   * GPU (CUDA_VISIBLE_DEVICES from --gpus-per-task): GPU 0 */
+  assert_null(kdc_rt_gpu_ordinals("p", 5, NULL, 0, NULL, 3, 1, 1, ord));
+  assert_int_equal(ord[0], 0);
+  kdc_status st = kdc_rt_gpu_ordinals("p.plan", 5, NULL, 0, NULL, 3, 1, 2, ord);
+  assert_non_null(st);
+  assert_int_equal(kdc_status_code(st), KDC_UNAVAILABLE);
+  assert_string_equal(kdc_status_message(st), "p.plan: no CUDA device: process 5 runs 1 devices "
+                      "of the mesh on GPUs 3..3 (local rank 3), but the driver reports 2 GPU(s)");
+  kdc_status_free(st);
+  /* explicit ids: exactly one per device, each existing */
+  assert_null(kdc_rt_gpu_ordinals("p", 0, (const int[]){3, 1}, 2, "--local-device-ids", 0, 2, 4, ord));
+  assert_int_equal(ord[0], 3);
+  assert_int_equal(ord[1], 1);
+  st = kdc_rt_gpu_ordinals("p.plan", 0, (const int[]){0}, 1, "KDC_LOCAL_DEVICE_IDS", 0, 2, 4, ord);
+  assert_non_null(st);
+  assert_int_equal(kdc_status_code(st), KDC_INVALID_INPUT);
+  assert_non_null(strstr(kdc_status_message(st), "runs 2 devices of the mesh but the local device "
+                         "ids (KDC_LOCAL_DEVICE_IDS) name 1 GPU(s)"));
+  kdc_status_free(st);
+  st = kdc_rt_gpu_ordinals("p.plan", 0, (const int[]){0, 4}, 2, "--local-device-ids", 0, 2, 4, ord);
+  assert_non_null(st);
+  assert_non_null(strstr(kdc_status_message(st), "GPU 4 (local device ids, --local-device-ids) "
+                         "does not exist: the driver reports 4 GPU(s)"));
+  kdc_status_free(st);
+}
+
+/* `kdc devices` on this machine (its real answer, GPU or not) and with the
+ * driver's answers faked (KDC_TEST_FAKE_GPUS) under a Slurm environment
+ * set here. */
+static void test_devices_cli(void **state) {
+  (void)state;
+  static const char *const vars[] = {"SLURM_JOB_ID", "SLURM_NTASKS", "SLURM_PROCID",
+                                     "SLURM_LOCALID", "SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST",
+                                     "KDC_LOCAL_DEVICE_IDS", "KDC_NUM_PROCESSES", "KDC_PROCESS_ID",
+                                     "KDC_COORDINATOR_ADDRESS", "OMPI_COMM_WORLD_SIZE",
+                                     "OMPI_COMM_WORLD_LOCAL_RANK", "PMI_SIZE", NULL};
+  for (int i = 0; vars[i]; i++) unsetenv(vars[i]);
+  e2e_result r;
+  e2e_kdc(&r, "devices", NULL);
+  assert_int_equal(r.status, 0);
+  assert_non_null(strstr(r.out, "CPU: "));
+  assert_non_null(strstr(r.out, "GPUs: "));  /* a list, or "none: <why>" */
+  assert_non_null(strstr(r.out, "  processes         1                     (from default)"));
+  printf("%s", r.out);
+  e2e_kdc(&r, "devices", "--json", NULL);
+  assert_int_equal(r.status, 0);
+  json_object *j = json_tokener_parse(r.out);
+  if (!j) fail_msg("not JSON: %s", r.out);
+  json_object *cpu, *cores, *gpus, *why;
+  assert_true(json_object_object_get_ex(j, "cpu", &cpu));
+  assert_true(json_object_object_get_ex(cpu, "cores", &cores));
+  assert_int_equal(json_object_get_int(cores), sysconf(_SC_NPROCESSORS_ONLN));
+  assert_true(json_object_object_get_ex(j, "gpus", &gpus));
+  assert_true(json_object_object_get_ex(j, "gpus_why_none", &why));
+  /* no GPU here: the reason is given; a GPU: listed */
+  assert_true(json_object_array_length(gpus) > 0 ? json_object_is_type(why, json_type_null)
+                                                 : strlen(json_object_get_string(why)) > 10);
+  json_object_put(j);
+
+  /* Slurm, 2 GPUs answered by the fake driver, nothing given */
+  setenv("KDC_TEST_FAKE_GPUS", "NVIDIA H100 80GB HBM3/9.0/81559;NVIDIA H100 80GB HBM3/9.0/81559", 1);
+  setenv("SLURM_JOB_ID", "4242", 1);
+  setenv("SLURM_NTASKS", "4", 1);
+  setenv("SLURM_PROCID", "3", 1);
+  setenv("SLURM_LOCALID", "1", 1);
+  setenv("SLURM_STEP_NODELIST", "gpu[07-08]", 1);
+  e2e_kdc(&r, "devices", "--json", NULL);
+  assert_int_equal(r.status, 0);
+  j = json_tokener_parse(r.out);
+  if (!j) fail_msg("not JSON: %s", r.out);
+  json_object *proc, *v, *x;
+  assert_true(json_object_object_get_ex(j, "gpus", &gpus));
+  assert_int_equal(json_object_array_length(gpus), 2);
+  x = json_object_array_get_idx(gpus, 1);
+  assert_true(json_object_object_get_ex(x, "ordinal", &v));
+  assert_int_equal(json_object_get_int(v), 1);
+  assert_true(json_object_object_get_ex(x, "name", &v));
+  assert_string_equal(json_object_get_string(v), "NVIDIA H100 80GB HBM3");
+  assert_true(json_object_object_get_ex(x, "compute_capability", &v));
+  assert_string_equal(json_object_get_string(v), "9.0");
+  assert_true(json_object_object_get_ex(x, "memory_bytes", &v));
+  assert_int_equal(json_object_get_int64(v), (int64_t)81559 << 20);
+  assert_true(json_object_object_get_ex(j, "process", &proc));
+  assert_true(json_object_object_get_ex(proc, "coordinator", &x));
+  assert_true(json_object_object_get_ex(x, "value", &v));
+  char want[64];
+  snprintf(want, sizeof want, "gpu07:%d", 4242 % 4096 + 61440);
+  assert_string_equal(json_object_get_string(v), want);
+  assert_true(json_object_object_get_ex(proc, "process_id", &x));
+  assert_true(json_object_object_get_ex(x, "from", &v));
+  assert_string_equal(json_object_get_string(v), "SLURM_PROCID");
+  assert_true(json_object_object_get_ex(proc, "uses_gpus", &x));
+  assert_int_equal(json_object_array_length(x), 1);  /* one device per process: SLURM_LOCALID */
+  assert_int_equal(json_object_get_int(json_object_array_get_idx(x, 0)), 1);
+  json_object_put(j);
+  /* --local-device-ids overrides; a GPU that does not exist is said */
+  e2e_kdc(&r, "devices", "--local-device-ids", "1,0", NULL);
+  assert_int_equal(r.status, 0);
+  assert_non_null(strstr(r.out, "  local device ids  1,0                   (from --local-device-ids)"));
+  assert_non_null(strstr(r.out, "  uses GPUs         1,0\n"));
+  setenv("KDC_LOCAL_DEVICE_IDS", "5", 1);
+  e2e_kdc(&r, "devices", NULL);
+  assert_int_equal(r.status, 0);
+  assert_non_null(strstr(r.out, "GPU 5 (local device ids, KDC_LOCAL_DEVICE_IDS) does not exist"));
+  unsetenv("KDC_LOCAL_DEVICE_IDS");
+  /* one GPU visible to the task (--gpus-per-task), SLURM_LOCALID 1: GPU 0 */
+  setenv("KDC_TEST_FAKE_GPUS", "NVIDIA A100-SXM4-40GB/8.0/40960", 1);
+  e2e_kdc(&r, "devices", NULL);
+  assert_non_null(strstr(r.out, "  uses GPUs         0  (one device per process"));
+  /* the driver fails: why */
+  setenv("KDC_TEST_FAKE_GPUS", "error:100", 1);
+  e2e_kdc(&r, "devices", NULL);
+  assert_int_equal(r.status, 0);
+  assert_non_null(strstr(r.out, "GPUs: none: cuDeviceGetCount failed: no CUDA-capable device is detected (error 100)\n"));
+  /* a malformed Slurm node list: exit 2, one line */
+  setenv("SLURM_STEP_NODELIST", "gpu[07-", 1);
+  e2e_kdc(&r, "devices", NULL);
+  assert_int_equal(r.status, 2);
+  assert_int_equal(e2e_lines(r.err), 1);
+  assert_non_null(strstr(r.err, "kdc: error: SLURM_STEP_NODELIST=\"gpu[07-\": \"[\" without \"]\""));
+  for (int i = 0; vars[i]; i++) unsetenv(vars[i]);
+  unsetenv("KDC_TEST_FAKE_GPUS");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_launch_table),     cmocka_unit_test(test_launch_table_errors),
       cmocka_unit_test(test_gemm_mapping),     cmocka_unit_test(test_comm_splits),
       cmocka_unit_test(test_box_2d),           cmocka_unit_test(test_collective_plans),
-      cmocka_unit_test(test_library_symbols),
+      cmocka_unit_test(test_library_symbols),  cmocka_unit_test(test_gpu_list),
+      cmocka_unit_test(test_gpu_ordinals),     cmocka_unit_test(test_devices_cli),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

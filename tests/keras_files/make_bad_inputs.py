@@ -1,0 +1,170 @@
+#!/usr/bin/env python3
+"""Writes the Keras-file cases of the bad-input corpus (tests/e2e/bad_inputs,
+replayed by test_e2e_bad_inputs) and the fuzz seeds of tests/fuzz/corpus/
+keras_zip and hdf5, from the real Keras files of tests/keras_files/data
+(merge_reshape: two Dense layers, four variables).
+
+    python3 tests/keras_files/make_bad_inputs.py
+"""
+import io
+import os
+import shutil
+import struct
+import zipfile
+
+import h5py
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+DATA = os.path.join(ROOT, "tests", "keras_files", "data", "merge_reshape")
+OUT = os.path.join(ROOT, "tests", "e2e", "bad_inputs")
+FUZZ = os.path.join(ROOT, "tests", "fuzz", "corpus")
+MODEL = "@SRC/examples/merge_reshape/model.json"
+
+
+def members():
+    with zipfile.ZipFile(os.path.join(DATA, "model.keras")) as z:
+        return {n: z.read(n) for n in z.namelist()}
+
+
+def write_zip(path, items, compress=zipfile.ZIP_STORED):
+    with zipfile.ZipFile(path, "w", compress) as z:
+        for name, data in items:
+            z.writestr(zipfile.ZipInfo(name, (1980, 1, 1, 0, 0, 0)), data, compress_type=compress)
+
+
+def h5_from(src, edit):
+    """A copy of the weights file |src| changed by edit(h5py.File), as bytes."""
+    bio = io.BytesIO(open(src, "rb").read())
+    with h5py.File(bio, "r+") as f:
+        edit(f)
+    return bio.getvalue()
+
+
+def case(name, ext, data, expect, args, comment):
+    fn = f"{name}.{ext}"
+    if data is not None:
+        with open(os.path.join(OUT, fn), "wb") as f:
+            f.write(data)
+    lines = [f"# {comment}"] + [f"#expect {e}" for e in expect] + args
+    with open(os.path.join(OUT, f"{name}.args"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+def compile_args(model, *extra):
+    return ["compile", model, *extra, "-o", "@OUT"]
+
+
+def main():
+    m = members()
+    cfg, meta, w = m["config.json"], m["metadata.json"], m["model.weights.h5"]
+    wfile = os.path.join(DATA, "model.weights.h5")
+
+    case("keras_not_zip", "keras", b"PK\x03\x04" + b"\0" * 60, ["keras_not_zip.keras", "zip"],
+         compile_args("@DIR/keras_not_zip.keras"), "a zip signature and nothing of a zip")
+    bio = io.BytesIO()
+    write_zip(bio, [("metadata.json", meta), ("model.weights.h5", w)])
+    case("keras_no_config", "keras", bio.getvalue(), ["keras_no_config.keras", "config.json"],
+         compile_args("@DIR/keras_no_config.keras"), "a .keras without config.json")
+    # declared size past the 64 MiB cap of config.json (65 MiB of spaces deflate to ~64 KB)
+    bio = io.BytesIO()
+    write_zip(bio, [("metadata.json", meta), ("config.json", b" " * (65 << 20)),
+                    ("model.weights.h5", w)], zipfile.ZIP_DEFLATED)
+    case("keras_bomb_declared", "keras", bio.getvalue(), ["keras_bomb_declared.keras: config.json",
+         "declared size"], compile_args("@DIR/keras_bomb_declared.keras"),
+         "zip bomb: config.json declares 65 MiB, past kdc's cap")
+    # actual size past the declared one: headers say 100 bytes, the data inflates to 1 MiB
+    bio = io.BytesIO()
+    write_zip(bio, [("metadata.json", meta), ("config.json", cfg + b" " * (1 << 20)),
+                    ("model.weights.h5", w)], zipfile.ZIP_DEFLATED)
+    b = bytearray(bio.getvalue())
+    real = len(cfg) + (1 << 20)
+    for sig, off in ((b"PK\x03\x04", 22), (b"PK\x01\x02", 24)):
+        i = 0
+        while True:
+            i = b.find(sig, i)
+            if i < 0:
+                break
+            if struct.unpack_from("<I", b, i + off)[0] == real:
+                struct.pack_into("<I", b, i + off, len(cfg))
+            i += 4
+    case("keras_bomb_actual", "keras", bytes(b), ["keras_bomb_actual.keras: config.json"],
+         compile_args("@DIR/keras_bomb_actual.keras"),
+         "zip bomb: config.json declares its real size but inflates past it")
+    for nm, member in (("dotdot", "../evil.txt"), ("absolute", "/tmp/evil.txt")):
+        bio = io.BytesIO()
+        write_zip(bio, [("metadata.json", meta), ("config.json", cfg), ("model.weights.h5", w),
+                        (member, b"x")])
+        case(f"keras_{nm}", "keras", bio.getvalue(), [f"keras_{nm}.keras: member", "evil.txt"],
+             compile_args(f"@DIR/keras_{nm}.keras"), f"a member named {member}")
+    bio = io.BytesIO()
+    write_zip(bio, [("metadata.json", meta), ("config.json", cfg), ("model.weights.h5", w[:len(w) // 2])])
+    case("keras_h5_truncated", "keras", bio.getvalue(),
+         ["keras_h5_truncated.keras: model.weights.h5"], compile_args("@DIR/keras_h5_truncated.keras"),
+         "model.weights.h5 cut in half")
+    bio = io.BytesIO()
+    write_zip(bio, [("metadata.json", b"[1, 2"), ("config.json", cfg), ("model.weights.h5", w)])
+    case("keras_bad_metadata", "keras", bio.getvalue(), ["keras_bad_metadata.keras: metadata.json"],
+         compile_args("@DIR/keras_bad_metadata.keras"), "metadata.json is not JSON")
+
+    def drop(f):
+        del f["layers/dense_1/vars/1"]
+
+    def extra(f):
+        f.create_dataset("layers/dense_2/vars/0", data=np.zeros((3,), "float32"))
+
+    def shape(f):
+        del f["layers/dense/vars/1"]
+        f.create_dataset("layers/dense/vars/1", data=np.zeros((9,), "float32"))
+
+    def dtype(f):
+        del f["layers/dense/vars/1"]
+        f.create_dataset("layers/dense/vars/1", data=np.array([b"abcdefgh"] * 8))
+
+    def ints(f):
+        del f["layers/dense/vars/1"]
+        f.create_dataset("layers/dense/vars/1", data=np.zeros((8,), "int32"))
+
+    for nm, fn, exp, why in (
+            ("missing", drop, ["layers/dense_1/vars/1", "no dataset"], "a variable's dataset removed"),
+            ("extra", extra, ["layers/dense_2/vars/0", "matches no variable"], "a dataset no layer has"),
+            ("shape", shape, ["layers/dense/vars/1", "(9,)"], "a bias of the wrong shape"),
+            ("dtype", dtype, ["layers/dense/vars/1", "element type"], "strings for a bias"),
+            ("ints", ints, ["layers/dense/vars/1", "i32"], "integers for a float variable")):
+        case(f"weights_h5_{nm}", "weights.h5", h5_from(wfile, fn), [f"weights_h5_{nm}.weights.h5"] + exp,
+             compile_args(MODEL, "--weights", f"@DIR/weights_h5_{nm}.weights.h5"), why)
+    # another model's weights: the layer layout does not match the config
+    other = open(os.path.join(ROOT, "tests", "keras_files", "data", "text_classifier",
+                              "model.weights.h5"), "rb").read()
+    case("weights_h5_other_model", "weights.h5", other, ["weights_h5_other_model.weights.h5"],
+         compile_args(MODEL, "--weights", "@DIR/weights_h5_other_model.weights.h5"),
+         "the weights of another model (text_classifier)")
+    # legacy: a layer named in layer_names without its group; a weights file given as a model
+    leg = h5_from(os.path.join(DATA, "legacy.h5"), lambda f: None)
+    names = list(h5py.File(io.BytesIO(leg), "r")["model_weights"].attrs["layer_names"])
+    last = names[-1].decode() if isinstance(names[-1], bytes) else names[-1]
+
+    def legacy_drop2(f):
+        del f["model_weights/" + last]
+    case("legacy_h5_missing_layer", "h5", h5_from(os.path.join(DATA, "legacy.h5"), legacy_drop2),
+         ["legacy_h5_missing_layer.h5", "model_weights", last],
+         compile_args("@DIR/legacy_h5_missing_layer.h5"), "layer_names lists a layer whose group is gone")
+    case("weights_h5_as_model", "weights.h5", None, ["weights_h5_extra.weights.h5", "--weights"],
+         compile_args("@DIR/weights_h5_extra.weights.h5"), "a weights file given as the model")
+    case("tfjs_graph_model", "json",
+         b'{"format": "graph-model", "generatedBy": "2.11.0", "convertedBy": "TensorFlow.js Converter",'
+         b' "modelTopology": {"node": [], "library": {}, "versions": {"producer": 1}},'
+         b' "weightsManifest": []}\n',
+         ["tfjs_graph_model.json: format", "graph model"], compile_args("@DIR/tfjs_graph_model.json"),
+         "a TensorFlow.js graph model (not a layers model)")
+
+    # fuzz seeds: real archives and weights files
+    for sub, files in (("keras_zip", ["model.keras"]), ("hdf5", ["model.weights.h5", "legacy.h5"])):
+        d = os.path.join(FUZZ, sub)
+        os.makedirs(d, exist_ok=True)
+        for fn in files:
+            shutil.copy(os.path.join(DATA, fn), os.path.join(d, "merge_reshape_" + fn.replace(".", "_")))
+
+
+if __name__ == "__main__":
+    main()
