@@ -118,6 +118,7 @@ typedef struct cg_plan {
   const void **wdata;
   uint32_t nw;
   size_t cap_w;
+  kdc_strindex w_index;       /* weight name -> its first entry in |w| */
   cg_global *globals;
   size_t n_globals, cap_globals;
   kdc_type *ktype;            /* per kernel: the type of what it writes (ptx_wrap.c) */

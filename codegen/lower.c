@@ -46,6 +46,11 @@ typedef struct lowerer {
   size_t n_steps, cap_steps;
   uint64_t base;           /* arena offset of this function's planned values (scan bodies) */
   uint64_t planned_end, staging;
+  bool is_body;            /* f is a scan body */
+  kdc_group_members gm;    /* each kernel's members, so a kernel costs its size, not n */
+  int32_t *slot;           /* cg_kernel.slot of the kernel being emitted: n entries, -1 ... */
+  kdc_value_id *touched;   /* ... but those listed here, reset after each kernel */
+  size_t n_touched;
 } lowerer;
 
 static uint64_t align_up(uint64_t x) { return (x + ALIGN - 1) / ALIGN * ALIGN; }
@@ -68,7 +73,8 @@ static kdc_status bad(const lowerer *L, kdc_value_id v, const char *what) {
 /* Index of weight |t| (global data |data|) in the plan's table, adding it
  * when new (same name and sharding: the same entry). */
 static uint32_t add_weight(cg_plan *P, const kdc_prog_tensor *t, const void *data) {
-  for (uint32_t i = 0; i < P->nw; i++)
+  int64_t first = kdc_strindex_get(&P->w_index, t->name);  /* O(1): models of many weights */
+  for (uint32_t i = first < 0 ? P->nw : (uint32_t)first; i < P->nw; i++)
     if (strcmp(P->w[i].name, t->name) == 0 &&
         memcmp(&P->w[i].sharding, &t->sharding, sizeof t->sharding) == 0)
       return i;
@@ -77,6 +83,7 @@ static uint32_t add_weight(cg_plan *P, const kdc_prog_tensor *t, const void *dat
   if (cap != P->cap_w) P->wdata = kdc_xrealloc(P->wdata, P->cap_w * sizeof *P->wdata);
   P->w[P->nw] = *t;
   P->wdata[P->nw] = data;
+  kdc_strindex_add(&P->w_index, P->w[P->nw].name, P->nw);
   return P->nw++;
 }
 
@@ -102,8 +109,17 @@ static kdc_status loc_of(lowerer *L, kdc_value_id v, kdc_prog_loc *out) {
     KDC_RETURN_IF_ERROR(cg_tensor_of(L->P, name, &nd->type, NULL, "constant", &t));
     uint32_t w = add_weight(L->P, &t, data);
     L->loc[v] = (kdc_prog_loc){KDC_PROG_BUF_WEIGHT, w, 0, bytes};
-  } else if (L->kind[v] == SK_ALIAS) {
-    KDC_RETURN_IF_ERROR(loc_of(L, nd->in[0], &L->loc[v]));
+  } else if (L->kind[v] == SK_ALIAS) {  /* a chain of aliases, walked without recursion */
+    kdc_value_id b = nd->in[0];
+    while (!L->has_loc[b] && L->kind[b] == SK_ALIAS) b = L->f->nodes[b].in[0];
+    kdc_prog_loc base;
+    KDC_RETURN_IF_ERROR(loc_of(L, b, &base));  /* not an alias: no further recursion */
+    for (kdc_value_id a = nd->in[0]; a != b; a = L->f->nodes[a].in[0]) {
+      L->loc[a] = base;
+      L->loc[a].bytes = kdc_type_bytes(&L->f->nodes[a].type);
+      L->has_loc[a] = true;
+    }
+    L->loc[v] = base;
     L->loc[v].bytes = kdc_type_bytes(&nd->type);
   } else {
     return bad(L, v, "value has no storage");
@@ -122,8 +138,21 @@ static kdc_status bind(lowerer *L, kdc_prog_func *pf) {
   if (max_group > (int64_t)(16 * L->n + 1024))
     return KDC_ERR(KDC_INTERNAL, "codegen: func %s: group ids are not dense", f->name);
   kdc_value_id *groot = kdc_xmalloc(((size_t)max_group + 2) * sizeof *groot);
+  uint32_t *gsize = kdc_xcalloc((size_t)max_group + 2, sizeof *gsize);
   for (size_t v = 0; v < L->n; v++)
-    if (f->nodes[v].group >= 0) groot[f->nodes[v].group] = (kdc_value_id)v;  /* last wins */
+    if (f->nodes[v].group >= 0) {
+      groot[f->nodes[v].group] = (kdc_value_id)v;  /* last wins */
+      gsize[f->nodes[v].group]++;
+    }
+  for (int32_t g = 0; g <= max_group; g++)  /* bounds the body's walk (kernel_body.c) */
+    if (gsize[g] > KDC_GROUP_MAX_MEMBERS) {
+      kdc_status st = KDC_ERR(KDC_UNSUPPORTED, "codegen: func %s: kernel %%%u has %u nodes "
+                              "(at most %d; passes/fuse.c splits larger groups)", f->name,
+                              groot[g], gsize[g], KDC_GROUP_MAX_MEMBERS);
+      free(gsize), free(groot);
+      return st;
+    }
+  free(gsize);
   for (size_t v = 0; v < L->n; v++) {
     const kdc_node *nd = &f->nodes[v];
     L->root[v] = nd->group >= 0 ? groot[nd->group] : (kdc_value_id)v;
@@ -138,7 +167,7 @@ static kdc_status bind(lowerer *L, kdc_prog_func *pf) {
   }
   free(groot);
   /* parameters (a scan body's are bound to its loop's buffers) */
-  bool body = f->module && kdc_ir_func_is_body(f->module, f);
+  bool body = L->is_body;
   pf->inputs = kdc_arena_alloc(L->P->a, (f->n_params + 1) * sizeof *pf->inputs);
   for (size_t i = 0; i < f->n_params; i++) {
     kdc_value_id v = f->params[i];
@@ -225,8 +254,7 @@ static kdc_status emit_kernel(lowerer *L, cg_kernel *k, const kdc_prog_loc *args
   s.kernel.kernel = idx;
   /* streaming stores: results only, never a scan body's (carries are read
    * back by the next iteration; docs/codegen.md) */
-  bool stream = cg_kernel_streams(k);
-  if (L->f->module && kdc_ir_func_is_body(L->f->module, L->f)) stream = false;
+  bool stream = cg_kernel_streams(k) && !L->is_body;
   for (uint32_t i = 0; i <= k->n_extra && stream; i++) stream = args[i].buf == KDC_PROG_BUF_OUTPUT;
   if (stream) cg_cpu_wrap_stream(P, k, body, name, &s.kernel.extent, &s.kernel.unit_cost);
   else cg_cpu_wrap(P, k, body, name, &s.kernel.extent, &s.kernel.unit_cost);
@@ -234,9 +262,11 @@ static kdc_status emit_kernel(lowerer *L, cg_kernel *k, const kdc_prog_loc *args
   P->ktype[idx] = k->out_type;  /* for the CUDA wrapper (ptx_wrap.c) */
   s.kernel.n_args = k->n_args;
   s.kernel.n_out = 1 + k->n_extra;
-  for (size_t v = 0; v < L->n; v++) /* an input placed where an output goes: read in place */
+  for (size_t i = 0; i < L->n_touched; i++) { /* an input placed where an output goes: in place */
+    kdc_value_id v = L->touched[i];
     if (k->slot[v] >= 0 && (uint32_t)k->slot[v] < s.kernel.n_out && k->slot[v] < 64)
       s.kernel.in_place |= 1ull << k->slot[v];
+  }
   s.kernel.args = kdc_arena_memdup(P->a, args, k->n_args * sizeof *args);
   KDC_GROW(P->prog.kernels, P->cap_kernels, P->prog.n_kernels + 1);
   P->prog.kernels[P->prog.n_kernels++] = (kdc_prog_kernel){kdc_arena_strdup(P->a, name), k->n_args};
@@ -248,25 +278,34 @@ static kdc_status lower_kernel(lowerer *L, kdc_value_id r) {
   const kdc_func *f = L->f;
   if (kdc_type_numel(&f->nodes[r].type) == 0) return NULL;
   cg_kernel k = {.f = f, .root = r, .group = f->nodes[r].group, .out_type = f->nodes[r].type};
-  k.slot = kdc_xmalloc(L->n * sizeof *k.slot);
-  for (size_t v = 0; v < L->n; v++) k.slot[v] = -1;
+  k.slot = L->slot;  /* all -1 */
+  L->n_touched = 0;
+  /* the kernel's nodes: its group's members (ids ascending, r last), or r alone */
+  const kdc_value_id *mem = &r;
+  size_t n_mem = 1;
+  if (k.group >= 0 && k.group < L->gm.n_groups) {
+    mem = L->gm.member + L->gm.start[k.group];
+    n_mem = L->gm.start[k.group + 1] - L->gm.start[k.group];
+  }
   kdc_prog_loc args[64];
   kdc_value_id extra[63];
   args[0] = L->loc[r];
   k.n_args = 1;
   k.extra = extra;
   kdc_status st = NULL;
-  for (kdc_value_id m = 0; m < r && k.group >= 0 && !st; m++)  /* other outputs: slots 1.. */
-    if (f->nodes[m].group == k.group && kdc_ir_group_output(f, m, r)) {
+  for (size_t i = 0; i < n_mem && k.group >= 0 && !st; i++) { /* other outputs: slots 1.. */
+    kdc_value_id m = mem[i];
+    if (m < r && kdc_ir_group_output(f, m, r)) {
       if (k.n_args == 64)
         st = KDC_ERR(KDC_UNSUPPORTED, "codegen: func %s: kernel %%%u writes more than 63 "
                      "outputs", f->name, r);
       else extra[k.n_extra++] = m, args[k.n_args++] = L->loc[m];
     }
-  for (kdc_value_id m = 0; m <= r && !st; m++) {
+  }
+  for (size_t i = 0; i < n_mem && !st; i++) {
+    kdc_value_id m = mem[i];
     const kdc_node *nd = &f->nodes[m];
-    bool member = m == r || (k.group >= 0 && nd->group == k.group);
-    if (!member || nd->op == KDC_OP_CONSTANT) continue;
+    if (m > r || nd->op == KDC_OP_CONSTANT) continue;
     for (int j = 0; j < nd->n_in && !st; j++) {
       kdc_value_id x = nd->in[j];
       if (k.slot[x] >= 0 || (k.group >= 0 && f->nodes[x].group == k.group)) continue;
@@ -286,6 +325,7 @@ static kdc_status lower_kernel(lowerer *L, kdc_value_id r) {
         args[k.n_args++] = lx;
       }
       k.slot[x] = (int32_t)s;  /* s == 0: in place over the output */
+      L->touched[L->n_touched++] = x;
     }
   }
   if (!st && cg_kernel_flat(&k) && !cg_kernel_streams(&k)) { /* codegen.h; streaming wants rows */
@@ -293,7 +333,8 @@ static kdc_status lower_kernel(lowerer *L, kdc_value_id r) {
     k.out_type = kdc_type_make(k.out_type.dtype, 1, &n);
   }
   if (!st) st = emit_kernel(L, &k, args);
-  free(k.slot);
+  for (size_t i = 0; i < L->n_touched; i++) L->slot[L->touched[i]] = -1;
+  L->n_touched = 0;
   return st;
 }
 
@@ -308,11 +349,9 @@ static kdc_status lower_transpose(lowerer *L, kdc_value_id v, const int64_t *per
   KDC_RETURN_IF_ERROR(loc_of(L, v, &args[1]));
   args[0] = (kdc_prog_loc){KDC_PROG_BUF_ARENA, 0, off, kdc_type_bytes(t)};
   *out = args[0];
-  k.slot = kdc_xmalloc(L->n * sizeof *k.slot);
-  for (size_t i = 0; i < L->n; i++) k.slot[i] = -1;
-  kdc_status st = emit_kernel(L, &k, args);
-  free(k.slot);
-  return st;
+  k.slot = L->slot;  /* all -1: the body reads slot 1 directly */
+  L->n_touched = 0;
+  return emit_kernel(L, &k, args);
 }
 
 static kdc_status lower_gemm(lowerer *L, kdc_value_id v) {
@@ -449,6 +488,11 @@ static kdc_status lower_func(cg_plan *P, const kdc_func *f, uint64_t base, kdc_p
   L.root = kdc_xcalloc(n, sizeof *L.root);
   L.loc = kdc_xcalloc(n, sizeof *L.loc);
   L.has_loc = kdc_xcalloc(n, sizeof *L.has_loc);
+  L.slot = kdc_xmalloc(n * sizeof *L.slot);
+  for (size_t v = 0; v < n; v++) L.slot[v] = -1;
+  L.touched = kdc_xmalloc(n * sizeof *L.touched);
+  L.is_body = f->module && kdc_ir_func_is_body(f->module, f);
+  kdc_ir_group_members_init(&L.gm, f);
   memset(pf, 0, sizeof *pf);
   pf->name = kdc_arena_strdup(P->a, f->name);
   kdc_status st = bind(&L, pf);
@@ -478,5 +522,7 @@ static kdc_status lower_func(cg_plan *P, const kdc_func *f, uint64_t base, kdc_p
     *out_arena = L.planned_end + L.staging;
   }
   free(L.kind), free(L.root), free(L.loc), free(L.has_loc), free(L.steps);
+  free(L.slot), free(L.touched);
+  kdc_ir_group_members_free(&L.gm);
   return st;
 }

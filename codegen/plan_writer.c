@@ -51,6 +51,7 @@ static void plan_free(cg_plan *P) {
   free(P->bodies);
   free(P->w);
   free(P->wdata);
+  kdc_strindex_free(&P->w_index);
   free(P->globals);
   free(P->ktype);
 }

@@ -123,6 +123,10 @@ typedef struct kdc_keras_model {
   kdc_keras_ref *order;        /* .tensor unused */
   int n_tensors;               /* node outputs in this model */
   struct kdc_keras_model *parent;
+  /* layer name -> index while the model is parsed (graph.c find_layer):
+   * lookups stay O(1) for models of 100,000 layers */
+  kdc_strindex layer_index;
+  int n_indexed;               /* layers [0, n_indexed) are in layer_index */
   /* top model only: */
   const struct kdc_load_options *load_opt; /* during kdc_frontend_load_*_opts only */
   int n_vars;                  /* all variables, nested models included */

@@ -31,10 +31,17 @@ static bool is_model_class(const char *c) {
   return !strcmp(c, "Functional") || !strcmp(c, "Model") || !strcmp(c, "Sequential");
 }
 
-static int find_layer(const kdc_keras_model *m, const char *name) {
-  for (int i = 0; i < m->n_layers; i++)
-    if (m->layers[i].name && !strcmp(m->layers[i].name, name)) return i;
-  return -1;
+/* Index of the layer named |name|, or -1; layers added since the last call
+ * are indexed first (the first of equal names wins, as a linear search). */
+static int find_layer(kdc_keras_model *m, const char *name) {
+  if (m->n_indexed > m->n_layers) {  /* layers were dropped: start again */
+    kdc_strindex_free(&m->layer_index);
+    m->n_indexed = 0;
+  }
+  for (; m->n_indexed < m->n_layers; m->n_indexed++)
+    if (m->layers[m->n_indexed].name)
+      kdc_strindex_add(&m->layer_index, m->layers[m->n_indexed].name, (uint32_t)m->n_indexed);
+  return (int)kdc_strindex_get(&m->layer_index, name);
 }
 
 /* Keras-style snake_case of a class name, for layers without a name. */
@@ -681,7 +688,16 @@ static kdc_status infer_all(kdc_keras_model *m) {
   return NULL;
 }
 
+static kdc_status parse_model(kdc_keras_model *m, json_object *env, const char *loc);
+
 kdc_status kdc_fe_parse_model(kdc_keras_model *m, json_object *env, const char *loc) {
+  kdc_status st = parse_model(m, env, loc);
+  kdc_strindex_free(&m->layer_index);  /* names are looked up only while parsing */
+  m->n_indexed = 0;
+  return st;
+}
+
+static kdc_status parse_model(kdc_keras_model *m, json_object *env, const char *loc) {
   m->loc = loc;
   const char *cls = str_or_null(kdc_fe_get(env, "class_name"));
   const char *cat = kdc_fe_join(m->arena, loc, "class_name");

@@ -27,6 +27,7 @@
 
 #include "kdc/arena.h"
 #include "kdc/status.h"
+#include "kdc/strindex.h"
 
 enum { KDC_MAX_RANK = 8, KDC_MAX_MESH_AXES = 8, KDC_MAX_AXES_PER_DIM = 4 };
 
@@ -272,6 +273,14 @@ extern const size_t kdc_ir_n_attr_kws;
 
 /* ---- nodes, functions, modules (ir/module.c) ------------------------------ */
 
+/* The most nodes one fusion group (one kernel) may hold.  passes/fuse.c
+ * starts a new kernel when a group is full; codegen refuses a larger group
+ * (from IR text).  It bounds the code generator's walk over a kernel (its
+ * recursion depth is at most twice this) and LLVM's time per kernel, which
+ * grows faster than linearly with the size of one basic block
+ * (docs/codegen.md). */
+#define KDC_GROUP_MAX_MEMBERS 256
+
 typedef struct kdc_node {
   kdc_op op;
   kdc_type type;
@@ -288,7 +297,7 @@ typedef struct kdc_node {
    * the same index as the root, so it must have the root's dims
    * (kdc_ir_group_output).  group -1: not a kernel (PARAMETER, CONSTANT,
    * DOT = a GEMM call, RESHAPE of a materialized row-major value = an alias,
-   * collectives). */
+   * collectives).  A group has at most KDC_GROUP_MAX_MEMBERS members. */
   int32_t group;
   /* Memory plan (passes/plan_memory.c): byte offset of this value in the
    * device's scratch arena, -1 if not a planned temporary (parameters,
@@ -360,6 +369,7 @@ typedef struct kdc_module {
   kdc_mesh mesh;
   kdc_weight *weights;
   size_t n_weights, cap_weights;
+  kdc_strindex *weight_index; /* name -> first weight of that name (add_weight keeps it) */
   kdc_prov *prov;          /* provenance table (arena-owned, entry 0 unused) */
   size_t n_prov, cap_prov;
 } kdc_module;
@@ -495,6 +505,17 @@ kdc_status kdc_ir_verify_module(const kdc_module *m);
  * kernel also writes (a function result inside the group; see the fusion
  * contract at kdc_node.group).  |root| is the group's root. */
 bool kdc_ir_group_output(const kdc_func *f, kdc_value_id v, kdc_value_id root);
+/* The members of every fusion group, in increasing id order: group g's are
+ * member[start[g] .. start[g + 1]).  Lets a pass visit one kernel's nodes
+ * without sweeping the whole function (linear, not quadratic, over all
+ * kernels). */
+typedef struct kdc_group_members {
+  int32_t n_groups;        /* highest group id + 1 */
+  uint32_t *start;         /* n_groups + 1 entries */
+  kdc_value_id *member;
+} kdc_group_members;
+void kdc_ir_group_members_init(kdc_group_members *gm, const kdc_func *f);
+void kdc_ir_group_members_free(kdc_group_members *gm);
 
 /* ---- text form (ir/print.c, ir/parse.c) ----------------------------------- */
 /* The canonical text: stable, parseable, round-trips (print∘parse∘print = print). */

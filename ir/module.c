@@ -9,6 +9,7 @@ kdc_module *kdc_ir_module_create(const char *name) {
   kdc_module *m = kdc_arena_alloc(a, sizeof *m);
   m->arena = a;
   m->name = kdc_arena_strdup(a, name ? name : "model");
+  m->weight_index = kdc_xcalloc(1, sizeof *m->weight_index);
   return m;
 }
 
@@ -25,6 +26,8 @@ void kdc_ir_module_destroy(kdc_module *m) {
   for (size_t i = 0; i < m->n_funcs; i++) func_free(m->funcs[i]);
   free(m->funcs);
   free(m->weights);
+  kdc_strindex_free(m->weight_index);
+  free(m->weight_index);
   kdc_arena_destroy(m->arena);
 }
 
@@ -52,13 +55,13 @@ kdc_weight *kdc_ir_module_add_weight(kdc_module *m, const char *name, const kdc_
   w->type = *t;
   w->trainable = true;
   if (data) w->data = kdc_arena_memdup(m->arena, data, kdc_type_bytes(t));
+  kdc_strindex_add(m->weight_index, w->name, (uint32_t)(m->n_weights - 1));
   return w;
 }
 
 kdc_weight *kdc_ir_module_find_weight(const kdc_module *m, const char *name) {
-  for (size_t i = 0; i < m->n_weights; i++)
-    if (strcmp(m->weights[i].name, name) == 0) return &m->weights[i];
-  return NULL;
+  int64_t i = kdc_strindex_get(m->weight_index, name);
+  return i >= 0 ? &m->weights[i] : NULL;
 }
 
 #ifdef KDC_CHECK_NODE_MOVES

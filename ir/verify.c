@@ -238,6 +238,26 @@ bool kdc_ir_group_output(const kdc_func *f, kdc_value_id v, kdc_value_id root) {
   return false;
 }
 
+void kdc_ir_group_members_init(kdc_group_members *gm, const kdc_func *f) {
+  int32_t ng = 0;
+  for (size_t v = 0; v < f->n_nodes; v++)
+    if (f->nodes[v].group >= ng) ng = f->nodes[v].group + 1;
+  gm->n_groups = ng;
+  gm->start = kdc_xcalloc((size_t)ng + 2, sizeof *gm->start);
+  for (size_t v = 0; v < f->n_nodes; v++)
+    if (f->nodes[v].group >= 0) gm->start[f->nodes[v].group + 2]++;
+  for (int32_t g = 0; g < ng; g++) gm->start[g + 2] += gm->start[g + 1];
+  gm->member = kdc_xmalloc((gm->start[ng + 1] + 1) * sizeof *gm->member);
+  for (size_t v = 0; v < f->n_nodes; v++)  /* counting sort, stable: ids ascend */
+    if (f->nodes[v].group >= 0) gm->member[gm->start[f->nodes[v].group + 1]++] = (kdc_value_id)v;
+}
+
+void kdc_ir_group_members_free(kdc_group_members *gm) {
+  free(gm->start);
+  free(gm->member);
+  memset(gm, 0, sizeof *gm);
+}
+
 static bool same_dims(const kdc_type *a, const kdc_type *b) {
   if (a->rank != b->rank) return false;
   for (int d = 0; d < a->rank; d++)
@@ -323,10 +343,9 @@ kdc_status kdc_ir_verify_module(const kdc_module *m) {
     if (!w->name || w->type.rank < 0 || w->type.rank > KDC_MAX_RANK ||
         (unsigned)w->type.dtype >= KDC_DTYPE_COUNT)
       return KDC_ERR(KDC_INVALID_INPUT, "module @%s: weight %zu is malformed", m->name, i);
-    for (size_t j = 0; j < i; j++)
-      if (strcmp(m->weights[j].name, w->name) == 0)
-        return KDC_ERR(KDC_INVALID_INPUT, "module @%s: weight \"%s\" listed twice", m->name,
-                       w->name);
+    if (kdc_ir_module_find_weight(m, w->name) != w)  /* the first of that name */
+      return KDC_ERR(KDC_INVALID_INPUT, "module @%s: weight \"%s\" listed twice", m->name,
+                     w->name);
   }
   for (size_t i = 0; i < m->n_funcs; i++) {
     const kdc_func *f = m->funcs[i];

@@ -51,6 +51,12 @@
  *      users) and insert one copy per kernel right where the original was.
  *   3. assign() again on the new graph, renumber groups by root order,
  *      and check the contract (kdc_pass_fuse_check).
+ *
+ * Size cap.  A group holds at most KDC_GROUP_MAX_MEMBERS (ir/ir.h) nodes:
+ * when a producer would join a full group it becomes the root of a new
+ * kernel instead (its value is materialized).  A 100,000-layer elementwise
+ * chain is thus ~400 kernels of 256 ops, not one body LLVM needs minutes
+ * for; the cap also bounds the code generator's walk over one kernel.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -125,19 +131,23 @@ static int32_t assign(const kdc_func *f, int32_t *g) {
   kdc_pass_users_init(&us, f);
   int32_t next = 0;
   kdc_value_id *root = kdc_xmalloc((f->n_nodes + 1) * sizeof *root); /* per group */
+  uint32_t *size = kdc_xmalloc((f->n_nodes + 1) * sizeof *size);     /* members per group */
   for (size_t i = f->n_nodes; i-- > 0;) {
     kdc_value_id v = (kdc_value_id)i;
     kind k = classify(f, v);
     int32_t common = k == K_FUSIBLE ? consumer_group(f, &us, g, root, v) : -1;
+    if (common >= 0 && size[common] >= KDC_GROUP_MAX_MEMBERS) common = -1; /* full: new kernel */
     if (k == K_MATERIAL) g[i] = -1;
-    else if (k == K_ROOT || common < 0) root[next] = v, g[i] = next++;
-    else g[i] = common;
+    else if (k == K_ROOT || common < 0) root[next] = v, size[next] = 1, g[i] = next++;
+    else g[i] = common, size[common]++;
     /* A reshape that did not pull its operand in reads it from memory: alias. */
     for (uint32_t j = us.start[i]; j < us.start[i + 1]; j++) {
       kdc_value_id u = us.users[j];
-      if (kdc_ir_node(f, u)->op == KDC_OP_RESHAPE && g[u] >= 0 && g[u] != g[i]) g[u] = -1;
+      if (kdc_ir_node(f, u)->op == KDC_OP_RESHAPE && g[u] >= 0 && g[u] != g[i])
+        size[g[u]]--, g[u] = -1;
     }
   }
+  free(size);
   free(root);
   kdc_pass_users_free(&us);
   return next;
@@ -321,9 +331,10 @@ kdc_status kdc_pass_fuse_check(const kdc_func *f) {
   for (size_t i = 0; i < n; i++)
     if (f->nodes[i].group > max_group) max_group = f->nodes[i].group;
   int32_t *root = kdc_xmalloc(((size_t)max_group + 2) * sizeof *root);
+  uint32_t *size = kdc_xcalloc((size_t)max_group + 2, sizeof *size);
   for (int32_t k = 0; k <= max_group; k++) root[k] = -1;
   for (size_t i = 0; i < n; i++)
-    if (f->nodes[i].group >= 0) root[f->nodes[i].group] = (int32_t)i;
+    if (f->nodes[i].group >= 0) root[f->nodes[i].group] = (int32_t)i, size[f->nodes[i].group]++;
   kdc_users us;
   kdc_pass_users_init(&us, f);
   kdc_status st = NULL;
@@ -344,6 +355,7 @@ kdc_status kdc_pass_fuse_check(const kdc_func *f) {
       continue;
     }
     if (k == K_MATERIAL) st = broken(f, v, "materialized op inside a kernel");
+    else if (is_root && size[grp] > KDC_GROUP_MAX_MEMBERS) st = broken(f, v, "group too large");
     else if (k == K_ROOT && !is_root) st = broken(f, v, "reduce that is not its kernel's root");
     else if (!is_root && us.is_result[i] &&
              !same_dims(kdc_ir_type(f, v), kdc_ir_type(f, (kdc_value_id)root[grp])))
@@ -352,6 +364,7 @@ kdc_status kdc_pass_fuse_check(const kdc_func *f) {
       if (f->nodes[us.users[j]].group != grp) st = broken(f, v, "member used outside its kernel");
   }
   kdc_pass_users_free(&us);
+  free(size);
   free(root);
   return st;
 }

@@ -76,7 +76,17 @@ typedef struct planner {
   bool *own;              /* result with its own (output) storage */
   kdc_value_id *cls;      /* storage class representative (in-place merges) */
   int64_t *size;          /* aligned bytes */
+  kdc_group_members gm;   /* each kernel's nodes: a kernel costs its size, not n */
 } planner;
+
+/* The nodes of the kernel rooted at |r| (ids ascending, r last): its group's
+ * members, or r alone; *|n| of them. */
+static const kdc_value_id *kernel_nodes(const planner *p, const kdc_value_id *r, size_t *n) {
+  int32_t g = p->f->nodes[*r].group;
+  if (g < 0 || g >= p->gm.n_groups) return *n = 1, r;
+  *n = p->gm.start[g + 1] - p->gm.start[g];
+  return p->gm.member + p->gm.start[g];
+}
 
 static int64_t align_up(int64_t x) { return (x + ALIGN - 1) / ALIGN * ALIGN; }
 
@@ -169,14 +179,13 @@ static void liveness(planner *p) {
  * |ident| flag is final when the sweep reaches it.  |ident| has n slots. */
 static bool reads_at_identity(const planner *p, kdc_value_id r, kdc_value_id s, bool *ident) {
   const kdc_func *f = p->f;
-  int32_t g = f->nodes[r].group;
-  for (kdc_value_id v = 0; v <= r; v++)
-    ident[v] = v == r || (g >= 0 && f->nodes[v].group == g && p->step[v] == r);
+  size_t nm;
+  const kdc_value_id *mem = kernel_nodes(p, &r, &nm);
+  for (size_t i = 0; i < nm; i++) ident[mem[i]] = true;
   bool ok = true, reads = false;
-  for (int64_t v = r; v >= 0; v--) {
+  for (size_t i = nm; i-- > 0;) {
+    kdc_value_id v = mem[i];
     const kdc_node *nd = &f->nodes[v];
-    bool member = (kdc_value_id)v == r || (g >= 0 && nd->group == g && p->step[v] == r);
-    if (!member) continue;
     bool pass = ident[v] && ((kdc_op_flags(nd->op) & OPF_EW) || nd->op == KDC_OP_RESHAPE);
     for (int j = 0; j < nd->n_in; j++) {
       kdc_value_id x = nd->in[j];
@@ -205,10 +214,11 @@ static void inplace(planner *p) {
         f->nodes[r].op == KDC_OP_SCAN)
       continue;
     if (p->step[r] != r) continue;
-    int32_t g = f->nodes[r].group;
-    for (size_t v = 0; v <= r; v++) {  /* candidate storages read by the kernel */
-      const kdc_node *nd = &f->nodes[v];
-      if (v != r && !(g >= 0 && nd->group == g && p->step[v] == r)) continue;
+    kdc_value_id root = (kdc_value_id)r;
+    size_t nm;
+    const kdc_value_id *mem = kernel_nodes(p, &root, &nm);
+    for (size_t i = 0; i < nm; i++) {  /* candidate storages read by the kernel */
+      const kdc_node *nd = &f->nodes[mem[i]];
       for (int j = 0; j < nd->n_in; j++) {
         kdc_value_id s = p->base[nd->in[j]];
         if (p->kind[s] != ST_ARENA || p->own[s]) continue;
@@ -288,6 +298,7 @@ kdc_status kdc_pass_plan_memory_func(kdc_func *f, int64_t *out_arena_bytes) {
   p.cls = kdc_xcalloc(n, sizeof *p.cls);
   p.size = kdc_xcalloc(n, sizeof *p.size);
   kdc_status st = classify(&p);
+  kdc_ir_group_members_init(&p.gm, f);
   if (!st) {
     for (size_t v = 0; v < p.n; v++) {
       p.cls[v] = (kdc_value_id)v;
@@ -301,6 +312,7 @@ kdc_status kdc_pass_plan_memory_func(kdc_func *f, int64_t *out_arena_bytes) {
   }
   free(p.kind), free(p.step), free(p.base), free(p.last), free(p.own), free(p.cls);
   free(p.size);
+  kdc_ir_group_members_free(&p.gm);
   return st;
 }
 

@@ -134,6 +134,18 @@ static void put_step(FILE *o, const kdc_program *p, const kdc_prog_func *f, uint
   fprintf(o, "\n");
 }
 
+/* The device-peak memory parts (arena, weights, largest function's I/O). */
+static void memory_parts(const kdc_program *p, uint64_t *w, uint64_t *io) {
+  *w = 0, *io = 0;
+  for (uint32_t i = 0; i < p->n_weights; i++) *w += p->weights[i].local_bytes;
+  for (uint32_t i = 0; i < p->n_funcs; i++) {
+    uint64_t b = 0;
+    for (uint32_t j = 0; j < p->funcs[i].n_inputs; j++) b += p->funcs[i].inputs[j].local_bytes;
+    for (uint32_t j = 0; j < p->funcs[i].n_outputs; j++) b += p->funcs[i].outputs[j].local_bytes;
+    if (b > *io) *io = b;
+  }
+}
+
 /* The mesh, and each device's peak memory: its arena, its pieces of the
  * weights, and its pieces of the largest function's inputs and outputs. */
 static void put_devices(FILE *o, const kdc_rt_plan *plan) {
@@ -144,14 +156,8 @@ static void put_devices(FILE *o, const kdc_rt_plan *plan) {
   for (uint32_t a = 0; a < p->mesh.naxes; a++)
     fprintf(o, "%s%s=%" PRId64, a ? ", " : "", p->mesh.names[a], p->mesh.sizes[a]);
   fprintf(o, " (%" PRId64 " device%s, device ids row-major)\n", nd, nd == 1 ? "" : "s");
-  uint64_t w = 0, io = 0;
-  for (uint32_t i = 0; i < p->n_weights; i++) w += p->weights[i].local_bytes;
-  for (uint32_t i = 0; i < p->n_funcs; i++) {
-    uint64_t b = 0;
-    for (uint32_t j = 0; j < p->funcs[i].n_inputs; j++) b += p->funcs[i].inputs[j].local_bytes;
-    for (uint32_t j = 0; j < p->funcs[i].n_outputs; j++) b += p->funcs[i].outputs[j].local_bytes;
-    if (b > io) io = b;
-  }
+  uint64_t w, io;
+  memory_parts(p, &w, &io);
   uint64_t total = p->arena_bytes + w + io;
   fprintf(o, "memory per device (peak): arena %" PRIu64 " + weights %" PRIu64
           " + inputs/outputs %" PRIu64 " = %" PRIu64 " bytes\n", p->arena_bytes, w, io, total);
@@ -175,6 +181,49 @@ static void put_devices(FILE *o, const kdc_rt_plan *plan) {
   if (stack)
     fprintf(o, "stacking buffers (one process running every device, GEMMs stacked where bitwise "
                "equal, gemm_stack.c): up to %" PRIu64 " bytes\n", stack);
+}
+
+static void json_dims(FILE *o, int rank, const int64_t *dims) {
+  fprintf(o, "[");
+  for (int d = 0; d < rank; d++) fprintf(o, "%s%" PRId64, d ? ", " : "", dims[d]);
+  fprintf(o, "]");
+}
+
+void kdc_rt_plan_describe_json(const kdc_rt_plan *plan, FILE *o) {
+  const kdc_program *p = &plan->prog;
+  uint64_t w, io;
+  memory_parts(p, &w, &io);
+  fprintf(o, "{\"mesh\": {");
+  for (uint32_t a = 0; a < p->mesh.naxes; a++)
+    fprintf(o, "%s\"%s\": %" PRId64, a ? ", " : "", p->mesh.names[a], p->mesh.sizes[a]);
+  fprintf(o, "}, \"devices\": %" PRId64 ",\n \"memory_per_device\": {\"arena\": %" PRIu64
+          ", \"weights\": %" PRIu64 ", \"inputs_outputs\": %" PRIu64 ", \"total\": %" PRIu64
+          "},\n \"collectives\": [", kdc_rt_plan_device_count(plan), p->arena_bytes, w, io,
+          p->arena_bytes + w + io);
+  bool first = true;
+  for (uint32_t i = 0; i < p->n_funcs; i++) {
+    const kdc_prog_func *f = &p->funcs[i];
+    for (uint32_t s = 0; s < f->n_steps; s++) {
+      if (f->steps[s].kind != KDC_STEP_COLLECTIVE) continue;
+      const kdc_prog_coll_step *c = &f->steps[s].coll;
+      const char *formula;
+      double b = coll_bytes(c, &formula);
+      char groups[4096];
+      fprintf(o, "%s\n  {\"function\": \"%s\", \"step\": %u, \"kind\": \"%s\", \"axes\": [",
+              first ? "" : ",", f->name, s, kdc_prog_coll_name(c->kind));
+      for (uint32_t k = 0; k < c->naxes; k++)
+        fprintf(o, "%s\"%s\"", k ? ", " : "", p->mesh.names[c->axes[k]]);
+      fprintf(o, "], \"dtype\": \"%s\", \"in\": ", kdc_io_dtype_name(c->dtype));
+      json_dims(o, c->rank, c->in_dims);
+      fprintf(o, ", \"out\": ");
+      json_dims(o, c->rank, c->out_dims);
+      fprintf(o, ", \"group_size\": %" PRId64 ", \"bytes_per_device\": %.0f, \"groups\": %s}",
+              c->group_size, b,
+              rt_mesh_groups_str(&p->mesh, (int)c->naxes, c->axes, groups, sizeof groups));
+      first = false;
+    }
+  }
+  fprintf(o, "]}\n");
 }
 
 /* Collectives of |f|: count and bytes per device per call of the function. */

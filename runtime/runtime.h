@@ -289,6 +289,12 @@ void kdc_rt_plan_describe(const kdc_rt_plan *p, FILE *out);
 /* `kdc inspect --collectives plan.bin`: the mesh and, per function, every
  * collective step with its axes, device groups and bytes per device. */
 void kdc_rt_plan_describe_collectives(const kdc_rt_plan *p, FILE *out);
+/* The same for programs (the C API's KDC_DESCRIBE_JSON, Python's
+ * Plan.collectives / Plan.memory): {"mesh": {axis: size}, "devices": n,
+ * "memory_per_device": {"arena", "weights", "inputs_outputs", "total"},
+ * "collectives": [{"function", "step", "kind", "axes", "dtype", "in",
+ * "out", "group_size", "bytes_per_device", "groups"}]}. */
+void kdc_rt_plan_describe_json(const kdc_rt_plan *plan, FILE *out);
 /* `kdc inspect --sharding NAME plan.bin` (describe_sharding.c): how the
  * input, output or weight called |name| is laid out over the devices (a grid
  * of blocks for rank 2, a list of blocks otherwise, each with the device ids

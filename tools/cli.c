@@ -102,12 +102,3 @@ int cli_fail(kdc_status st) {
   kdc_status_free(st);
   return code ? code : 3;
 }
-
-static bool ends_with(const char *s, const char *suf) {
-  size_t a = strlen(s), b = strlen(suf);
-  return a >= b && !strcmp(s + a - b, suf);
-}
-
-bool cli_is_keras_file(const char *path) {
-  return ends_with(path, ".h5") || ends_with(path, ".hdf5") || ends_with(path, ".keras");
-}

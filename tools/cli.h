@@ -30,8 +30,6 @@ kdc_status cli_parse_i64(const char *flag, const char *s, int64_t lo, int64_t hi
 kdc_status cli_parse_u64(const char *flag, const char *s, uint64_t *out);
 kdc_status cli_parse_double(const char *flag, const char *s, double *out);
 kdc_status cli_unknown(const cli_args *a);
-/* Keras' own files by name (.h5, .hdf5, .keras), rather than safetensors. */
-bool cli_is_keras_file(const char *path);
 
 int kdc_cmd_compile(int argc, char **argv);
 int kdc_cmd_run(int argc, char **argv);
@@ -43,25 +41,9 @@ int kdc_cmd_devices(int argc, char **argv);
 /* cmd_run.c: the plan's predict over .npy |inputs| (global arrays, any
  * number of rows, in batches of the compiled batch), writing |outputs|
  * (process 0 only): `kdc run` and `kdc run --fit --predict X --output Y`. */
-struct kdc_rt_plan;
-kdc_status cli_predict(struct kdc_rt_plan *plan, const char *path, const char *const *inputs,
+struct kdc_plan;
+kdc_status cli_predict(struct kdc_plan *plan, const char *path, const char *const *inputs,
                        size_t n_inputs, const char *const *outputs, size_t n_outputs);
-
-/* compile_config.c: training options from |km|'s Keras 3 compile_config;
- * *|found| false when it has none (or no loss).  |file| names errors. */
-struct kdc_keras_model;
-struct kdc_train_options;
-kdc_status cli_compile_config(const struct kdc_keras_model *km, const char *file,
-                              struct kdc_train_options *t, bool *found);
-
-/* arrays.c: converts |a| (read from |path|) in place to the dtype of the
- * plan's tensor |t| (f32, i32, i64), as Keras converts inputs; with
- * |classes| > 0 its values are class ids: exact integers in [0, classes),
- * else an error naming the row. */
-struct kdc_npy_array;
-struct kdc_prog_tensor;
-kdc_status cli_convert_array(const char *path, const struct kdc_prog_tensor *t, int64_t classes,
-                             struct kdc_npy_array *a);
 
 /* Ends the command's output set (common/io.h kdc_outputs_begin): its files
  * are renamed into place when |st| is NULL, removed otherwise; returns |st|

@@ -106,15 +106,16 @@ static void print_text(long cores, const kdc_rt_gpus *g, const kdc_rt_place *pl,
 int kdc_cmd_devices(int argc, char **argv) {
   cli_args a = {argc, argv, 0};
   bool json = false;
-  run_place flags;
-  run_place_init_opts(&flags);
+  kdc_run_options flags;  /* only its placement fields (run_place_flag) */
+  kdc_run_options_init(&flags);
   kdc_status st = NULL;
   while (a.i < a.argc && !st) {
     if (cli_flag(&a, "--json")) json = true;
     else if (!run_place_flag(&a, &flags, &st)) st = cli_unknown(&a);
   }
   kdc_rt_place pl;
-  kdc_rt_place_flags fl = {flags.coordinator, flags.n, flags.id, flags.local_device_ids};
+  kdc_rt_place_flags fl = {flags.coordinator, flags.num_processes, flags.process_id,
+                           flags.local_device_ids};
   if (!st) st = kdc_rt_place_resolve(&fl, &pl);
   if (st) return cli_fail(st);
   long cores = sysconf(_SC_NPROCESSORS_ONLN);

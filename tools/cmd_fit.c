@@ -13,9 +13,9 @@
  * per trained output, in output order, or --y NAME=path for each
  * (docs/training.md).
  *
- * The plan's train_step does the work on the plan's devices (runtime/
- * state.c, fit.c); this file reads and converts the arrays, prints Keras-
- * like progress and writes the history and the checkpoint.  Several
+ * The plan's train_step does the work on the plan's devices (the C API's
+ * kdc_trainer_fit, api/train.c, over runtime/state.c, fit.c); this file
+ * reads the arrays, prints Keras-like progress and writes the history.  Several
  * processes (mpirun, or --coordinator/--num-processes/--process-id:
  * docs/processes.md): every process reads the arrays and runs its devices;
  * process 0 alone prints and writes.
@@ -28,7 +28,7 @@
 #include <unistd.h>
 
 #include "common/io.h"
-#include "runtime/runtime.h"
+#include "kdc/kdc.h"
 #include "tools/cli.h"
 #include "tools/run_place.h"
 
@@ -42,22 +42,21 @@ typedef struct fit_opts {
   const char *output[32];     /* --output per model output, for --predict */
   size_t n_x, n_y, n_predict, n_output;
   bool fit, evaluate, shuffle, quiet, epochs_given;
-  int64_t epochs, batch, threads;
+  int64_t epochs, batch;
   uint64_t seed;
   double validation_split;
-  double collective_timeout;  /* seconds, 0 = the runtime's default (60) */
-  const char *cache_dir;      /* --cache-dir: the compiled-code cache (NULL: $KDC_CACHE_DIR) */
-  run_place place;            /* --coordinator ... (run_place.c, docs/processes.md) */
+  kdc_run_options ro;         /* --threads, --collective-timeout, --cache-dir, placement */
 } fit_opts;
 
 static kdc_status parse(int argc, char **argv, fit_opts *o) {
   cli_args a = {argc, argv, 0};
   kdc_status st = NULL;
   const char *v;
+  int64_t x;
   memset(o, 0, sizeof *o);
   o->epochs = 1;
   o->batch = -1;
-  run_place_init_opts(&o->place);
+  kdc_run_options_init(&o->ro);
   while (a.i < a.argc && !st) {
     if (cli_flag_value(&a, "--y", &v, &st)) {
       if (!st && o->n_y == sizeof o->y / sizeof o->y[0])
@@ -91,9 +90,10 @@ static kdc_status parse(int argc, char **argv, fit_opts *o) {
       o->epochs_given = true;
     } else if (cli_flag_value(&a, "--batch-size", &v, &st)) {
       if (!st) st = cli_parse_i64("--batch-size", v, 1, (int64_t)1 << 30, &o->batch);
-    } else if (cli_flag_value(&a, "--cache-dir", &o->cache_dir, &st)) {
+    } else if (cli_flag_value(&a, "--cache-dir", &o->ro.cache_dir, &st)) {
     } else if (cli_flag_value(&a, "--threads", &v, &st)) {
-      if (!st) st = cli_parse_i64("--threads", v, 1, 4096, &o->threads);
+      if (!st) st = cli_parse_i64("--threads", v, 1, 4096, &x);
+      if (!st) o->ro.threads = (int)x;
     } else if (cli_flag_value(&a, "--seed", &v, &st)) {
       if (!st) st = cli_parse_u64("--seed", v, &o->seed);
     } else if (cli_flag_value(&a, "--validation-split", &v, &st)) {
@@ -101,10 +101,10 @@ static kdc_status parse(int argc, char **argv, fit_opts *o) {
       if (!st && !(o->validation_split >= 0 && o->validation_split < 1))
         st = KDC_ERR(KDC_INVALID_INPUT, "--validation-split \"%s\": expected a fraction in [0, 1)", v);
     } else if (cli_flag_value(&a, "--collective-timeout", &v, &st)) {
-      if (!st) st = cli_parse_double("--collective-timeout", v, &o->collective_timeout);
-      if (!st && !(o->collective_timeout > 0))
+      if (!st) st = cli_parse_double("--collective-timeout", v, &o->ro.collective_timeout_s);
+      if (!st && !(o->ro.collective_timeout_s > 0))
         st = KDC_ERR(KDC_INVALID_INPUT, "run: --collective-timeout must be > 0 seconds, got %s", v);
-    } else if (run_place_flag(&a, &o->place, &st)) {
+    } else if (run_place_flag(&a, &o->ro, &st)) {
     } else if (cli_flag(&a, "--fit")) {
       o->fit = true;
     } else if (cli_flag(&a, "--evaluate")) {
@@ -132,7 +132,7 @@ static kdc_status parse(int argc, char **argv, fit_opts *o) {
                              o->epochs_given || o->n_predict || o->save_model))
     st = KDC_ERR(KDC_INVALID_INPUT, "run: --epochs, --history, --save-weights, --save-model, "
                  "--shuffle, --validation-split and --predict are --fit options");
-  if (!st && o->save_optimizer && !(o->save && cli_is_keras_file(o->save)))
+  if (!st && o->save_optimizer && !(o->save && kdc_is_keras_file(o->save)))
     st = KDC_ERR(KDC_INVALID_INPUT, "run: --save-optimizer needs --save-weights W.weights.h5 (a "
                  "safetensors checkpoint always holds the optimizer)");
   if (!st && o->save_model &&
@@ -141,33 +141,9 @@ static kdc_status parse(int argc, char **argv, fit_opts *o) {
   return st;
 }
 
-/* |a| must have |t|'s per-row shape (a [N,1] array for [B] sparse labels too). */
-static kdc_status check_rows(const char *path, const kdc_rt_tensor_info *t, int64_t classes,
-                             kdc_npy_array *a) {
-  uint64_t want = t->bytes / (uint64_t)t->dims[0] / kdc_io_dtype_size(t->dtype), got = 1;
-  for (int d = 1; d < a->rank; d++) got *= (uint64_t)a->dims[d];
-  if (a->rank < 1 || got != want)
-    return KDC_ERR(KDC_INVALID_INPUT, "%s: %" PRIu64 " values per row; the plan's \"%s\" takes "
-                   "%" PRIu64 " per row", path, a->rank ? got : 0, t->name, want);
-  return cli_convert_array(path, t, classes, a);  /* arrays.c, as `kdc run` */
-}
-
-/* The number of classes of label |t| when it holds class ids (a sparse
- * crossentropy: int32 labels of the predicted output's shape without its
- * last dim, kdc_loss_label_type), else 0. */
-static int64_t label_classes(const kdc_rt_plan *plan, const kdc_rt_tensor_info *t) {
-  int predict = kdc_rt_plan_find_func(plan, "predict");
-  if (t->dtype != KDC_IO_DTYPE_I32 || predict < 0) return 0;
-  for (size_t o = 0; o < kdc_rt_plan_output_count(plan, (size_t)predict); o++) {
-    const kdc_rt_tensor_info *p = kdc_rt_plan_output(plan, (size_t)predict, o);
-    if (!strcmp(p->name, t->name) && p->rank == t->rank + 1) return p->dims[p->rank - 1];
-  }
-  return 0;
-}
-
 typedef struct fit_ui {
   bool tty;
-  const kdc_rt_train *train;  /* the per-output loss names */
+  const kdc_trainer *train;  /* the per-output loss names */
 } fit_ui;
 
 /* One Keras log entry. */
@@ -187,8 +163,8 @@ static int log_item_cmp(const void *a, const void *b) {
  * |val_metrics| the validation ones (NaN / NULL: none). */
 static void format_logs(char *buf, size_t n, const fit_ui *ui, double loss, const double *metrics,
                         size_t n_metrics, double val, const double *val_metrics) {
-  log_item items[1 + KDC_RT_MAX_METRICS];
-  char names[KDC_RT_MAX_METRICS][160];
+  log_item items[1 + KDC_MAX_METRICS];
+  char names[KDC_MAX_METRICS][160];
   size_t k = 0, used = 0;
   buf[0] = 0;
   for (int v = 0; v < 2; v++) {
@@ -197,7 +173,7 @@ static void format_logs(char *buf, size_t n, const fit_ui *ui, double loss, cons
     size_t first = k;
     items[k++] = (log_item){v ? "val_loss" : "loss", v ? val : loss};
     for (size_t j = 0; m && j < n_metrics; j++) {
-      const char *name = kdc_rt_train_metric_name(ui->train, j);
+      const char *name = kdc_trainer_metric_name(ui->train, j);
       if (v) {
         snprintf(names[j], sizeof names[j], "val_%s", name);
         name = names[j];
@@ -224,7 +200,7 @@ static void bar(char *buf, size_t n, int64_t step, int64_t steps) {
   buf[k] = 0;
 }
 
-static void on_batch(void *user, const kdc_rt_fit_progress *pr) {
+static void on_batch(void *user, const kdc_fit_progress *pr) {
   fit_ui *ui = user;
   if (!ui->tty) return;
   char b[128], logs[4096];
@@ -236,7 +212,7 @@ static void on_batch(void *user, const kdc_rt_fit_progress *pr) {
   fflush(stdout);
 }
 
-static void on_epoch(void *user, const kdc_rt_fit_progress *pr) {
+static void on_epoch(void *user, const kdc_fit_progress *pr) {
   fit_ui *ui = user;
   double ms = 1e3 * pr->seconds / (double)(pr->steps ? pr->steps : 1);
   char logs[8192];
@@ -266,50 +242,39 @@ static void history_number(FILE *o, const char *sep, double v) {
   else fprintf(o, "%s%.9g", sep, v);
 }
 
-static void history_entry(FILE *o, const char *prefix, const char *key, const kdc_rt_history *h,
-                          const double *v, size_t stride) {
-  fprintf(o, ", \"%s%s\": [", prefix, key);
-  for (int64_t e = 0; e < h->epochs; e++) history_number(o, e ? ", " : "", v[(size_t)e * stride]);
-  fprintf(o, "]");
-}
-
-/* Keras' History.history as JSON (history_number):
- * "loss", each "<output>_loss", then the "val_" ones, then kdc's
- * "batch_loss". */
-static kdc_status write_history(const char *path, const kdc_rt_history *h,
-                                const kdc_rt_train *t) {
+/* Keras' History.history as JSON (history_number): "loss", each
+ * "<output>_loss", then the "val_" ones (kdc_history's key order), then
+ * kdc's "batch_loss". */
+static kdc_status write_history(const char *path, const kdc_history *h) {
   kdc_atomic_file *f = NULL;
   KDC_RETURN_IF_ERROR(kdc_atomic_file_open(path, &f));
   FILE *o = kdc_atomic_file_stream(f);
-  fprintf(o, "{\"loss\": [");
-  for (int64_t e = 0; e < h->epochs; e++) history_number(o, e ? ", " : "", h->loss[e]);
-  fprintf(o, "]");
-  for (size_t j = 0; j < h->n_metrics; j++)
-    history_entry(o, "", kdc_rt_train_metric_name(t, j), h, h->metrics + j, h->n_metrics);
-  if (h->val_loss) {
-    history_entry(o, "", "val_loss", h, h->val_loss, 1);
-    for (size_t j = 0; j < h->n_metrics; j++)
-      history_entry(o, "val_", kdc_rt_train_metric_name(t, j), h, h->val_metrics + j,
-                    h->n_metrics);
+  int64_t epochs = kdc_history_epochs(h);
+  for (size_t k = 0; k < kdc_history_key_count(h); k++) {
+    fprintf(o, "%s\"%s\": [", k ? ", " : "{", kdc_history_key(h, k));
+    const double *v = kdc_history_values(h, k);
+    for (int64_t e = 0; e < epochs; e++) history_number(o, e ? ", " : "", v[e]);
+    fprintf(o, "]");
   }
   fprintf(o, ", \"batch_loss\": [");
-  for (int64_t i = 0; i < h->epochs * h->steps; i++)
-    history_number(o, i ? ", " : "", (double)h->batch_loss[i]);
+  const float *b = kdc_history_batch_loss(h);
+  for (int64_t i = 0; i < epochs * kdc_history_steps(h); i++)
+    history_number(o, i ? ", " : "", (double)b[i]);
   fprintf(o, "]}\n");
   return kdc_atomic_file_commit(f);
 }
 
 typedef struct fit_state {
-  kdc_rt_plan *plan;
-  kdc_rt_train *train;
+  kdc_plan *plan;
+  kdc_trainer *train;
   kdc_npy_array a[33];        /* x, then the labels in the plan's order */
   size_t n_a;
-  kdc_rt_history h;
+  kdc_history *h;
 } fit_state;
 
 /* The --y for the plan's label |t| (|k|-th label of |n_labels|): positional
  * --y in output order, or --y NAME=path naming the output. */
-static kdc_status label_path(const fit_opts *o, const kdc_rt_tensor_info *t, size_t k,
+static kdc_status label_path(const fit_opts *o, const kdc_tensor_info *t, size_t k,
                              size_t n_labels, const char **path) {
   bool named = strchr(o->y[0], '=') != NULL;
   for (size_t i = 0; i < o->n_y; i++)
@@ -336,31 +301,15 @@ static kdc_status label_path(const fit_opts *o, const kdc_rt_tensor_info *t, siz
 }
 
 static kdc_status fit(const fit_opts *o, fit_state *s) {
-  kdc_rt_options ro = {.n_threads = (int)o->threads,
-                       .collective_timeout_s = o->collective_timeout,
-                       .cache_dir = o->cache_dir};
-  KDC_RETURN_IF_ERROR(run_place_start(&o->place, o->plan, &ro));
-  KDC_RETURN_IF_ERROR(kdc_rt_plan_load_with(o->plan, &ro, &s->plan));
-  KDC_RETURN_IF_ERROR(kdc_rt_train_create(s->plan, &s->train));
+  KDC_RETURN_IF_ERROR(kdc_plan_load(o->plan, &o->ro, &s->plan));
+  KDC_RETURN_IF_ERROR(kdc_trainer_create(s->plan, &s->train));
   /* Keras outputs the plan cannot write fail before any step runs */
-  if (o->save && cli_is_keras_file(o->save)) KDC_RETURN_IF_ERROR(kdc_rt_keras_check(s->plan, false));
-  if (o->save_model) KDC_RETURN_IF_ERROR(kdc_rt_keras_check(s->plan, true));
-  size_t nd = kdc_rt_train_data_count(s->train), n_arrays = 0;
-  const kdc_rt_tensor_info *info[33];
-  for (size_t i = 0; i < nd; i++) {
-    const kdc_rt_tensor_info *t = kdc_rt_train_data(s->train, i);
-    if (!strcmp(t->name, "sample_mask")) continue;
-    if (n_arrays == 33)
-      return KDC_ERR(KDC_UNSUPPORTED, "%s: train_step takes more than 33 data arrays", o->plan);
-    info[n_arrays++] = t;
-  }
-  /* train_step's data: the model inputs (predict's, in order), then the
-   * labels */
-  int predict = kdc_rt_plan_find_func(s->plan, "predict");
-  size_t n_in = predict >= 0 ? kdc_rt_plan_input_count(s->plan, (size_t)predict) : 1;
-  if (n_arrays < n_in + 1)
-    return KDC_ERR(KDC_UNSUPPORTED, "%s: --fit needs the model inputs and their labels (the plan's "
-                   "train_step takes %zu data arrays)", o->plan, n_arrays);
+  if (o->save && kdc_is_keras_file(o->save))
+    KDC_RETURN_IF_ERROR(kdc_trainer_check_keras(s->train, o->save));
+  if (o->save_model) KDC_RETURN_IF_ERROR(kdc_trainer_check_keras(s->train, o->save_model));
+  size_t n_arrays = kdc_trainer_data_count(s->train), n_in = kdc_trainer_input_count(s->train);
+  kdc_tensor_info info[33];
+  for (size_t k = 0; k < n_arrays; k++) KDC_RETURN_IF_ERROR(kdc_trainer_data(s->train, k, &info[k]));
   if (o->n_x != n_in)
     return KDC_ERR(KDC_INVALID_INPUT, "%s: the model has %zu inputs but %zu --x were given (one per "
                    "input, in input order)", o->plan, n_in, o->n_x);
@@ -372,13 +321,13 @@ static kdc_status fit(const fit_opts *o, fit_state *s) {
     const char *eq = strchr(o->y[i], '=');
     bool found = !eq;
     for (size_t k = n_in; k < n_arrays && !found; k++)
-      found = (size_t)(eq - o->y[i]) == strlen(info[k]->name) &&
-              !strncmp(o->y[i], info[k]->name, strlen(info[k]->name));
+      found = (size_t)(eq - o->y[i]) == strlen(info[k].name) &&
+              !strncmp(o->y[i], info[k].name, strlen(info[k].name));
     if (!found)
       return KDC_ERR(KDC_INVALID_INPUT, "%s: --y \"%s\": the plan has no trained output of that "
                      "name", o->plan, o->y[i]);
   }
-  int64_t batch = info[0]->dims[0];
+  int64_t batch = info[0].dims[0];
   if (o->batch > batch)
     return KDC_ERR(KDC_UNSUPPORTED, "%s: --batch-size %" PRId64 " is larger than the plan's "
                    "compiled batch %" PRId64 ": recompile with --batch %" PRId64,
@@ -386,48 +335,45 @@ static kdc_status fit(const fit_opts *o, fit_state *s) {
   const char *paths[33];
   for (size_t k = 0; k < n_in; k++) paths[k] = o->x[k];
   for (size_t k = n_in; k < n_arrays; k++)
-    KDC_RETURN_IF_ERROR(label_path(o, info[k], k - n_in, n_arrays - n_in, &paths[k]));
-  const void *arrays[33];
+    KDC_RETURN_IF_ERROR(label_path(o, &info[k], k - n_in, n_arrays - n_in, &paths[k]));
+  kdc_array arrays[33];
+  memset(arrays, 0, sizeof arrays);
   for (size_t k = 0; k < n_arrays; k++) {
     KDC_RETURN_IF_ERROR(kdc_npy_read(paths[k], &s->a[k]));
     s->n_a = k + 1;
-    int64_t classes = k >= n_in ? label_classes(s->plan, info[k]) : 0;
-    KDC_RETURN_IF_ERROR(check_rows(paths[k], info[k], classes, &s->a[k]));
-    if (s->a[k].dims[0] != s->a[0].dims[0])
-      return KDC_ERR(KDC_INVALID_INPUT, "%s has %" PRId64 " rows but %s has %" PRId64, paths[0],
-                     s->a[0].dims[0], paths[k], s->a[k].dims[0]);
-    arrays[k] = s->a[k].data;
+    kdc_array *a = &arrays[k];
+    a->data = s->a[k].data, a->dtype = (int)s->a[k].dtype, a->rank = s->a[k].rank;
+    memcpy(a->dims, s->a[k].dims, sizeof a->dims);
+    a->name = paths[k];
   }
-  if (o->initial && cli_is_keras_file(o->initial))
-    KDC_RETURN_IF_ERROR(kdc_rt_keras_load(s->plan, s->train, o->initial));
-  else if (o->initial)
-    KDC_RETURN_IF_ERROR(kdc_rt_train_load(s->train, o->initial));
+  if (o->initial) KDC_RETURN_IF_ERROR(kdc_trainer_load(s->train, o->initial));
+  bool writes = kdc_plan_process_id(s->plan) == 0;  /* processes: process 0 reports */
   fit_ui ui = {isatty(STDOUT_FILENO) == 1, s->train};
-  bool quiet = o->quiet || !run_place_writes();  /* processes: process 0 reports */
+  bool quiet = o->quiet || !writes;
   if (o->evaluate) {
-    double loss, metrics[KDC_RT_MAX_METRICS] = {0};
-    KDC_RETURN_IF_ERROR(kdc_rt_fit_evaluate_metrics(s->train, arrays, s->a[0].dims[0],
-                                                    o->batch > 0 ? o->batch : 0, &loss, metrics));
+    double loss, metrics[KDC_MAX_METRICS] = {0};
+    KDC_RETURN_IF_ERROR(kdc_trainer_evaluate(s->train, arrays, n_arrays,
+                                             o->batch > 0 ? o->batch : 0, &loss, metrics));
     char logs[4096];
-    format_logs(logs, sizeof logs, &ui, loss, metrics, kdc_rt_train_metric_count(s->train), NAN,
+    format_logs(logs, sizeof logs, &ui, loss, metrics, kdc_trainer_metric_count(s->train), NAN,
                 NULL);
-    if (run_place_writes()) printf("%s\n", logs + 3);  /* without the leading " - " */
+    if (writes) printf("%s\n", logs + 3);  /* without the leading " - " */
     return NULL;
   }
-  kdc_rt_fit_options fo = {.epochs = o->epochs, .shuffle = o->shuffle, .seed = o->seed,
-                           .validation_split = o->validation_split,
-                           .batch_size = o->batch > 0 ? o->batch : 0,
-                           .on_batch = quiet ? NULL : on_batch,
-                           .on_epoch = quiet ? NULL : on_epoch, .user = &ui};
+  kdc_fit_options fo;
+  kdc_fit_options_init(&fo);
+  fo.epochs = o->epochs, fo.shuffle = o->shuffle, fo.seed = o->seed;
+  fo.validation_split = o->validation_split, fo.batch_size = o->batch > 0 ? o->batch : 0;
+  fo.on_batch = quiet ? NULL : on_batch, fo.on_epoch = quiet ? NULL : on_epoch, fo.user = &ui;
   if (ui.tty && !quiet && o->epochs > 0) printf("Epoch 1/%" PRId64 "\n", o->epochs);
-  kdc_status st = kdc_rt_fit(s->train, arrays, s->a[0].dims[0], &fo, &s->h);
-  if (!st && o->history && run_place_writes()) st = write_history(o->history, &s->h, s->train);
+  kdc_status st = kdc_trainer_fit(s->train, arrays, n_arrays, &fo, &s->h);
+  if (!st && o->history && writes) st = write_history(o->history, s->h);
   /* every process takes part (its pieces go to process 0, which writes) */
-  if (!st && o->save && cli_is_keras_file(o->save))
-    st = kdc_rt_keras_save(s->plan, s->train, o->save, false, o->save_optimizer);
+  if (!st && o->save && kdc_is_keras_file(o->save))
+    st = kdc_trainer_save_keras(s->train, o->save, o->save_optimizer);
   else if (!st && o->save)
-    st = kdc_rt_train_save(s->train, o->save);
-  if (!st && o->save_model) st = kdc_rt_keras_save(s->plan, s->train, o->save_model, true, true);
+    st = kdc_trainer_save(s->train, o->save);
+  if (!st && o->save_model) st = kdc_trainer_save_keras(s->train, o->save_model, 1);
   /* predict with the trained weights (the plan's weights point at them) */
   if (!st && o->n_predict)
     st = cli_predict(s->plan, o->plan, o->predict, o->n_predict, o->output, o->n_output);
@@ -462,11 +408,11 @@ int kdc_cmd_fit(int argc, char **argv) {
   }
   if (!st) st = fit(&o, &s);
   st = cli_outputs_end(st);
-  kdc_rt_history_free(&s.h);
-  kdc_rt_train_destroy(s.train);
+  kdc_history_free(s.h);
+  kdc_trainer_free(s.train);
   for (size_t k = 0; k < s.n_a; k++) kdc_npy_free(&s.a[k]);
-  if (s.plan) kdc_rt_plan_release(s.plan);
+  kdc_plan_free(s.plan);
   int rc = st ? cli_fail(st) : 0;
-  run_place_finish(rc);
+  kdc_job_finish(rc);
   return rc;
 }

@@ -1,6 +1,8 @@
 /*
  * `kdc inspect FILE`: a plan (by its magic) is described; anything else is
- * read as a Keras model and summarised like model.summary().
+ * read as a Keras model and summarised like model.summary().  The texts
+ * are the C API's (kdc_plan_file_describe, kdc_model_summary: api/
+ * describe.c).
  *   --explain NAME   why value NAME (a weight path, an input, an output or a
  *                    layer name) has its sharding: the chain of rules and ops
  *                    recorded at compile time (the plan's EXPLAIN section).
@@ -9,82 +11,11 @@
  *                    each (runtime/describe_sharding.c).
  */
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
-#include "common/io.h"
-#include "frontend/frontend.h"
+#include "kdc/kdc.h"
 #include "runtime/place.h"
-#include "runtime/runtime.h"
 #include "tools/cli.h"
-
-static bool is_plan(const char *path) {
-  char magic[8] = {0};
-  int fd;
-  uint64_t size;
-  kdc_status st = kdc_file_open_input(path, &fd, &size);  /* never blocks on a FIFO */
-  if (st) {
-    kdc_status_free(st);  /* the model reader reports it */
-    return false;
-  }
-  ssize_t got = read(fd, magic, sizeof magic);
-  close(fd);
-  size_t n = got > 0 ? (size_t)got : 0;
-  /* a plan cut inside its magic is still a (truncated) plan, not bad JSON */
-  return n > 0 && memcmp(magic, "KDCPLAN", n < 7 ? n : 7) == 0;
-}
-
-/* Prints the EXPLAIN blocks whose name is |name| (any function). */
-static kdc_status explain(const char *path, const char *name) {
-  kdc_plan_file *pf = NULL;
-  KDC_RETURN_IF_ERROR(kdc_plan_file_open(path, &pf));
-  const void *data = NULL;
-  size_t size = 0;
-  kdc_status st = NULL;
-  if (!kdc_plan_file_find(pf, KDC_PLAN_SECTION_EXPLAIN, &data, &size)) {
-    st = KDC_ERR(KDC_INVALID_INPUT, "%s: the plan has no sharding explanations (compiled without "
-                 "--mesh)", path);
-  } else {
-    const char *s = data, *end = s + size;
-    size_t nlen = strlen(name);
-    bool found = false;
-    while (s < end) {
-      const char *next = s + 1;
-      while (next < end && !(next[-1] == '\n' && next + 2 < end && next[0] == '@' && next[1] == '@'))
-        next++;
-      /* "@@ func name\n" */
-      const char *sp = memchr(s, ' ', (size_t)(next - s));
-      const char *sp2 = sp ? memchr(sp + 1, ' ', (size_t)(next - sp - 1)) : NULL;
-      const char *nl = memchr(s, '\n', (size_t)(next - s));
-      if (sp2 && nl && (size_t)(nl - sp2 - 1) == nlen && !memcmp(sp2 + 1, name, nlen)) {
-        fwrite(s, 1, (size_t)(next - s), stdout);
-        found = true;
-      }
-      s = next;
-    }
-    if (!found)
-      st = KDC_ERR(KDC_INVALID_INPUT, "%s: no value named \"%s\" (give a weight path, an input, an "
-                   "output or a layer name)", path, name);
-  }
-  kdc_plan_file_close(pf);
-  return st;
-}
-
-/* Prints the PTX section (plans compiled with --target cuda). */
-static kdc_status print_ptx(const char *path) {
-  kdc_plan_file *pf = NULL;
-  KDC_RETURN_IF_ERROR(kdc_plan_file_open(path, &pf));
-  const void *data = NULL;
-  size_t size = 0;
-  kdc_status st = NULL;
-  if (!kdc_plan_file_find(pf, KDC_PLAN_SECTION_PTX, &data, &size))
-    st = KDC_ERR(KDC_INVALID_INPUT, "%s: the plan has no PTX (compile with --target cuda)", path);
-  else
-    fwrite(data, 1, size, stdout);
-  kdc_plan_file_close(pf);
-  return st;
-}
 
 /* Where `kdc run` of this plan would place this process (runtime/place.h:
  * the environment: KDC_*, an MPI launcher, Slurm), each value's source and
@@ -101,6 +32,24 @@ static kdc_status placement(int64_t nd) {
     printf("  mesh devices      - (%lld devices cannot be split evenly over %d processes)\n",
            (long long)nd, pl.n);
   return NULL;
+}
+
+/* The plan's description (read and checked, no code compiled), then the
+ * placement. */
+static int describe_plan(const char *file) {
+  kdc_run_options ro;
+  kdc_run_options_init(&ro);
+  ro.describe_only = 1;
+  kdc_plan *p = NULL;
+  char *text = NULL;
+  kdc_status st = kdc_plan_load(file, &ro, &p);
+  if (!st) st = kdc_plan_describe(p, KDC_DESCRIBE_PLAN, NULL, &text);
+  if (text) fputs(text, stdout);
+  kdc_free(text);
+  int64_t nd = kdc_plan_device_count(p);
+  kdc_plan_free(p);
+  if (!st) st = placement(nd);
+  return st ? cli_fail(st) : 0;
 }
 
 int kdc_cmd_inspect(int argc, char **argv) {
@@ -124,47 +73,19 @@ int kdc_cmd_inspect(int argc, char **argv) {
   }
   if (!st && !file) st = KDC_ERR(KDC_INVALID_INPUT, "inspect: no file given (see kdc --help)");
   if (st) return cli_fail(st);
-  bool plan = is_plan(file);
-  if (ptx) {
-    if (!plan) return cli_fail(KDC_ERR(KDC_INVALID_INPUT, "%s: --ptx needs a plan", file));
-    st = print_ptx(file);
-    return st ? cli_fail(st) : 0;
-  }
-  if (explain_name) {
-    if (!plan) return cli_fail(KDC_ERR(KDC_INVALID_INPUT, "%s: --explain needs a plan", file));
-    st = explain(file, explain_name);
-    return st ? cli_fail(st) : 0;
-  }
-  if ((sharding_name || collectives) && !plan)
-    return cli_fail(KDC_ERR(KDC_INVALID_INPUT, "%s: --%s needs a plan", file,
-                            collectives ? "collectives" : "sharding"));
-  if (plan) {
-    kdc_rt_plan *p = NULL;
-    /* describing needs no GPU and no machine code */
-    kdc_rt_options ro = {.target = KDC_RT_TARGET_CPU, .describe_only = 1};
-    st = kdc_rt_plan_load_with(file, &ro, &p);
-    if (st) return cli_fail(st);
-    if (sharding_name) {
-      st = kdc_rt_plan_describe_sharding(p, sharding_name, stdout);
-      kdc_rt_plan_release(p);
-      return st ? cli_fail(st) : 0;
-    }
-    if (collectives) kdc_rt_plan_describe_collectives(p, stdout);
-    else kdc_rt_plan_describe(p, stdout);
-    int64_t nd = p->nd;
-    kdc_rt_plan_release(p);
-    if (!collectives) st = placement(nd);
-    return st ? cli_fail(st) : 0;
-  }
-  kdc_keras_model *m = NULL;
-  st = kdc_frontend_load(file, &m);
-  if (!st) st = kdc_frontend_summary(m, stdout);
-  int64_t fixed = -1;
-  const kdc_keras_layer *at = NULL;
-  if (!st) st = kdc_frontend_fixed_batch(m, &fixed, &at);
-  if (!st && fixed >= 0)
-    printf("Batch: %lld, fixed by the batch_shape of input \"%s\" (kdc compile uses it; a "
-           "different --batch is an error)\n", (long long)fixed, at->name);
-  kdc_frontend_free(m);
+  bool plan = kdc_is_plan_file(file);
+  const char *flag = ptx ? "ptx" : explain_name ? "explain" : sharding_name ? "sharding"
+                     : collectives ? "collectives" : NULL;
+  if (flag && !plan) return cli_fail(KDC_ERR(KDC_INVALID_INPUT, "%s: --%s needs a plan", file, flag));
+  char *text = NULL;
+  if (plan && !flag) return describe_plan(file);
+  if (!plan) st = kdc_model_summary(file, NULL, 0, &text);
+  else if (ptx) st = kdc_plan_file_describe(file, KDC_DESCRIBE_PTX, NULL, &text);
+  else if (explain_name) st = kdc_plan_file_describe(file, KDC_DESCRIBE_EXPLAIN, explain_name, &text);
+  else if (sharding_name) st = kdc_plan_file_describe(file, KDC_DESCRIBE_SHARDING, sharding_name, &text);
+  else st = kdc_plan_file_describe(file, collectives ? KDC_DESCRIBE_COLLECTIVES : KDC_DESCRIBE_PLAN,
+                                   NULL, &text);
+  if (text) fputs(text, stdout);
+  kdc_free(text);
   return st ? cli_fail(st) : 0;
 }

@@ -17,17 +17,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 
-typedef enum kdc_code {
-  KDC_OK = 0,
-  KDC_INVALID_INPUT,  /* a model, layout, plan, array or flag is wrong: exit 2 */
-  KDC_UNSUPPORTED,    /* valid input that kdc does not handle yet: exit 2 */
-  KDC_IO_ERROR,       /* a file cannot be opened, read or written: exit 2 */
-  KDC_OUT_OF_MEMORY,  /* an allocation failed: exit 3 */
-  KDC_UNAVAILABLE,    /* a device, peer or backend is missing or timed out: exit 3 */
-  KDC_INTERNAL,       /* a broken invariant inside kdc: exit 3 */
-} kdc_code;
-
-typedef struct kdc_status_s *kdc_status;
+#include "kdc/error.h"
 
 /* Makes a status with |code| and a printf-formatted message.  Never returns
  * NULL (falls back to a static out-of-memory status). */
@@ -41,15 +31,6 @@ kdc_status kdc_status_makev(kdc_code code, const char *file, int line,
  * Returns |st| (NULL stays NULL). */
 kdc_status kdc_status_annotate(kdc_status st, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
-
-kdc_code kdc_status_code(kdc_status st);
-const char *kdc_status_message(kdc_status st);     /* "" for NULL */
-const char *kdc_status_file(kdc_status st);        /* C file that made it */
-int kdc_status_line(kdc_status st);
-void kdc_status_free(kdc_status st);
-const char *kdc_code_name(kdc_code code);
-/* The process exit status tools/kdc uses for |code|: 0, 2 or 3. */
-int kdc_code_exit_status(kdc_code code);
 
 #define KDC_ERR(code, ...) kdc_status_make((code), __FILE__, __LINE__, __VA_ARGS__)
 #define KDC_RETURN_IF_ERROR(expr)                    \

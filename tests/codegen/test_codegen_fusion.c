@@ -245,8 +245,48 @@ static void test_random_graphs(void **state) {
     }
 }
 
+/* The fusion group cap (KDC_GROUP_MAX_MEMBERS, issue 17): a chain of 600
+ * elementwise ops becomes kernels of 256, 256 and 88 nodes that compute the
+ * chain exactly; a group over the cap (as IR text could give) is refused by
+ * codegen with an error naming the kernel, not a deep recursion. */
+static void test_group_cap(void **state) {
+  (void)state;
+  enum { N = 600 };
+  kdc_module *m = kdc_ir_module_create("cap");
+  kdc_func *f = kdc_ir_func_create(m, "f");
+  int64_t d[2] = {3, 5};
+  kdc_type t = kdc_type_make(KDC_DTYPE_F32, 2, d);
+  kdc_value_id v = kdc_ir_parameter(f, KDC_PARAM_INPUT, "x", &t);
+  for (int i = 0; i < N; i++) v = kdc_ir_unary(f, i % 3 ? KDC_OP_NEG : KDC_OP_TANH, v);
+  kdc_ir_add_result(f, v, "y");
+  cgt_fail(kdc_pass_fuse(m, NULL), "fuse");
+  int size[8] = {0};
+  int32_t max_group = -1;
+  for (size_t i = 0; i < f->n_nodes; i++) {
+    int32_t g = f->nodes[i].group;
+    if (g > max_group) max_group = g;
+    if (g >= 0 && g < 8) size[g]++;
+  }
+  assert_int_equal(max_group, 2);
+  assert_int_equal(size[0], N - 2 * KDC_GROUP_MAX_MEMBERS);
+  assert_int_equal(size[1], KDC_GROUP_MAX_MEMBERS);
+  assert_int_equal(size[2], KDC_GROUP_MAX_MEMBERS);
+  cgt_opts o = {.no_fuse = true};
+  cgt_check(m, f, &o);  /* the fused kernels against the interpreter, exact */
+  for (size_t i = 1; i < f->n_nodes; i++) f->nodes[i].group = 0;  /* one group of 600 */
+  cgt_fail(kdc_pass_plan_memory(m, NULL), "plan_memory");
+  kdc_status st = kdc_codegen_cpu_plan(m, NULL, cgt_path("cap.plan"));
+  assert_non_null(st);
+  char want[96];
+  snprintf(want, sizeof want, "kernel %%%u has %d nodes (at most %d", N, N, KDC_GROUP_MAX_MEMBERS);
+  if (!strstr(kdc_status_message(st), want)) fail_msg("got: %s", kdc_status_message(st));
+  kdc_status_free(st);
+  kdc_ir_module_destroy(m);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_group_cap),
       cmocka_unit_test(test_bias_gelu_softmax), cmocka_unit_test(test_layer_norm),
       cmocka_unit_test(test_threads),           cmocka_unit_test(test_results),
       cmocka_unit_test(test_random_graphs),     cmocka_unit_test(test_column_reduction),

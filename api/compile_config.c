@@ -1,5 +1,5 @@
 /*
- * tools/compile_config.c: training options from a Keras 3 model's
+ * api/compile_config.c: training options from a Keras 3 model's
  * `compile_config` (what model.compile() recorded; .keras config.json keeps
  * it next to "config"):
  *
@@ -9,7 +9,7 @@
  *        "CategoricalCrossentropy", "config": {"from_logits": true, ...}} |
  *        {"class_name": "function", "config": "categorical_crossentropy"}, ...}
  *
- * Used by `kdc compile` when no --loss is given; --optimizer,
+ * Used by kdc_compile (and so `kdc compile`) when no loss is given; --optimizer,
  * --learning-rate and --from-logits still override what it says (a
  * --learning-rate replaces the schedule's initial rate).  The learning rate
  * may be a LearningRateSchedule object (see schedule()).  `loss` may be a
@@ -24,7 +24,7 @@
 
 #include "frontend/frontend.h"
 #include "passes/passes.h"
-#include "tools/cli.h"
+#include "api/api.h"
 
 static json_object *get(json_object *o, const char *k) {
   json_object *v = NULL;
@@ -324,7 +324,7 @@ static kdc_status loss(const char *file, json_object *cc, kdc_train_options *t) 
   return entries(file, true, w, t);
 }
 
-kdc_status cli_compile_config(const kdc_keras_model *km, const char *file, kdc_train_options *t,
+kdc_status kdc_api_compile_config(const kdc_keras_model *km, const char *file, kdc_train_options *t,
                               bool *found) {
   *found = false;
   json_object *cc = get(km->root, "compile_config");

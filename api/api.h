@@ -1,0 +1,62 @@
+/*
+ * api/api.h: the internal header of api/, the implementation of the public
+ * C API (include/kdc/kdc.h, docs/api.md).  api/ owns what the `kdc` command
+ * line and the Python package share: the compile pipeline (frontend ->
+ * passes -> codegen) from options, loading plans into a process's place in
+ * a job, predict on caller arrays, the training loop's state and history,
+ * and the texts of `kdc inspect`.  Flag parsing stays in tools/.
+ */
+#ifndef KDC_API_API_H
+#define KDC_API_API_H
+
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "kdc/kdc.h"
+#include "kdc/status.h"
+#include "runtime/runtime.h"
+
+struct kdc_plan {
+  kdc_rt_plan *rt;
+  char *path;                 /* the plan file it was loaded from, or NULL */
+  void *bytes;                /* a compiled plan's bytes (save, explain), or NULL */
+  size_t size;
+  char *warnings;             /* the compile's warnings, "" when none */
+  int process_id;
+  kdc_trainer *trainer;       /* the live one, if any (at most one) */
+};
+
+/* compile_config.c: training options from |km|'s Keras 3 compile_config;
+ * *|found| false when it has none (or no loss).  |file| names errors. */
+struct kdc_keras_model;
+struct kdc_train_options;
+kdc_status kdc_api_compile_config(const struct kdc_keras_model *km, const char *file,
+                                  struct kdc_train_options *t, bool *found);
+
+/* place.c: resolves the process's place in its job for a load of |plan|
+ * (once per process) and fills |ro|'s process fields; refuses a CUDA plan
+ * this machine cannot run unless |cpu_only|. */
+kdc_status kdc_api_place(const kdc_run_options *o, const char *plan, kdc_rt_options *ro);
+/* plan.c: loads |path| (placing the process first) into a new kdc_plan. */
+kdc_status kdc_api_plan_open(const char *path, const kdc_run_options *o, kdc_plan **out);
+
+/* The rt options of |o| (NULL: defaults). */
+void kdc_api_rt_options(const kdc_run_options *o, kdc_rt_options *ro);
+
+/* convert.c: |a| checked against |t| (same dims after the first; for
+ * |labels|, the same values per row) into |*out|: |a->data| itself when the
+ * dtype matches, else a converted copy in *|owned| (free it).  |what| names
+ * the array in messages.  |classes| > 0: |t| holds class ids, each checked
+ * to be an exact integer in [0, classes). */
+kdc_status kdc_api_convert(const char *what, const kdc_rt_tensor_info *t, const kdc_array *a,
+                           bool labels, int64_t classes, const void **out, void **owned);
+/* |a|'s name in messages: its own, else "<kind> <i> ("<plan_name>")". */
+void kdc_api_array_name(const kdc_array *a, const char *kind, size_t i, const char *plan_name,
+                        char *buf, size_t n);
+/* "(2, 3)" */
+void kdc_api_shape_str(int rank, const int64_t *dims, char *buf, size_t n);
+
+/* A tensor info for the public API. */
+void kdc_api_info(const kdc_rt_tensor_info *t, kdc_tensor_info *out);
+
+#endif

@@ -1,0 +1,72 @@
+/*
+ * api/place.c: a process's place in a multi-process job (docs/
+ * processes.md), resolved at the first plan load of the process
+ * (runtime/place.h): the coordinator / process count / id / local device
+ * ids of kdc_run_options, else the environment (KDC_*, an MPI launcher,
+ * Slurm), else one process.  The job is process-wide (MPI
+ * is): every later load shares it.  Also the target check: a CUDA plan on a
+ * machine that cannot run it is refused by name.
+ */
+#include <string.h>
+#include <unistd.h>
+
+#include "api/api.h"
+#include "common/io.h"
+#include "runtime/cuda/cuda_rt.h"
+#include "runtime/place.h"
+#include "runtime/procs.h"
+
+static kdc_rt_procs procs = {1, 0, 1, false, NULL};
+static kdc_rt_place place;
+static bool placed;
+static double timeout_s;
+
+void kdc_api_rt_options(const kdc_run_options *o, kdc_rt_options *ro) {
+  memset(ro, 0, sizeof *ro);
+  if (!o) return;
+  ro->n_threads = o->threads;
+  ro->collective_timeout_s = o->collective_timeout_s;
+  ro->cache_dir = o->cache_dir;
+  ro->describe_only = o->describe_only;
+  if (o->cpu_only || o->describe_only) ro->target = KDC_RT_TARGET_CPU;
+}
+
+kdc_status kdc_api_place(const kdc_run_options *o, const char *plan, kdc_rt_options *ro) {
+  kdc_plan_file *pf = NULL;
+  KDC_RETURN_IF_ERROR(kdc_plan_file_open(plan, &pf));
+  const void *data;
+  size_t size;
+  bool cuda = kdc_plan_file_find(pf, KDC_PLAN_SECTION_CUDA, &data, &size);
+  uint64_t key = kdc_plan_file_checksum(pf);  /* every process must run this plan */
+  kdc_plan_file_close(pf);
+  if (ro->describe_only) return NULL;
+  if (cuda && ro->target != KDC_RT_TARGET_CPU) KDC_RETURN_IF_ERROR(kdc_rt_cuda_available(plan));
+  if (!placed) {
+    kdc_rt_place_flags fl = {o ? o->coordinator : NULL, o ? o->num_processes : -1,
+                             o ? o->process_id : -1, o ? o->local_device_ids : NULL};
+    KDC_RETURN_IF_ERROR(kdc_rt_place_resolve(&fl, &place));
+    kdc_rt_procs pr;
+    timeout_s = ro->collective_timeout_s;
+    kdc_status st = kdc_rt_procs_init_job(*place.coordinator ? place.coordinator : NULL, place.n,
+                                          place.id, key, timeout_s, &pr);
+    procs = pr;
+    if (st) return st;
+    placed = true;
+  }
+  if (place.n_local_devices && !place.local_devices_default) {  /* explicit GPUs */
+    ro->local_device_ids = place.local_devices;
+    ro->n_local_device_ids = place.n_local_devices;
+    ro->local_device_ids_from = place.devices_from;
+  }
+  ro->n_processes = procs.n;
+  ro->process_id = procs.id;
+  ro->net = procs.net;
+  if (procs.n > 1 && ro->n_threads <= 0) {  /* share the cores of this host */
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int t = cores > 0 ? (int)(cores / (place.local_n > 0 ? place.local_n : 1)) : 1;
+    ro->n_threads = t > 0 ? t : 1;
+  }
+  return NULL;
+}
+
+void kdc_job_finish(int exit_code) { kdc_rt_procs_finish(&procs, exit_code, timeout_s); }
