@@ -425,6 +425,7 @@ int kdc_fe_rnn_state_inputs(const kdc_keras_node *n, int *idx, int cap);
 kdc_status kdc_fe_infer_rnn_layer(kdc_infer_args *a, int n_states, const kdc_kshape *states);
 kdc_status kdc_fe_infer_mha(kdc_infer_args *a);
 kdc_status kdc_fe_infer_prelu(kdc_infer_args *a);
+kdc_status kdc_fe_infer_layer_scale(kdc_infer_args *a);
 kdc_status kdc_fe_infer_groupnorm(kdc_infer_args *a);
 /* layers_shape.c */
 kdc_status kdc_fe_infer_upsampling(kdc_infer_args *a);
@@ -616,6 +617,7 @@ KDC_FE_LOWER_FN(kdc_fe_lower_upsampling);
 KDC_FE_LOWER_FN(kdc_fe_lower_repeat_vector);
 KDC_FE_LOWER_FN(kdc_fe_lower_global_pool);
 KDC_FE_LOWER_FN(kdc_fe_lower_prelu);
+KDC_FE_LOWER_FN(kdc_fe_lower_layer_scale);
 KDC_FE_LOWER_FN(kdc_fe_lower_thresholded_relu);
 KDC_FE_LOWER_FN(kdc_fe_lower_compare); /* lower_ops.c */
 KDC_FE_LOWER_FN(kdc_fe_lower_dot_layer);

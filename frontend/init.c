@@ -234,6 +234,11 @@ kdc_status kdc_frontend_init_var(const kdc_keras_model *m, const kdc_keras_var *
     json_object *ufb = kdc_fe_get(l->config, "unit_forget_bias");
     forget = !ufb || !json_object_is_type(ufb, json_type_boolean) || json_object_get_boolean(ufb);
   }
+  if (!strcmp(l->class_name, "LayerScale")) { /* initializers.Constant(init_values) */
+    double c = num(l->config, "init_values", 0);
+    for (int64_t i = 0; i < n; i++) ((float *)dst)[i] = (float)c;
+    return NULL;
+  }
   if (!forget) return fill(m, at, spec, v->init_default, &v->shape, key, 0, n, dst);
   /* [init(units), ones(units), init(2 units)] (keras/src/layers/rnn/lstm.py) */
   int64_t u = n / 4;

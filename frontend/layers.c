@@ -39,6 +39,8 @@ static const kdc_layer_class classes[] = {
     IN("LeakyReLU", kdc_fe_infer_activation, kdc_fe_lower_activation_layer),
     IN("ELU", kdc_fe_infer_activation, kdc_fe_lower_activation_layer),
     IN("PReLU", kdc_fe_infer_prelu, kdc_fe_lower_prelu),
+    /* keras.src.applications.convnext.LayerScale (ConvNeXt's blocks) */
+    IN("LayerScale", kdc_fe_infer_layer_scale, kdc_fe_lower_layer_scale),
     IN("ThresholdedReLU", kdc_fe_infer_elementwise, kdc_fe_lower_thresholded_relu),
     IN("Reshape", kdc_fe_infer_reshape, kdc_fe_lower_reshape),
     IN("Permute", kdc_fe_infer_permute, kdc_fe_lower_permute),

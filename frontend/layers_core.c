@@ -260,6 +260,28 @@ kdc_status kdc_fe_infer_prelu(kdc_infer_args *a) {
   return NULL;
 }
 
+/* ConvNeXt's LayerScale (keras/src/applications/convnext.py): one trainable
+ * `gamma` of shape (projection_dim,), created by add_weight without a name,
+ * so its path is `<layer>/variable`; call: x * gamma (numpy broadcasting
+ * over the last axis, which must be projection_dim or 1). */
+kdc_status kdc_fe_infer_layer_scale(kdc_infer_args *a) {
+  KDC_RETURN_IF_ERROR(need_inputs(a, 1, 1));
+  const kdc_kshape *x = &a->in[0];
+  int64_t p;
+  KDC_RETURN_IF_ERROR(kdc_fe_cfg_int(a->l, "projection_dim", -1, &p));
+  if (p < 1) return kdc_fe_layer_err(a->l, KDC_INVALID_INPUT, "config.projection_dim must be >= 1");
+  if (x->rank < 2 || (x->dims[x->rank - 1] >= 0 && x->dims[x->rank - 1] != p &&
+                      x->dims[x->rank - 1] != 1))
+    return kdc_fe_shape_err(a, kdc_arena_printf(a->m->arena, "LayerScale of projection_dim %lld "
+                            "does not broadcast with the input", (long long)p), x, NULL);
+  kdc_kshape s = {.rank = 1, .dims = {p}};
+  KDC_RETURN_IF_ERROR(kdc_fe_add_var(a, "variable", &s, true, NULL, "constant"));
+  kdc_kshape o = *x;
+  o.dims[o.rank - 1] = p;
+  kdc_fe_set_outputs(a, 1, &o);
+  return NULL;
+}
+
 kdc_status kdc_fe_infer_submodel(kdc_infer_args *a) {
   const kdc_keras_model *sub = a->l->sub;
   if (a->node->n_in != sub->n_inputs)

@@ -161,6 +161,16 @@ kdc_status kdc_fe_lower_prelu(struct kdc_lower_ctx *c, const kdc_keras_layer *l,
   return NULL;
 }
 
+/* LayerScale: x * gamma with numpy broadcasting (gamma on the last axis). */
+kdc_status kdc_fe_lower_layer_scale(struct kdc_lower_ctx *c, const kdc_keras_layer *l,
+                                    const kdc_keras_node *n, const kdc_value_id *in,
+                                    const kdc_value_id *kw, kdc_value_id *out) {
+  (void)n;
+  (void)kw;
+  out[0] = kdc_ir_binary_bcast(c->f, KDC_OP_MUL, in[0], kdc_fe_weight(c, l, "variable"));
+  return NULL;
+}
+
 kdc_status kdc_fe_lower_thresholded_relu(struct kdc_lower_ctx *c, const kdc_keras_layer *l,
                                          const kdc_keras_node *n, const kdc_value_id *in,
                                          const kdc_value_id *kw, kdc_value_id *out) {

@@ -8,6 +8,10 @@
  *   2. the path without its leading model-name segment ("d1/kernel");
  *   3. "<layer name>/<weight name>", also with the tf.keras 2 weight name
  *      (DepthwiseConv2D "depthwise_kernel");
+ *   4. for a weight Keras creates without a name (add_weight() with none:
+ *      ConvNeXt's LayerScale), "<layer path>/variable_<N>": Keras names such
+ *      weights from one counter per Python session (variable, variable_1,
+ *      ...), so N depends on what else the exporting process built;
  * after stripping a trailing ":0" from the tensor name.  Every variable must
  * get exactly one tensor of its shape, and every tensor must bind a variable
  * (TF.js "optimizer" group entries are ignored): anything else is an error
@@ -249,18 +253,31 @@ static const char *candidate(const kdc_keras_model *m, const kdc_keras_var *v, i
   }
 }
 
+/* Rule 4 above: |t| is "<layer path>/variable_<digits>" for an unnamed |v|. */
+static bool unnamed_match(const kdc_keras_var *v, const char *t) {
+  size_t lp = strlen(v->layer->path);
+  if (strcmp(v->name, "variable") || strncmp(t, v->layer->path, lp) ||
+      strncmp(t + lp, "/variable_", 10))
+    return false;
+  const char *d = t + lp + 10;
+  if (!*d) return false;
+  for (; *d; d++)
+    if (*d < '0' || *d > '9') return false;
+  return true;
+}
+
 static kdc_status bind_from(const kdc_keras_model *m, kdc_module *mod, source *s) {
   int nv = m->n_vars;
   int *match = kdc_xmalloc(sizeof(int) * (size_t)(nv + 1));
   for (int i = 0; i < nv; i++) match[i] = -1;
-  for (int r = 0; r < 7; r++)
+  for (int r = 0; r < 8; r++)
     for (int i = 0; i < nv; i++) {
       if (match[i] >= 0) continue;
       char buf[512];
-      const char *c = candidate(m, m->vars[i], r, buf, sizeof buf);
-      if (!c) continue;
+      const char *c = r < 7 ? candidate(m, m->vars[i], r, buf, sizeof buf) : NULL;
+      if (!c && r < 7) continue;
       for (size_t k = 0; k < s->n; k++)
-        if (!s->t[k].used && !strcmp(s->t[k].name, c)) {
+        if (!s->t[k].used && (c ? !strcmp(s->t[k].name, c) : unnamed_match(m->vars[i], s->t[k].name))) {
           match[i] = (int)k;
           s->t[k].used = true;
           break;

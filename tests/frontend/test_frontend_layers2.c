@@ -687,6 +687,46 @@ static void test_errors(void **s FE_UNUSED) {
                 KDC_UNSUPPORTED, "\"RandomCrop\" is not supported by kdc: Keras 3 returns", NULL);
 }
 
+/* ConvNeXt's LayerScale (keras/src/applications/convnext.py): x * gamma over
+ * the last axis; gamma is the unnamed weight `L/variable`, Constant(init_values)
+ * by default; a safetensors name `L/variable_<N>` (Keras' per-session counter
+ * of unnamed weights) binds it, `L/variable_x` does not. */
+static void test_layer_scale(void **s FE_UNUSED) {
+  float x[2 * 3 * 4], want[24];
+  uint64_t seed = 41;
+  for (int i = 0; i < 24; i++) x[i] = (float)urand(&seed, -2, 2);
+  const float g[4] = {0.5f, -1.0f, 1.5f, 2.0f};
+  for (int i = 0; i < 24; i++) want[i] = x[i] * g[i % 4];
+  const char *p = fe_model_file("ls.json", "3, 4", "LayerScale", "\"init_values\": 0.25, "
+                                "\"projection_dim\": 4", NULL, NULL);
+  fe_run_check(p, 2, x, g, want, 24);
+  for (int i = 0; i < 24; i++) want[i] = x[i] * 0.25f;
+  fe_run_check(p, 2, x, NULL, want, 24);
+  kdc_keras_model *m = fe_load_ok(p);
+  assert_string_equal(kdc_frontend_variable(m, 0)->path, "L/variable");
+  kdc_lower_options opt = {.batch = 2};
+  kdc_module *mod = NULL;
+  assert_null(kdc_frontend_lower(m, &opt, &mod));
+  const char *names[2] = {"L/variable_17", "L/variable_x"};
+  for (int k = 0; k < 2; k++) {
+    kdc_st_tensor t = {.name = names[k], .dtype = KDC_IO_DTYPE_F32, .rank = 1, .dims = {4}, .data = g};
+    const char *w = fe_tmp("ls.safetensors");
+    assert_null(kdc_safetensors_write(w, &t, 1, NULL));
+    kdc_status st = kdc_frontend_bind_weights(m, mod, w, 0);
+    if (k == 0) {
+      assert_null(st);
+      assert_memory_equal(mod->weights[0].data, g, sizeof g);
+    } else {
+      fe_assert_err(st, KDC_INVALID_INPUT, "no tensor for variable \"L/variable\"", NULL);
+    }
+  }
+  kdc_ir_module_destroy(mod);
+  kdc_frontend_free(m);
+  fe_assert_err(load_err(fe_model_file("ls2.json", "3, 4", "LayerScale", "\"init_values\": 0.25, "
+                                       "\"projection_dim\": 5", NULL, NULL)),
+                KDC_INVALID_INPUT, "does not broadcast", NULL);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_zoo_interpreter),     cmocka_unit_test(test_fit_model_gradients),
@@ -697,6 +737,7 @@ int main(void) {
       cmocka_unit_test(test_spectral_norm),        cmocka_unit_test(test_value_augment_training),
       cmocka_unit_test(test_encodings),            cmocka_unit_test(test_adaptive_pool),
       cmocka_unit_test(test_masked_gradients),    cmocka_unit_test(test_exp_branch_gradients),
+      cmocka_unit_test(test_layer_scale),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
