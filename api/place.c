@@ -60,6 +60,9 @@ kdc_status kdc_api_place(const kdc_run_options *o, const char *plan, kdc_rt_opti
     kdc_rt_place_flags fl = {o ? o->coordinator : NULL, o ? o->num_processes : -1,
                              o ? o->process_id : -1, o ? o->local_device_ids : NULL};
     KDC_RETURN_IF_ERROR(kdc_rt_place_resolve(&fl, &place));
+    /* the address's syntax first: a flag error names its flag */
+    if (place.n > 1 && place.coordinator[0])
+      KDC_RETURN_IF_ERROR(kdc_rt_procs_check_address(place.coordinator));
     if (n_devices > 0 && place.n > 1 && n_devices % place.n)
       return KDC_ERR(KDC_INVALID_INPUT, "%s: %d processes (from %s) cannot share the plan's "
                      "%lld devices evenly: the process count must divide the device count", plan,

@@ -52,6 +52,7 @@
 #include <unistd.h>
 
 #include "runtime/comm.h"
+#include "runtime/procs.h"
 #include "runtime/tcp_hello.h"
 
 enum { MAGIC = 0x4b444354u /* "KDCT" */, HDR = 24 };
@@ -348,6 +349,11 @@ static kdc_status split_address(const char *a, char *host, size_t hn, char *port
     return KDC_ERR(KDC_INVALID_INPUT, "--coordinator \"%s\": port \"%s\" is not a number from 1 to 65535",
                    a, port);
   return NULL;
+}
+
+kdc_status kdc_rt_procs_check_address(const char *coordinator) {
+  char host[256], port[32];
+  return split_address(coordinator, host, sizeof host, port, sizeof port);
 }
 
 static kdc_status resolve(const char *host, const char *port, bool passive, struct addrinfo **out) {

@@ -49,6 +49,10 @@ typedef struct kdc_rt_job {
  * coordinator, a token file others may read (KDC_INVALID_INPUT naming the
  * file), a process that does not arrive (KDC_UNAVAILABLE, naming it). */
 kdc_status kdc_rt_procs_init_job(const kdc_rt_job *job, kdc_rt_procs *out);
+/* The syntax of a coordinator address ("HOST:PORT", "[V6]:PORT", a port
+ * from 1 to 65535), checked before anything else about the job: a located
+ * error naming --coordinator. */
+kdc_status kdc_rt_procs_check_address(const char *coordinator);
 /* kdc_rt_procs_init_job with key 0 and a 60 s rendezvous. */
 kdc_status kdc_rt_procs_init(const char *coordinator, int n, int id, kdc_rt_procs *out);
 /* Process 0's |bytes| bytes of |buf| land in |buf| on every process (same

@@ -88,7 +88,8 @@ int kdc_cmd_compile(int argc, char **argv) {
   char *warnings = NULL;
   if (!st) st = kdc_compile_file(&f.co, f.out, &warnings);
   st = cli_outputs_end(st);
-  if (warnings) fputs(warnings, stderr);
+  /* notes only with a plan: a failure is its one located line */
+  if (warnings && !st) fputs(warnings, stderr);
   kdc_free(warnings);
   return st ? cli_fail(st) : 0;
 }
