@@ -42,17 +42,8 @@ args = ap.parse_args()
 
 import numpy as np  # noqa: E402
 
-
-def median_ms(fn, reps, warm=3):
-    for _ in range(warm):
-        fn()
-    ts = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t0)
-    ts.sort()
-    return 1e3 * ts[len(ts) // 2]
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from timing import median_ms  # noqa: E402
 
 
 def make_data(shape, dtype, classes, batch):

@@ -11,7 +11,6 @@ probabilities (as Keras computes it), backward, Adam.  Prints one JSON
 object of median milliseconds.  usage: torch_models.py THREADS"""
 import json
 import sys
-import time
 
 import torch
 from torch import nn
@@ -21,19 +20,8 @@ torch.set_num_threads(threads)
 torch.manual_seed(0)
 
 
+from timing import median_ms  # noqa: E402
 from torch_blocks import Block, cnn  # noqa: E402
-
-
-def median_ms(fn, reps):
-    for _ in range(3):
-        fn()
-    ts = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t0)
-    ts.sort()
-    return 1e3 * ts[len(ts) // 2]
 
 
 def times(model, x, classes=10, reps=7):
