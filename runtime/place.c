@@ -349,23 +349,27 @@ static void json_str(FILE *out, const char *s) {
   fputc('"', out);
 }
 
+/* ", \"NAME\": {\"value\": V, \"from\": FROM}" for an integer value. */
+static void json_int_field(FILE *out, const char *name, int v, const char *from) {
+  fprintf(out, ", \"%s\": {\"value\": %d, \"from\": ", name, v);
+  json_str(out, from);
+  fputc('}', out);
+}
+
 void kdc_rt_place_print_json(const kdc_rt_place *p, FILE *out) {
   fprintf(out, "\"launcher\": ");
   json_str(out, p->launcher);
-  fprintf(out, ", \"processes\": {\"value\": %d, \"from\": ", p->n);
-  json_str(out, p->n_from);
-  fprintf(out, "}, \"process_id\": {\"value\": %d, \"from\": ", p->id);
-  json_str(out, p->id_from);
-  fprintf(out, "}, \"coordinator\": {\"value\": ");
+  json_int_field(out, "processes", p->n, p->n_from);
+  json_int_field(out, "process_id", p->id, p->id_from);
+  fprintf(out, ", \"coordinator\": {\"value\": ");
   if (*p->coordinator) json_str(out, p->coordinator);
   else fprintf(out, "null");
   fprintf(out, ", \"from\": ");
   json_str(out, p->coordinator_from);
-  fprintf(out, "}, \"local_rank\": {\"value\": %d, \"from\": ", p->local_rank);
-  json_str(out, p->local_rank_from);
-  fprintf(out, "}, \"processes_on_host\": {\"value\": %d, \"from\": ", p->local_n);
-  json_str(out, p->local_n_from);
-  fprintf(out, "}, \"local_device_ids\": {\"value\": ");
+  fputc('}', out);
+  json_int_field(out, "local_rank", p->local_rank, p->local_rank_from);
+  json_int_field(out, "processes_on_host", p->local_n, p->local_n_from);
+  fprintf(out, ", \"local_device_ids\": {\"value\": ");
   if (p->n_local_devices) {
     fputc('[', out);
     for (int i = 0; i < p->n_local_devices; i++) fprintf(out, "%s%d", i ? ", " : "", p->local_devices[i]);
