@@ -28,6 +28,14 @@
  *   w = -log((1 - v)(1 + v));  w < 5: p = P1(w - 2.5)  else p = P2(sqrt(w) - 3)
  *   erfinv(v) = p * v
  * (Box-Muller would need cos, which the IR does not have).
+ *
+ * A call recorded with `training: true`: Keras 3's predict and fit pass
+ * training=False / True to every node themselves and that overrides the
+ * recorded value (models/functional.py operation_fn), so Keras 3 files
+ * ignore it -- Keras 3.15 records training=True for every layer whose
+ * call() defaults to it (RandomFlip, ...).  tf.keras 2 honours an
+ * explicit training=True in predict (Monte Carlo dropout): such a
+ * topology is a located error (kdc_fe_call_forces_training).
  */
 #include <math.h>
 #include <string.h>
@@ -121,9 +129,19 @@ static kdc_status cfg_rate(const kdc_keras_layer *l, const char *key, double *ra
   return NULL;
 }
 
+bool kdc_fe_call_forces_training(const kdc_keras_layer *l, const kdc_keras_node *n) {
+  json_object *tr = kdc_fe_get(n->kwargs, "training");
+  return l->model->tk2_topology && tr && json_object_is_type(tr, json_type_boolean) &&
+         json_object_get_boolean(tr);
+}
+
 kdc_status kdc_fe_lower_dropout(struct kdc_lower_ctx *c, const kdc_keras_layer *l,
                                 const kdc_keras_node *n, const kdc_value_id *in,
                                 const kdc_value_id *kw, kdc_value_id *out) {
+  if (kdc_fe_call_forces_training(l, n))
+    return kdc_fe_layer_err(l, KDC_UNSUPPORTED, "the call's training=true keeps this %s active "
+                            "in predict (tf.keras 2 honours it: Monte Carlo dropout), which kdc "
+                            "does not support", l->class_name);
   out[0] = in[0];
   if (!c->training || in[0] == KDC_NO_VALUE) return NULL;
   kdc_func *f = c->f;

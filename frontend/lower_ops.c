@@ -1,85 +1,786 @@
 /*
- * frontend/lower_ops.c: Keras 3 operations recorded as graph nodes: shape
- * inference and lowering.
+ * frontend/lower_ops.c: Keras 3 operations recorded as graph nodes: the
+ * class table, shape inference and lowering.
  *
- * A Keras 3 Functional model records an op applied to a symbolic tensor as
- * a node of an Operation, serialized like a layer whose module is
- * keras.src.ops.<...> (keras/src/models/functional.py). The one real files
- * carry most is the mask Embedding(mask_zero=True).compute_mask builds,
- * ops.not_equal(ids, 0) (keras/src/layers/core/embedding.py), which Keras 3
- * writes as a NotEqual node and passes to the next layer as its `mask`
- * kwarg (an LSTM after the embedding, say; lower.c takes an explicit mask
- * kwarg as the layer's previous mask).
+ * A Keras 3 Functional model records a `keras.ops` function applied to a
+ * symbolic tensor as a node of an Operation, serialized like a layer whose
+ * module is keras.src.ops.<numpy|nn|math|core> (keras/src/models/functional.py;
+ * ops/operation.py: the config is the constructor's arguments, the node's
+ * `args` the call's, numbers included).  Real files carry them for masks:
+ * Embedding(mask_zero=True).compute_mask is ops.not_equal(ids, 0), Keras'
+ * merge of two masks ops.logical_or, Masking's ops.any(x != v, -1).  Op
+ * classes share names with layers (Add, Concatenate, Reshape, Softmax,
+ * Maximum, ...), so graph.c looks them up here by module
+ * (kdc_fe_find_op_class).  An op does not carry a Keras mask (Operation's
+ * symbolic_call sets none): mask.c gives op nodes no mask rule.
  *
- * The comparisons of keras/src/ops/numpy.py: Equal, NotEqual, Less,
- * LessEqual, Greater, GreaterEqual, `x op y` with y a number (the node's
- * positional args [x, y]) or a tensor of x's shape; bool output, as in
- * Keras. Other shapes of y (numpy broadcasting) are a located error.
+ * Lowered, with Keras 3.15's shape and dtype rules (each class's
+ * compute_output_spec and the jax backend's function):
+ * - elementwise unary: Abs/Absolute, Negative, Sign, Square, Round
+ *   (decimals 0) keep the dtype (Square of bool: int32); Sqrt, Exp, Log,
+ *   Log1p, Expm1, Tanh, Floor, Ceil, Reciprocal, Rsqrt, Erf, Sigmoid take
+ *   int and bool to float32; LogicalNot gives bool;
+ * - keras.ops.nn activations on float32: Relu, Relu6, Silu, Softplus,
+ *   Softsign, LogSigmoid, Selu, HardSigmoid, HardSilu, TanhShrink,
+ *   HardTanh, SparsePlus, SparseSigmoid, Elu(alpha), LeakyRelu
+ *   (negative_slope), Gelu (approximate, True by default for the op),
+ *   Celu (alpha 1), SoftShrink/HardShrink (threshold 0.5), Squareplus
+ *   (b 4), Softmax and LogSoftmax (axis);
+ * - elementwise binary with numpy broadcasting and Keras' result_type:
+ *   Add, Subtract, Multiply, Divide/TrueDivide (ints: float32), Maximum,
+ *   Minimum, Power (float); LogicalAnd/Or/Xor (bool); Equal, NotEqual,
+ *   Less, LessEqual, Greater, GreaterEqual (bool); Where(cond, x1, x2);
+ *   Clip(x_min, x_max) (bool: int32); Cast(dtype);
+ * - reductions over axes that keep the batch: Sum (bool: int32), Mean
+ *   (int and bool: float32), Max/Amax, Min/Amin, Prod, Any, All; keepdims;
+ * - shapes that keep the batch as dim 0: ExpandDims, Squeeze, Reshape,
+ *   Transpose, Swapaxes, Concatenate, Stack.
+ * Result types (keras/src/backend/common/dtypes.py result_type, JAX
+ * lattice): a Python int operand is weak (int32 for bool, else the
+ * tensor's type), a Python float makes float32; two tensors give the
+ * higher of bool < int < float32, two different ints int32 (jax without
+ * x64).  kdc's dtypes are float32, int32, int64 and bool; Cast to another
+ * is a located error.
+ *
+ * An op that moves, merges or reduces the batch dimension (axis 0, axis
+ * None of a reduction, a Reshape whose first dim is not -1) is a located
+ * error: kdc's plans keep the batch as every output's dim 0.  Every other
+ * op class is "not supported", naming it (graph.c).
  */
 #include <json-c/json.h>
+#include <math.h>
 #include <string.h>
 
 #include "frontend/frontend.h"
 
-static const struct {
-  const char *cls;
-  kdc_cmp cmp;
-} compares[] = {
-    {"Equal", KDC_CMP_EQ},   {"NotEqual", KDC_CMP_NE},    {"Less", KDC_CMP_LT},
-    {"LessEqual", KDC_CMP_LE}, {"Greater", KDC_CMP_GT}, {"GreaterEqual", KDC_CMP_GE},
-};
+typedef enum op_kind {
+  K_UN,      /* elementwise unary IR op |op| */
+  K_FLOATUN, /* the same after int/bool -> float32 */
+  K_SQUARE,
+  K_ROUND,
+  K_RECIP,
+  K_NOT,
+  K_ACT,     /* an activation by name (activations.c) */
+  K_BIN,     /* arithmetic binary IR op |op| */
+  K_DIV,
+  K_LOGIC,   /* |op| AND / OR; NOT for xor */
+  K_CMP,     /* compare |op| */
+  K_WHERE,
+  K_CLIP,
+  K_CAST,
+  K_RED,     /* reduction |op| (reduce kind); |arg|: 1 mean, 2 any, 3 all */
+  K_EXPAND,
+  K_SQUEEZE,
+  K_RESHAPE,
+  K_TRANSPOSE,
+  K_SWAP,
+  K_CONCAT,
+  K_STACK,
+} op_kind;
 
-static kdc_cmp compare_of(const kdc_keras_layer *l) {
-  for (size_t i = 0; i < sizeof compares / sizeof compares[0]; i++)
-    if (!strcmp(l->class_name, compares[i].cls)) return compares[i].cmp;
-  return KDC_CMP_EQ; /* not reached: layers.c routes only these classes here */
+typedef struct op_row {
+  op_kind kind;
+  int op;
+  int arg;
+  const char *act;
+} op_row;
+
+/* name, kind, IR op / compare / reduce kind, extra, activation name */
+#define KDC_OPS(X)                                                     \
+  X("Abs", K_UN, KDC_OP_ABS, 0, NULL)                                  \
+  X("Absolute", K_UN, KDC_OP_ABS, 0, NULL)                             \
+  X("Negative", K_UN, KDC_OP_NEG, 0, NULL)                             \
+  X("Sign", K_UN, KDC_OP_SIGN, 0, NULL)                                \
+  X("Square", K_SQUARE, 0, 0, NULL)                                    \
+  X("Round", K_ROUND, KDC_OP_ROUND, 0, NULL)                           \
+  X("Sqrt", K_FLOATUN, KDC_OP_SQRT, 0, NULL)                           \
+  X("Exp", K_FLOATUN, KDC_OP_EXP, 0, NULL)                             \
+  X("Log", K_FLOATUN, KDC_OP_LOG, 0, NULL)                             \
+  X("Log1p", K_FLOATUN, KDC_OP_LOG1P, 0, NULL)                         \
+  X("Expm1", K_FLOATUN, KDC_OP_EXPM1, 0, NULL)                         \
+  X("Tanh", K_FLOATUN, KDC_OP_TANH, 0, NULL)                           \
+  X("Floor", K_FLOATUN, KDC_OP_FLOOR, 0, NULL)                         \
+  X("Ceil", K_FLOATUN, KDC_OP_CEIL, 0, NULL)                           \
+  X("Rsqrt", K_FLOATUN, KDC_OP_RSQRT, 0, NULL)                         \
+  X("Erf", K_FLOATUN, KDC_OP_ERF, 0, NULL)                             \
+  X("Sigmoid", K_FLOATUN, KDC_OP_LOGISTIC, 0, NULL)                    \
+  X("Reciprocal", K_RECIP, 0, 0, NULL)                                 \
+  X("LogicalNot", K_NOT, 0, 0, NULL)                                   \
+  X("Relu", K_ACT, 0, 0, "relu")                                       \
+  X("Relu6", K_ACT, 0, 0, "relu6")                                     \
+  X("Silu", K_ACT, 0, 0, "silu")                                       \
+  X("Softplus", K_ACT, 0, 0, "softplus")                               \
+  X("Softsign", K_ACT, 0, 0, "softsign")                               \
+  X("LogSigmoid", K_ACT, 0, 0, "log_sigmoid")                          \
+  X("Selu", K_ACT, 0, 0, "selu")                                       \
+  X("HardSigmoid", K_ACT, 0, 0, "hard_sigmoid")                        \
+  X("HardSilu", K_ACT, 0, 0, "hard_silu")                              \
+  X("TanhShrink", K_ACT, 0, 0, "tanh_shrink")                          \
+  X("HardTanh", K_ACT, 0, 0, "hard_tanh")                              \
+  X("SparsePlus", K_ACT, 0, 0, "sparse_plus")                          \
+  X("SparseSigmoid", K_ACT, 0, 0, "sparse_sigmoid")                    \
+  X("Elu", K_ACT, 0, 0, "elu")                                         \
+  X("LeakyRelu", K_ACT, 0, 0, "leaky_relu")                            \
+  X("Gelu", K_ACT, 0, 0, "gelu")                                       \
+  X("Celu", K_ACT, 0, 0, "celu")                                       \
+  X("SoftShrink", K_ACT, 0, 0, "soft_shrink")                          \
+  X("HardShrink", K_ACT, 0, 0, "hard_shrink")                          \
+  X("Squareplus", K_ACT, 0, 0, "squareplus")                           \
+  X("Softmax", K_ACT, 0, 0, "softmax")                                 \
+  X("LogSoftmax", K_ACT, 0, 0, "log_softmax")                          \
+  X("Add", K_BIN, KDC_OP_ADD, 0, NULL)                                 \
+  X("Subtract", K_BIN, KDC_OP_SUB, 0, NULL)                            \
+  X("Multiply", K_BIN, KDC_OP_MUL, 0, NULL)                            \
+  X("Maximum", K_BIN, KDC_OP_MAX, 0, NULL)                             \
+  X("Minimum", K_BIN, KDC_OP_MIN, 0, NULL)                             \
+  X("Power", K_BIN, KDC_OP_POW, 0, NULL)                               \
+  X("Divide", K_DIV, 0, 0, NULL)                                       \
+  X("TrueDivide", K_DIV, 0, 0, NULL)                                   \
+  X("LogicalAnd", K_LOGIC, KDC_OP_AND, 0, NULL)                        \
+  X("LogicalOr", K_LOGIC, KDC_OP_OR, 0, NULL)                          \
+  X("LogicalXor", K_LOGIC, KDC_OP_NOT, 0, NULL)                        \
+  X("Equal", K_CMP, KDC_CMP_EQ, 0, NULL)                               \
+  X("NotEqual", K_CMP, KDC_CMP_NE, 0, NULL)                            \
+  X("Less", K_CMP, KDC_CMP_LT, 0, NULL)                                \
+  X("LessEqual", K_CMP, KDC_CMP_LE, 0, NULL)                           \
+  X("Greater", K_CMP, KDC_CMP_GT, 0, NULL)                             \
+  X("GreaterEqual", K_CMP, KDC_CMP_GE, 0, NULL)                        \
+  X("Where", K_WHERE, 0, 0, NULL)                                      \
+  X("Clip", K_CLIP, 0, 0, NULL)                                        \
+  X("Cast", K_CAST, 0, 0, NULL)                                        \
+  X("Sum", K_RED, KDC_RED_SUM, 0, NULL)                                \
+  X("Mean", K_RED, KDC_RED_SUM, 1, NULL)                               \
+  X("Max", K_RED, KDC_RED_MAX, 0, NULL)                                \
+  X("Amax", K_RED, KDC_RED_MAX, 0, NULL)                               \
+  X("Min", K_RED, KDC_RED_MIN, 0, NULL)                                \
+  X("Amin", K_RED, KDC_RED_MIN, 0, NULL)                               \
+  X("Prod", K_RED, KDC_RED_PROD, 0, NULL)                              \
+  X("Any", K_RED, KDC_RED_MAX, 2, NULL)                                \
+  X("All", K_RED, KDC_RED_MIN, 3, NULL)                                \
+  X("ExpandDims", K_EXPAND, 0, 0, NULL)                                \
+  X("Squeeze", K_SQUEEZE, 0, 0, NULL)                                  \
+  X("Reshape", K_RESHAPE, 0, 0, NULL)                                  \
+  X("Transpose", K_TRANSPOSE, 0, 0, NULL)                              \
+  X("Swapaxes", K_SWAP, 0, 0, NULL)                                    \
+  X("Concatenate", K_CONCAT, 0, 0, NULL)                               \
+  X("Stack", K_STACK, 0, 0, NULL)
+
+#define ROW(name, kind, op, arg, act) {kind, op, arg, act},
+#define CLS(name, kind, op, arg, act) {name, kdc_fe_infer_op, kdc_fe_lower_op, NULL},
+static const op_row rows[] = {KDC_OPS(ROW)};
+static const kdc_layer_class classes[] = {KDC_OPS(CLS)};
+#undef ROW
+#undef CLS
+
+bool kdc_fe_is_op_module(const char *module) {
+  return module && (!strncmp(module, "keras.src.ops.", 14) || !strncmp(module, "keras.ops", 9));
 }
 
-/* The number y of a node called as op(x, y), from its args list. */
-static kdc_status scalar_operand(const kdc_keras_layer *l, const kdc_keras_node *n, double *y) {
+const kdc_layer_class *kdc_fe_find_op_class(const char *class_name) {
+  for (size_t i = 0; i < sizeof classes / sizeof classes[0]; i++)
+    if (!strcmp(classes[i].name, class_name)) return &classes[i];
+  return NULL;
+}
+
+bool kdc_fe_is_op_class(const kdc_layer_class *c) {
+  return c >= classes && c < classes + sizeof classes / sizeof classes[0];
+}
+
+static const op_row *row_of(const kdc_keras_layer *l) { return &rows[l->cls - classes]; }
+
+/* ---- operands: the node's positional args, tensors or numbers ------------ */
+
+enum { W_NONE, W_BOOL, W_INT, W_FLOAT }; /* a Python scalar's weak type */
+
+typedef struct operand {
+  int tensor;  /* index among the node's tensor inputs, -1 for a number */
+  int weak;    /* W_* for a number */
+  double num;
+} operand;
+
+static bool is_tensor(json_object *v) {
+  json_object *cn = kdc_fe_get(v, "class_name");
+  return json_object_is_type(v, json_type_object) && cn &&
+         json_object_is_type(cn, json_type_string) &&
+         !strcmp(json_object_get_string(cn), "__keras_tensor__");
+}
+
+/* The node's positional arguments 0..|want|-1 (missing trailing ones as
+ * W_NONE numbers when |optional|), each a tensor or a number. */
+static kdc_status operands(const kdc_keras_layer *l, const kdc_keras_node *n, int want,
+                           operand *out) {
   json_object *args = n->args;
-  json_object *v = json_object_is_type(args, json_type_array) && json_object_array_length(args) == 2
-                       ? json_object_array_get_idx(args, 1)
-                       : NULL;
-  if (!v || !(json_object_is_type(v, json_type_int) || json_object_is_type(v, json_type_double)))
-    return kdc_fe_layer_err(l, KDC_UNSUPPORTED,
-                            "%s is read as op(x, y) with y a number or a tensor of x's shape "
-                            "(the node's args [x, y])",
-                            l->class_name);
-  *y = json_object_get_double(v);
-  return NULL;
-}
-
-kdc_status kdc_fe_infer_compare(kdc_infer_args *a) {
-  const kdc_keras_node *n = a->node;
-  if (n->n_in == 1) {
-    double y;
-    KDC_RETURN_IF_ERROR(scalar_operand(a->l, n, &y));
-  } else if (n->n_in == 2) {
-    const kdc_kshape *x = &a->in[0], *y = &a->in[1];
-    bool same = x->rank == y->rank;
-    for (int d = 0; same && d < x->rank; d++) same = x->dims[d] == y->dims[d];
-    if (!same) return kdc_fe_shape_err(a, "the compared tensors differ in shape", x, y);
-  } else {
-    return kdc_fe_layer_err(a->l, KDC_INVALID_INPUT, "expected 1 or 2 input tensors, got %d",
-                            n->n_in);
+  if (!json_object_is_type(args, json_type_array))
+    return kdc_fe_layer_err(l, KDC_INVALID_INPUT, "expected the node's args list");
+  int na = (int)json_object_array_length(args), t = 0;
+  if (na != want)
+    return kdc_fe_layer_err(l, KDC_UNSUPPORTED, "%s takes %d positional argument%s in kdc, the "
+                            "node has %d", l->class_name, want, want == 1 ? "" : "s", na);
+  for (int i = 0; i < na; i++) {
+    json_object *v = json_object_array_get_idx(args, (size_t)i);
+    out[i] = (operand){-1, W_NONE, 0};
+    if (is_tensor(v)) out[i].tensor = t++;
+    else if (json_object_is_type(v, json_type_boolean))
+      out[i].weak = W_BOOL, out[i].num = json_object_get_boolean(v);
+    else if (json_object_is_type(v, json_type_int))
+      out[i].weak = W_INT, out[i].num = (double)json_object_get_int64(v);
+    else if (json_object_is_type(v, json_type_double))
+      out[i].weak = W_FLOAT, out[i].num = json_object_get_double(v);
+    else
+      return kdc_fe_layer_err(l, KDC_UNSUPPORTED, "%s: argument %d must be a tensor or a number",
+                              l->class_name, i);
   }
-  kdc_fe_set_outputs(a, 1, &a->in[0]);
+  if (t != n->n_in)
+    return kdc_fe_layer_err(l, KDC_UNSUPPORTED, "%s: tensors passed as keyword arguments are not "
+                            "supported", l->class_name);
   return NULL;
 }
 
-kdc_status kdc_fe_lower_compare(struct kdc_lower_ctx *c, const kdc_keras_layer *l,
-                                const kdc_keras_node *n, const kdc_value_id *in,
-                                const kdc_value_id *kw, kdc_value_id *out) {
+/* ---- shape inference ------------------------------------------------------ */
+
+/* numpy broadcasting of |a| and |b| (-1: the unknown batch). */
+static bool bcast(const kdc_kshape *a, const kdc_kshape *b, kdc_kshape *out) {
+  int r = a->rank > b->rank ? a->rank : b->rank;
+  out->rank = r;
+  for (int i = 0; i < r; i++) {
+    int ia = i - (r - a->rank), ib = i - (r - b->rank);
+    int64_t da = ia >= 0 ? a->dims[ia] : 1, db = ib >= 0 ? b->dims[ib] : 1;
+    if (da == db || db == 1) out->dims[i] = da;
+    else if (da == 1) out->dims[i] = db;
+    else if (da < 0 || db < 0) out->dims[i] = da < 0 ? db : da;
+    else return false;
+  }
+  return true;
+}
+
+static bool keeps_batch(const kdc_kshape *s) { return s->rank >= 1 && s->dims[0] < 0; }
+
+static kdc_status batch_err(const kdc_keras_layer *l, const char *what) {
+  return kdc_fe_layer_err(l, KDC_UNSUPPORTED, "%s %s the batch dimension (axis 0), which kdc "
+                          "keeps as dim 0 of every tensor", l->class_name, what);
+}
+
+/* Axes config |key| (int, list, or null = |none|) normalized for |rank|;
+ * *|n| 0 for null. */
+static kdc_status axes_of(const kdc_keras_layer *l, const char *key, int rank, int *n,
+                          int64_t *ax) {
+  json_object *v = kdc_fe_get(l->config, key);
+  *n = 0;
+  if (kdc_fe_is_null(v)) return NULL;
+  KDC_RETURN_IF_ERROR(kdc_fe_cfg_axes(l, key, 0, n, ax));
+  for (int i = 0; i < *n; i++) {
+    if (ax[i] < -rank || ax[i] >= rank)
+      return kdc_fe_layer_err(l, KDC_INVALID_INPUT, "config.%s: axis %lld is out of range for "
+                              "rank %d", key, (long long)ax[i], rank);
+    if (ax[i] < 0) ax[i] += rank;
+    for (int j = 0; j < i; j++)
+      if (ax[j] == ax[i])
+        return kdc_fe_layer_err(l, KDC_INVALID_INPUT, "config.%s: axis %lld repeated", key,
+                                (long long)ax[i]);
+  }
+  return NULL;
+}
+
+static int int_cfg(const kdc_keras_layer *l, const char *key, int64_t dflt, int64_t *v) {
+  return kdc_fe_cfg_int(l, key, dflt, v) == NULL;
+}
+
+/* The result shape of a reduction / shape op of |x|, checked. */
+static kdc_status shape_op(const kdc_keras_layer *l, const op_row *r, const kdc_kshape *x,
+                           kdc_kshape *out) {
+  int64_t ax[KDC_MAX_RANK];
+  int n = 0;
+  *out = *x;
+  switch (r->kind) {
+  case K_RED: {
+    bool keep = false;
+    KDC_RETURN_IF_ERROR(kdc_fe_cfg_bool(l, "keepdims", false, &keep));
+    KDC_RETURN_IF_ERROR(axes_of(l, "axis", x->rank, &n, ax));
+    json_object *init = kdc_fe_get(l->config, "initial");
+    if (!kdc_fe_is_null(init))
+      return kdc_fe_layer_err(l, KDC_UNSUPPORTED, "config.initial: only null is supported");
+    if (n == 0) return batch_err(l, "with axis null reduces");
+    bool red[KDC_MAX_RANK] = {0};
+    for (int i = 0; i < n; i++) red[ax[i]] = true;
+    if (red[0]) return batch_err(l, "reduces");
+    out->rank = 0;
+    for (int d = 0; d < x->rank; d++)
+      if (!red[d]) out->dims[out->rank++] = x->dims[d];
+      else if (keep) out->dims[out->rank++] = 1;
+    return NULL;
+  }
+  case K_EXPAND: {
+    KDC_RETURN_IF_ERROR(kdc_fe_cfg_axes(l, "axis", 0, &n, ax));
+    int rank = x->rank + n;
+    if (rank > KDC_MAX_RANK)
+      return kdc_fe_layer_err(l, KDC_UNSUPPORTED, "rank %d exceeds kdc's maximum %d", rank,
+                              KDC_MAX_RANK);
+    bool ins[KDC_MAX_RANK] = {0};
+    for (int i = 0; i < n; i++) {
+      int64_t a = ax[i] < 0 ? ax[i] + rank : ax[i];
+      if (a < 0 || a >= rank || ins[a])
+        return kdc_fe_layer_err(l, KDC_INVALID_INPUT, "config.axis: bad axis %lld for rank %d",
+                                (long long)ax[i], rank);
+      ins[a] = true;
+    }
+    if (ins[0]) return batch_err(l, "with axis 0 moves");
+    out->rank = rank;
+    for (int d = 0, k = 0; d < rank; d++) out->dims[d] = ins[d] ? 1 : x->dims[k++];
+    return NULL;
+  }
+  case K_SQUEEZE: {
+    KDC_RETURN_IF_ERROR(axes_of(l, "axis", x->rank, &n, ax));
+    bool drop[KDC_MAX_RANK] = {0};
+    for (int d = 1; n == 0 && d < x->rank; d++) drop[d] = x->dims[d] == 1;
+    for (int i = 0; i < n; i++) {
+      if (ax[i] == 0) return batch_err(l, "squeezes");
+      if (x->dims[ax[i]] != 1)
+        return kdc_fe_layer_err(l, KDC_INVALID_INPUT, "config.axis: dimension %lld has size "
+                                "%lld, not 1", (long long)ax[i], (long long)x->dims[ax[i]]);
+      drop[ax[i]] = true;
+    }
+    out->rank = 0;
+    for (int d = 0; d < x->rank; d++)
+      if (!drop[d]) out->dims[out->rank++] = x->dims[d];
+    return NULL;
+  }
+  case K_RESHAPE: {
+    kdc_kshape ns;
+    json_object *v = kdc_fe_get(l->config, "newshape");
+    KDC_RETURN_IF_ERROR(kdc_fe_parse_shape(l->model, v ? v : NULL,
+                                           kdc_fe_join(l->model->arena, l->loc, "config.newshape"),
+                                           &ns));
+    if (ns.rank < 1 || ns.dims[0] != -1) return batch_err(l, "with a first dim other than -1 changes");
+    int64_t per = 1, known = 1;
+    int unknown = 0;
+    for (int d = 1; d < x->rank; d++) per *= x->dims[d];
+    for (int d = 1; d < ns.rank; d++)
+      if (ns.dims[d] < 0) unknown++;
+      else known *= ns.dims[d];
+    if (unknown > 0 || known != per)
+      return kdc_fe_layer_err(l, KDC_UNSUPPORTED, "config.newshape: kdc needs -1 first (the "
+                              "batch) and the other dims known with %lld elements per sample",
+                              (long long)per);
+    *out = ns;
+    return NULL;
+  }
+  case K_TRANSPOSE: {
+    KDC_RETURN_IF_ERROR(axes_of(l, "axes", x->rank, &n, ax));
+    if (n == 0) {
+      if (x->rank > 1) return batch_err(l, "with axes null moves");
+      return NULL;
+    }
+    if (n != x->rank)
+      return kdc_fe_layer_err(l, KDC_INVALID_INPUT, "config.axes: %d axes for rank %d", n,
+                              x->rank);
+    if (ax[0] != 0) return batch_err(l, "moves");
+    for (int d = 0; d < n; d++) out->dims[d] = x->dims[ax[d]];
+    return NULL;
+  }
+  case K_SWAP: {
+    int64_t a1 = 0, a2 = 0;
+    if (!int_cfg(l, "axis1", 0, &a1) || !int_cfg(l, "axis2", 0, &a2) || a1 < -x->rank ||
+        a1 >= x->rank || a2 < -x->rank || a2 >= x->rank)
+      return kdc_fe_layer_err(l, KDC_INVALID_INPUT, "config.axis1/axis2: expected axes of "
+                              "rank %d", x->rank);
+    a1 = a1 < 0 ? a1 + x->rank : a1;
+    a2 = a2 < 0 ? a2 + x->rank : a2;
+    if ((a1 == 0) != (a2 == 0)) return batch_err(l, "moves");
+    out->dims[a1] = x->dims[a2];
+    out->dims[a2] = x->dims[a1];
+    return NULL;
+  }
+  default:
+    return NULL;
+  }
+}
+
+kdc_status kdc_fe_infer_op(kdc_infer_args *a) {
+  const kdc_keras_layer *l = a->l;
+  const kdc_keras_node *n = a->node;
+  const op_row *r = row_of(l);
+  kdc_kshape out = {0};
+  operand o[3];
+  if (n->n_kw)
+    return kdc_fe_layer_err(l, KDC_UNSUPPORTED, "%s: tensors passed as keyword arguments are not "
+                            "supported", l->class_name);
+  switch (r->kind) {
+  case K_BIN: case K_DIV: case K_LOGIC: case K_CMP: case K_WHERE: {
+    int na = r->kind == K_WHERE ? 3 : 2;
+    KDC_RETURN_IF_ERROR(operands(l, n, na, o));
+    kdc_kshape s = {0};
+    for (int i = 0; i < na; i++) {
+      if (o[i].tensor < 0) continue;
+      kdc_kshape t = s;
+      if (!bcast(&t, &a->in[o[i].tensor], &s))
+        return kdc_fe_shape_err(a, "the operands do not broadcast together", &t,
+                                &a->in[o[i].tensor]);
+    }
+    out = s;
+    break;
+  }
+  case K_CONCAT: case K_STACK: {
+    json_object *args = n->args;
+    json_object *lst = json_object_is_type(args, json_type_array) && json_object_array_length(args) == 1
+                           ? json_object_array_get_idx(args, 0) : NULL;
+    if (!json_object_is_type(lst, json_type_array) || n->n_in < 1 ||
+        (int)json_object_array_length(lst) != n->n_in)
+      return kdc_fe_layer_err(l, KDC_UNSUPPORTED, "%s: expected one list of tensors as its "
+                              "argument", l->class_name);
+    int64_t axis = 0;
+    KDC_RETURN_IF_ERROR(kdc_fe_cfg_int(l, "axis", 0, &axis));
+    const kdc_kshape *x = &a->in[0];
+    int rank = x->rank + (r->kind == K_STACK);
+    if (axis < -rank || axis >= rank)
+      return kdc_fe_layer_err(l, KDC_INVALID_INPUT, "config.axis: %lld out of range for rank %d",
+                              (long long)axis, rank);
+    if (axis < 0) axis += rank;
+    if (axis == 0) return batch_err(l, "along axis 0 changes");
+    if (rank > KDC_MAX_RANK)
+      return kdc_fe_layer_err(l, KDC_UNSUPPORTED, "rank %d exceeds kdc's maximum %d", rank,
+                              KDC_MAX_RANK);
+    out = *x;
+    for (int i = 1; i < n->n_in; i++) {
+      const kdc_kshape *y = &a->in[i];
+      bool ok = y->rank == x->rank;
+      for (int d = 0; ok && d < x->rank; d++)
+        ok = y->dims[d] == x->dims[d] || (r->kind == K_CONCAT && d == axis);
+      if (!ok) return kdc_fe_shape_err(a, "the tensors' shapes do not fit together", x, y);
+      if (r->kind == K_CONCAT) out.dims[axis] += y->dims[axis];
+    }
+    if (r->kind == K_STACK) {
+      out.rank = rank;
+      for (int d = rank - 1; d > axis; d--) out.dims[d] = x->dims[d - 1];
+      out.dims[axis] = n->n_in;
+    }
+    break;
+  }
+  default:
+    KDC_RETURN_IF_ERROR(operands(l, n, 1, o));
+    if (o[0].tensor != 0)
+      return kdc_fe_layer_err(l, KDC_UNSUPPORTED, "%s: argument 0 must be a tensor",
+                              l->class_name);
+    KDC_RETURN_IF_ERROR(shape_op(l, r, &a->in[0], &out));
+    break;
+  }
+  if (!keeps_batch(&out))
+    return kdc_fe_layer_err(l, KDC_UNSUPPORTED, "%s: the result has no batch dimension", l->class_name);
+  kdc_fe_set_outputs(a, 1, &out);
+  return NULL;
+}
+
+/* ---- lowering --------------------------------------------------------------- */
+
+static bool is_int(kdc_dtype d) { return d == KDC_DTYPE_I32 || d == KDC_DTYPE_I64; }
+
+/* |v| as dtype |d| (Keras' cast: float -> int truncates, nonzero -> true). */
+static kdc_value_id to_dtype(kdc_func *f, kdc_value_id v, kdc_dtype d) {
+  if (v == KDC_NO_VALUE || kdc_ir_type(f, v)->dtype == d) return v;
+  if (d == KDC_DTYPE_BOOL) return kdc_fe_mask_bool(f, v);
+  return kdc_ir_convert(f, v, d);
+}
+
+/* Keras' result_type of the operands (dtypes.py, JAX lattice). */
+static kdc_dtype result_type(kdc_func *f, const operand *o, int n, const kdc_value_id *in) {
+  bool any_t = false, t_float = false, t_int = false, t_bool = false, w_float = false,
+       w_int = false;
+  kdc_dtype first_int = KDC_DTYPE_I32;
+  bool two_ints = false;
+  for (int i = 0; i < n; i++) {
+    if (o[i].tensor < 0) {
+      w_float |= o[i].weak == W_FLOAT;
+      w_int |= o[i].weak == W_INT;
+      continue;
+    }
+    kdc_dtype d = kdc_ir_type(f, in[o[i].tensor])->dtype;
+    any_t = true;
+    if (d == KDC_DTYPE_F32) t_float = true;
+    else if (d == KDC_DTYPE_BOOL) t_bool = true;
+    else {
+      if (t_int && d != first_int) two_ints = true;
+      if (!t_int) first_int = d;
+      t_int = true;
+    }
+  }
+  (void)any_t;
+  if (t_float || w_float) return KDC_DTYPE_F32;
+  if (t_int) return two_ints ? KDC_DTYPE_I32 : first_int;
+  if (w_int) return KDC_DTYPE_I32;
+  (void)t_bool;
+  return KDC_DTYPE_BOOL;
+}
+
+/* Operand |o| as a value of dtype |d| (numbers as rank-0 constants). */
+static kdc_value_id value_of(kdc_func *f, const operand *o, const kdc_value_id *in, kdc_dtype d) {
+  if (o->tensor >= 0) return to_dtype(f, in[o->tensor], d);
+  double v = o->num;
+  if (d == KDC_DTYPE_BOOL) v = v != 0;
+  else if (is_int(d)) v = trunc(v);
+  return kdc_ir_scalar(f, d, v);
+}
+
+/* Broadcasts the |n| values to their common numpy shape. */
+static void broadcast_all(kdc_func *f, int n, kdc_value_id *v) {
+  kdc_kshape s = {0};
+  for (int i = 0; i < n; i++) {
+    const kdc_type *t = kdc_ir_type(f, v[i]);
+    kdc_kshape x = kdc_kshape_make(t->rank, t->dims), y = s;
+    if (!bcast(&y, &x, &s)) return; /* the builder reports the mismatch */
+  }
+  for (int i = 0; i < n; i++) v[i] = kdc_ir_broadcast_to(f, v[i], s.rank, s.dims);
+}
+
+static kdc_status dtype_err(const kdc_keras_layer *l, kdc_dtype d, const char *what) {
+  return kdc_fe_layer_err(l, KDC_UNSUPPORTED, "%s of a %s tensor is not supported (%s)",
+                          l->class_name, kdc_dtype_name(d), what);
+}
+
+static kdc_status act_checks(const kdc_keras_layer *l, double *alpha) {
+  double v = 0;
+  if (!strcmp(l->class_name, "Celu")) {
+    KDC_RETURN_IF_ERROR(kdc_fe_cfg_double(l, "alpha", 1.0, &v));
+    if (v != 1.0) return kdc_fe_layer_err(l, KDC_UNSUPPORTED, "config.alpha: only 1.0 is supported");
+  } else if (!strcmp(l->class_name, "SoftShrink") || !strcmp(l->class_name, "HardShrink")) {
+    KDC_RETURN_IF_ERROR(kdc_fe_cfg_double(l, "threshold", 0.5, &v));
+    if (v != 0.5)
+      return kdc_fe_layer_err(l, KDC_UNSUPPORTED, "config.threshold: only 0.5 is supported");
+  } else if (!strcmp(l->class_name, "Squareplus")) {
+    KDC_RETURN_IF_ERROR(kdc_fe_cfg_double(l, "b", 4.0, &v));
+    if (v != 4.0) return kdc_fe_layer_err(l, KDC_UNSUPPORTED, "config.b: only 4 is supported");
+  } else if (!strcmp(l->class_name, "Elu")) {
+    return kdc_fe_cfg_double(l, "alpha", 1.0, alpha);
+  } else if (!strcmp(l->class_name, "LeakyRelu")) {
+    return kdc_fe_cfg_double(l, "negative_slope", 0.2, alpha);
+  }
+  return NULL;
+}
+
+static kdc_status lower_act(kdc_lower_ctx *c, const kdc_keras_layer *l, const op_row *r,
+                            kdc_value_id x, kdc_value_id *out) {
+  kdc_func *f = c->f;
+  kdc_dtype d = kdc_ir_type(f, x)->dtype;
+  if (d != KDC_DTYPE_F32) return dtype_err(l, d, "keras.ops.nn activations take float tensors");
+  double alpha = 0;
+  KDC_RETURN_IF_ERROR(act_checks(l, &alpha));
+  if (!strcmp(l->class_name, "Elu")) {
+    *out = kdc_fe_elu(f, x, alpha);
+    return NULL;
+  }
+  if (!strcmp(l->class_name, "LeakyRelu")) {
+    *out = kdc_fe_relu(f, x, alpha, 0, false, 0);
+    return NULL;
+  }
+  if (!strcmp(l->class_name, "Gelu")) {
+    bool approx = true;
+    KDC_RETURN_IF_ERROR(kdc_fe_cfg_bool(l, "approximate", true, &approx));
+    *out = kdc_fe_gelu(f, x, approx);
+    return NULL;
+  }
+  if (!strcmp(l->class_name, "Softmax") || !strcmp(l->class_name, "LogSoftmax")) {
+    int n = 0;
+    int64_t ax[KDC_MAX_RANK];
+    const kdc_type *t = kdc_ir_type(f, x);
+    KDC_RETURN_IF_ERROR(axes_of(l, "axis", t->rank, &n, ax));
+    if (n == 0) return batch_err(l, "with axis null normalizes over");
+    for (int i = 0; i < n; i++)
+      if (ax[i] == 0) return batch_err(l, "normalizes over");
+    *out = kdc_fe_softmax(f, x, n, ax, l->class_name[0] == 'L');
+    return NULL;
+  }
+  return kdc_fe_activation(c, l, "name", r->act, x, out);
+}
+
+static kdc_status lower_shape_op(kdc_lower_ctx *c, const kdc_keras_layer *l, const op_row *r,
+                                 const kdc_keras_node *n, kdc_value_id x, kdc_value_id *out) {
+  kdc_func *f = c->f;
+  kdc_type t = *kdc_ir_type(f, x);
+  kdc_kshape xs = kdc_kshape_make(t.rank, t.dims), ys;
+  xs.dims[0] = -1; /* the batch, as shape inference saw it */
+  KDC_RETURN_IF_ERROR(shape_op(l, r, &xs, &ys));
+  ys.dims[0] = t.dims[0];
+  kdc_dtype d = t.dtype;
+  int64_t ax[KDC_MAX_RANK];
+  int na = 0;
+  switch (r->kind) {
+  case K_RED: {
+    KDC_RETURN_IF_ERROR(axes_of(l, "axis", t.rank, &na, ax));
+    kdc_reduce_kind kind = (kdc_reduce_kind)r->op;
+    if (r->arg >= 2) x = kdc_ir_convert(f, to_dtype(f, x, KDC_DTYPE_BOOL), KDC_DTYPE_I32);
+    else if (r->arg == 1 && d != KDC_DTYPE_F32) x = to_dtype(f, x, KDC_DTYPE_F32);
+    else if (d == KDC_DTYPE_BOOL) x = kdc_ir_convert(f, x, KDC_DTYPE_I32);
+    kdc_value_id y = kdc_ir_reduce(f, kind, x, na, ax);
+    if (r->arg == 1) {
+      double cnt = 1;
+      for (int i = 0; i < na; i++) cnt *= (double)t.dims[ax[i]];
+      y = kdc_ir_binary_scalar(f, KDC_OP_DIV, y, cnt);
+    } else if (r->arg >= 2) {
+      y = to_dtype(f, y, KDC_DTYPE_BOOL);
+    } else if (d == KDC_DTYPE_BOOL && (kind == KDC_RED_MAX || kind == KDC_RED_MIN)) {
+      y = to_dtype(f, y, KDC_DTYPE_BOOL); /* max / min of bools stay bool */
+    }
+    *out = kdc_ir_reshape(f, y, ys.rank, ys.dims);
+    return NULL;
+  }
+  case K_TRANSPOSE:
+    KDC_RETURN_IF_ERROR(axes_of(l, "axes", t.rank, &na, ax));
+    *out = na ? kdc_ir_transpose(f, x, ax) : x;
+    return NULL;
+  case K_SWAP: {
+    int64_t a1 = 0, a2 = 0;
+    (void)int_cfg(l, "axis1", 0, &a1);
+    (void)int_cfg(l, "axis2", 0, &a2);
+    a1 = a1 < 0 ? a1 + t.rank : a1;
+    a2 = a2 < 0 ? a2 + t.rank : a2;
+    for (int i = 0; i < t.rank; i++) ax[i] = i;
+    ax[a1] = a2;
+    ax[a2] = a1;
+    *out = kdc_ir_transpose(f, x, ax);
+    return NULL;
+  }
+  default: /* ExpandDims, Squeeze, Reshape: row-major reinterpretations */
+    (void)n;
+    *out = kdc_ir_reshape(f, x, ys.rank, ys.dims);
+    return NULL;
+  }
+}
+
+static kdc_status cast_dtype(const kdc_keras_layer *l, kdc_dtype *d) {
+  json_object *v = kdc_fe_get(l->config, "dtype");
+  const char *s = kdc_fe_dtype_name(v, NULL);
+  if (!s) return kdc_fe_layer_err(l, KDC_INVALID_INPUT, "config.dtype: expected a dtype name");
+  if (!strcmp(s, "float32")) *d = KDC_DTYPE_F32;
+  else if (!strcmp(s, "int32")) *d = KDC_DTYPE_I32;
+  else if (!strcmp(s, "int64")) *d = KDC_DTYPE_I64;
+  else if (!strcmp(s, "bool")) *d = KDC_DTYPE_BOOL;
+  else
+    return kdc_fe_layer_err(l, KDC_UNSUPPORTED, "config.dtype \"%s\": kdc's tensors are float32, "
+                            "int32, int64 or bool", s);
+  return NULL;
+}
+
+static kdc_value_id bin(kdc_func *f, kdc_op op, kdc_value_id a, kdc_value_id b) {
+  return kdc_ir_binary(f, op, a, b);
+}
+
+kdc_status kdc_fe_lower_op(struct kdc_lower_ctx *c, const kdc_keras_layer *l,
+                           const kdc_keras_node *n, const kdc_value_id *in,
+                           const kdc_value_id *kw, kdc_value_id *out) {
   (void)kw;
   kdc_func *f = c->f;
-  kdc_value_id y = n->n_in == 2 ? in[1] : KDC_NO_VALUE;
-  if (y == KDC_NO_VALUE) {
-    double v;
-    KDC_RETURN_IF_ERROR(scalar_operand(l, n, &v));
-    const kdc_type t = *kdc_ir_type(f, in[0]);
-    y = kdc_ir_splat(f, t.dtype, t.rank, t.dims, v);
+  const op_row *r = row_of(l);
+  operand o[3];
+  kdc_value_id v[3];
+  switch (r->kind) {
+  case K_BIN: case K_DIV: case K_LOGIC: case K_CMP: case K_WHERE: {
+    int na = r->kind == K_WHERE ? 3 : 2;
+    KDC_RETURN_IF_ERROR(operands(l, n, na, o));
+    const operand *vo = r->kind == K_WHERE ? o + 1 : o;
+    kdc_dtype d = r->kind == K_LOGIC ? KDC_DTYPE_BOOL : result_type(f, vo, 2, in);
+    if (r->kind == K_DIV && d != KDC_DTYPE_F32) d = KDC_DTYPE_F32;
+    if (r->kind == K_BIN && d == KDC_DTYPE_BOOL)
+      return dtype_err(l, d, "arithmetic on two bool operands");
+    if (r->kind == K_BIN && r->op == KDC_OP_POW && d != KDC_DTYPE_F32)
+      return dtype_err(l, d, "Power takes float operands in kdc");
+    if (r->kind == K_WHERE) {
+      v[0] = value_of(f, &o[0], in, KDC_DTYPE_BOOL);
+      v[1] = value_of(f, &o[1], in, d);
+      v[2] = value_of(f, &o[2], in, d);
+    } else {
+      v[0] = value_of(f, &o[0], in, d);
+      v[1] = value_of(f, &o[1], in, d);
+    }
+    broadcast_all(f, na, v);
+    if (r->kind == K_WHERE) out[0] = kdc_ir_select(f, v[0], v[1], v[2]);
+    else if (r->kind == K_CMP) out[0] = kdc_ir_compare(f, (kdc_cmp)r->op, v[0], v[1]);
+    else if (r->kind == K_LOGIC && r->op == KDC_OP_NOT)
+      out[0] = kdc_ir_compare(f, KDC_CMP_NE, v[0], v[1]);
+    else if (r->kind == K_DIV) out[0] = bin(f, KDC_OP_DIV, v[0], v[1]);
+    else out[0] = bin(f, (kdc_op)r->op, v[0], v[1]);
+    return NULL;
   }
-  out[0] = kdc_ir_compare(f, compare_of(l), in[0], y);
-  return NULL;
+  case K_CONCAT: case K_STACK: {
+    int64_t axis = 0;
+    KDC_RETURN_IF_ERROR(kdc_fe_cfg_int(l, "axis", 0, &axis));
+    kdc_dtype d = kdc_ir_type(f, in[0])->dtype;
+    bool mixed = false;
+    for (int i = 1; i < n->n_in; i++) mixed |= kdc_ir_type(f, in[i])->dtype != d;
+    if (mixed) {
+      operand os[64];
+      for (int i = 0; i < n->n_in; i++) os[i] = (operand){i, W_NONE, 0};
+      d = result_type(f, os, n->n_in, in);
+    }
+    kdc_value_id xs[64];
+    int rank = kdc_ir_type(f, in[0])->rank + (r->kind == K_STACK);
+    if (axis < 0) axis += rank;
+    for (int i = 0; i < n->n_in; i++) {
+      xs[i] = to_dtype(f, in[i], d);
+      if (r->kind == K_STACK) {
+        kdc_type t = *kdc_ir_type(f, xs[i]);
+        int64_t dims[KDC_MAX_RANK];
+        for (int k = 0, j = 0; k < rank; k++) dims[k] = k == axis ? 1 : t.dims[j++];
+        xs[i] = kdc_ir_reshape(f, xs[i], rank, dims);
+      }
+    }
+    out[0] = kdc_ir_concat(f, n->n_in, xs, axis);
+    return NULL;
+  }
+  default:
+    break;
+  }
+  kdc_value_id x = in[0];
+  kdc_dtype d = kdc_ir_type(f, x)->dtype;
+  switch (r->kind) {
+  case K_UN:
+    if (d == KDC_DTYPE_BOOL) return dtype_err(l, d, "take an int or float tensor");
+    out[0] = kdc_ir_unary(f, (kdc_op)r->op, x);
+    return NULL;
+  case K_FLOATUN:
+    out[0] = kdc_ir_unary(f, (kdc_op)r->op, to_dtype(f, x, KDC_DTYPE_F32));
+    return NULL;
+  case K_SQUARE:
+    if (d == KDC_DTYPE_BOOL) x = kdc_ir_convert(f, x, KDC_DTYPE_I32);
+    out[0] = bin(f, KDC_OP_MUL, x, x);
+    return NULL;
+  case K_ROUND: {
+    int64_t dec = 0;
+    KDC_RETURN_IF_ERROR(kdc_fe_cfg_int(l, "decimals", 0, &dec));
+    if (dec != 0) return kdc_fe_layer_err(l, KDC_UNSUPPORTED, "config.decimals: only 0 is supported");
+    if (d == KDC_DTYPE_BOOL) return dtype_err(l, d, "take an int or float tensor");
+    out[0] = d == KDC_DTYPE_F32 ? kdc_ir_unary(f, KDC_OP_ROUND, x) : x;
+    return NULL;
+  }
+  case K_RECIP: {
+    x = to_dtype(f, x, KDC_DTYPE_F32);
+    const kdc_type *t = kdc_ir_type(f, x);
+    out[0] = bin(f, KDC_OP_DIV, kdc_ir_splat(f, KDC_DTYPE_F32, t->rank, t->dims, 1.0), x);
+    return NULL;
+  }
+  case K_NOT:
+    out[0] = kdc_ir_unary(f, KDC_OP_NOT, to_dtype(f, x, KDC_DTYPE_BOOL));
+    return NULL;
+  case K_ACT:
+    return lower_act(c, l, r, x, out);
+  case K_CLIP: {
+    json_object *lo = kdc_fe_get(l->config, "x_min"), *hi = kdc_fe_get(l->config, "x_max");
+    bool num_lo = json_object_is_type(lo, json_type_int) || json_object_is_type(lo, json_type_double);
+    bool num_hi = json_object_is_type(hi, json_type_int) || json_object_is_type(hi, json_type_double);
+    if (!num_lo || !num_hi)
+      return kdc_fe_layer_err(l, KDC_UNSUPPORTED, "config.x_min / x_max: expected two numbers");
+    if (d == KDC_DTYPE_BOOL) x = kdc_ir_convert(f, x, KDC_DTYPE_I32), d = KDC_DTYPE_I32;
+    const kdc_type *t = kdc_ir_type(f, x);
+    double a = json_object_get_double(lo), b = json_object_get_double(hi);
+    if (is_int(d)) a = trunc(a), b = trunc(b);
+    kdc_value_id y = bin(f, KDC_OP_MAX, x, kdc_ir_splat(f, d, t->rank, t->dims, a));
+    out[0] = bin(f, KDC_OP_MIN, y, kdc_ir_splat(f, d, t->rank, t->dims, b));
+    return NULL;
+  }
+  case K_CAST: {
+    kdc_dtype to = KDC_DTYPE_F32;
+    KDC_RETURN_IF_ERROR(cast_dtype(l, &to));
+    out[0] = to_dtype(f, x, to);
+    return NULL;
+  }
+  default:
+    return lower_shape_op(c, l, r, n, x, out);
+  }
 }

@@ -34,13 +34,9 @@ KDC = os.environ.get("KDC_BIN", os.path.join(ROOT, "build", "tools", "kdc"))
 
 # what Keras 3.15.1 writes for these examples that kdc does not read (each
 # is checked to fail with a located error, not skipped silently):
-#   layer_zoo2: Keras 3.15 records RandomFlip's call with training=True in
-#     config.json, which kdc refuses (augmentation at inference); its legacy
-#     saver wrote no model_config (get_config failed inside Keras);
-#   masked_text: Keras 3.15 records the mask's ops.logical_or as a LogicalOr
-#     node, an op kdc does not lower.
-REFUSED = {("layer_zoo2", "keras"): "training=true", ("layer_zoo2", "legacy"): "model_config",
-           ("masked_text", "keras"): "LogicalOr", ("masked_text", "legacy"): "LogicalOr"}
+#   layer_zoo2: Keras' legacy saver wrote no model_config (get_config failed
+#     inside Keras).
+REFUSED = {("layer_zoo2", "legacy"): "model_config"}
 
 
 # one compiled-code cache for the session: the same plan is run several times
