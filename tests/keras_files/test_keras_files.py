@@ -268,3 +268,46 @@ def test_fixed_batch(tmp_path):
         "-o", tmp_path / "p.plan")
     r = kdc("inspect", tmp_path / "p.plan")
     assert '"name": "input_layer", "dtype": "f32", "shape": [8, 28, 28, 1]' in r.stdout
+
+
+def test_recorded_training_true(tmp_path):
+    """Keras 3.15 records RandomFlip's call with training=True (its call()
+    default); Keras 3's predict passes training=False over it, so the archive
+    predicts deterministically without flipping, and so does kdc.  tf.keras 2
+    honours an explicit training=True in predict (Monte Carlo dropout): such
+    a topology is refused, naming the layer."""
+    import keras
+    import zipfile
+    path = f"{DATA}/layer_zoo2/model.keras"
+    cfg = json.loads(zipfile.ZipFile(path).read("config.json"))
+    flip = [l for l in cfg["config"]["layers"] if l["class_name"] == "RandomFlip"][0]
+    assert flip["inbound_nodes"][0]["kwargs"] == {"training": True}
+    e = os.path.join(ROOT, "examples", "layer_zoo2")
+    ins, n_out = example_io("layer_zoo2")
+    m = keras.saving.load_model(path)
+    xs = [np.load(x) for x in ins]
+    a, b = m.predict(xs, verbose=0), m.predict(xs, verbose=0)
+    assert np.array_equal(a, b)  # Keras does not flip in predict
+    kdc("compile", path, "--batch", 4, "-o", tmp_path / "z.plan")
+    got = predict(tmp_path / "z.plan", ins, n_out, tmp_path, "z")[0]
+    np.testing.assert_allclose(got, a, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got, np.load(f"{e}/expected.npy"), rtol=1e-5, atol=1e-5)
+    for cls, cfg in (("Dropout", {"rate": 0.5}), ("RandomFlip", {"mode": "horizontal"})):
+        model = {"class_name": "Functional", "keras_version": "2.15.0", "backend": "tensorflow",
+                 "config": {"name": "model", "input_layers": [["input_1", 0, 0]],
+                            "output_layers": [["aug", 0, 0]], "layers": [
+                                {"class_name": "InputLayer", "name": "input_1", "inbound_nodes": [],
+                                 "config": {"batch_input_shape": [None, 4, 4, 3], "dtype": "float32",
+                                            "name": "input_1"}},
+                                {"class_name": cls, "name": "aug",
+                                 "config": dict(cfg, name="aug", trainable=True, dtype="float32"),
+                                 "inbound_nodes": [[["input_1", 0, 0, {"training": True}]]]}]}}
+        (tmp_path / "tk2.json").write_text(json.dumps(model))
+        (tmp_path / "t.plan").unlink(missing_ok=True)
+        r = kdc("compile", tmp_path / "tk2.json", "-o", tmp_path / "t.plan", check=False)
+        lines = r.stderr.strip().splitlines()
+        assert r.returncode == 2 and len(lines) == 1 and "config.layers[1]" in lines[0], r.stderr
+        assert "training=true" in lines[0] and not (tmp_path / "t.plan").exists()
+        del model["config"]["layers"][1]["inbound_nodes"][0][0][3]["training"]
+        (tmp_path / "tk2.json").write_text(json.dumps(model))
+        kdc("compile", tmp_path / "tk2.json", "-o", tmp_path / "t.plan")
