@@ -582,7 +582,8 @@ kdc_status kdc_fe_lower_dropout(struct kdc_lower_ctx *c, const kdc_keras_layer *
                                 const kdc_keras_node *n, const kdc_value_id *in,
                                 const kdc_value_id *kw, kdc_value_id *out);
 /* A tf.keras 2 topology's call with an explicit training=true (honoured in
- * predict there; Keras 3's predict and fit override it). */
+ * predict there; Keras 3's predict and fit override it): the augmentation
+ * layers refuse it (lower_dropout.c). */
 bool kdc_fe_call_forces_training(const kdc_keras_layer *l, const kdc_keras_node *n);
 kdc_status kdc_fe_lower_identity(struct kdc_lower_ctx *c, const kdc_keras_layer *l,
                                  const kdc_keras_node *n, const kdc_value_id *in,

@@ -34,8 +34,10 @@
  * recorded value (models/functional.py operation_fn), so Keras 3 files
  * ignore it -- Keras 3.15 records training=True for every layer whose
  * call() defaults to it (RandomFlip, ...).  tf.keras 2 honours an
- * explicit training=True in predict (Monte Carlo dropout): such a
- * topology is a located error (kdc_fe_call_forces_training).
+ * explicit training=True in predict (Monte Carlo dropout): the random
+ * augmentation layers refuse such a topology (kdc_fe_call_forces_training);
+ * these layers stay the identity in its predict, as kdc has always done
+ * (tests/frontend/data/real2's AidanBlumLevine U-Net has such Dropouts).
  */
 #include <math.h>
 #include <string.h>
@@ -138,10 +140,6 @@ bool kdc_fe_call_forces_training(const kdc_keras_layer *l, const kdc_keras_node 
 kdc_status kdc_fe_lower_dropout(struct kdc_lower_ctx *c, const kdc_keras_layer *l,
                                 const kdc_keras_node *n, const kdc_value_id *in,
                                 const kdc_value_id *kw, kdc_value_id *out) {
-  if (kdc_fe_call_forces_training(l, n))
-    return kdc_fe_layer_err(l, KDC_UNSUPPORTED, "the call's training=true keeps this %s active "
-                            "in predict (tf.keras 2 honours it: Monte Carlo dropout), which kdc "
-                            "does not support", l->class_name);
   out[0] = in[0];
   if (!c->training || in[0] == KDC_NO_VALUE) return NULL;
   kdc_func *f = c->f;
