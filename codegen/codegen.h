@@ -310,6 +310,9 @@ typedef struct cg_gpu_form {
   kdc_reduce_kind red;
   int64_t outputs, terms;  /* kept elements, reduced elements per output */
   uint32_t tile, lanes;    /* outputs per block, threads per output (powers of 2) */
+  uint32_t splits;         /* blocks per tile of outputs, each folding a chunk of the
+                              terms; > 1: partials in scratch, the last block combines */
+  uint64_t scratch;        /* bytes: a counter per tile, then splits x outputs partials */
 } cg_gpu_form;
 
 /* With P->cuda_sm: chooses kernel |idx|'s GPU form (P->kform) and, for a

@@ -25,6 +25,7 @@
 /* ---- the launch table ------------------------------------------------------ */
 
 enum { RT_CUDA_TABLE_VERSION = 2, RT_CUDA_MAX_GRID = 0x7fffffff };
+#define RT_CUDA_MAX_SCRATCH (1ull << 32)
 
 /* A kernel's launch form (codegen's cg_gpu_kind, docs/gpu.md "Kernel forms"). */
 enum { RT_CUDA_FORM_ELEMENT = 0, RT_CUDA_FORM_COLUMN = 1, RT_CUDA_FORM_ROW = 2 };
@@ -34,6 +35,8 @@ typedef struct rt_cuda_launch {
   uint64_t threads;         /* ELEMENT: one per output element; a reduction: grid x block */
   uint32_t grid, block;     /* grid = ceil(threads / block), >= 1; block per kernel */
   uint32_t form;            /* RT_CUDA_FORM_* */
+  uint64_t scratch;         /* > 0: bytes of zeroed device scratch passed after coords (a
+                               reduction split over blocks; its counters return to 0) */
 } rt_cuda_launch;
 
 typedef struct rt_cuda_table {

@@ -139,10 +139,12 @@ static void table(kdc_buf *b, int bad) {
   kdc_buf_put_u64(b, 1000);
   kdc_buf_put_u32(b, bad == 3 ? 100 : 128);
   kdc_buf_put_u32(b, RT_CUDA_FORM_ELEMENT);
+  kdc_buf_put_u64(b, bad == 8 ? 64 : 0); /* scratch only for a reduction */
   kdc_buf_put_str(b, bad == 4 ? "kdc_cuda_7" : "kdc_cuda_1");
   kdc_buf_put_u64(b, bad == 5 ? ((uint64_t)RT_CUDA_MAX_GRID + 1) * 128 : 1);
   kdc_buf_put_u32(b, 128);
   kdc_buf_put_u32(b, bad == 7 ? 9 : RT_CUDA_FORM_COLUMN);
+  kdc_buf_put_u64(b, bad == 9 ? RT_CUDA_MAX_SCRATCH + 1 : 4096);
   if (bad == 6) b->size -= 3; /* truncated */
 }
 
@@ -150,8 +152,9 @@ static void test_launch_table_errors(void **state) {
   (void)state;
   static const char *const want[] = {NULL,          "version 1",         "sm_70",
                                      "block size 100", "expected \"kdc_cuda_1\"", "blocks of 128",
-                                     "need 4 bytes", "unknown launch form 9"};
-  for (int bad = 0; bad <= 7; bad++) {
+                                     "need 8 bytes", "unknown launch form 9",
+                                     "kernel 0: 64 bytes of scratch", "bytes of scratch"};
+  for (int bad = 0; bad <= 9; bad++) {
     kdc_buf b;
     table(&b, bad);
     kdc_reader r;
@@ -163,6 +166,7 @@ static void test_launch_table_errors(void **state) {
       assert_null(st);
       assert_int_equal(t.kernels[0].grid, 8);
       assert_int_equal(t.kernels[1].grid, 1);
+      assert_int_equal(t.kernels[1].scratch, 4096);
       kdc_reader_init(&r, b.data, b.size, "p.bin", "cuda");
       st = rt_cuda_table_decode(&r, a, 3, &t); /* the program has 3 kernels */
       assert_non_null(st);
