@@ -33,8 +33,11 @@
  *   Clip(x_min, x_max) (bool: int32); Cast(dtype);
  * - reductions over axes that keep the batch: Sum (bool: int32), Mean
  *   (int and bool: float32), Max/Amax, Min/Amin, Prod, Any, All; keepdims;
+ * - Var, Std, Logsumexp (float32), Argmax / Argmin (int32, first index);
  * - shapes that keep the batch as dim 0: ExpandDims, Squeeze, Reshape,
- *   Transpose, Swapaxes, Concatenate, Stack.
+ *   Transpose, Swapaxes, Concatenate, Stack, GetItem (ints, slices, None,
+ *   Ellipsis), Take (one integer index);
+ * - Matmul of two float tensors of one rank >= 3 (a batched dot), OneHot.
  * Result types (keras/src/backend/common/dtypes.py result_type, JAX
  * lattice): a Python int operand is weak (int32 for bool, else the
  * tensor's type), a Python float makes float32; two tensors give the
@@ -76,6 +79,11 @@ typedef enum op_kind {
   K_SWAP,
   K_CONCAT,
   K_STACK,
+  K_GETITEM,
+  K_TAKE,
+  K_MATMUL,
+  K_ARG,     /* argmax / argmin: |op| the reduce kind */
+  K_ONEHOT,
 } op_kind;
 
 typedef struct op_row {
@@ -157,6 +165,15 @@ typedef struct op_row {
   X("Prod", K_RED, KDC_RED_PROD, 0, NULL)                              \
   X("Any", K_RED, KDC_RED_MAX, 2, NULL)                                \
   X("All", K_RED, KDC_RED_MIN, 3, NULL)                                \
+  X("Var", K_RED, KDC_RED_SUM, 4, NULL)                                \
+  X("Std", K_RED, KDC_RED_SUM, 5, NULL)                                \
+  X("Logsumexp", K_RED, KDC_RED_SUM, 6, NULL)                          \
+  X("Argmax", K_ARG, KDC_RED_MAX, 0, NULL)                             \
+  X("Argmin", K_ARG, KDC_RED_MIN, 0, NULL)                             \
+  X("GetItem", K_GETITEM, 0, 0, NULL)                                  \
+  X("Take", K_TAKE, 0, 0, NULL)                                        \
+  X("Matmul", K_MATMUL, 0, 0, NULL)                                    \
+  X("OneHot", K_ONEHOT, 0, 0, NULL)                                    \
   X("ExpandDims", K_EXPAND, 0, 0, NULL)                                \
   X("Squeeze", K_SQUEEZE, 0, 0, NULL)                                  \
   X("Reshape", K_RESHAPE, 0, 0, NULL)                                  \
@@ -377,6 +394,37 @@ static kdc_status shape_op(const kdc_keras_layer *l, const op_row *r, const kdc_
     for (int d = 0; d < n; d++) out->dims[d] = x->dims[ax[d]];
     return NULL;
   }
+  case K_ARG: {
+    bool keep = false;
+    KDC_RETURN_IF_ERROR(kdc_fe_cfg_bool(l, "keepdims", false, &keep));
+    KDC_RETURN_IF_ERROR(axes_of(l, "axis", x->rank, &n, ax));
+    if (n == 0) return batch_err(l, "with axis null flattens");
+    if (n != 1) return kdc_fe_layer_err(l, KDC_INVALID_INPUT, "config.axis: expected one axis");
+    if (ax[0] == 0) return batch_err(l, "reduces");
+    out->rank = 0;
+    for (int d = 0; d < x->rank; d++)
+      if (d != ax[0]) out->dims[out->rank++] = x->dims[d];
+      else if (keep) out->dims[out->rank++] = 1;
+    return NULL;
+  }
+  case K_ONEHOT: {
+    int64_t k = 0, axis = -1;
+    bool sparse = false;
+    KDC_RETURN_IF_ERROR(kdc_fe_cfg_int(l, "num_classes", -1, &k));
+    KDC_RETURN_IF_ERROR(kdc_fe_cfg_int(l, "axis", -1, &axis));
+    KDC_RETURN_IF_ERROR(kdc_fe_cfg_bool(l, "sparse", false, &sparse));
+    if (k < 1 || k > KDC_FE_MAX_ELEMENTS)
+      return kdc_fe_layer_err(l, KDC_INVALID_INPUT, "config.num_classes: expected a positive "
+                              "integer");
+    if ((axis != -1 && axis != x->rank) || sparse)
+      return kdc_fe_layer_err(l, KDC_UNSUPPORTED, "config.axis / sparse: kdc puts the classes "
+                              "last (axis -1), dense");
+    if (x->rank + 1 > KDC_MAX_RANK)
+      return kdc_fe_layer_err(l, KDC_UNSUPPORTED, "rank %d exceeds kdc's maximum %d",
+                              x->rank + 1, KDC_MAX_RANK);
+    out->dims[out->rank++] = k;
+    return NULL;
+  }
   case K_SWAP: {
     int64_t a1 = 0, a2 = 0;
     if (!int_cfg(l, "axis1", 0, &a1) || !int_cfg(l, "axis2", 0, &a2) || a1 < -x->rank ||
@@ -393,6 +441,139 @@ static kdc_status shape_op(const kdc_keras_layer *l, const op_row *r, const kdc_
   default:
     return NULL;
   }
+}
+
+/* x[key] of GetItem (args [x, key]; key: a slice, an int, None, Ellipsis
+ * or a list of them, as Keras serializes them: {"class_name": "__slice__",
+ * "config": {start, stop, step}}, {"class_name": "__ellipsis__"}) and
+ * Take(x, i, axis): the slice of |x| (start/limit/stride per dim) and the
+ * result shape.  The batch dim must be taken whole. */
+typedef struct index_plan {
+  int64_t start[KDC_MAX_RANK], limit[KDC_MAX_RANK], stride[KDC_MAX_RANK];
+  kdc_kshape out;
+} index_plan;
+
+static const char *special(json_object *v) {
+  json_object *cn = kdc_fe_get(v, "class_name");
+  return json_object_is_type(v, json_type_object) && cn && json_object_is_type(cn, json_type_string)
+             ? json_object_get_string(cn) : NULL;
+}
+
+static bool opt_int(json_object *v, int64_t *out) {
+  if (kdc_fe_is_null(v)) return false;
+  *out = json_object_get_int64(v);
+  return true;
+}
+
+/* One index component |v| for dim |d| of size |size|. */
+static kdc_status index_one(const kdc_keras_layer *l, json_object *v, int d, int64_t size,
+                            index_plan *p, bool *keep) {
+  const char *cls = special(v);
+  *keep = true;
+  p->start[d] = 0, p->limit[d] = size, p->stride[d] = 1;
+  if (json_object_is_type(v, json_type_int)) {
+    if (d == 0) return batch_err(l, "with an integer index takes one row of");
+    int64_t i = json_object_get_int64(v);
+    if (i < -size || i >= size)
+      return kdc_fe_layer_err(l, KDC_INVALID_INPUT, "index %lld is out of range for dimension "
+                              "%d of size %lld", (long long)i, d, (long long)size);
+    p->start[d] = i < 0 ? i + size : i;
+    p->limit[d] = p->start[d] + 1;
+    *keep = false;
+    return NULL;
+  }
+  if (!cls || strcmp(cls, "__slice__"))
+    return kdc_fe_layer_err(l, KDC_UNSUPPORTED, "GetItem: kdc reads integer, slice, None and "
+                            "Ellipsis indices (not tensors or lists)");
+  json_object *c = kdc_fe_get(v, "config");
+  int64_t a = 0, b = size, st = 1;
+  bool has_a = opt_int(kdc_fe_get(c, "start"), &a), has_b = opt_int(kdc_fe_get(c, "stop"), &b);
+  bool has_st = opt_int(kdc_fe_get(c, "step"), &st);
+  if (d == 0 && (has_a || has_b || (has_st && st != 1))) return batch_err(l, "slices");
+  if (d == 0) return NULL; /* the whole batch (its size -1 while shapes are inferred) */
+  if (st < 1)
+    return kdc_fe_layer_err(l, KDC_UNSUPPORTED, "GetItem: slice steps below 1 are not supported");
+  if (has_a) a = a < 0 ? (a + size < 0 ? 0 : a + size) : (a > size ? size : a);
+  if (has_b) b = b < 0 ? (b + size < 0 ? 0 : b + size) : (b > size ? size : b);
+  if (b <= a)
+    return kdc_fe_layer_err(l, KDC_UNSUPPORTED, "GetItem: an empty slice of dimension %d", d);
+  p->start[d] = a, p->limit[d] = b, p->stride[d] = st;
+  return NULL;
+}
+
+static kdc_status index_plan_of(const kdc_keras_layer *l, const kdc_keras_node *n,
+                                const kdc_kshape *x, index_plan *p) {
+  json_object *args = n->args;
+  const op_row *r = row_of(l);
+  if (n->n_in != 1 || !json_object_is_type(args, json_type_array) ||
+      json_object_array_length(args) != 2)
+    return kdc_fe_layer_err(l, KDC_UNSUPPORTED, "%s: expected the arguments (x, index) with a "
+                            "constant index", l->class_name);
+  json_object *key = json_object_array_get_idx(args, 1);
+  p->out.rank = 0;
+  if (r->kind == K_TAKE) {
+    int64_t axis = 0;
+    json_object *av = kdc_fe_get(l->config, "axis");
+    if (kdc_fe_is_null(av)) return batch_err(l, "with axis null flattens");
+    KDC_RETURN_IF_ERROR(kdc_fe_cfg_int(l, "axis", 0, &axis));
+    if (!json_object_is_type(key, json_type_int))
+      return kdc_fe_layer_err(l, KDC_UNSUPPORTED, "Take: kdc reads one integer index (not a "
+                              "tensor or a list)");
+    if (axis < -x->rank || axis >= x->rank)
+      return kdc_fe_layer_err(l, KDC_INVALID_INPUT, "config.axis: %lld out of range for rank %d",
+                              (long long)axis, x->rank);
+    if (axis < 0) axis += x->rank;
+    for (int d = 0; d < x->rank; d++) {
+      bool keep = true;
+      p->start[d] = 0, p->limit[d] = x->dims[d], p->stride[d] = 1;
+      if (d == axis) KDC_RETURN_IF_ERROR(index_one(l, key, d, x->dims[d], p, &keep));
+      if (keep) p->out.dims[p->out.rank++] = x->dims[d];
+    }
+    return NULL;
+  }
+  bool list = json_object_is_type(key, json_type_array);
+  int nk = list ? (int)json_object_array_length(key) : 1, used = 0, ell = 0;
+  for (int k = 0; k < nk; k++) {
+    json_object *v = list ? json_object_array_get_idx(key, (size_t)k) : key;
+    const char *cls = special(v);
+    if (cls && !strcmp(cls, "__ellipsis__")) ell++;
+    else if (!kdc_fe_is_null(v)) used++;
+  }
+  if (ell > 1 || used > x->rank)
+    return kdc_fe_layer_err(l, KDC_INVALID_INPUT, "GetItem: too many indices for rank %d",
+                            x->rank);
+  int d = 0;
+  for (int k = 0; k <= nk; k++) {
+    json_object *v = k < nk ? (list ? json_object_array_get_idx(key, (size_t)k) : key) : NULL;
+    const char *cls = v ? special(v) : NULL;
+    bool is_ell = cls && !strcmp(cls, "__ellipsis__");
+    if (k < nk && !is_ell && kdc_fe_is_null(v)) { /* None: a new axis */
+      if (d == 0) return batch_err(l, "with None first moves");
+      if (p->out.rank >= KDC_MAX_RANK)
+        return kdc_fe_layer_err(l, KDC_UNSUPPORTED, "rank exceeds kdc's maximum %d", KDC_MAX_RANK);
+      p->out.dims[p->out.rank++] = 1;
+      continue;
+    }
+    /* Ellipsis: the dims no explicit index takes; the end: the rest */
+    int full = k == nk ? x->rank - d : is_ell ? x->rank - used : 0;
+    if (p->out.rank + full > KDC_MAX_RANK)
+      return kdc_fe_layer_err(l, KDC_UNSUPPORTED, "rank exceeds kdc's maximum %d", KDC_MAX_RANK);
+    for (int e = 0; e < full; e++, d++) {
+      p->start[d] = 0, p->limit[d] = x->dims[d], p->stride[d] = 1;
+      p->out.dims[p->out.rank++] = x->dims[d];
+    }
+    if (k == nk || is_ell) continue;
+    bool keep;
+    KDC_RETURN_IF_ERROR(index_one(l, v, d, x->dims[d], p, &keep));
+    if (keep) {
+      if (p->out.rank >= KDC_MAX_RANK)
+        return kdc_fe_layer_err(l, KDC_UNSUPPORTED, "rank exceeds kdc's maximum %d", KDC_MAX_RANK);
+      int64_t len = (p->limit[d] - p->start[d] + p->stride[d] - 1) / p->stride[d];
+      p->out.dims[p->out.rank++] = d == 0 ? x->dims[0] : len;
+    }
+    d++;
+  }
+  return NULL;
 }
 
 kdc_status kdc_fe_infer_op(kdc_infer_args *a) {
@@ -453,6 +634,25 @@ kdc_status kdc_fe_infer_op(kdc_infer_args *a) {
       for (int d = rank - 1; d > axis; d--) out.dims[d] = x->dims[d - 1];
       out.dims[axis] = n->n_in;
     }
+    break;
+  }
+  case K_GETITEM: case K_TAKE: {
+    index_plan p;
+    KDC_RETURN_IF_ERROR(index_plan_of(l, n, &a->in[0], &p));
+    out = p.out;
+    break;
+  }
+  case K_MATMUL: {
+    KDC_RETURN_IF_ERROR(operands(l, n, 2, o));
+    const kdc_kshape *x = &a->in[0], *y = &a->in[1];
+    bool ok = n->n_in == 2 && x->rank == y->rank && x->rank >= 3;
+    for (int d = 1; ok && d < x->rank - 2; d++) ok = x->dims[d] == y->dims[d];
+    if (ok) ok = x->dims[x->rank - 1] == y->dims[y->rank - 2];
+    if (!ok)
+      return kdc_fe_shape_err(a, "Matmul: kdc multiplies two tensors of one rank >= 3 with "
+                              "equal leading dims and matching inner dims", x, y);
+    out = *x;
+    out.dims[x->rank - 1] = y->dims[y->rank - 1];
     break;
   }
   default:
@@ -590,6 +790,80 @@ static kdc_status lower_act(kdc_lower_ctx *c, const kdc_keras_layer *l, const op
   return kdc_fe_activation(c, l, "name", r->act, x, out);
 }
 
+static kdc_status cast_dtype(const kdc_keras_layer *l, kdc_dtype *d) {
+  json_object *v = kdc_fe_get(l->config, "dtype");
+  const char *s = kdc_fe_dtype_name(v, NULL);
+  if (!s) return kdc_fe_layer_err(l, KDC_INVALID_INPUT, "config.dtype: expected a dtype name");
+  if (!strcmp(s, "float32")) *d = KDC_DTYPE_F32;
+  else if (!strcmp(s, "int32")) *d = KDC_DTYPE_I32;
+  else if (!strcmp(s, "int64")) *d = KDC_DTYPE_I64;
+  else if (!strcmp(s, "bool")) *d = KDC_DTYPE_BOOL;
+  else
+    return kdc_fe_layer_err(l, KDC_UNSUPPORTED, "config.dtype \"%s\": kdc's tensors are float32, "
+                            "int32, int64 or bool", s);
+  return NULL;
+}
+
+/* The reduction |m| of |x| over |ax| broadcast back to |x|'s shape. */
+static kdc_value_id unreduce(kdc_func *f, kdc_value_id x, kdc_value_id m, int na,
+                             const int64_t *ax) {
+  const kdc_type t = *kdc_ir_type(f, x);
+  bool red[KDC_MAX_RANK] = {0};
+  int64_t map[KDC_MAX_RANK];
+  int k = 0;
+  for (int i = 0; i < na; i++) red[ax[i]] = true;
+  for (int i = 0; i < t.rank; i++)
+    if (!red[i]) map[k++] = i;
+  return kdc_ir_broadcast(f, m, t.rank, t.dims, map);
+}
+
+static kdc_value_id minus_reduced(kdc_func *f, kdc_value_id x, kdc_value_id m, int na,
+                                  const int64_t *ax) {
+  return kdc_ir_binary(f, KDC_OP_SUB, x, unreduce(f, x, m, na, ax));
+}
+
+/* Var (|kind| 4: jnp.var, mean((x - mean)^2)), Std (5: its sqrt) and
+ * Logsumexp (6: jax.scipy.special.logsumexp, log(sum(exp(x - m))) + m with
+ * m the max where finite, else 0) of float |x| over |ax| (|cnt| elements). */
+static kdc_value_id moments(kdc_func *f, int kind, kdc_value_id x, int na, const int64_t *ax,
+                            double cnt) {
+  if (kind == 6) {
+    kdc_value_id m = kdc_ir_reduce(f, KDC_RED_MAX, x, na, ax);
+    const kdc_type mt = *kdc_ir_type(f, m);
+    kdc_value_id fin = kdc_ir_compare(f, KDC_CMP_LT, kdc_ir_unary(f, KDC_OP_ABS, m),
+                                      kdc_ir_splat(f, KDC_DTYPE_F32, mt.rank, mt.dims, INFINITY));
+    m = kdc_ir_select(f, fin, m, kdc_ir_splat(f, KDC_DTYPE_F32, mt.rank, mt.dims, 0));
+    kdc_value_id e = kdc_ir_unary(f, KDC_OP_EXP, minus_reduced(f, x, m, na, ax));
+    kdc_value_id s = kdc_ir_unary(f, KDC_OP_LOG, kdc_ir_reduce(f, KDC_RED_SUM, e, na, ax));
+    return kdc_ir_binary(f, KDC_OP_ADD, s, m);
+  }
+  kdc_value_id mean = kdc_ir_binary_scalar(f, KDC_OP_DIV, kdc_ir_reduce(f, KDC_RED_SUM, x, na, ax),
+                                           cnt);
+  kdc_value_id dx = minus_reduced(f, x, mean, na, ax);
+  kdc_value_id v = kdc_ir_binary_scalar(f, KDC_OP_DIV,
+                                        kdc_ir_reduce(f, KDC_RED_SUM, kdc_ir_binary(f, KDC_OP_MUL,
+                                                                                    dx, dx),
+                                                      na, ax),
+                                        cnt);
+  return kind == 5 ? kdc_ir_unary(f, KDC_OP_SQRT, v) : v;
+}
+
+/* argmax (|kind| MAX) / argmin (MIN) of |x| along |axis|, int32: the first
+ * index of the extreme, or of the first NaN (jnp.argmax). */
+static kdc_value_id arg_extreme(kdc_func *f, kdc_reduce_kind kind, kdc_value_id x, int64_t axis) {
+  if (kdc_ir_type(f, x)->dtype == KDC_DTYPE_BOOL) x = kdc_ir_convert(f, x, KDC_DTYPE_I32);
+  const kdc_type t = *kdc_ir_type(f, x);
+  kdc_value_id m = kdc_ir_reduce(f, kind, x, 1, &axis);
+  kdc_value_id at = kdc_ir_compare(f, KDC_CMP_EQ, x, unreduce(f, x, m, 1, &axis));
+  if (t.dtype == KDC_DTYPE_F32) /* NaN (x != x) wins, as max propagates it */
+    at = kdc_ir_binary(f, KDC_OP_OR, at, kdc_ir_compare(f, KDC_CMP_NE, x, x));
+  kdc_type it = kdc_type_make(KDC_DTYPE_I32, t.rank, t.dims);
+  kdc_value_id idx = kdc_ir_select(f, at, kdc_ir_iota(f, &it, axis),
+                                   kdc_ir_splat(f, KDC_DTYPE_I32, t.rank, t.dims,
+                                                (double)t.dims[axis]));
+  return kdc_ir_reduce(f, KDC_RED_MIN, idx, 1, &axis);
+}
+
 static kdc_status lower_shape_op(kdc_lower_ctx *c, const kdc_keras_layer *l, const op_row *r,
                                  const kdc_keras_node *n, kdc_value_id x, kdc_value_id *out) {
   kdc_func *f = c->f;
@@ -605,13 +879,18 @@ static kdc_status lower_shape_op(kdc_lower_ctx *c, const kdc_keras_layer *l, con
   case K_RED: {
     KDC_RETURN_IF_ERROR(axes_of(l, "axis", t.rank, &na, ax));
     kdc_reduce_kind kind = (kdc_reduce_kind)r->op;
+    double cnt = 1;
+    for (int i = 0; i < na; i++) cnt *= (double)t.dims[ax[i]];
+    if (r->arg >= 4) { /* Var, Std, Logsumexp: float32 */
+      *out = kdc_ir_reshape(f, moments(f, r->arg, to_dtype(f, x, KDC_DTYPE_F32), na, ax, cnt),
+                            ys.rank, ys.dims);
+      return NULL;
+    }
     if (r->arg >= 2) x = kdc_ir_convert(f, to_dtype(f, x, KDC_DTYPE_BOOL), KDC_DTYPE_I32);
     else if (r->arg == 1 && d != KDC_DTYPE_F32) x = to_dtype(f, x, KDC_DTYPE_F32);
     else if (d == KDC_DTYPE_BOOL) x = kdc_ir_convert(f, x, KDC_DTYPE_I32);
     kdc_value_id y = kdc_ir_reduce(f, kind, x, na, ax);
     if (r->arg == 1) {
-      double cnt = 1;
-      for (int i = 0; i < na; i++) cnt *= (double)t.dims[ax[i]];
       y = kdc_ir_binary_scalar(f, KDC_OP_DIV, y, cnt);
     } else if (r->arg >= 2) {
       y = to_dtype(f, y, KDC_DTYPE_BOOL);
@@ -625,6 +904,24 @@ static kdc_status lower_shape_op(kdc_lower_ctx *c, const kdc_keras_layer *l, con
     KDC_RETURN_IF_ERROR(axes_of(l, "axes", t.rank, &na, ax));
     *out = na ? kdc_ir_transpose(f, x, ax) : x;
     return NULL;
+  case K_ARG:
+    KDC_RETURN_IF_ERROR(axes_of(l, "axis", t.rank, &na, ax));
+    *out = kdc_ir_reshape(f, arg_extreme(f, (kdc_reduce_kind)r->op, x, ax[0]), ys.rank, ys.dims);
+    return NULL;
+  case K_ONEHOT: {
+    kdc_dtype to = KDC_DTYPE_F32;
+    if (!kdc_fe_is_null(kdc_fe_get(l->config, "dtype"))) KDC_RETURN_IF_ERROR(cast_dtype(l, &to));
+    if (d == KDC_DTYPE_F32) x = kdc_ir_convert(f, x, KDC_DTYPE_I32); /* Keras casts to int */
+    else if (d == KDC_DTYPE_BOOL) x = kdc_ir_convert(f, x, KDC_DTYPE_I32);
+    kdc_dtype id = kdc_ir_type(f, x)->dtype;
+    int64_t map[KDC_MAX_RANK];
+    for (int i = 0; i < t.rank; i++) map[i] = i;
+    kdc_value_id b = kdc_ir_broadcast(f, x, ys.rank, ys.dims, map);
+    kdc_type it = kdc_type_make(id, ys.rank, ys.dims);
+    kdc_value_id hot = kdc_ir_compare(f, KDC_CMP_EQ, b, kdc_ir_iota(f, &it, ys.rank - 1));
+    *out = to_dtype(f, hot, to);
+    return NULL;
+  }
   case K_SWAP: {
     int64_t a1 = 0, a2 = 0;
     (void)int_cfg(l, "axis1", 0, &a1);
@@ -642,20 +939,6 @@ static kdc_status lower_shape_op(kdc_lower_ctx *c, const kdc_keras_layer *l, con
     *out = kdc_ir_reshape(f, x, ys.rank, ys.dims);
     return NULL;
   }
-}
-
-static kdc_status cast_dtype(const kdc_keras_layer *l, kdc_dtype *d) {
-  json_object *v = kdc_fe_get(l->config, "dtype");
-  const char *s = kdc_fe_dtype_name(v, NULL);
-  if (!s) return kdc_fe_layer_err(l, KDC_INVALID_INPUT, "config.dtype: expected a dtype name");
-  if (!strcmp(s, "float32")) *d = KDC_DTYPE_F32;
-  else if (!strcmp(s, "int32")) *d = KDC_DTYPE_I32;
-  else if (!strcmp(s, "int64")) *d = KDC_DTYPE_I64;
-  else if (!strcmp(s, "bool")) *d = KDC_DTYPE_BOOL;
-  else
-    return kdc_fe_layer_err(l, KDC_UNSUPPORTED, "config.dtype \"%s\": kdc's tensors are float32, "
-                            "int32, int64 or bool", s);
-  return NULL;
 }
 
 static kdc_value_id bin(kdc_func *f, kdc_op op, kdc_value_id a, kdc_value_id b) {
@@ -722,6 +1005,30 @@ kdc_status kdc_fe_lower_op(struct kdc_lower_ctx *c, const kdc_keras_layer *l,
       }
     }
     out[0] = kdc_ir_concat(f, n->n_in, xs, axis);
+    return NULL;
+  }
+  case K_GETITEM: case K_TAKE: {
+    const kdc_type t = *kdc_ir_type(f, in[0]);
+    kdc_kshape xs = kdc_kshape_make(t.rank, t.dims);
+    index_plan p;
+    KDC_RETURN_IF_ERROR(index_plan_of(l, n, &xs, &p));
+    kdc_value_id y = kdc_ir_slice(f, in[0], p.start, p.limit, p.stride);
+    out[0] = kdc_ir_reshape(f, y, p.out.rank, p.out.dims);
+    return NULL;
+  }
+  case K_MATMUL: {
+    const kdc_type ta = *kdc_ir_type(f, in[0]), tb = *kdc_ir_type(f, in[1]);
+    if (ta.dtype != KDC_DTYPE_F32 || tb.dtype != KDC_DTYPE_F32)
+      return dtype_err(l, ta.dtype != KDC_DTYPE_F32 ? ta.dtype : tb.dtype,
+                       "Matmul takes float tensors in kdc");
+    kdc_attr_dot d;
+    memset(&d, 0, sizeof d);
+    d.lhs_batch.n = d.rhs_batch.n = ta.rank - 2;
+    for (int i = 0; i < ta.rank - 2; i++) d.lhs_batch.v[i] = d.rhs_batch.v[i] = i;
+    d.lhs_contract.n = d.rhs_contract.n = 1;
+    d.lhs_contract.v[0] = ta.rank - 1;
+    d.rhs_contract.v[0] = tb.rank - 2;
+    out[0] = kdc_ir_dot(f, in[0], in[1], &d);
     return NULL;
   }
   default:
