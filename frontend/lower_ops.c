@@ -723,7 +723,7 @@ static kdc_value_id value_of(kdc_func *f, const operand *o, const kdc_value_id *
 static void broadcast_all(kdc_func *f, int n, kdc_value_id *v) {
   kdc_kshape s = {0};
   for (int i = 0; i < n; i++) {
-    const kdc_type *t = kdc_ir_type(f, v[i]);
+    const kdc_type tt = *kdc_ir_type(f, v[i]), *t = &tt;
     kdc_kshape x = kdc_kshape_make(t->rank, t->dims), y = s;
     if (!bcast(&y, &x, &s)) return; /* the builder reports the mismatch */
   }
@@ -779,7 +779,7 @@ static kdc_status lower_act(kdc_lower_ctx *c, const kdc_keras_layer *l, const op
   if (!strcmp(l->class_name, "Softmax") || !strcmp(l->class_name, "LogSoftmax")) {
     int n = 0;
     int64_t ax[KDC_MAX_RANK];
-    const kdc_type *t = kdc_ir_type(f, x);
+    const kdc_type tt = *kdc_ir_type(f, x), *t = &tt;
     KDC_RETURN_IF_ERROR(axes_of(l, "axis", t->rank, &n, ax));
     if (n == 0) return batch_err(l, "with axis null normalizes over");
     for (int i = 0; i < n; i++)
@@ -1058,7 +1058,7 @@ kdc_status kdc_fe_lower_op(struct kdc_lower_ctx *c, const kdc_keras_layer *l,
   }
   case K_RECIP: {
     x = to_dtype(f, x, KDC_DTYPE_F32);
-    const kdc_type *t = kdc_ir_type(f, x);
+    const kdc_type tt = *kdc_ir_type(f, x), *t = &tt;
     out[0] = bin(f, KDC_OP_DIV, kdc_ir_splat(f, KDC_DTYPE_F32, t->rank, t->dims, 1.0), x);
     return NULL;
   }
@@ -1074,7 +1074,7 @@ kdc_status kdc_fe_lower_op(struct kdc_lower_ctx *c, const kdc_keras_layer *l,
     if (!num_lo || !num_hi)
       return kdc_fe_layer_err(l, KDC_UNSUPPORTED, "config.x_min / x_max: expected two numbers");
     if (d == KDC_DTYPE_BOOL) x = kdc_ir_convert(f, x, KDC_DTYPE_I32), d = KDC_DTYPE_I32;
-    const kdc_type *t = kdc_ir_type(f, x);
+    const kdc_type tt = *kdc_ir_type(f, x), *t = &tt;
     double a = json_object_get_double(lo), b = json_object_get_double(hi);
     if (is_int(d)) a = trunc(a), b = trunc(b);
     kdc_value_id y = bin(f, KDC_OP_MAX, x, kdc_ir_splat(f, d, t->rank, t->dims, a));
