@@ -94,6 +94,10 @@ const kdc_rt_tensor_info *kdc_rt_plan_output(const kdc_rt_plan *p, size_t func, 
 /* The METADATA and IR_TEXT sections as C strings ("" when absent). */
 const char *kdc_rt_plan_metadata(const kdc_rt_plan *p);
 const char *kdc_rt_plan_ir_text(const kdc_rt_plan *p);
+/* METADATA's "matmul_precision" (`kdc compile --matmul-precision`): "tf32"
+ * lets a CUDA plan's GEMMs use TF32 tensor cores; "highest" otherwise
+ * (also when absent: plans before the flag).  No effect on the CPU. */
+const char *kdc_rt_plan_matmul_precision(const kdc_rt_plan *p);
 /* Threads the plan runs with. */
 int kdc_rt_plan_threads(const kdc_rt_plan *p);
 /* The plan's device mesh, and its number of devices (>= 1). */
@@ -547,6 +551,10 @@ struct kdc_rt_plan {
   struct rt_comm *comm;
   struct rt_cuda *cuda;     /* a CUDA plan on GPUs (cuda/exec.c; dev_weights then hold GPU
                                addresses), or NULL: the cpu device set */
+  /* host work overlapping a CUDA run (fit.c's staged uploads): called once
+   * the run's work is issued, before it waits; NULL: none */
+  kdc_status (*during_run)(void *user);
+  void *during_user;
   uint64_t coll_seq;        /* collectives called so far */
   rt_dst_slot *dst_seen;    /* exec.c: result buffers of the current collective call, an
                                open-addressing set of dst_seen_cap (a power of 2 >= 2 nd) */
