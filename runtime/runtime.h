@@ -166,6 +166,30 @@ kdc_status kdc_rt_train_step_metrics(kdc_rt_train *t, const void *const *data, f
                                      float *metrics);
 kdc_status kdc_rt_train_evaluate_metrics(kdc_rt_train *t, const void *const *data, float *loss,
                                          float *metrics);
+/* Data already where the kernels run (GPU memory of a CUDA plan, host
+ * memory otherwise; fit's staging, bench_plan --resident): _data_upload
+ * puts each local device's piece of data input |i|'s global array |g| into
+ * new memory dev[d] (p->nd slots; d outside this process's devices stays
+ * NULL; _data_free frees them); _bind_data_dev makes the next train_steps
+ * read input |i| from dev[d] (kept by the caller; NULL unbinds), and
+ * their data[i] is then not read (may be NULL). */
+kdc_status kdc_rt_train_data_upload(kdc_rt_train *t, size_t i, const void *g, void **dev);
+void kdc_rt_train_data_free(kdc_rt_train *t, void **dev);
+void kdc_rt_train_bind_data_dev(kdc_rt_train *t, size_t i, void *const *dev);
+kdc_rt_plan *kdc_rt_train_plan(const kdc_rt_train *t);
+
+/* Resident data (runtime/resident.c; bench_plan --resident, docs/gpu.md):
+ * function |func|'s inputs copied once where the kernels run (each local
+ * device's piece; GPU memory for a CUDA plan, host memory otherwise),
+ * with room for its outputs there.  _run runs |func| on them: no host <->
+ * device copy, the results stay there (_output copies device |dev|'s piece
+ * of output |o| to the host).  Destroy before the plan. */
+typedef struct kdc_rt_resident kdc_rt_resident;
+kdc_status kdc_rt_resident_create(kdc_rt_plan *p, size_t func, const void *const *inputs,
+                                  kdc_rt_resident **out);
+kdc_status kdc_rt_resident_run(kdc_rt_resident *r);
+kdc_status kdc_rt_resident_output(kdc_rt_resident *r, size_t o, int64_t dev, void *dst);
+void kdc_rt_resident_destroy(kdc_rt_resident *r);
 /* The state tensors (train_step's results but "loss"), GLOBAL shapes. */
 size_t kdc_rt_train_state_count(const kdc_rt_train *t);
 const kdc_rt_tensor_info *kdc_rt_train_state(const kdc_rt_train *t, size_t k);
