@@ -299,11 +299,12 @@ static kdc_status stage_next(void *user) {
  * when |has_next|, is staged into the other slot while this one runs. */
 static kdc_status staged_step(stager *g, int64_t s, const int64_t *rows, int64_t r0, int64_t n,
                               bool has_next, const int64_t *next_rows, int64_t next_r0,
-                              int64_t next_n, float *loss, float *metrics) {
+                              int64_t next_n, float *loss, float *metrics, int64_t *staged) {
   batcher *b = g->b;
   kdc_rt_plan *p = g->p;
   int k = (int)(s % RT_CUDA_STAGE_SLOTS);
   if (s == 0) KDC_RETURN_IF_ERROR(stage(g, k, rows, r0, n));
+  else ++*staged;
   if (p->cuda) KDC_RETURN_IF_ERROR(rt_cuda_upload_wait(p, p->d0, k));
   for (size_t i = 0; i < b->n_data; i++) kdc_rt_train_bind_data_dev(b->t, i, g->dev[k][i]);
   if (has_next) {
@@ -338,7 +339,7 @@ static kdc_status run_epochs(batcher *b, int64_t train_rows, int64_t val_rows,
         bool next = s + 1 < steps;
         int64_t r1 = next ? r0 + b->step : r0, n1 = train_rows - r1 < b->step ? train_rows - r1 : b->step;
         st = staged_step(&g, s, perm ? perm + r0 : NULL, r0, n, next, perm ? perm + r1 : NULL, r1,
-                         n1, &k.batch[0], &k.batch[1]);
+                         n1, &k.batch[0], &k.batch[1], &h->staged);
       } else {
         fill(b, perm ? perm + r0 : NULL, r0, n);
         st = kdc_rt_train_step_metrics(b->t, b->bind, &k.batch[0], &k.batch[1]);

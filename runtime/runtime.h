@@ -248,6 +248,8 @@ typedef struct kdc_rt_history {
   size_t n_metrics;          /* per-output losses "<output>_loss" (kdc_rt_train_metric_name) */
   double *metrics;           /* [epoch * n_metrics + j] (History.history["<output>_loss"]) */
   double *val_metrics;       /* the same on the validation rows, NULL without a split */
+  int64_t staged;            /* steps whose batch was uploaded while the previous step ran
+                                (fit.c, "Staging"); 0 when not staged */
 } kdc_rt_history;
 
 /* Trains |t| for o->epochs over |rows| rows: |arrays| holds one GLOBAL
