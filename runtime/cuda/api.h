@@ -30,7 +30,7 @@
   X(cuMemcpy2DAsync) X(cuMemsetD8Async)                                                      \
   X(cuMemHostAlloc) X(cuMemFreeHost) X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord)     \
   X(cuStreamWaitEvent) X(cuStreamBeginCapture) X(cuStreamEndCapture) X(cuGraphInstantiate)   \
-  X(cuGraphLaunch) X(cuGraphDestroy) X(cuGraphExecDestroy) X(cuGraphGetNodes)
+  X(cuGraphLaunch) X(cuGraphDestroy) X(cuGraphExecDestroy)
 #define RT_CU_BLAS(X)                                                                         \
   X(cublasCreate) X(cublasDestroy) X(cublasSetStream) X(cublasSetMathMode)                    \
   X(cublasSgemmStridedBatched) X(cublasGetStatusString) X(cublasSetWorkspace)
