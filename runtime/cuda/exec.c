@@ -19,7 +19,8 @@
  *     piece (replicas too: each GPU holds its own), the I/O buffers of the
  *     largest function, the mesh coordinates (i64 per axis, the kernels'
  *     last parameter) and the collective scratch;
- *   - a cuBLAS handle on the stream (CUBLAS_DEFAULT_MATH: no TF32).
+ *   - a cuBLAS handle on the stream, its workspace ours (capture-safe),
+ *     TF32 tensor cores only for a plan compiled with --matmul-precision tf32.
  * Steps: KERNEL = cuLaunchKernel(grid, block) of the launch table with the
  * resolved buffer addresses + coordinates; GEMM =
  * cublasSgemmStridedBatched with host.c's column-major mapping; COPY =
@@ -59,6 +60,7 @@ typedef struct cu_dev {
   ncclComm_t world;
   ncclComm_t *split;          /* per split (== world for a world split) */
   CUdeviceptr mem, arena, coords, scratch, io, blas_ws;
+  CUdeviceptr red;            /* split reductions' counters and partials, zeroed once */
   int max_pitch;
   size_t blas_ws_bytes;       /* cuBLAS's workspace (cublasSetWorkspace: capture-safe) */
   CUstream copy;              /* staged uploads (cuda_rt.h), made on first use */
@@ -79,6 +81,7 @@ struct rt_cuda {
   uint64_t **in_off, **out_off; /* [func][i]: offset in the I/O region */
   rt_cuda_gemm **gemm;        /* [func][step] */
   uint64_t scratch_bytes;
+  uint64_t red_bytes;         /* the largest split reduction's scratch (host.h) */
   bool broken;                /* a run timed out: NCCL was aborted */
   bool tf32;                  /* METADATA "matmul_precision": "tf32" (kdc compile
                                  --matmul-precision): cuBLAS may use TF32 tensor cores */
@@ -159,10 +162,13 @@ static kdc_status read_sections(kdc_rt_plan *p, rt_cuda *c) {
   KDC_RETURN_IF_ERROR(kdc_plan_file_reader(p->file, KDC_PLAN_SECTION_CUDA, &r));
   r.section = "cuda";
   KDC_RETURN_IF_ERROR(rt_cuda_table_decode(&r, c->arena, p->prog.n_kernels, &c->table));
-  for (uint32_t k = 0; k < p->prog.n_kernels; k++)
-    if (p->prog.kernels[k].n_args + 1 > MAX_PARAMS)
+  for (uint32_t k = 0; k < p->prog.n_kernels; k++) {
+    if (p->prog.kernels[k].n_args + 2 > MAX_PARAMS)
       return KDC_ERR(KDC_UNSUPPORTED, "%s: kernel %u takes %u buffers (at most %d on CUDA)",
-                     p->path, k, p->prog.kernels[k].n_args, MAX_PARAMS - 1);
+                     p->path, k, p->prog.kernels[k].n_args, MAX_PARAMS - 2);
+    /* kernels run one after another on a device's stream: one region serves all */
+    if (c->table.kernels[k].scratch > c->red_bytes) c->red_bytes = c->table.kernels[k].scratch;
+  }
   return NULL;
 }
 
@@ -292,14 +298,17 @@ static kdc_status open_device(kdc_rt_plan *p, rt_cuda *c, cu_dev *d, uint64_t ar
     d->blas_ws_bytes = (size_t)(major >= 9 ? 32 : 4) << 20;
   uint64_t coords_bytes = align_up(KDC_PROG_MAX_AXES * sizeof(int64_t));
   uint64_t total = arena_bytes + weights_bytes + io_bytes + coords_bytes +
-                   align_up(c->scratch_bytes) + d->blas_ws_bytes;
+                   align_up(c->scratch_bytes) + align_up(c->red_bytes) + d->blas_ws_bytes;
   CU(p, d, "cuMemAlloc", api->cuMemAlloc(&d->mem, total ? total : ALIGN));
   d->arena = d->mem;
   CUdeviceptr w = d->arena + arena_bytes;
   d->io = w + weights_bytes;
   d->coords = d->io + io_bytes;
   d->scratch = d->coords + coords_bytes;
-  d->blas_ws = d->scratch + align_up(c->scratch_bytes);
+  d->red = d->scratch + align_up(c->scratch_bytes);
+  if (c->red_bytes)
+    CU(p, d, "cuMemsetD8Async", api->cuMemsetD8Async(d->red, 0, c->red_bytes, d->stream));
+  d->blas_ws = d->red + align_up(c->red_bytes);
   if (c->api->has_blas) {
     BL(p, d, "cublasCreate", api->cublasCreate(&d->blas));
     BL(p, d, "cublasSetStream", api->cublasSetStream(d->blas, (cudaStream_t)d->stream));
@@ -731,7 +740,9 @@ static kdc_status run_step(const cu_run *r, const cu_dev *d, uint32_t s) {
     void *params[MAX_PARAMS];
     for (uint32_t a = 0; a < k->n_args; a++) v[a] = resolve(r, d, &k->args[a]);
     v[k->n_args] = d->coords;
-    for (uint32_t a = 0; a <= k->n_args; a++) params[a] = &v[a];
+    uint32_t np = k->n_args + 1;
+    if (l->scratch) v[np++] = d->red;
+    for (uint32_t a = 0; a < np; a++) params[a] = &v[a];
     CU(r->p, d, "cuLaunchKernel",
        api->cuLaunchKernel(d->fn[k->kernel], l->grid, 1, 1, l->block, 1, 1, 0, d->stream, params,
                            NULL));
