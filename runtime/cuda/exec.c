@@ -901,6 +901,24 @@ static kdc_status run_graphed(const cu_run *r, bool *done) {
   return NULL;
 }
 
+/* The results the caller reads on the host (not out_dev buffers). */
+static kdc_status copy_results(const cu_run *r) {
+  rt_cuda *c = r->c;
+  const kdc_prog_func *f = r->f;
+  for (int64_t i = 0; i < c->n; i++) {
+    const cu_dev *d = &c->dev[i];
+    CU(r->p, d, "cuCtxSetCurrent", c->api->cuCtxSetCurrent(d->ctx));
+    for (uint32_t o = 0; o < f->n_outputs; o++) {
+      size_t slot = (size_t)d->id * f->n_outputs + o;
+      if ((r->rf->out_dev && r->rf->out_dev[slot]) || !f->outputs[o].local_bytes) continue;
+      CU(r->p, d, "cuMemcpyDtoHAsync",
+         c->api->cuMemcpyDtoHAsync(r->rf->out_ptr[slot], d->io + c->out_off[r->func][o],
+                                   f->outputs[o].local_bytes, d->stream));
+    }
+  }
+  return NULL;
+}
+
 static kdc_status run(const cu_run *r) {
   rt_cuda *c = r->c;
   const rt_cuda_api *api = c->api;
@@ -920,21 +938,12 @@ static kdc_status run(const cu_run *r) {
   bool graphed = false;
   KDC_RETURN_IF_ERROR(run_graphed(r, &graphed));
   if (!graphed) KDC_RETURN_IF_ERROR(run_steps(r));
-  for (int64_t i = 0; i < c->n; i++) { /* results the caller reads on the host */
-    const cu_dev *d = &c->dev[i];
-    CU(r->p, d, "cuCtxSetCurrent", api->cuCtxSetCurrent(d->ctx));
-    for (uint32_t o = 0; o < f->n_outputs; o++) {
-      size_t slot = (size_t)d->id * f->n_outputs + o;
-      if ((rf->out_dev && rf->out_dev[slot]) || !f->outputs[o].local_bytes) continue;
-      CU(r->p, d, "cuMemcpyDtoHAsync",
-         api->cuMemcpyDtoHAsync(rf->out_ptr[slot], d->io + c->out_off[r->func][o],
-                                f->outputs[o].local_bytes, d->stream));
-    }
-  }
   /* host work overlapping this run (fit's next batch: its upload goes on the
-   * copy stream), then the wait */
+   * copy stream), before the results' copies: a copy into pageable host
+   * memory returns only once it is done, i.e. after every step */
   kdc_status during = r->p->during_run ? r->p->during_run(r->p->during_user) : NULL;
-  kdc_status st = wait_streams(r);
+  kdc_status st = copy_results(r);
+  if (!st) st = wait_streams(r);
   if (st) {
     kdc_status_free(during);
     return st;
