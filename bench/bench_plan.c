@@ -25,8 +25,9 @@
  * KDC_FIT_STAGING=0 ("fit_step_ms_unstaged").
  * Prints one JSON object: {"forward_ms", "step_ms" (or null), "devices",
  * "threads", "load_s"}, with --resident 1 also "resident": true,
- * "matmul_precision", "graphs" (per function: replayed as a CUDA graph, or
- * why not; null on the CPU), "fit_step_ms" and "fit_step_ms_unstaged" (or
+ * "matmul_precision", "graphs" (per function: how many runs were one
+ * cuGraphLaunch, or why it is not graphed; null on the CPU), "fit_step_ms"
+ * and "fit_step_ms_unstaged" (or
  * null without train_step).
  */
 #include <stdio.h>
@@ -131,7 +132,7 @@ static void put_graphs(const kdc_rt_plan *p) {
     char why[200];
     bool on = rt_cuda_graphed(p, f, why, sizeof why);
     printf("%s\"%s\": ", n++ ? ", " : "", kdc_rt_plan_func_name(p, f));
-    if (on) printf("true");
+    if (on) printf("%llu", (unsigned long long)rt_cuda_graph_launches(p, f));
     else {
       printf("\"");
       for (const char *s = why; *s; s++) printf(*s == '"' || *s == '\\' ? "\\%c" : "%c", *s);

@@ -117,5 +117,7 @@ kdc_status rt_cuda_upload_wait(struct kdc_rt_plan *p, int64_t dev, int slot);
 /* Is function |func| replayed as a CUDA graph (KDC_CUDA_GRAPHS, graph.h)?
  * false with the reason in |why| (test and `kdc inspect` hook). */
 bool rt_cuda_graphed(const struct kdc_rt_plan *p, size_t func, char *why, size_t why_len);
+/* How many runs of |func| were one cuGraphLaunch so far (0 on the CPU). */
+uint64_t rt_cuda_graph_launches(const struct kdc_rt_plan *p, size_t func);
 
 #endif

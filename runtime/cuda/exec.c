@@ -96,7 +96,7 @@ struct rt_cuda {
 typedef struct cu_graph {
   bool eligible, failed;      /* failed: capture or instantiation failed once (noted) */
   char why[200];              /* not eligible: why (also `kdc inspect`) */
-  uint64_t nodes, runs;
+  uint64_t nodes, runs, launches;
   rt_graph_cache cache;
 } cu_graph;
 
@@ -897,6 +897,7 @@ static kdc_status run_graphed(const cu_run *r, bool *done) {
     if (old) api->cuGraphExecDestroy((CUgraphExec)old);
   }
   CU(r->p, d, "cuGraphLaunch", api->cuGraphLaunch(x, d->stream));
+  g->launches++;
   *done = true;
   return NULL;
 }
@@ -1050,6 +1051,10 @@ kdc_status rt_cuda_upload_wait(kdc_rt_plan *p, int64_t dev, int slot) {
     return KDC_ERR(KDC_INTERNAL, "%s: no upload in slot %d", p->path, slot);
   CU(p, d, "cuStreamWaitEvent", p->cuda->api->cuStreamWaitEvent(d->stream, d->staged[slot], 0));
   return NULL;
+}
+
+uint64_t rt_cuda_graph_launches(const kdc_rt_plan *p, size_t func) {
+  return p->cuda && func < p->prog.n_funcs ? p->cuda->graph[func].launches : 0;
 }
 
 bool rt_cuda_graphed(const kdc_rt_plan *p, size_t func, char *why, size_t why_len) {

@@ -321,6 +321,8 @@ static void graphs_predict(const char *ex) {
   }
   char why[200];
   if (!rt_cuda_graphed(g, 0, why, sizeof why)) fail_msg("%s: predict not graphed: %s", ex, why);
+  assert_int_equal(rt_cuda_graph_launches(g, 0), 2); /* run 1 plain, 2 captured, 3 replayed */
+  assert_int_equal(rt_cuda_graph_launches(u, 0), 0);
   assert_false(rt_cuda_graphed(u, 0, why, sizeof why));
   assert_string_equal(why, "KDC_CUDA_GRAPHS=0");
   kdc_rt_resident *res = NULL;
@@ -370,6 +372,8 @@ static void test_graphs_match_plain(void **state) {
   }
   char why[200];
   if (!rt_cuda_graphed(pg, (size_t)ts, why, sizeof why)) fail_msg("train_step not graphed: %s", why);
+  /* step 1 plain, 2 and 3 captured (the state's two parities), 4 replayed */
+  assert_int_equal(rt_cuda_graph_launches(pg, (size_t)ts), 3);
   for (size_t k = 0; k < kdc_rt_train_state_count(tg); k++) {
     const kdc_rt_tensor_info *t = kdc_rt_train_state(tg, k);
     void *a = kdc_xcalloc(1, t->bytes + 1), *b = kdc_xcalloc(1, t->bytes + 1);
