@@ -190,7 +190,8 @@ int main(int argc, char **argv) {
   for (size_t i = 0; i < ni; i++) c.in[i] = make_input(kdc_rt_plan_input(c.plan, 0, i), false);
   for (size_t i = 0; i < no; i++) c.out[i] = malloc(kdc_rt_plan_output(c.plan, 0, i)->bytes + 8);
   if (resident) die(kdc_rt_resident_create(c.plan, 0, c.in, &c.res));
-  double fwd_ms = 1e3 * bench_median(resident ? run_forward_resident : run_forward, &c, reps, inner);
+  double fwd_ms =
+      1e3 * bench_median(resident ? run_forward_resident : run_forward, &c, reps, inner);
   kdc_rt_resident_destroy(c.res);
   if (profile) kdc_rt_plan_profile_print(c.plan, 0, stderr);
   for (size_t i = 0; i < ni; i++) free((void *)c.in[i]);

@@ -261,11 +261,13 @@ static kdc_status stager_init(stager *g, batcher *b) {
 
 static void stager_free(stager *g) {
   if (!g->on) return;
+  kdc_rt_plan *p = g->p;
+  if (p->cuda) rt_cuda_uploads_finish(p, p->d0); /* a failed step may leave one in flight */
   for (int k = 0; k < RT_CUDA_STAGE_SLOTS; k++)
     for (size_t i = 0; i < g->b->n_data; i++) {
-      if (g->dev[k][i] && g->dev[k][i][g->p->d0]) rt_mem_free(g->p, g->p->d0, g->dev[k][i][g->p->d0]);
+      if (g->dev[k][i] && g->dev[k][i][p->d0]) rt_mem_free(p, p->d0, g->dev[k][i][p->d0]);
       free(g->dev[k][i]);
-      if (g->p->cuda) rt_cuda_host_free(g->p, g->host[k][i]);
+      if (p->cuda) rt_cuda_host_free(p, g->host[k][i]);
       else free(g->host[k][i]);
     }
 }
@@ -337,7 +339,8 @@ static kdc_status run_epochs(batcher *b, int64_t train_rows, int64_t val_rows,
       int64_t r0 = s * b->step, n = train_rows - r0 < b->step ? train_rows - r0 : b->step;
       if (g.on) {
         bool next = s + 1 < steps;
-        int64_t r1 = next ? r0 + b->step : r0, n1 = train_rows - r1 < b->step ? train_rows - r1 : b->step;
+        int64_t r1 = next ? r0 + b->step : r0;
+        int64_t n1 = train_rows - r1 < b->step ? train_rows - r1 : b->step;
         st = staged_step(&g, s, perm ? perm + r0 : NULL, r0, n, next, perm ? perm + r1 : NULL, r1,
                          n1, &k.batch[0], &k.batch[1], &h->staged);
       } else {

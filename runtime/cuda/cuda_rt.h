@@ -114,6 +114,8 @@ void rt_cuda_host_free(struct kdc_rt_plan *p, void *ptr);
 kdc_status rt_cuda_upload_async(struct kdc_rt_plan *p, int64_t dev, void *dst, const void *src,
                                 size_t bytes, int slot);
 kdc_status rt_cuda_upload_wait(struct kdc_rt_plan *p, int64_t dev, int slot);
+/* Waits (on the host) until every upload of local device |dev| is done. */
+void rt_cuda_uploads_finish(struct kdc_rt_plan *p, int64_t dev);
 /* Is function |func| replayed as a CUDA graph (KDC_CUDA_GRAPHS, graph.h)?
  * false with the reason in |why| (test and `kdc inspect` hook). */
 bool rt_cuda_graphed(const struct kdc_rt_plan *p, size_t func, char *why, size_t why_len);

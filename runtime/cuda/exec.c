@@ -1053,6 +1053,16 @@ kdc_status rt_cuda_upload_wait(kdc_rt_plan *p, int64_t dev, int slot) {
   return NULL;
 }
 
+void rt_cuda_uploads_finish(kdc_rt_plan *p, int64_t dev) {
+  cu_dev *d = NULL;
+  kdc_status st = local_dev(p, dev, &d);
+  if (st) {
+    kdc_status_free(st);
+    return;
+  }
+  if (d->copy) p->cuda->api->cuStreamSynchronize(d->copy);
+}
+
 uint64_t rt_cuda_graph_launches(const kdc_rt_plan *p, size_t func) {
   return p->cuda && func < p->prog.n_funcs ? p->cuda->graph[func].launches : 0;
 }

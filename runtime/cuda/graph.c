@@ -24,7 +24,8 @@ static uint64_t count_nodes(const kdc_program *pr, uint32_t func, const char **c
     case KDC_STEP_LOOP: {
       uint64_t b = count_nodes(pr, st->loop.body, coll_fn, coll_step);
       if (b == UINT64_MAX) return b;
-      uint64_t per = b + st->loop.n_carry, len = st->loop.length > 0 ? (uint64_t)st->loop.length : 0;
+      uint64_t per = b + st->loop.n_carry;
+      uint64_t len = st->loop.length > 0 ? (uint64_t)st->loop.length : 0;
       if (per && len > (UINT64_MAX / 2 - n) / per) return UINT64_MAX - 1; /* absurdly long */
       n += len * per;
       break;

@@ -77,6 +77,8 @@ kdc_status rt_cuda_upload_wait(struct kdc_rt_plan *p, int64_t dev, int slot) {
   return no_cuda(p->path);
 }
 
+void rt_cuda_uploads_finish(struct kdc_rt_plan *p, int64_t dev) { (void)p, (void)dev; }
+
 uint64_t rt_cuda_graph_launches(const struct kdc_rt_plan *p, size_t func) {
   (void)p, (void)func;
   return 0;
