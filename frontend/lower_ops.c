@@ -37,7 +37,8 @@
  * - shapes that keep the batch as dim 0: ExpandDims, Squeeze, Reshape,
  *   Transpose, Swapaxes, Concatenate, Stack, GetItem (ints, slices, None,
  *   Ellipsis), Take (one integer index);
- * - Matmul of two float tensors of one rank >= 3 (a batched dot), OneHot.
+ * - Matmul of two float tensors of one rank >= 3 (a batched dot), OneHot,
+ *   Flip, Repeat, Tile, Cumsum (float: a lower-triangular constant dot).
  * Result types (keras/src/backend/common/dtypes.py result_type, JAX
  * lattice): a Python int operand is weak (int32 for bool, else the
  * tensor's type), a Python float makes float32; two tensors give the
@@ -52,6 +53,7 @@
  */
 #include <json-c/json.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "frontend/frontend.h"
@@ -84,6 +86,10 @@ typedef enum op_kind {
   K_MATMUL,
   K_ARG,     /* argmax / argmin: |op| the reduce kind */
   K_ONEHOT,
+  K_FLIP,
+  K_REPEAT,
+  K_TILE,
+  K_CUMSUM,
 } op_kind;
 
 typedef struct op_row {
@@ -174,6 +180,10 @@ typedef struct op_row {
   X("Take", K_TAKE, 0, 0, NULL)                                        \
   X("Matmul", K_MATMUL, 0, 0, NULL)                                    \
   X("OneHot", K_ONEHOT, 0, 0, NULL)                                    \
+  X("Flip", K_FLIP, 0, 0, NULL)                                        \
+  X("Repeat", K_REPEAT, 0, 0, NULL)                                    \
+  X("Tile", K_TILE, 0, 0, NULL)                                        \
+  X("Cumsum", K_CUMSUM, 0, 0, NULL)                                    \
   X("ExpandDims", K_EXPAND, 0, 0, NULL)                                \
   X("Squeeze", K_SQUEEZE, 0, 0, NULL)                                  \
   X("Reshape", K_RESHAPE, 0, 0, NULL)                                  \
@@ -423,6 +433,56 @@ static kdc_status shape_op(const kdc_keras_layer *l, const op_row *r, const kdc_
       return kdc_fe_layer_err(l, KDC_UNSUPPORTED, "rank %d exceeds kdc's maximum %d",
                               x->rank + 1, KDC_MAX_RANK);
     out->dims[out->rank++] = k;
+    return NULL;
+  }
+  case K_FLIP: case K_CUMSUM:
+    KDC_RETURN_IF_ERROR(axes_of(l, "axis", x->rank, &n, ax));
+    if (n == 0) return batch_err(l, r->kind == K_FLIP ? "with axis null reverses"
+                                                      : "with axis null flattens");
+    if (r->kind == K_CUMSUM && n != 1)
+      return kdc_fe_layer_err(l, KDC_INVALID_INPUT, "config.axis: expected one axis");
+    for (int i = 0; i < n; i++)
+      if (ax[i] == 0) return batch_err(l, r->kind == K_FLIP ? "reverses" : "accumulates along");
+    if (r->kind == K_CUMSUM && !kdc_fe_is_null(kdc_fe_get(l->config, "dtype")))
+      return kdc_fe_layer_err(l, KDC_UNSUPPORTED, "config.dtype: only null is supported");
+    return NULL;
+  case K_REPEAT: {
+    int64_t rep = 0;
+    json_object *rv = kdc_fe_get(l->config, "repeats");
+    if (!json_object_is_type(rv, json_type_int) || (rep = json_object_get_int64(rv)) < 1)
+      return kdc_fe_layer_err(l, KDC_UNSUPPORTED, "config.repeats: kdc reads one positive "
+                              "integer");
+    KDC_RETURN_IF_ERROR(axes_of(l, "axis", x->rank, &n, ax));
+    if (n == 0) return batch_err(l, "with axis null flattens");
+    if (n != 1) return kdc_fe_layer_err(l, KDC_INVALID_INPUT, "config.axis: expected one axis");
+    if (ax[0] == 0) return batch_err(l, "repeats");
+    if (x->rank + 1 > KDC_MAX_RANK || x->dims[ax[0]] > KDC_FE_MAX_ELEMENTS / rep)
+      return kdc_fe_layer_err(l, KDC_UNSUPPORTED, "the result is too large");
+    out->dims[ax[0]] *= rep;
+    return NULL;
+  }
+  case K_TILE: {
+    json_object *rv = kdc_fe_get(l->config, "repeats");
+    int64_t rep[KDC_MAX_RANK];
+    int k = json_object_is_type(rv, json_type_array) ? (int)json_object_array_length(rv) : 1;
+    if (k > x->rank) return batch_err(l, "with more repeats than dims moves");
+    for (int i = 0; i < x->rank; i++) rep[i] = 1;
+    for (int i = 0; i < k; i++) {
+      json_object *e = json_object_is_type(rv, json_type_array)
+                           ? json_object_array_get_idx(rv, (size_t)i) : rv;
+      if (!json_object_is_type(e, json_type_int) || json_object_get_int64(e) < 1)
+        return kdc_fe_layer_err(l, KDC_UNSUPPORTED, "config.repeats: expected positive integers");
+      rep[x->rank - k + i] = json_object_get_int64(e);
+    }
+    if (rep[0] != 1) return batch_err(l, "repeats");
+    for (int i = 1; i < x->rank; i++) {
+      if (x->dims[i] > KDC_FE_MAX_ELEMENTS / rep[i])
+        return kdc_fe_layer_err(l, KDC_UNSUPPORTED, "the result is too large");
+      out->dims[i] *= rep[i];
+    }
+    if (x->rank + 1 > KDC_MAX_RANK)
+      return kdc_fe_layer_err(l, KDC_UNSUPPORTED, "rank %d exceeds kdc's maximum %d", x->rank + 1,
+                              KDC_MAX_RANK);
     return NULL;
   }
   case K_SWAP: {
@@ -904,6 +964,49 @@ static kdc_status lower_shape_op(kdc_lower_ctx *c, const kdc_keras_layer *l, con
     KDC_RETURN_IF_ERROR(axes_of(l, "axes", t.rank, &na, ax));
     *out = na ? kdc_ir_transpose(f, x, ax) : x;
     return NULL;
+  case K_FLIP:
+    KDC_RETURN_IF_ERROR(axes_of(l, "axis", t.rank, &na, ax));
+    *out = kdc_ir_reverse(f, x, na, ax);
+    return NULL;
+  case K_CUMSUM: {
+    if (d != KDC_DTYPE_F32) return dtype_err(l, d, "Cumsum takes float tensors in kdc");
+    KDC_RETURN_IF_ERROR(axes_of(l, "axis", t.rank, &na, ax));
+    int64_t L = t.dims[ax[0]];
+    if (L > 4096)
+      return kdc_fe_layer_err(l, KDC_UNSUPPORTED, "Cumsum over %lld elements (kdc's limit 4096)",
+                              (long long)L);
+    float *w = kdc_xcalloc((size_t)(L * L), sizeof *w);
+    for (int64_t i = 0; i < L; i++)
+      for (int64_t j = 0; j <= i; j++) w[i * L + j] = 1.0f;
+    *out = kdc_fe_axis_matrix(f, x, (int)ax[0], L, w);
+    free(w);
+    return NULL;
+  }
+  case K_REPEAT: case K_TILE: {
+    /* one dim at a time: [.., D, ..] -> [.., D, r, ..] (Repeat) or
+     * [.., r, D, ..] (Tile), broadcast, then merged */
+    for (int i = 1; i < t.rank; i++) {
+      int64_t rep = ys.dims[i] / t.dims[i];
+      if (rep == 1) continue;
+      const kdc_type ct = *kdc_ir_type(f, x);
+      int64_t dims[KDC_MAX_RANK], map[KDC_MAX_RANK];
+      int at = r->kind == K_REPEAT ? i + 1 : i; /* the new axis */
+      for (int k = 0, j = 0; k <= ct.rank; k++) {
+        if (k == at) {
+          dims[k] = rep;
+          continue;
+        }
+        map[j] = k;
+        dims[k] = ct.dims[j++];
+      }
+      x = kdc_ir_broadcast(f, x, ct.rank + 1, dims, map);
+      int64_t merged[KDC_MAX_RANK];
+      for (int k = 0; k < ct.rank; k++) merged[k] = k == i ? ct.dims[k] * rep : ct.dims[k];
+      x = kdc_ir_reshape(f, x, ct.rank, merged);
+    }
+    *out = x;
+    return NULL;
+  }
   case K_ARG:
     KDC_RETURN_IF_ERROR(axes_of(l, "axis", t.rank, &na, ax));
     *out = kdc_ir_reshape(f, arg_extreme(f, (kdc_reduce_kind)r->op, x, ax[0]), ys.rank, ys.dims);
