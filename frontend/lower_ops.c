@@ -38,7 +38,8 @@
  *   Transpose, Swapaxes, Concatenate, Stack, GetItem (ints, slices, None,
  *   Ellipsis), Take (one integer index);
  * - Matmul of two float tensors of one rank >= 3 (a batched dot), OneHot,
- *   Flip, Repeat, Tile, Cumsum (float: a lower-triangular constant dot).
+ *   Flip, Repeat, Tile, Cumsum (float: a lower-triangular constant dot),
+ *   Einsum of two float operands (einsum.c) keeping the batch label first.
  * Result types (keras/src/backend/common/dtypes.py result_type, JAX
  * lattice): a Python int operand is weak (int32 for bool, else the
  * tensor's type), a Python float makes float32; two tensors give the
@@ -90,6 +91,7 @@ typedef enum op_kind {
   K_REPEAT,
   K_TILE,
   K_CUMSUM,
+  K_EINSUM,
 } op_kind;
 
 typedef struct op_row {
@@ -184,6 +186,7 @@ typedef struct op_row {
   X("Repeat", K_REPEAT, 0, 0, NULL)                                    \
   X("Tile", K_TILE, 0, 0, NULL)                                        \
   X("Cumsum", K_CUMSUM, 0, 0, NULL)                                    \
+  X("Einsum", K_EINSUM, 0, 0, NULL)                                    \
   X("ExpandDims", K_EXPAND, 0, 0, NULL)                                \
   X("Squeeze", K_SQUEEZE, 0, 0, NULL)                                  \
   X("Reshape", K_RESHAPE, 0, 0, NULL)                                  \
@@ -636,6 +639,34 @@ static kdc_status index_plan_of(const kdc_keras_layer *l, const kdc_keras_node *
   return NULL;
 }
 
+/* Einsum(subscripts)(a, b): two operands (einsum.c), the batch a label of
+ * dim 0 of both and of the output; *|out| the result shape. */
+static kdc_status einsum_of(const kdc_keras_layer *l, const kdc_kshape *a, const kdc_kshape *b,
+                            kdc_fe_einsum *e, kdc_kshape *out) {
+  const char *eq = NULL;
+  KDC_RETURN_IF_ERROR(kdc_fe_cfg_str(l, "subscripts", NULL, &eq));
+  KDC_RETURN_IF_ERROR(kdc_fe_einsum_parse(l, "subscripts", eq, a->rank, b->rank, e));
+  if (e->n[0] < 1 || e->n[1] < 1 || e->n[2] < 1 || e->lab[0][0] != e->lab[1][0] ||
+      e->lab[2][0] != e->lab[0][0])
+    return batch_err(l, "does not keep as the first label of both operands and the output");
+  const kdc_kshape *ops2[2] = {a, b};
+  int64_t size[128];
+  for (int i = 0; i < 128; i++) size[i] = -2;
+  for (int s = 0; s < 2; s++)
+    for (int i = 0; i < e->n[s]; i++) {
+      int lab = e->lab[s][i];
+      int64_t d = ops2[s]->dims[i];
+      if (size[lab] != -2 && size[lab] != d)
+        return kdc_fe_layer_err(l, KDC_INVALID_INPUT, "config.subscripts \"%s\": a label's "
+                                "dims differ in size (%lld, %lld)", eq, (long long)size[lab],
+                                (long long)d);
+      size[lab] = d;
+    }
+  out->rank = e->n[2];
+  for (int i = 0; i < e->n[2]; i++) out->dims[i] = size[(int)e->lab[2][i]];
+  return NULL;
+}
+
 kdc_status kdc_fe_infer_op(kdc_infer_args *a) {
   const kdc_keras_layer *l = a->l;
   const kdc_keras_node *n = a->node;
@@ -700,6 +731,14 @@ kdc_status kdc_fe_infer_op(kdc_infer_args *a) {
     index_plan p;
     KDC_RETURN_IF_ERROR(index_plan_of(l, n, &a->in[0], &p));
     out = p.out;
+    break;
+  }
+  case K_EINSUM: {
+    KDC_RETURN_IF_ERROR(operands(l, n, 2, o));
+    if (n->n_in != 2)
+      return kdc_fe_layer_err(l, KDC_UNSUPPORTED, "Einsum: kdc reads two tensor operands");
+    kdc_fe_einsum e;
+    KDC_RETURN_IF_ERROR(einsum_of(l, &a->in[0], &a->in[1], &e, &out));
     break;
   }
   case K_MATMUL: {
@@ -1117,6 +1156,17 @@ kdc_status kdc_fe_lower_op(struct kdc_lower_ctx *c, const kdc_keras_layer *l,
     KDC_RETURN_IF_ERROR(index_plan_of(l, n, &xs, &p));
     kdc_value_id y = kdc_ir_slice(f, in[0], p.start, p.limit, p.stride);
     out[0] = kdc_ir_reshape(f, y, p.out.rank, p.out.dims);
+    return NULL;
+  }
+  case K_EINSUM: {
+    const kdc_type ta = *kdc_ir_type(f, in[0]), tb = *kdc_ir_type(f, in[1]);
+    if (ta.dtype != KDC_DTYPE_F32 || tb.dtype != KDC_DTYPE_F32)
+      return dtype_err(l, ta.dtype != KDC_DTYPE_F32 ? ta.dtype : tb.dtype,
+                       "Einsum takes float tensors in kdc");
+    kdc_kshape sa = kdc_kshape_make(ta.rank, ta.dims), sb = kdc_kshape_make(tb.rank, tb.dims), so;
+    kdc_fe_einsum e;
+    KDC_RETURN_IF_ERROR(einsum_of(l, &sa, &sb, &e, &so));
+    out[0] = kdc_fe_einsum_lower(f, &e, in[0], in[1]);
     return NULL;
   }
   case K_MATMUL: {

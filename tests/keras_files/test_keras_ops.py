@@ -86,6 +86,9 @@ def ops_list(x, y, i, m):
         ops.flip(x, axis=1), ops.flip(i, axis=(1, 2)), ops.repeat(x, 2, axis=2),
         ops.repeat(i, 3, axis=1), ops.tile(x, (1, 2, 3)), ops.tile(i, (2, 1)), ops.cumsum(x, axis=-1),
         ops.cumsum(y, axis=1),
+        ops.einsum("bij,bkj->bik", x, y), ops.einsum("bij,bij->bj", x, y),
+        ops.einsum("bij,bjk->bik", ops.transpose(x, (0, 2, 1)), y),
+        ops.einsum("...ij,...kj->...ki", x, y),
     ]
 
 
@@ -126,6 +129,8 @@ def test_ops_against_keras(part, tmp_path):
 
 @pytest.mark.parametrize("what,fn,expect", [
     ("cumprod", lambda x: __import__("keras").ops.cumprod(x, axis=-1), "Cumprod"),
+    ("einsum_batch", lambda x: __import__("keras").ops.einsum("bij,bkj->ikb", x, x),
+     "does not keep"),
     ("sum_all", lambda x: __import__("keras").ops.sum(x), "axis null reduces the batch"),
     ("concat0", lambda x: __import__("keras").ops.concatenate([x, x], axis=0), "axis 0"),
     ("transpose", lambda x: __import__("keras").ops.transpose(x), "moves the batch"),
