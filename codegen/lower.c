@@ -61,6 +61,8 @@ kdc_io_dtype cg_io_dtype(kdc_dtype d) {
   case KDC_DTYPE_I32: return KDC_IO_DTYPE_I32;
   case KDC_DTYPE_I64: return KDC_IO_DTYPE_I64;
   case KDC_DTYPE_BOOL: return KDC_IO_DTYPE_BOOL;
+  case KDC_DTYPE_BF16: return KDC_IO_DTYPE_BF16;
+  case KDC_DTYPE_F16: return KDC_IO_DTYPE_F16;
   default: kdc_unreachable();
   }
 }

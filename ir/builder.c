@@ -95,6 +95,8 @@ static void store_scalar(kdc_dtype d, double v, void *out) {
   case KDC_DTYPE_I32: *(int32_t *)out = (int32_t)v; break;
   case KDC_DTYPE_I64: *(int64_t *)out = (int64_t)v; break;
   case KDC_DTYPE_BOOL: *(uint8_t *)out = v != 0; break;
+  case KDC_DTYPE_BF16:
+  case KDC_DTYPE_F16: kdc_float_store(out, d, 0, (float)v); break;
   default: kdc_unreachable();
   }
 }

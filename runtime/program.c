@@ -21,6 +21,8 @@ size_t kdc_prog_dtype_size(kdc_io_dtype dt) {
   case KDC_IO_DTYPE_I32: return 4;
   case KDC_IO_DTYPE_I64: return 8;
   case KDC_IO_DTYPE_BOOL: return 1;
+  case KDC_IO_DTYPE_BF16: return 2;
+  case KDC_IO_DTYPE_F16: return 2;
   default: return 0;
   }
 }
