@@ -331,6 +331,12 @@ typedef struct kdc_func {
   const char **result_names; /* one per result, e.g. the output layer name */
   size_t n_results, cap_results;
   const char *cur_origin;  /* builder: origin stamped on new nodes */
+  /* builder: bf16 or f16 while a mixed-precision layer is lowered: then
+   * kdc_ir_dot of f32 operands converts them to it and computes the dot in
+   * it (f32 accumulation, one rounding), returning its result widened to
+   * f32; kdc_ir_convolution rounds its operands and result to it.  F32
+   * (the default, 0): no effect. */
+  kdc_dtype lowp;
   kdc_status error;        /* builder: first error (sticky), owned */
 } kdc_func;
 
@@ -454,6 +460,9 @@ kdc_value_id kdc_ir_broadcast_to(kdc_func *f, kdc_value_id x, int rank, const in
 kdc_value_id kdc_ir_binary_bcast(kdc_func *f, kdc_op op, kdc_value_id a, kdc_value_id b);
 /* x op scalar constant (x's dtype). */
 kdc_value_id kdc_ir_binary_scalar(kdc_func *f, kdc_op op, kdc_value_id x, double s);
+/* An f32 |x| rounded to the bf16/f16 type |d| and widened back (x itself
+ * for any other dtype or |d|). */
+kdc_value_id kdc_ir_round_to(kdc_func *f, kdc_value_id x, kdc_dtype d);
 /* Plain matmul of [.., M, K] x [K, N] -> [.., M, N] (contract last with first). */
 kdc_value_id kdc_ir_matmul(kdc_func *f, kdc_value_id a, kdc_value_id b);
 

@@ -229,8 +229,9 @@ kdc_value_id kdc_ir_convolution(kdc_func *f, kdc_value_id x, kdc_value_id w,
   kdc_attrs a;
   memset(&a, 0, sizeof a);
   a.conv = *c;
-  kdc_value_id in[2] = {x, w};
-  return build(f, KDC_OP_CONVOLUTION, 2, in, &a, NULL);
+  kdc_dtype lp = f->lowp; /* a mixed-precision layer: operands and result rounded */
+  kdc_value_id in[2] = {kdc_ir_round_to(f, x, lp), kdc_ir_round_to(f, w, lp)};
+  return kdc_ir_round_to(f, build(f, KDC_OP_CONVOLUTION, 2, in, &a, NULL), lp);
 }
 
 kdc_value_id kdc_ir_reduce_window(kdc_func *f, kdc_value_id x, const kdc_attr_window *w) {

@@ -48,6 +48,7 @@ static const kdc_pass all_passes[] = {
     {"partition", kdc_pass_partition},
     {"combine_collectives", kdc_pass_combine_collectives},
     {"conv_to_gemm", kdc_pass_conv_to_gemm},
+    {"widen_dots", kdc_pass_widen_dots},
     {"plan_memory", kdc_pass_plan_memory},
 };
 
@@ -63,6 +64,7 @@ static const char *const pipeline[] = {
     "partition",           /* local shapes and collectives: one SPMD program */
     "combine_collectives", /* small independent all_reduces as one (combine_collectives.c) */
     "conv_to_gemm",        /* convolutions as im2col + one GEMM (local shapes) */
+    "widen_dots",          /* CPU: bf16/f16 dots as f32 GEMMs between converts */
     "fuse",
     "plan_memory", /* liveness and buffer reuse (passes/plan_memory.c) */
 };
