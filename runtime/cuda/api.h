@@ -30,7 +30,7 @@
   X(cuMemcpy2DAsync) X(cuMemsetD8Async)
 #define RT_CU_BLAS(X)                                                                         \
   X(cublasCreate) X(cublasDestroy) X(cublasSetStream) X(cublasSetMathMode)                    \
-  X(cublasSgemmStridedBatched) X(cublasGetStatusString)
+  X(cublasSgemmStridedBatched) X(cublasGemmStridedBatchedEx) X(cublasGetStatusString)
 #define RT_CU_NCCL(X)                                                                         \
   X(ncclGetVersion) X(ncclGetUniqueId) X(ncclCommInitRank) X(ncclCommInitAll) X(ncclCommSplit) \
   X(ncclCommDestroy) X(ncclCommAbort) X(ncclAllReduce) X(ncclAllGather) X(ncclReduceScatter)  \
