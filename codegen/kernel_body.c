@@ -800,6 +800,9 @@ int cg_kernel_reduce_split(const cg_kernel *k, bool *leading) {
   if (k->transpose || k->n_extra) return 0;
   const kdc_node *nd = &k->f->nodes[k->root];
   if (nd->op != KDC_OP_REDUCE) return 0;
+  /* bf16/f16: the element form (its partials and trees hold the storage
+   * type, which would round every partial sum; the interpreter rounds once) */
+  if (kdc_dtype_is_half(nd->type.dtype)) return 0;
   const kdc_type *xt = &k->f->nodes[nd->in[0]].type;
   int n = nd->attr.reduce.dims.n;
   if (n < 1 || n >= xt->rank || kdc_type_numel(xt) <= 0) return 0;
