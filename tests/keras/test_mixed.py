@@ -133,3 +133,42 @@ def test_mixed_bfloat16_cuda_ptx(work):
         with open(ptx, "w") as f:
             f.write(oracle.run_kdc("inspect", plan, "--ptx").stdout)
         subprocess.run([ptxas, "-arch=sm_%d" % sm, ptx, "-o", os.devnull], check=True)
+
+
+def test_mixed_float16_loss_scaling(work):
+    """mixed_float16 trains with dynamic loss scaling as Keras' compile does
+    (a LossScaleOptimizer around SGD): targets of ~300 make the scaled
+    gradients overflow f16 at the initial scale 2^15, so the first steps are
+    skipped and the scale halves until they fit.  12 steps: Keras ends at
+    scale 1024 after 5 skipped steps (iterations 7, step_counter 7); kdc's
+    state holds the same (exponent -5: 2^(15-5)).  Losses (f32 MSE means of
+    ~9e4) within 1e-6 relative, weights within 1e-6 + 1e-5 |w|: the f16
+    layers round the same products either way."""
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    try:
+        keras.utils.set_random_seed(1)
+        inp = keras.layers.Input(shape=(20,))
+        y = keras.layers.Dense(64, activation="relu", name="d1")(inp)
+        y = keras.layers.Dense(32, activation="relu", name="d2")(y)
+        y = keras.layers.Dense(4, name="out", dtype="float32")(y)
+        model = keras.Model(inp, y)
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    mj, wt = oracle.export(model, os.path.join(work, "m"))
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(64, 20)).astype(np.float32)
+    y = (rng.normal(size=(64, 4)) * 300).astype(np.float32)
+    plan = os.path.join(work, "t.plan")
+    oracle.compile_plan(mj, wt, plan, BATCH, ["--loss", "mse", "--optimizer", "sgd",
+                                              "--learning-rate", "1e-5"])
+    hist, state = oracle.fit(plan, [x], [y], work, EPOCHS, BATCH)
+    model.compile(optimizer=keras.optimizers.SGD(1e-5), loss="mse")
+    assert type(model.optimizer).__name__ == "LossScaleOptimizer"
+    kh = model.fit(x, y, batch_size=BATCH, epochs=EPOCHS, shuffle=False, verbose=0)
+    opt = model.optimizer
+    assert float(opt.dynamic_scale.numpy()) == 1024.0  # the case does overflow
+    assert int(state["loss_scale_optimizer/scale_exponent"]) == 10 - 15  # 2^(15 + e) = 1024
+    assert int(state["loss_scale_optimizer/step_counter"]) == int(opt.step_counter.numpy())
+    assert int(state["SGD/iteration"]) == int(opt.iterations.numpy()) == 7
+    oracle.assert_close(hist["loss"], kh.history["loss"], rtol=1e-6, atol=0, what="f16 losses")
+    oracle.assert_weights_close(state, oracle.model_weights(model), 1e-5, 1e-6, "f16 weights")
