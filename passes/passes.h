@@ -243,8 +243,9 @@ kdc_status kdc_pass_propagate_shardings(kdc_module *m, const kdc_pass_options *o
 kdc_status kdc_pass_partition(kdc_module *m, const kdc_pass_options *opt);
 
 /* ---- widen_dots (passes/widen_dots.c) -------------------------------------
- * CPU plans: every bf16/f16 dot_general becomes an f32 one between converts
- * (an f32 GEMM step), with one warning naming the dtype. */
+ * CPU plans (before the sharding passes): every bf16/f16 dot_general
+ * becomes an f32 one between converts (an f32 GEMM step), with one warning
+ * naming the dtype. */
 kdc_status kdc_pass_widen_dots(kdc_module *m, const kdc_pass_options *opt);
 
 /* ---- conv_to_gemm (passes/conv_to_gemm.c) -----------------------------------

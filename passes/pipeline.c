@@ -59,12 +59,13 @@ static const char *const pipeline[] = {
     "infer_shapes",
     "build_training", /* autodiff + loss + optimizer: train_step, evaluate */
     "simplify",
+    "widen_dots",          /* CPU: bf16/f16 dots as f32 dots between converts (before
+                              partition: their partial sums are f32) */
     "seed_shardings",      /* provenance of the frontend's user shardings; others open */
     "propagate_shardings", /* forward/backward factor fixpoint */
     "partition",           /* local shapes and collectives: one SPMD program */
     "combine_collectives", /* small independent all_reduces as one (combine_collectives.c) */
     "conv_to_gemm",        /* convolutions as im2col + one GEMM (local shapes) */
-    "widen_dots",          /* CPU: bf16/f16 dots as f32 GEMMs between converts */
     "fuse",
     "plan_memory", /* liveness and buffer reuse (passes/plan_memory.c) */
 };

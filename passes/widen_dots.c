@@ -12,6 +12,8 @@
  * OpenBLAS' sbgemm would read bf16 directly, but Debian 12's build has no
  * AVX-512 BF16 kernels worth the switch at these sizes, so the CPU path is
  * "computed in float32"; compile says so once (a warning naming the dtype).
+ * It runs before the sharding passes, so a dot split over its contracting
+ * dims sums f32 partials across devices (the CPU collectives sum f32).
  * Not run for --target cuda plans: there the dot stays a bf16/f16 GEMM
  * step (cublasGemmEx with f32 accumulation, docs/gpu.md).
  */
@@ -29,7 +31,7 @@ static kdc_value_id add(kdc_func *f, kdc_op op, const kdc_type *t, int n_in,
                         const kdc_value_id *in, const kdc_attrs *attr, const kdc_node *like) {
   kdc_value_id v = kdc_ir_append(f, op, t, n_in, in, attr);
   kdc_node *nd = kdc_ir_node(f, v);
-  nd->sharding = like->sharding;
+  memset(&nd->sharding, 0, sizeof nd->sharding); /* before seed_shardings: open */
   nd->origin = like->origin;
   return v;
 }

@@ -524,6 +524,8 @@ static ncclDataType_t nccl_type(kdc_io_dtype dt) {
   case KDC_IO_DTYPE_F32: return ncclFloat32;
   case KDC_IO_DTYPE_I32: return ncclInt32;
   case KDC_IO_DTYPE_I64: return ncclInt64;
+  case KDC_IO_DTYPE_BF16: return ncclBfloat16; /* mixed-precision partial sums */
+  case KDC_IO_DTYPE_F16: return ncclFloat16;
   default: return ncclUint8; /* bool: moved, never summed (host.c refuses) */
   }
 }

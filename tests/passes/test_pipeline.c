@@ -39,10 +39,10 @@ static void test_dump_dir(void **state) {
   assert_null(kdc_pass_pipeline_run(m, &opt));
   static const char *const files[] = {"00-input",          "01-verify",
                                       "02-infer_shapes",   "03-build_training",
-                                      "04-simplify",       "05-seed_shardings",
-                                      "06-propagate_shardings", "07-partition",
-                                      "08-combine_collectives", "09-conv_to_gemm",
-                                      "10-widen_dots",     "11-fuse",
+                                      "04-simplify",       "05-widen_dots",
+                                      "06-seed_shardings", "07-propagate_shardings",
+                                      "08-partition",      "09-combine_collectives",
+                                      "10-conv_to_gemm",   "11-fuse",
                                       "12-plan_memory"};
   char path[256];
   for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
