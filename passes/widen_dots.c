@@ -27,19 +27,20 @@ static bool half_dot(const kdc_func *f, kdc_value_id v) {
   return nd->op == KDC_OP_DOT && kdc_dtype_is_half(nd->type.dtype);
 }
 
+/* |origin| is copied by value: appending may move the node array. */
 static kdc_value_id add(kdc_func *f, kdc_op op, const kdc_type *t, int n_in,
-                        const kdc_value_id *in, const kdc_attrs *attr, const kdc_node *like) {
+                        const kdc_value_id *in, const kdc_attrs *attr, const char *origin) {
   kdc_value_id v = kdc_ir_append(f, op, t, n_in, in, attr);
   kdc_node *nd = kdc_ir_node(f, v);
   memset(&nd->sharding, 0, sizeof nd->sharding); /* before seed_shardings: open */
-  nd->origin = like->origin;
+  nd->origin = origin;
   return v;
 }
 
 static kdc_value_id widen(kdc_func *f, kdc_value_id x) {
   kdc_type t = f->nodes[x].type;
   t.dtype = KDC_DTYPE_F32;
-  return add(f, KDC_OP_CONVERT, &t, 1, &x, NULL, &f->nodes[x]);
+  return add(f, KDC_OP_CONVERT, &t, 1, &x, NULL, f->nodes[x].origin);
 }
 
 static void run_func(kdc_func *f, kdc_dtype *seen) {
@@ -58,8 +59,8 @@ static void run_func(kdc_func *f, kdc_dtype *seen) {
     kdc_value_id in[2] = {widen(f, d.in[0]), widen(f, d.in[1])};
     kdc_type t = d.type;
     t.dtype = KDC_DTYPE_F32;
-    kdc_value_id w = add(f, KDC_OP_DOT, &t, 2, in, &d.attr, &d);
-    to[i] = add(f, KDC_OP_CONVERT, &d.type, 1, &w, NULL, &d);
+    kdc_value_id w = add(f, KDC_OP_DOT, &t, 2, in, &d.attr, d.origin);
+    to[i] = add(f, KDC_OP_CONVERT, &d.type, 1, &w, NULL, d.origin);
   }
   first[n_old] = f->n_nodes;
   size_t n = f->n_nodes, k = 0;
