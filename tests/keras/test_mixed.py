@@ -172,3 +172,20 @@ def test_mixed_float16_loss_scaling(work):
     assert int(state["SGD/iteration"]) == int(opt.iterations.numpy()) == 7
     oracle.assert_close(hist["loss"], kh.history["loss"], rtol=1e-6, atol=0, what="f16 losses")
     oracle.assert_weights_close(state, oracle.model_weights(model), 1e-5, 1e-6, "f16 weights")
+
+
+def test_bfloat16_policy_warns(work):
+    """dtype "bfloat16" (not mixed): Keras keeps the variables in bf16; kdc
+    keeps them f32 and rounds them where the layer reads them, which gives
+    the same values from the same (bf16) weights, and says so in a located
+    warning.  Predictions within PRED_TOL of Keras'."""
+    model, shape, classes = build(mlp, "bfloat16")
+    assert model.get_layer("d1").kernel.dtype == "bfloat16"
+    mj, wt = oracle.export(model, os.path.join(work, "m"))
+    x, _ = data(shape, classes)
+    plan = os.path.join(work, "p.plan")
+    p = oracle.run_kdc("compile", mj, "--weights", wt, "--batch", BATCH, "-o", plan)
+    assert 'layers[1] (Dense "d1"): dtype policy "bfloat16": variables stay float32' in p.stderr
+    got = oracle.predict(plan, [x[:BATCH]], work, n_out=1)[0]
+    want = np.asarray(model.predict(x[:BATCH], verbose=0)).astype(np.float32)
+    oracle.assert_close(got, want, what="bfloat16 predictions", **PRED_TOL)
