@@ -508,7 +508,8 @@ typedef struct kdc_lower_ctx {
 } kdc_lower_ctx;
 
 /* policy.c: a layer's dtype policy around its lowering (docs/frontend.md,
- * "Dtype policies").  begin autocasts the floating inputs |in| and, for a
+ * "Dtype policies").  begin autocasts the floating inputs |in| (and
+ * keyword tensors |kw|) and, for a
  * bf16/f16 compute dtype, rounds the variables the layer reads and makes
  * the function's dots compute in it; end restores them and gives the
  * floating outputs |out| the compute dtype. */
@@ -518,7 +519,7 @@ typedef struct kdc_fe_policy {
   kdc_value_id *saved;     /* the layer's variables' values before begin */
 } kdc_fe_policy;
 kdc_status kdc_fe_policy_begin(kdc_lower_ctx *c, const kdc_keras_layer *l, int n_in,
-                               kdc_value_id *in, kdc_fe_policy *p);
+                               kdc_value_id *in, int n_kw, kdc_value_id *kw, kdc_fe_policy *p);
 kdc_status kdc_fe_policy_end(kdc_lower_ctx *c, const kdc_keras_layer *l, kdc_fe_policy *p,
                              int n_out, kdc_value_id *out);
 

@@ -150,7 +150,7 @@ kdc_status kdc_fe_lower_graph_masked(struct kdc_lower_ctx *c, const kdc_keras_mo
     c->mask_taken = false;
     kdc_ir_set_origin(c->f, origin(l));
     kdc_fe_policy pol;
-    st = kdc_fe_policy_begin(c, l, n->n_in, in, &pol);
+    st = kdc_fe_policy_begin(c, l, n->n_in, in, n->n_kw, kw, &pol);
     if (!st) st = l->cls->lower(c, l, n, in, kw, out);
     kdc_status pst = kdc_fe_policy_end(c, l, &pol, n->n_out, out);
     if (!st) st = pst;

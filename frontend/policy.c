@@ -54,8 +54,20 @@ static void warn_once(kdc_lower_ctx *c, const kdc_keras_layer *l, unsigned bit, 
           kdc_fe_file(l->model), l->loc, l->class_name, l->name, name, what);
 }
 
+/* Floating |v|: rounded to |h| (when |autocast|), then widened to f32 for
+ * the lowering, which computes in f32. */
+static void autocast_all(kdc_func *f, kdc_dtype h, bool autocast, int n, kdc_value_id *v) {
+  for (int i = 0; i < n; i++) {
+    if (v[i] == KDC_NO_VALUE || v[i] >= f->n_nodes) continue;
+    kdc_dtype d = f->nodes[v[i]].type.dtype;
+    if (!kdc_dtype_is_float(d)) continue;
+    if (kdc_dtype_is_half(h) && autocast && d == KDC_DTYPE_F32) v[i] = kdc_ir_convert(f, v[i], h);
+    if (f->nodes[v[i]].type.dtype != KDC_DTYPE_F32) v[i] = kdc_ir_convert(f, v[i], KDC_DTYPE_F32);
+  }
+}
+
 kdc_status kdc_fe_policy_begin(kdc_lower_ctx *c, const kdc_keras_layer *l, int n_in,
-                               kdc_value_id *in, kdc_fe_policy *p) {
+                               kdc_value_id *in, int n_kw, kdc_value_id *kw, kdc_fe_policy *p) {
   memset(p, 0, sizeof *p);
   p->compute = KDC_DTYPE_F32;
   if (l->sub) return NULL; /* a nested model: its layers carry their own policies */
@@ -73,13 +85,8 @@ kdc_status kdc_fe_policy_begin(kdc_lower_ctx *c, const kdc_keras_layer *l, int n
   kdc_dtype h = p->compute;
   bool internal = f32_internal(l->class_name);
   bool autocast = strcmp(l->class_name, "LayerNormalization") != 0;
-  for (int i = 0; i < n_in; i++) {
-    if (in[i] == KDC_NO_VALUE || in[i] >= f->n_nodes) continue;
-    kdc_dtype d = f->nodes[in[i]].type.dtype;
-    if (!kdc_dtype_is_float(d)) continue;
-    if (kdc_dtype_is_half(h) && autocast && d == KDC_DTYPE_F32) in[i] = kdc_ir_convert(f, in[i], h);
-    if (f->nodes[in[i]].type.dtype != KDC_DTYPE_F32) in[i] = kdc_ir_convert(f, in[i], KDC_DTYPE_F32);
-  }
+  autocast_all(f, h, autocast, n_in, in);
+  autocast_all(f, h, autocast, n_kw, kw); /* Keras casts floating kwargs (value=, key=) too */
   if (!kdc_dtype_is_half(h) || internal) return kdc_ir_take_error(f);
   /* the variables the layer reads, rounded to h for its lowering */
   p->n_saved = l->n_vars;
