@@ -43,7 +43,7 @@ static kdc_value_id widen(kdc_func *f, kdc_value_id x) {
   return add(f, KDC_OP_CONVERT, &t, 1, &x, NULL, f->nodes[x].origin);
 }
 
-static void run_func(kdc_func *f, kdc_dtype *seen) {
+static void run_func(kdc_func *f, kdc_dtype *seen, const char **where) {
   size_t n_old = f->n_nodes;
   bool any = false;
   for (size_t i = 0; i < n_old && !any; i++) any = half_dot(f, (kdc_value_id)i);
@@ -56,6 +56,7 @@ static void run_func(kdc_func *f, kdc_dtype *seen) {
     if (!half_dot(f, (kdc_value_id)i)) continue;
     kdc_node d = f->nodes[i]; /* a copy: appending may move the array */
     *seen = d.type.dtype;
+    if (!*where) *where = d.origin;
     kdc_value_id in[2] = {widen(f, d.in[0]), widen(f, d.in[1])};
     kdc_type t = d.type;
     t.dtype = KDC_DTYPE_F32;
@@ -82,11 +83,12 @@ static void run_func(kdc_func *f, kdc_dtype *seen) {
 kdc_status kdc_pass_widen_dots(kdc_module *m, const kdc_pass_options *opt) {
   if (opt && opt->cuda) return NULL;
   kdc_dtype seen = KDC_DTYPE_F32;
-  for (size_t i = 0; i < m->n_funcs; i++) run_func(m->funcs[i], &seen);
+  const char *where = NULL; /* the first such dot's layer */
+  for (size_t i = 0; i < m->n_funcs; i++) run_func(m->funcs[i], &seen, &where);
   if (seen != KDC_DTYPE_F32 && opt && opt->warnings)
-    fprintf(opt->warnings, "kdc: warning: %s: the %s GEMMs of the mixed-precision layers are "
-            "computed in float32 on this CPU (operands and results stay %s, f32 accumulation)\n",
-            m->name ? m->name : "model", seen == KDC_DTYPE_BF16 ? "bfloat16" : "float16",
-            kdc_dtype_name(seen));
+    fprintf(opt->warnings, "kdc: warning: model %s: %s: the %s GEMMs of the mixed-precision "
+            "layers are computed in float32 on this CPU (operands and results stay %s, f32 "
+            "accumulation)\n", m->name ? m->name : "?", where ? where : "?",
+            seen == KDC_DTYPE_BF16 ? "bfloat16" : "float16", kdc_dtype_name(seen));
   return NULL;
 }
