@@ -9,9 +9,11 @@
  * fuse into the neighbouring kernels.  The products of bf16/f16 values are
  * exact in f32 and both forms accumulate in f32 and round once, so only the
  * summation order differs from the interpreter (as for every f32 GEMM).
- * OpenBLAS' sbgemm would read bf16 directly, but Debian 12's build has no
- * AVX-512 BF16 kernels worth the switch at these sizes, so the CPU path is
- * "computed in float32"; compile says so once (a warning naming the dtype).
+ * OpenBLAS' cblas_sbgemm would read bf16 directly (AVX-512 BF16), but
+ * Debian 12's OpenBLAS 0.3.21 declares it in cblas.h without exporting it
+ * (built without BUILD_BFLOAT16: `nm -D libopenblasp-r0.3.21.so` has no
+ * sbgemm), so the CPU path is "computed in float32"; compile says so once
+ * (a warning naming the dtype and the first such layer).
  * It runs before the sharding passes, so a dot split over its contracting
  * dims sums f32 partials across devices (the CPU collectives sum f32).
  * Not run for --target cuda plans: there the dot stays a bf16/f16 GEMM
