@@ -90,6 +90,55 @@ static void test_convert_plan(void **state) {
   run_convert(KDC_DTYPE_F16, f16_bits);
 }
 
+/* 65536 random f32 bit patterns (every exponent: subnormals, NaNs with
+ * payloads, infinities) through a plan's convert to bf16 and to f16 and
+ * back: the plan (integer code for bf16, LLVM's fptrunc for f16) equals
+ * common/dtype.c's functions bit for bit, NaN for NaN. */
+static void test_convert_random(void **state) {
+  (void)state;
+  enum { R = 1 << 16 };
+  kdc_module *m = kdc_ir_module_create("half");
+  kdc_func *f = kdc_ir_func_create(m, "predict");
+  int64_t n = R;
+  kdc_type t = kdc_type_make(KDC_DTYPE_F32, 1, &n);
+  kdc_value_id x = kdc_ir_parameter(f, KDC_PARAM_INPUT, "x", &t);
+  kdc_value_id b = kdc_ir_convert(f, x, KDC_DTYPE_BF16), h = kdc_ir_convert(f, x, KDC_DTYPE_F16);
+  kdc_ir_add_result(f, b, "b");
+  kdc_ir_add_result(f, h, "h");
+  kdc_ir_add_result(f, kdc_ir_convert(f, h, KDC_DTYPE_F32), "h32");
+  cgt_fail(kdc_ir_take_error(f), "builder");
+  cgt_fail(kdc_pass_fuse(m, NULL), "fuse");
+  cgt_fail(kdc_pass_plan_memory(m, NULL), "plan_memory");
+  const char *path = cgt_path("random.plan");
+  cgt_fail(kdc_codegen_cpu_plan(m, NULL, path), "codegen");
+  kdc_rt_plan *plan;
+  cgt_fail(kdc_rt_plan_load_with(path, &(kdc_rt_options){0}, &plan), "load");
+  uint32_t *xs = malloc(sizeof(uint32_t) * R);
+  uint16_t *gb = malloc(2 * R), *gh = malloc(2 * R);
+  float *g32 = malloc(4 * R);
+  uint64_t s = 12345;
+  for (int i = 0; i < R; i++) xs[i] = (uint32_t)(cgt_rng(&s) ^ (cgt_rng(&s) << 16));
+  const void *in[1] = {xs};
+  void *out[3] = {gb, gh, g32};
+  cgt_fail(kdc_rt_plan_run(plan, in, out), "run");
+  int bad = 0;
+  for (int i = 0; i < R && bad < 5; i++) {
+    float v;
+    memcpy(&v, &xs[i], 4);
+    uint16_t wb = kdc_f32_to_bf16(v), wh = kdc_f32_to_f16(v);
+    float w32 = kdc_f16_to_f32(wh);
+    bool ok = gb[i] == wb && gh[i] == wh &&
+              (isnan(w32) ? isnan(g32[i]) : memcmp(&w32, &g32[i], 4) == 0);
+    if (!ok && bad++ < 5)
+      print_message("0x%08x: bf16 0x%04x want 0x%04x, f16 0x%04x want 0x%04x\n", xs[i], gb[i], wb,
+                    gh[i], wh);
+  }
+  assert_int_equal(bad, 0);
+  free(xs), free(gb), free(gh), free(g32);
+  kdc_rt_plan_release(plan);
+  kdc_ir_module_destroy(m);
+}
+
 /* A small graph in dtype |d| (inputs given in d): elementwise chains, a
  * broadcast bias, a reduction, a dot, a transpose, compare + select,
  * converts to i32 and back and to f32; fused and not. */
@@ -178,6 +227,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_common_rounding),
       cmocka_unit_test(test_convert_plan),
+      cmocka_unit_test(test_convert_random),
       cmocka_unit_test(test_graph),
       cmocka_unit_test(test_text_roundtrip),
   };
