@@ -16,7 +16,8 @@
 #          targets): the CUDA plan's loss history against the CPU plan's,
 #          relative 2e-2; and against the f32 model's on the GPU (the
 #          losses track f32 within 5e-2 relative, Keras' own bf16 runs do)
-#   time   bench_plan's median training step and forward, batch 64, of
+#   time   bench_plan's median training step and forward (--resident 1: the
+#          batch stays on the GPU, as the peers' data), batch 64, of
 #          transformer_512 (f32) and transformer_512_bf16 on the GPU, and
 #          their ratio (the target: the bf16 step 3x faster)
 # One line per check: PASS / FAIL / SKIP.  Exit 1 when a check FAILs.
@@ -74,7 +75,7 @@ if [ -z "$BP" ] || [ ! -x "$BP" ]; then line SKIP "mixed time: no bench_plan"; e
 for m in transformer_512 transformer_512_bf16; do
   "$K" compile "$T/$m.json" --random-init --batch 64 --loss categorical_crossentropy \
     --optimizer adam --target cuda --sm "$SM" -o "$T/t_$m.plan" 2>"$T/e" || { line FAIL "mixed time $m: compile"; continue; }
-  if timeout 150 "$BP" "$T/t_$m.plan" --reps 20 > "$T/t_$m.out" 2>"$T/e"; then
+  if timeout 150 "$BP" "$T/t_$m.plan" --reps 20 --resident 1 > "$T/t_$m.out" 2>"$T/e"; then
     line PASS "mixed time $m b64: $(cat "$T/t_$m.out")"
   else line FAIL "mixed time $m: $(tail -1 "$T/e")"; fi
 done
