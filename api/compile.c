@@ -410,7 +410,7 @@ static kdc_status compile_module(compile_ctx *c, const char *out) {
   if (!st) {
     kdc_lower_options lo = {.batch = batch, .mesh = o->mesh ? &mesh : NULL, .layout = layout,
                             .train_forward = train_on, .dropout_seed = o->seed,
-                            .output_masks = train_on};
+                            .output_masks = train_on, .warnings = c->warnings};
     st = kdc_frontend_lower(km, &lo, &mod);
   }
   if (!st && train_on) st = check_output_names(c, mod, &train);
@@ -424,6 +424,7 @@ static kdc_status compile_module(compile_ctx *c, const char *out) {
     po.dump_dir = o->dump_ir_dir;
     po.print_after_all = o->print_ir_after_all ? stderr : NULL;
     po.warnings = c->warnings;
+    po.cuda = o->target && !strcmp(o->target, "cuda");
     po.train = train_on ? &train : NULL;
     po.after_pass = capture_explain;
     po.after_pass_user = &explain;

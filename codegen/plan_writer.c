@@ -34,6 +34,8 @@ static void plan_init(cg_plan *P, const kdc_module *m) {
   P->f32 = LLVMFloatTypeInContext(P->ctx);
   P->i1 = LLVMInt1TypeInContext(P->ctx);
   P->i8 = LLVMInt8TypeInContext(P->ctx);
+  P->i16 = LLVMInt16TypeInContext(P->ctx);
+  P->half = LLVMHalfTypeInContext(P->ctx);
   P->i32 = LLVMInt32TypeInContext(P->ctx);
   P->i64 = LLVMInt64TypeInContext(P->ctx);
   P->ptr = LLVMPointerTypeInContext(P->ctx, 0);

@@ -92,8 +92,10 @@ static void put_step(FILE *o, const kdc_program *p, const kdc_prog_func *f, uint
     break;
   case KDC_STEP_GEMM: {
     const kdc_prog_gemm_step *g = &s->gemm;
-    fprintf(o, "gemm batch=%" PRId64 " m=%" PRId64 " n=%" PRId64 " k=%" PRId64 " %c%c A=",
-            g->batch, g->m, g->n, g->k, g->trans_a ? 'T' : 'N', g->trans_b ? 'T' : 'N');
+    fprintf(o, "gemm batch=%" PRId64 " m=%" PRId64 " n=%" PRId64 " k=%" PRId64 " %c%c", g->batch,
+            g->m, g->n, g->k, g->trans_a ? 'T' : 'N', g->trans_b ? 'T' : 'N');
+    if (g->dtype != KDC_IO_DTYPE_F32) fprintf(o, " (%s)", kdc_io_dtype_name(g->dtype));
+    fprintf(o, " A=");
     put_loc(o, f, p, &g->a);
     fprintf(o, " B=");
     put_loc(o, f, p, &g->b);
