@@ -772,10 +772,14 @@ kdc_status kdc_fe_infer_op(kdc_infer_args *a) {
 
 static bool is_int(kdc_dtype d) { return d == KDC_DTYPE_I32 || d == KDC_DTYPE_I64; }
 
-/* |v| as dtype |d| (Keras' cast: float -> int truncates, nonzero -> true). */
+/* |v| as dtype |d| (Keras' cast: float -> int truncates, nonzero -> true,
+ * to bf16/f16 rounds to nearest even).  Op nodes see f32, not half, inputs
+ * (policy.c widens them); a half result stays half for the next layer. */
 static kdc_value_id to_dtype(kdc_func *f, kdc_value_id v, kdc_dtype d) {
   if (v == KDC_NO_VALUE || kdc_ir_type(f, v)->dtype == d) return v;
   if (d == KDC_DTYPE_BOOL) return kdc_fe_mask_bool(f, v);
+  if (kdc_dtype_is_half(d) && kdc_ir_type(f, v)->dtype != KDC_DTYPE_F32)
+    v = kdc_ir_convert(f, v, KDC_DTYPE_F32);
   return kdc_ir_convert(f, v, d);
 }
 
@@ -897,9 +901,11 @@ static kdc_status cast_dtype(const kdc_keras_layer *l, kdc_dtype *d) {
   else if (!strcmp(s, "int32")) *d = KDC_DTYPE_I32;
   else if (!strcmp(s, "int64")) *d = KDC_DTYPE_I64;
   else if (!strcmp(s, "bool")) *d = KDC_DTYPE_BOOL;
+  else if (!strcmp(s, "bfloat16")) *d = KDC_DTYPE_BF16;
+  else if (!strcmp(s, "float16")) *d = KDC_DTYPE_F16;
   else
     return kdc_fe_layer_err(l, KDC_UNSUPPORTED, "config.dtype \"%s\": kdc's tensors are float32, "
-                            "int32, int64 or bool", s);
+                            "bfloat16, float16, int32, int64 or bool", s);
   return NULL;
 }
 

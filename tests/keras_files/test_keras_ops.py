@@ -65,6 +65,8 @@ def ops_list(x, y, i, m):
         ops.where(m, x, y), ops.where(m, i, 0), ops.where(ops.greater(x, 0), x, 0.0),
         ops.clip(x, -0.5, 0.5), ops.clip(i, -1, 2), ops.cast(x, "int32"), ops.cast(i, "float32"),
         ops.cast(x, "bool"), ops.cast(m, "float32"),
+        ops.cast(ops.cast(ops.multiply(x, 1000.0), "bfloat16"), "float32"),
+        ops.cast(ops.cast(ops.multiply(x, 1000.0), "float16"), "float32"),
         # reductions over non-batch axes
         ops.sum(x, axis=1), ops.sum(m, axis=-1), ops.sum(i, axis=(1, 2)),
         ops.mean(x, axis=(1, 2)), ops.mean(i, axis=1, keepdims=True), ops.max(x, axis=2),
