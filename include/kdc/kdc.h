@@ -122,6 +122,15 @@ typedef struct kdc_compile_options {
   int sm;                        /* cuda: 80 (default) or 90 */
   const char *dump_ir_dir;       /* IR after every pass to DIR/NN-pass.kir */
   int print_ir_after_all;        /* IR after every pass on stderr */
+  /* |layout_path| "auto": kdc chooses the layout (docs/layout.md "--layout
+   * auto"): a limit per device ("512MiB", "2GB", bytes; NULL: none), the
+   * objective ("time", the default, or "memory"), a file to write the chosen
+   * layout.json to (atomically; NULL: none) and a machine description for
+   * the cost model (NULL: kdc's defaults, the virtual mesh) */
+  const char *memory_per_device;
+  const char *objective;
+  const char *write_layout_path;
+  const char *machine_path;
 } kdc_compile_options;
 
 typedef struct kdc_run_options {
