@@ -517,6 +517,14 @@ static bool better(const search *S, const cand *a, const cand *b) {
   return a->cost.step_s < b->cost.step_s * (1 - 1e-9);
 }
 
+/* The same predicted cost: another layout that compiles to the same plan
+ * (propagation from the neighbours splits the tensor anyway). */
+static bool same_cost(const cand *a, const cand *b) {
+  return a->cost.peak_bytes == b->cost.peak_bytes &&
+         fabs(a->cost.step_s - b->cost.step_s) <= 1e-9 * fmax(a->cost.step_s, 1e-12) &&
+         a->cost.n_collectives == b->cost.n_collectives;
+}
+
 static int best_index(const search *S, int skip, bool layout_only) {
   int best = -1;
   for (int i = 0; i < S->n_cands; i++) {
@@ -525,6 +533,7 @@ static int best_index(const search *S, int skip, bool layout_only) {
     if (skip >= 0 && !S->cands[skip].flat_dp && !c->flat_dp &&
         !memcmp(c->ch, S->cands[skip].ch, (size_t)S->n_units))
       continue;  /* the same layout again */
+    if (skip >= 0 && same_cost(c, &S->cands[skip])) continue;
     if (best < 0 || better(S, c, &S->cands[best])) best = i;
   }
   return best;
@@ -608,11 +617,15 @@ static void explain(const search *S, int win, FILE *o) {
   const cand *w = &S->cands[win];
   for (int k = 0; k < S->n_units; k++) {
     const unit *u = &S->units[k];
-    int alt = -1;
+    int alt = -1, same = -1;
     for (int i = 0; i < S->n_cands; i++) {
       const cand *c = &S->cands[i];
       if (!c->compiled || i == win) continue;
       bool differs = c->flat_dp != w->flat_dp || c->ch[k] != w->ch[k];
+      if (differs && same_cost(c, w)) {
+        if (same < 0) same = i;
+        continue;
+      }
       if (differs && (alt < 0 || better(S, c, &S->cands[alt]))) alt = i;
     }
     for (int n = 0; n <= u->n_vars; n++) {
@@ -630,6 +643,11 @@ static void explain(const search *S, int win, FILE *o) {
       fprintf(o, "\n  chosen: ");
       put_cost_text(o, w);
       fprintf(o, "\n");
+      if (same >= 0)
+        fprintf(o, "  %s as %s (\"%s\") compiles to a plan of the same cost: propagation from "
+                "its neighbours splits it the same way\n", u->layer->name,
+                S->cands[same].flat_dp ? "replicated (DataParallel)" : choice_name[S->cands[same].ch[k]],
+                S->cands[same].name);
       if (alt >= 0) {
         const cand *a = &S->cands[alt];
         fprintf(o, "  runner-up for %s: %s as %s in \"%s\": ", u->layer->name, u->layer->name,
