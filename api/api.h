@@ -84,6 +84,13 @@ kdc_status kdc_api_auto_layout(const struct kdc_keras_model *km, const kdc_mesh 
                                uint64_t seed, const kdc_auto_options *ao, FILE *notes,
                                kdc_auto_result *out);
 void kdc_auto_result_free(kdc_auto_result *r);
+/* The predicted cost of |layout_text| (NULL: DataParallel) for |km|, as
+ * the search scores its candidates (bench/bench_auto.c). */
+struct kdc_step_cost;
+kdc_status kdc_api_layout_cost(const struct kdc_keras_model *km, const kdc_mesh *mesh,
+                               int64_t batch, const struct kdc_train_options *train,
+                               uint64_t seed, const char *machine_path, const char *layout_text,
+                               struct kdc_step_cost *out);
 /* A machine description file (JSON; docs/sharding.md "Cost model") over the
  * defaults; |path| NULL: the defaults. */
 kdc_status kdc_api_machine_load(const char *path, struct kdc_machine *mc);

@@ -458,6 +458,46 @@ static cand *new_cand(search *S, const char *name, const unsigned char *ch, bool
 
 static const char *scored_func(const search *S) { return S->train ? "train_step" : "predict"; }
 
+/* The cost of the layout |text| (NULL: DataParallel over every axis):
+ * compiled through the frontend and every pass, no codegen. */
+static kdc_status layout_cost(const kdc_keras_model *km, const kdc_mesh *mesh, int64_t batch,
+                              const kdc_train_options *train, uint64_t seed,
+                              const kdc_machine *mc, const char *text, kdc_step_cost *out) {
+  kdc_layout *layout = NULL;
+  kdc_module *mod = NULL;
+  kdc_status st = NULL;
+  if (text) st = kdc_layout_parse(text, strlen(text), "layout auto", &layout);
+  if (!st && layout) st = kdc_layout_check(layout, mesh);
+  if (!st) {
+    kdc_lower_options lo = {.batch = batch, .mesh = mesh, .layout = layout,
+                            .train_forward = train != NULL, .dropout_seed = seed,
+                            .output_masks = train != NULL};
+    st = kdc_frontend_lower(km, &lo, &mod);
+  }
+  if (!st) {
+    kdc_pass_options po;
+    memset(&po, 0, sizeof po);
+    po.train = train;
+    st = kdc_pass_pipeline_run(mod, &po);
+  }
+  const char *fn = train ? "train_step" : "predict";
+  const kdc_func *f = st ? NULL : kdc_ir_module_find_func(mod, fn);
+  if (!st && !f) st = KDC_ERR(KDC_INTERNAL, "--layout auto: no function %s", fn);
+  if (!st) st = kdc_step_cost_of(mod, f, mc, out);
+  kdc_ir_module_destroy(mod);
+  kdc_layout_free(layout);
+  return st;
+}
+
+kdc_status kdc_api_layout_cost(const kdc_keras_model *km, const kdc_mesh *mesh, int64_t batch,
+                               const kdc_train_options *train, uint64_t seed,
+                               const char *machine_path, const char *layout_text,
+                               kdc_step_cost *out) {
+  kdc_machine mc;
+  KDC_RETURN_IF_ERROR(kdc_api_machine_load(machine_path, &mc));
+  return layout_cost(km, mesh, batch, train, seed, &mc, layout_text, out);
+}
+
 static kdc_status evaluate(search *S, cand *c) {
   c->weights_lb = weights_lower_bound(S, c);
   if (S->ao->memory_limit > 0 && c->weights_lb > S->ao->memory_limit) {
@@ -465,27 +505,8 @@ static kdc_status evaluate(search *S, cand *c) {
     return NULL;
   }
   char *text = layout_text(S, c);
-  kdc_layout *layout = NULL;
-  kdc_module *mod = NULL;
-  kdc_status st = NULL;
   if (!c->flat_dp && !text) return KDC_ERR(KDC_OUT_OF_MEMORY, "--layout auto: out of memory");
-  if (text) st = kdc_layout_parse(text, strlen(text), "layout auto", &layout);
-  if (!st && layout) st = kdc_layout_check(layout, S->mesh);
-  if (!st) {
-    kdc_lower_options lo = {.batch = S->batch, .mesh = S->mesh, .layout = layout,
-                            .train_forward = S->train != NULL, .dropout_seed = S->seed,
-                            .output_masks = S->train != NULL};
-    st = kdc_frontend_lower(S->km, &lo, &mod);
-  }
-  if (!st) {
-    kdc_pass_options po;
-    memset(&po, 0, sizeof po);
-    po.train = S->train;
-    st = kdc_pass_pipeline_run(mod, &po);
-  }
-  const kdc_func *f = st ? NULL : kdc_ir_module_find_func(mod, scored_func(S));
-  if (!st && !f) st = KDC_ERR(KDC_INTERNAL, "--layout auto: no function %s", scored_func(S));
-  if (!st) st = kdc_step_cost_of(mod, f, &S->mc, &c->cost);
+  kdc_status st = layout_cost(S->km, S->mesh, S->batch, S->train, S->seed, &S->mc, text, &c->cost);
   if (!st) {
     c->compiled = true;
   } else if (kdc_status_code(st) != KDC_OUT_OF_MEMORY) {
@@ -497,8 +518,6 @@ static kdc_status evaluate(search *S, cand *c) {
     kdc_status_free(st);
     st = NULL;
   }
-  kdc_ir_module_destroy(mod);
-  kdc_layout_free(layout);
   free(text);
   return st;
 }

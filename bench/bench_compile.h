@@ -22,4 +22,10 @@ typedef struct bench_compile_opts {
  * error is printed with |who| and exits 1 (benchmarks have no recovery). */
 double bench_compile(const char *who, const bench_compile_opts *o, const char *out);
 
+/* A plan whose only step is all_reduce over a mesh x=|devices| of |n| f32
+ * per device, loaded for the `cpu` virtual devices on |threads| threads
+ * (run it with kdc_rt_plan_run_local). */
+struct kdc_rt_plan;
+struct kdc_rt_plan *bench_allreduce_plan(const char *who, int devices, int64_t n, int threads);
+
 #endif

@@ -1,0 +1,352 @@
+/*
+ * bench_auto: `--layout auto` (issue 20) on the virtual mesh.  Prints one
+ * JSON object:
+ *   machine   the cost model's constants measured here, written to
+ *             DIR/machine.json and used for every prediction below:
+ *             gemm_flops_per_s  cblas_sgemm 512x512x512 on one thread (kdc
+ *                               runs OpenBLAS on one thread per device);
+ *             bytes_per_s       c = a + b over 4M floats, bytes read and
+ *                               written per second, one thread;
+ *             axes["*"]         an all_reduce over 8 devices: latency_s = the
+ *                               time of a 4 KiB one, bytes_per_s = the extra
+ *                               bytes per device (2(n-1)/n S) of a 4 MiB one
+ *                               over the extra time;
+ *             lanes             the threads (devices share the cores);
+ *             step_s            kdc's default (docs/runtime.md: 1-4 us per call);
+ *   search    the 64-layer MLP (Dense 256 x 64) on 2x4: the search alone and
+ *             the whole compile with --layout auto (predict), seconds;
+ *   table     MNIST MLP (batch 128), the 784-4096-4096-10 MLP (128),
+ *             transformer_512 (8) and cnn_64 (32), predict, on meshes 8, 2x4,
+ *             4x2, 1x8: for auto, DataParallel and the hand layout of
+ *             examples/ (mnist_mlp's for both MLPs, transformer_block's for
+ *             the transformer; none for the CNN or a 1-D mesh), the predicted
+ *             and the measured (median of 5) step time; per model and mesh,
+ *             auto's measured time over the best other one.
+ * usage: bench_auto DIR   (DIR: big_mlp.py's big_mlp.json and big_models.py's
+ * transformer_512.json, cnn_64.json; bench/run.sh makes them)
+ * Threads: all cores (KDC_BENCH_THREADS overrides).
+ */
+#include <cblas.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "api/api.h"
+#include "bench_compile.h"
+#include "bench_util.h"
+#include "common/io.h"
+#include "frontend/frontend.h"
+#include "frontend/layout.h"
+#include "passes/passes.h"
+
+static void die(kdc_status st) {
+  if (!st) return;
+  fprintf(stderr, "bench_auto: %s\n", kdc_status_message(st));
+  exit(1);
+}
+
+/* ---- calibration ---------------------------------------------------------- */
+
+typedef struct gemm_ctx { float *a, *b, *c; int n; } gemm_ctx;
+static void run_gemm(void *v) {
+  gemm_ctx *g = v;
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, g->n, g->n, g->n, 1.0f, g->a, g->n,
+              g->b, g->n, 0.0f, g->c, g->n);
+}
+
+typedef struct add_ctx { float *a, *b, *c; size_t n; } add_ctx;
+static void run_add(void *v) {
+  add_ctx *x = v;
+  for (size_t i = 0; i < x->n; i++) x->c[i] = x->a[i] + x->b[i];
+  __asm__ __volatile__("" ::: "memory");
+}
+
+typedef struct ar_ctx {
+  kdc_rt_plan *p;
+  const void *const *in[8];
+  void *const *out[8];
+} ar_ctx;
+static void run_ar(void *v) {
+  ar_ctx *c = v;
+  die(kdc_rt_plan_run_local(c->p, 0, c->in, c->out));
+}
+
+static double allreduce_s(int64_t n, int threads) {
+  ar_ctx c = {.p = bench_allreduce_plan("bench_auto", 8, n, threads)};
+  void *bufs[16], *ptrs[16];
+  for (int d = 0; d < 16; d++) {
+    bufs[d] = aligned_alloc(64, (size_t)n * 4);
+    memset(bufs[d], 0, (size_t)n * 4);
+    ptrs[d] = bufs[d];
+  }
+  for (int d = 0; d < 8; d++) {
+    c.in[d] = (const void *const *)&ptrs[d];
+    c.out[d] = (void *const *)&ptrs[8 + d];
+  }
+  double t = bench_median(run_ar, &c, 9, n < 65536 ? 20 : 2);
+  for (int d = 0; d < 16; d++) free(bufs[d]);
+  kdc_rt_plan_release(c.p);
+  return t;
+}
+
+static void calibrate(int threads, const char *path) {
+  gemm_ctx g = {.n = 512};
+  size_t nn = (size_t)g.n * (size_t)g.n;
+  g.a = calloc(nn, 4), g.b = calloc(nn, 4), g.c = calloc(nn, 4);
+  for (size_t i = 0; i < nn; i++) g.a[i] = (float)(i % 7), g.b[i] = (float)(i % 5);
+  double tg = bench_median(run_gemm, &g, 7, 1);
+  double flops = 2.0 * g.n * g.n * g.n / tg;
+  free(g.a), free(g.b), free(g.c);
+  add_ctx x = {.n = (size_t)4 << 20};
+  x.a = calloc(x.n, 4), x.b = calloc(x.n, 4), x.c = calloc(x.n, 4);
+  double ta = bench_median(run_add, &x, 7, 1);
+  double bps = 12.0 * (double)x.n / ta;
+  free(x.a), free(x.b), free(x.c);
+  int64_t small = 1024, big = 1 << 20;
+  double ts = allreduce_s(small, threads), tb = allreduce_s(big, threads);
+  double lat = ts, bw = 2.0 * 7 / 8 * 4.0 * (double)(big - small) / fmax(tb - ts, 1e-9);
+  kdc_machine def;
+  kdc_machine_defaults(&def);
+  FILE *f = fopen(path, "w");
+  if (!f) die(KDC_ERR(KDC_IO_ERROR, "%s: cannot write", path));
+  fprintf(f, "{\"name\": \"virtual-cpu (bench_auto, %d threads)\", \"gemm_flops_per_s\": %.4g, "
+          "\"bytes_per_s\": %.4g, \"step_s\": %.4g, \"lanes\": %d, \"axes\": {\"*\": "
+          "{\"latency_s\": %.4g, \"bytes_per_s\": %.4g}}}\n", threads, flops, bps, def.step_s,
+          threads, lat, bw);
+  fclose(f);
+  char *text = NULL;
+  size_t len = 0;
+  die(kdc_file_read_all(path, (void **)&text, &len));
+  printf("  \"machine\": %.*s,\n", (int)len - 1, text);
+  free(text);
+}
+
+/* ---- the 64-layer search -------------------------------------------------- */
+
+static void deep_search(const char *dir, const char *machine) {
+  char path[512], plan[512];
+  snprintf(path, sizeof path, "%s/deep64.json", dir);
+  snprintf(plan, sizeof plan, "%s/deep64.plan", dir);
+  FILE *f = fopen(path, "w");
+  if (!f) die(KDC_ERR(KDC_IO_ERROR, "%s: cannot write", path));
+  fprintf(f, "{\"class_name\": \"Sequential\", \"config\": {\"name\": \"deep64\", \"layers\": "
+          "[{\"class_name\": \"InputLayer\", \"config\": {\"batch_shape\": [null, 256], "
+          "\"name\": \"input_layer\"}}");
+  for (int i = 0; i < 64; i++)
+    fprintf(f, ", {\"class_name\": \"Dense\", \"config\": {\"name\": \"d%d\", \"units\": 256, "
+            "\"activation\": \"relu\"}}", i);
+  fprintf(f, "]}}\n");
+  fclose(f);
+  kdc_keras_model *km = NULL;
+  die(kdc_frontend_load(path, &km));
+  kdc_mesh mesh;
+  die(kdc_mesh_parse("2x4", NULL, &mesh));
+  kdc_auto_options ao = {0, false, machine};
+  kdc_auto_result r;
+  FILE *notes = fopen("/dev/null", "w");
+  double t0 = bench_now();
+  die(kdc_api_auto_layout(km, &mesh, 64, NULL, 0, &ao, notes, &r));
+  double search = bench_now() - t0;
+  fclose(notes);
+  kdc_frontend_free(km);
+  kdc_compile_options co;
+  kdc_compile_options_init(&co);
+  co.model_path = path, co.random_init = 1, co.batch = 64, co.mesh = "2x4";
+  co.layout_path = "auto", co.machine_path = machine;
+  char *w = NULL;
+  t0 = bench_now();
+  die(kdc_compile_file(&co, plan, &w));
+  double whole = bench_now() - t0;
+  unlink(plan);
+  kdc_free(w);
+  printf("  \"search_64_layers\": {\"mesh\": \"2x4\", \"chosen\": \"%s\", \"search_s\": %.3f, "
+         "\"compile_s\": %.3f},\n", r.name, search, whole);
+  kdc_auto_result_free(&r);
+}
+
+/* ---- the table ----------------------------------------------------------------- */
+
+typedef struct run_ctx {
+  kdc_plan *p;
+  kdc_array in[4], out[4];
+  size_t n_in, n_out;
+} run_ctx;
+
+static void run_predict(void *v) {
+  run_ctx *c = v;
+  die(kdc_plan_predict(c->p, c->in, c->n_in, c->out, c->n_out));
+}
+
+static void fill_array(kdc_array *a, const kdc_tensor_info *t, bool random) {
+  memset(a, 0, sizeof *a);
+  a->dtype = t->dtype, a->rank = t->rank;
+  memcpy(a->dims, t->dims, sizeof a->dims);
+  a->data = calloc(1, t->bytes);
+  if (random && t->dtype == KDC_ARRAY_F32) {
+    uint32_t s = 1;
+    for (size_t i = 0; i < t->bytes / 4; i++) {
+      s = s * 1103515245u + 12345u;
+      ((float *)a->data)[i] = (float)((s >> 8) % 2001) / 1000.0f - 1.0f;
+    }
+  }
+}
+
+/* The measured seconds per predict of each of |n| plans over one batch:
+ * rounds of one call of each plan in turn (the load of a shared machine
+ * hits them alike), the median of 7 rounds per plan. */
+static void measure(kdc_plan **p, int n, double *out) {
+  run_ctx c[3];
+  double t[3][7];
+  for (int k = 0; k < n; k++) {
+    memset(&c[k], 0, sizeof c[k]);
+    c[k].p = p[k], c[k].n_in = kdc_plan_input_count(p[k]), c[k].n_out = kdc_plan_output_count(p[k]);
+    for (size_t i = 0; i < c[k].n_in && i < 4; i++) {
+      kdc_tensor_info ti;
+      die(kdc_plan_input(p[k], i, &ti));
+      fill_array(&c[k].in[i], &ti, true);
+    }
+    for (size_t i = 0; i < c[k].n_out && i < 4; i++) {
+      kdc_tensor_info ti;
+      die(kdc_plan_output(p[k], i, &ti));
+      fill_array(&c[k].out[i], &ti, false);
+    }
+    run_predict(&c[k]);  /* warm up */
+  }
+  for (int r = 0; r < 7; r++)
+    for (int k = 0; k < n; k++) {
+      double t0 = bench_now();
+      run_predict(&c[k]);
+      t[k][r] = bench_now() - t0;
+    }
+  for (int k = 0; k < n; k++) {
+    qsort(t[k], 7, sizeof(double), bench_cmp);
+    out[k] = t[k][3];
+    for (size_t i = 0; i < 4; i++) free(c[k].in[i].data), free(c[k].out[i].data);
+  }
+}
+
+typedef struct model_row {
+  const char *name, *file, *weights, *hand;
+  int64_t batch;
+} model_row;
+
+static char *read_text(const char *path) {
+  void *d = NULL;
+  size_t n = 0;
+  if (access(path, R_OK) != 0) return NULL;
+  die(kdc_file_read_all(path, &d, &n));
+  char *s = realloc(d, n + 1);
+  s[n] = 0;
+  return s;
+}
+
+static void table(const char *dir, const char *machine, int threads) {
+  char big[512], tr[512], cnn[512], lay[512];
+  snprintf(big, sizeof big, "%s/big_mlp.json", dir);
+  snprintf(tr, sizeof tr, "%s/transformer_512.json", dir);
+  snprintf(cnn, sizeof cnn, "%s/cnn_64.json", dir);
+  snprintf(lay, sizeof lay, "%s/auto_layout.json", dir);
+  const char *mnist_hand = KDC_SOURCE_DIR "/examples/mnist_mlp/layout.json";
+  const model_row models[] = {
+      {"mnist_mlp", KDC_SOURCE_DIR "/examples/mnist_mlp/model.json",
+       KDC_SOURCE_DIR "/examples/mnist_mlp/weights.safetensors", mnist_hand, 128},
+      {"mlp_4096", big, NULL, mnist_hand, 128},
+      {"transformer_512", tr, NULL, KDC_SOURCE_DIR "/examples/transformer_block/layout.json", 8},
+      {"cnn_64", cnn, NULL, NULL, 32},
+  };
+  static const char *const meshes[] = {"8", "2x4", "4x2", "1x8"};
+  printf("  \"table\": [");
+  int first = 1;
+  for (size_t m = 0; m < sizeof models / sizeof models[0]; m++) {
+    kdc_keras_model *km = NULL;
+    die(kdc_frontend_load(models[m].file, &km));
+    for (size_t k = 0; k < 4; k++) {
+      kdc_mesh mesh;
+      die(kdc_mesh_parse(meshes[k], NULL, &mesh));
+      static const char *const kinds[] = {"auto", "data_parallel", "hand"};
+      kdc_plan *plans[3] = {NULL, NULL, NULL};
+      double pred[3] = {0, 0, 0}, meas[3] = {0, 0, 0};
+      char chosen[128] = "";
+      int n = 0, kind_of[3];
+      for (int kind = 0; kind < 3; kind++) {  /* auto, data_parallel, hand */
+        if (kind == 2 && (!models[m].hand || mesh.naxes < 2)) continue;
+        kdc_compile_options co;
+        kdc_compile_options_init(&co);
+        co.model_path = models[m].file, co.batch = models[m].batch, co.mesh = meshes[k];
+        if (models[m].weights) co.weights_path = models[m].weights;
+        else co.random_init = 1;
+        char *text = NULL;
+        if (kind == 0) {
+          unlink(lay);
+          co.layout_path = "auto", co.machine_path = machine, co.write_layout_path = lay;
+        } else if (kind == 2) {
+          co.layout_path = models[m].hand;
+          text = read_text(models[m].hand);
+        }
+        kdc_run_options ro;
+        kdc_run_options_init(&ro);
+        ro.threads = threads;
+        die(kdc_compile(&co, &ro, &plans[n]));
+        if (kind == 0) {
+          text = read_text(lay);
+          const char *w = strstr(kdc_plan_warnings(plans[n]), "chose ");
+          if (w) sscanf(w + 6, "%127s", chosen);
+        }
+        kdc_step_cost cost;
+        die(kdc_api_layout_cost(km, &mesh, models[m].batch, NULL, 0, machine, text, &cost));
+        free(text);
+        pred[n] = cost.step_s;
+        kind_of[n++] = kind;
+      }
+      measure(plans, n, meas);
+      double best_other = 0;
+      for (int i = 0; i < n; i++) {
+        kdc_plan_free(plans[i]);
+        if (i > 0 && (best_other == 0 || meas[i] < best_other)) best_other = meas[i];
+        printf("%s\n    {\"model\": \"%s\", \"mesh\": \"%s\", \"batch\": %lld, \"layout\": \"%s\", "
+               "\"chosen\": \"%s\", \"predicted_ms\": %.3f, \"measured_ms\": %.3f, "
+               "\"error\": %.3f}", first ? "" : ",", models[m].name, meshes[k],
+               (long long)models[m].batch, kinds[kind_of[i]], i == 0 ? chosen : kinds[kind_of[i]],
+               pred[i] * 1e3, meas[i] * 1e3, (pred[i] - meas[i]) / meas[i]);
+        first = 0;
+      }
+      double auto_meas = meas[0];
+      printf(",\n    {\"model\": \"%s\", \"mesh\": \"%s\", \"auto_over_best_other\": %.3f}",
+             models[m].name, meshes[k], auto_meas / best_other);
+    }
+    kdc_frontend_free(km);
+  }
+  printf("\n  ]\n");
+}
+
+int main(int argc, char **argv) {
+  kdc_rt_blas_select_core(argv);
+  if (argc < 2) {
+    fprintf(stderr, "usage: bench_auto DIR (bench/big_mlp.py's and big_models.py's output)\n");
+    return 2;
+  }
+  const char *env = getenv("KDC_BENCH_THREADS");
+  int threads = env ? atoi(env) : (int)sysconf(_SC_NPROCESSORS_ONLN);
+  char machine[512];
+  snprintf(machine, sizeof machine, "%s/machine.json", argv[1]);
+  double load[3] = {0, 0, 0};
+  FILE *la = fopen("/proc/loadavg", "r");
+  if (la) {
+    if (fscanf(la, "%lf %lf %lf", &load[0], &load[1], &load[2]) != 3) load[0] = -1;
+    fclose(la);
+  }
+  printf("{\n  \"benchmark\": \"auto_layout\", \"threads\": %d, \"loadavg_start\": [%.2f, %.2f, "
+         "%.2f],\n", threads, load[0], load[1], load[2]);
+  calibrate(threads, machine);
+  deep_search(argv[1], machine);
+  table(argv[1], machine, threads);
+  la = fopen("/proc/loadavg", "r");
+  if (la) {
+    if (fscanf(la, "%lf %lf %lf", &load[0], &load[1], &load[2]) != 3) load[0] = -1;
+    fclose(la);
+  }
+  printf("  , \"loadavg_end\": [%.2f, %.2f, %.2f]\n}\n", load[0], load[1], load[2]);
+  return 0;
+}
