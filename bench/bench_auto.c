@@ -74,7 +74,8 @@ static void run_ar(void *v) {
 }
 
 static double allreduce_s(int64_t n, int threads) {
-  ar_ctx c = {.p = bench_allreduce_plan("bench_auto", 8, n, threads)};
+  kdc_rt_options ro = {.n_threads = threads};
+  ar_ctx c = {.p = bench_allreduce_plan("bench_auto", 8, n, &ro)};
   void *bufs[16], *ptrs[16];
   for (int d = 0; d < 16; d++) {
     bufs[d] = aligned_alloc(64, (size_t)n * 4);

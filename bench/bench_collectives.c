@@ -34,7 +34,8 @@ static void die(kdc_status st) {
 }
 
 static kdc_rt_plan *plan_for(int64_t n, int threads) {
-  return bench_allreduce_plan("bench_collectives", DEVICES, n, threads);
+  kdc_rt_options ro = {.n_threads = threads};
+  return bench_allreduce_plan("bench_collectives", DEVICES, n, &ro);
 }
 
 typedef struct ctx {

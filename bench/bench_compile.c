@@ -49,7 +49,8 @@ double bench_compile(const char *who, const bench_compile_opts *o, const char *o
   return bench_now() - t0;
 }
 
-struct kdc_rt_plan *bench_allreduce_plan(const char *who, int devices, int64_t n, int threads) {
+struct kdc_rt_plan *bench_allreduce_plan(const char *who, int devices, int64_t n,
+                                         const struct kdc_rt_options *ro) {
   kdc_module *m = kdc_ir_module_create("allreduce");
   m->mesh.naxes = 1;
   strcpy(m->mesh.names[0], "x");
@@ -71,8 +72,7 @@ struct kdc_rt_plan *bench_allreduce_plan(const char *who, int devices, int64_t n
   close(fd);
   check(who, kdc_codegen_cpu_plan(m, NULL, path));
   kdc_rt_plan *p;
-  kdc_rt_options ro = {.n_threads = threads};
-  check(who, kdc_rt_plan_load_with(path, &ro, &p));
+  check(who, kdc_rt_plan_load_with(path, ro, &p));
   unlink(path);
   kdc_ir_module_destroy(m);
   return p;

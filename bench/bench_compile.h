@@ -23,9 +23,11 @@ typedef struct bench_compile_opts {
 double bench_compile(const char *who, const bench_compile_opts *o, const char *out);
 
 /* A plan whose only step is all_reduce over a mesh x=|devices| of |n| f32
- * per device, loaded for the `cpu` virtual devices on |threads| threads
- * (run it with kdc_rt_plan_run_local). */
+ * per device, loaded with |ro| (the `cpu` virtual devices on n_threads, or
+ * a process of a job; run it with kdc_rt_plan_run_local). */
 struct kdc_rt_plan;
-struct kdc_rt_plan *bench_allreduce_plan(const char *who, int devices, int64_t n, int threads);
+struct kdc_rt_options;
+struct kdc_rt_plan *bench_allreduce_plan(const char *who, int devices, int64_t n,
+                                         const struct kdc_rt_options *ro);
 
 #endif
