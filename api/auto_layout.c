@@ -11,8 +11,8 @@
  *                attention_output (kernel dim 0); Embedding: the features;
  *   row          Dense / EinsumDense / Conv: the kernel's input dim (dim 0;
  *                a conv's dim rank-2); Embedding: the vocabulary;
- *   fsdp         every weight of rank >= 2 split on its first divisible dim
- *                over the data axis (ZeRO-3 / FSDP: stored 1/n, gathered
+ *   fsdp         every weight of rank >= 2 split on its last divisible dim
+ *                over the data axis (ZeRO-3 / FSDP: stored 1/n, all_gathered
  *                where used; the optimizer state follows its weight);
  * and a candidate is one choice per unit, written as rules
  * `(d1|d3)/kernel: [null, "model"]` (an alternation of the layer paths
@@ -254,7 +254,9 @@ static int split_dim(const search *S, const unit *u, const kdc_keras_var *v, int
   case CH_FSDP:
     *axis = S->data_axis;
     if (r < 2) return -1;
-    for (int d = 0; d < r; d++)
+    /* the output (last) dim first: the weight is all_gathered where it is
+     * used (FSDP); a split contraction dim would move the activations */
+    for (int d = r - 1; d >= 0; d--)
       if (divides(v, d, S->mesh->sizes[S->data_axis])) return d;
     return -1;
   default:
@@ -726,9 +728,12 @@ static void report(search *S, int win, int second, double secs, kdc_auto_result 
             "--memory-per-device %lld; %s fits in %lld", dp->compiled ? "" : "at least ",
             (long long)dp_peak, (long long)S->ao->memory_limit, w->name,
             (long long)w->cost.peak_bytes);
-    if (dp->compiled)
+    if (dp->compiled && w->cost.step_s > dp->cost.step_s)
       fprintf(S->notes, " and gives up %.3f ms per step (%.3f ms against DataParallel's %.3f ms)",
               (w->cost.step_s - dp->cost.step_s) * 1e3, w->cost.step_s * 1e3, dp->cost.step_s * 1e3);
+    else if (dp->compiled)
+      fprintf(S->notes, " and is predicted faster too (%.3f ms per step against DataParallel's "
+              "%.3f ms)", w->cost.step_s * 1e3, dp->cost.step_s * 1e3);
     fprintf(S->notes, "\n");
   }
   if (w->flat_dp)
@@ -761,11 +766,21 @@ kdc_status kdc_api_auto_layout(const kdc_keras_model *km, const kdc_mesh *mesh, 
   if (!st) {
     int win = best_index(&S, -1, false);
     if (win < 0) {
+      /* the peaks of the candidates pruned by their weights, for the message */
+      for (int i = 0; i < S.n_cands && !st; i++) {
+        cand *c = &S.cands[i];
+        if (!c->pruned) continue;
+        char *text = layout_text(&S, c);
+        kdc_status e = layout_cost(km, mesh, batch, train, seed, &S.mc, text, &c->cost);
+        c->compiled = e == NULL;
+        kdc_status_free(e);
+        free(text);
+      }
       int64_t smallest = -1;
       const char *sname = "none";
       for (int i = 0; i < S.n_cands; i++) {
         const cand *c = &S.cands[i];
-        int64_t p = c->compiled ? c->cost.peak_bytes : c->pruned ? c->weights_lb : -1;
+        int64_t p = c->compiled ? c->cost.peak_bytes : -1;
         if (p >= 0 && (smallest < 0 || p < smallest)) smallest = p, sname = c->name;
       }
       if (ao->memory_limit > 0 && smallest >= 0)
