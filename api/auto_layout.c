@@ -122,14 +122,15 @@ kdc_status kdc_api_machine_load(const char *path, kdc_machine *mc) {
   KDC_RETURN_IF_ERROR(kdc_file_read_all(path, &data, &size));
   json_tokener *tok = json_tokener_new();
   json_tokener_set_flags(tok, JSON_TOKENER_STRICT | JSON_TOKENER_VALIDATE_UTF8);
-  json_object *j = json_tokener_parse_ex(tok, data, (int)size);
+  json_object *j = size > (size_t)1 << 30 ? NULL : json_tokener_parse_ex(tok, data, (int)size);
   enum json_tokener_error e = json_tokener_get_error(tok);
+  if (j && e == json_tokener_success && json_tokener_get_parse_end(tok) < size) e = json_tokener_error_parse_unexpected;
   json_tokener_free(tok);
   free(data);
   if (!j || e != json_tokener_success) {
     json_object_put(j);
     return KDC_ERR(KDC_INVALID_INPUT, "%s: --machine: not a JSON object: %s", path,
-                   json_tokener_error_desc(e));
+                   e == json_tokener_continue ? "unexpected end of file" : json_tokener_error_desc(e));
   }
   kdc_status st = NULL;
   if (!json_object_is_type(j, json_type_object))

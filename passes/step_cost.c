@@ -9,7 +9,8 @@
  *   - a convolution kept as a direct kernel: its flops at gemm rate / 8
  *     (codegen's direct loops run far from the GEMM's rate);
  *   - a fusion group (one kernel): the bytes it reads from outside the group
- *     plus the bytes its root writes, at bytes_per_s, plus step_s;
+ *     (splat constants are immediates) plus the bytes its root writes, at
+ *     bytes_per_s, plus step_s;
  *   - a collective: latency_s of its slowest axis + its bytes per device
  *     (SHARDING.md 4, kdc_coll_bytes) at that axis's bytes_per_s;
  *   - a scan: its body's cost times the length.
@@ -81,9 +82,12 @@ static kdc_status func_cost(const kdc_module *m, const kdc_func *f, const kdc_ma
     const kdc_node *nd = &f->nodes[v];
     double out_b = (double)kdc_type_bytes(&nd->type);
     if (nd->group >= 0) {
-      for (int i = 0; i < nd->n_in; i++)
-        if (f->nodes[nd->in[i]].group != nd->group)
-          gbytes[nd->group] += (double)kdc_type_bytes(kdc_ir_type(f, nd->in[i]));
+      for (int i = 0; i < nd->n_in; i++) {
+        const kdc_node *o = &f->nodes[nd->in[i]];
+        if (o->group == nd->group || (o->op == KDC_OP_CONSTANT && o->attr.constant.splat))
+          continue;  /* fused, or an immediate */
+        gbytes[nd->group] += (double)kdc_type_bytes(&o->type);
+      }
       if (nd->op == KDC_OP_CONVOLUTION) {
         const kdc_type *k = kdc_ir_type(f, nd->in[1]);
         double taps = 1;

@@ -15,6 +15,7 @@
  *     (the plan's peak, measured by `kdc inspect`, is under the limit) and
  *     a note of what it gave up; a limit no layout meets: exit 2, one
  *     located line naming the smallest peak, no plan;
+ *   - --machine: slow links make it data parallel; bad machine files;
  *   - the flags' errors.
  */
 #include <setjmp.h>
@@ -257,6 +258,41 @@ static void test_flag_errors(void **state) {
   free(plan);
 }
 
+/* --machine: a machine whose collectives cost a second each makes the MLP
+ * data parallel (no collective in predict); bad files are located errors. */
+static void test_machine(void **state) {
+  (void)state;
+  char *plan = e2e_path("auto_machine.plan");
+  char *slow = e2e_write_text("slow_links.json", "{\"name\": \"slow links\", \"axes\": {\"*\": "
+                              "{\"latency_s\": 1, \"bytes_per_s\": 1e3}}}\n");
+  e2e_result r;
+  compile(&r, "mnist_mlp", plan, "--mesh", "2x4", "--layout", "auto", NULL);
+  assert_int_equal(r.status, 0);
+  assert_null(strstr(r.err, "chose data_parallel "));  /* the default machine splits d1 */
+  compile(&r, "mnist_mlp", plan, "--mesh", "2x4", "--layout", "auto", "--machine", slow, NULL);
+  if (r.status) fprintf(stderr, "%s", r.err);
+  assert_int_equal(r.status, 0);
+  assert_non_null(strstr(r.err, "chose data_parallel "));
+  inspect(&r, plan, NULL, NULL);
+  assert_non_null(strstr(r.out, "\"machine\": \"slow links\""));
+  static const struct { const char *text, *msg; } bad[] = {
+      {"{\"gemm_flops_per_s\": -1}", "bad_machine.json: gemm_flops_per_s: expected a positive number"},
+      {"{\"flops\": 1}", "bad_machine.json: flops: unknown key"},
+      {"{\"axes\": {\"model\": {\"latency\": 1}}}", "axes[\"model\"].latency: unknown key"},
+      {"[1", "bad_machine.json: --machine: not a JSON object"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    char *m = e2e_write_text("bad_machine.json", bad[i].text);
+    compile(&r, "mnist_mlp", plan, "--mesh", "2x4", "--layout", "auto", "--machine", m, NULL);
+    if (!strstr(r.err, bad[i].msg)) fprintf(stderr, "case %zu: %s", i, r.err);
+    assert_int_equal(r.status, 2);
+    assert_int_equal(e2e_lines(r.err), 1);
+    assert_non_null(strstr(r.err, bad[i].msg));
+    free(m);
+  }
+  free(plan), free(slow);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_predict_and_written_layout),
@@ -264,6 +300,7 @@ int main(void) {
       cmocka_unit_test(test_no_hand_layout),
       cmocka_unit_test(test_training_and_memory),
       cmocka_unit_test(test_flag_errors),
+      cmocka_unit_test(test_machine),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
