@@ -16,7 +16,9 @@
  *   - a scan: its body's cost times the length.
  * Compute is per device; devices that share lanes (the virtual mesh's
  * devices share the host's cores) run one after the other, so the compute
- * part is multiplied by devices / lanes (at least 1).  Collectives are timed
+ * part is multiplied by devices / lanes (below 1 when there are more lanes
+ * than devices: the runtime splits a device's GEMMs and kernels in row
+ * blocks over the pool).  Collectives are timed
  * as a whole (the machine file's numbers are measured per collective call).
  * Memory: the device's pieces of the function's parameters (weights,
  * optimizer state, inputs), its results that are not written back in place
@@ -32,15 +34,16 @@
 
 void kdc_machine_defaults(kdc_machine *mc) {
   memset(mc, 0, sizeof *mc);
-  /* Measured on the 2-core build VM (bench/bench_auto.c --calibrate,
-   * docs/sharding.md "Cost model"); a machine file overrides them. */
+  /* Measured on the 2-core build VM's virtual mesh by bench/bench_auto.c
+   * (docs/sharding.md "Cost model": micro-benchmark rates divided by the
+   * factor fitted on mesh 2, 3.0); a machine file overrides them. */
   snprintf(mc->name, sizeof mc->name, "virtual-cpu (kdc defaults)");
-  mc->gemm_flops_per_s = 4.0e10;
-  mc->bytes_per_s = 8.0e9;
+  mc->gemm_flops_per_s = 5.5e10;
+  mc->bytes_per_s = 2.4e10;
   mc->step_s = 1.5e-6;
   mc->lanes = 2;
-  mc->default_axis.latency_s = 2.0e-5;
-  mc->default_axis.bytes_per_s = 2.5e9;
+  mc->default_axis.latency_s = 1.0e-6;
+  mc->default_axis.bytes_per_s = 2.7e9;
 }
 
 /* The link of a collective over |axes|: the slowest of its axes. */
@@ -174,7 +177,9 @@ kdc_status kdc_step_cost_of(const kdc_module *m, const kdc_func *f, const kdc_ma
   memset(out, 0, sizeof *out);
   KDC_RETURN_IF_ERROR(func_cost(m, f, mc, 1.0, out, 0));
   double devices = (double)kdc_mesh_devices(&m->mesh);
-  double lanes = mc->lanes > 0 && mc->lanes < devices ? (double)mc->lanes : devices;
+  /* lanes > devices: a device's GEMMs and kernels are split over the spare
+   * lanes too (the runtime's row blocks) */
+  double lanes = mc->lanes > 0 ? (double)mc->lanes : devices;
   out->step_s = out->compute_s * (devices / lanes) + out->coll_s;
   /* as `kdc inspect` counts it: the weights once, the largest function's
    * inputs and outputs, the largest arena */
