@@ -85,6 +85,7 @@ typedef struct search {
   cand *cands;
   FILE *notes;
   int n_failed;
+  kdc_status first_err;  /* the first candidate's failure (owned) */
 } search;
 
 /* ---- the machine file -------------------------------------------------------- */
@@ -257,7 +258,9 @@ static int split_dim(const search *S, const unit *u, const kdc_keras_var *v, int
     if (r < 2) return -1;
     /* the output (last) dim first: the weight is all_gathered where it is
      * used (FSDP); a split contraction dim would move the activations */
-    for (int d = r - 1; d >= 0; d--)
+    /* a recurrent cell's last dim packs the gates (G·units, taken per
+     * gate: docs/sharding.md), so it is left alone */
+    for (int d = strstr(v->path, "_cell/") ? r - 2 : r - 1; d >= 0; d--)
       if (divides(v, d, S->mesh->sizes[S->data_axis])) return d;
     return -1;
   default:
@@ -518,7 +521,8 @@ static kdc_status evaluate(search *S, cand *c) {
     if (S->n_failed++ < 4)
       fprintf(S->notes, "kdc: note: --layout auto: candidate %s skipped: %s\n", c->name,
               kdc_status_message(st));
-    kdc_status_free(st);
+    if (!S->first_err) S->first_err = st;
+    else kdc_status_free(st);
     st = NULL;
   }
   free(text);
@@ -784,7 +788,12 @@ kdc_status kdc_api_auto_layout(const kdc_keras_model *km, const kdc_mesh *mesh, 
         int64_t p = c->compiled ? c->cost.peak_bytes : -1;
         if (p >= 0 && (smallest < 0 || p < smallest)) smallest = p, sname = c->name;
       }
-      if (ao->memory_limit > 0 && smallest >= 0)
+      if (smallest < 0 && S.first_err) {
+        /* nothing compiled: the error the first candidate (DataParallel) met,
+         * which is what the model gives without --layout auto */
+        st = S.first_err;
+        S.first_err = NULL;
+      } else if (ao->memory_limit > 0 && smallest >= 0)
         st = KDC_ERR(KDC_INVALID_INPUT, "--memory-per-device %lld: no layout of the %d tried fits: "
                      "the smallest peak found is %lld bytes per device (%s)",
                      (long long)ao->memory_limit, S.n_cands, (long long)smallest, sname);
@@ -795,6 +804,7 @@ kdc_status kdc_api_auto_layout(const kdc_keras_model *km, const kdc_mesh *mesh, 
       report(&S, win, best_index(&S, win, false), secs, out);
     }
   }
+  kdc_status_free(S.first_err);
   for (int i = 0; i < S.n_cands; i++) free(S.cands[i].ch);
   free(S.cands);
   for (int k = 0; k < S.n_units; k++) free(S.units[k].vars);

@@ -255,6 +255,13 @@ static void test_flag_errors(void **state) {
     assert_non_null(strstr(r.err, cases[i].msg));
     assert_false(e2e_exists(plan));
   }
+  /* a model no layout compiles: the model's own error, as without auto */
+  e2e_result r;
+  compile(&r, "layer_zoo2", plan, "--mesh", "2x4", "--layout", "auto", "--loss", "mse", NULL);
+  assert_int_equal(r.status, 2);
+  assert_int_equal(e2e_lines(r.err), 1);
+  assert_non_null(strstr(r.err, "RandomRotation in a training step is not supported"));
+  assert_false(e2e_exists(plan));
   free(plan);
 }
 
