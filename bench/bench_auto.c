@@ -24,7 +24,9 @@
  *             examples/ (mnist_mlp's for both MLPs, transformer_block's for
  *             the transformer; none for the CNN or a 1-D mesh), the predicted
  *             and the measured (median of 5) step time; per model and mesh,
- *             auto's measured time over the best other one.
+ *             auto's measured time over the best other one;
+ *   table_train_step  the same for one training step (categorical
+ *             cross-entropy, SGD) of the two MLPs.
  * usage: bench_auto DIR   (DIR: big_mlp.py's big_mlp.json and big_models.py's
  * transformer_512.json, cnn_64.json; bench/run.sh makes them)
  * Threads: all cores (KDC_BENCH_THREADS overrides).
@@ -225,6 +227,46 @@ static double measure(kdc_plan *p) {
   return t;
 }
 
+typedef struct step_ctx {
+  kdc_trainer *t;
+  kdc_array data[4];
+  size_t n;
+} step_ctx;
+
+static void run_step(void *v) {
+  step_ctx *c = v;
+  double loss;
+  die(kdc_trainer_step(c->t, c->data, c->n, &loss));
+}
+
+/* The measured seconds per training step of |p| (median of 5). */
+static double measure_step(kdc_plan *p) {
+  step_ctx c;
+  memset(&c, 0, sizeof c);
+  die(kdc_trainer_create(p, &c.t));
+  c.n = kdc_trainer_data_count(c.t);
+  for (size_t i = 0; i < c.n && i < 4; i++) {
+    kdc_tensor_info ti;
+    die(kdc_trainer_data(c.t, i, &ti));
+    fill_array(&c.data[i], &ti, true);
+  }
+  double t = bench_median(run_step, &c, 5, 1);
+  for (size_t i = 0; i < 4; i++) free(c.data[i].data);
+  kdc_trainer_free(c.t);
+  return t;
+}
+
+/* The training the table's training rows compile: categorical
+ * cross-entropy, SGD (as `kdc compile --loss categorical_crossentropy`). */
+static const char *train_loss;
+static void train_options(kdc_train_options *t) {
+  kdc_loss_kind loss;
+  if (!kdc_loss_from_name("categorical_crossentropy", &loss)) die(KDC_ERR(KDC_INTERNAL, "loss"));
+  kdc_train_options_init(t, loss, KDC_OPT_SGD);
+  t->every_output = true;
+  t->sample_mask = true;
+}
+
 /* Compiles (|layout|: a file, "auto", or NULL), measures and frees one plan;
  * with "auto", *|text| gets the chosen layout (NULL: DataParallel) and
  * |chosen| its name. */
@@ -237,6 +279,7 @@ static double compile_measure(const char *model, const char *weights, int64_t ba
   if (weights) co.weights_path = weights;
   else co.random_init = 1;
   co.layout_path = layout;
+  co.loss = train_loss;
   if (layout && !strcmp(layout, "auto")) {
     unlink(lay_out);
     co.machine_path = machine, co.write_layout_path = lay_out;
@@ -251,7 +294,7 @@ static double compile_measure(const char *model, const char *weights, int64_t ba
     const char *w = strstr(kdc_plan_warnings(p), "chose ");
     if (w) sscanf(w + 6, "%127s", chosen);
   }
-  double t = measure(p);
+  double t = train_loss ? measure_step(p) : measure(p);
   kdc_plan_free(p);
   return t;
 }
@@ -302,7 +345,7 @@ static void fit(const char *machine, int threads, const char *const *files,
   free(text);
 }
 
-static void table(const char *dir, const char *machine, int threads) {
+static void table(const char *dir, const char *machine, int threads, bool train) {
   char big[512], tr[512], cnn[512], lay[512];
   snprintf(big, sizeof big, "%s/big_mlp.json", dir);
   snprintf(tr, sizeof tr, "%s/transformer_512.json", dir);
@@ -320,10 +363,13 @@ static void table(const char *dir, const char *machine, int threads) {
   const char *const files[3] = {models[0].file, models[1].file, models[3].file};
   const char *const weights[3] = {models[0].weights, NULL, NULL};
   const int64_t batches[3] = {models[0].batch, models[1].batch, models[3].batch};
-  fit(machine, threads, files, weights, batches, 3);
-  printf("  \"table\": [");
+  if (!train) fit(machine, threads, files, weights, batches, 3);
+  kdc_train_options topt;
+  train_options(&topt);
+  train_loss = train ? "categorical_crossentropy" : NULL;
+  printf("  \"%s\": [", train ? "table_train_step" : "table");
   int first = 1;
-  for (size_t m = 0; m < sizeof models / sizeof models[0]; m++) {
+  for (size_t m = 0; m < (train ? 2 : sizeof models / sizeof models[0]); m++) {
     kdc_keras_model *km = NULL;
     die(kdc_frontend_load(models[m].file, &km));
     for (size_t k = 0; k < 4; k++) {
@@ -348,7 +394,8 @@ static void table(const char *dir, const char *machine, int threads) {
       if (n == 3) texts[2] = read_text(models[m].hand);
       for (int i = 0; i < n; i++) {
         kdc_step_cost cost;
-        die(kdc_api_layout_cost(km, &mesh, models[m].batch, NULL, 0, machine, texts[i], &cost));
+        die(kdc_api_layout_cost(km, &mesh, models[m].batch, train ? &topt : NULL, 0, machine,
+                                texts[i], &cost));
         pred[i] = cost.step_s;
         free(texts[i]);
       }
@@ -374,7 +421,8 @@ static void table(const char *dir, const char *machine, int threads) {
     }
     kdc_frontend_free(km);
   }
-  printf("\n  ]\n");
+  printf("\n  ]%s\n", train ? "" : ",");
+  train_loss = NULL;
 }
 
 int main(int argc, char **argv) {
@@ -397,7 +445,8 @@ int main(int argc, char **argv) {
          "%.2f],\n", threads, load[0], load[1], load[2]);
   calibrate(threads, machine);
   deep_search(argv[1], machine);
-  table(argv[1], machine, threads);
+  table(argv[1], machine, threads, false);
+  table(argv[1], machine, threads, true);
   la = fopen("/proc/loadavg", "r");
   if (la) {
     if (fscanf(la, "%lf %lf %lf", &load[0], &load[1], &load[2]) != 3) load[0] = -1;
