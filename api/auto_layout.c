@@ -110,7 +110,10 @@ static kdc_status axis_fields(const char *file, const char *name, json_object *o
     snprintf(where, sizeof where, "axes[\"%.40s\"].%.40s", name, k);
     if (!strcmp(k, "latency_s")) KDC_RETURN_IF_ERROR(num_field(file, where, v, &a->latency_s));
     else if (!strcmp(k, "bytes_per_s")) KDC_RETURN_IF_ERROR(num_field(file, where, v, &a->bytes_per_s));
-    else return KDC_ERR(KDC_INVALID_INPUT, "%s: %s: unknown key (latency_s, bytes_per_s)", file, where);
+    else if (!strcmp(k, "move_bytes_per_s"))
+      KDC_RETURN_IF_ERROR(num_field(file, where, v, &a->move_bytes_per_s));
+    else return KDC_ERR(KDC_INVALID_INPUT, "%s: %s: unknown key (latency_s, bytes_per_s, "
+                        "move_bytes_per_s)", file, where);
   }
   return NULL;
 }

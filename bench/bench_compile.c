@@ -51,6 +51,11 @@ double bench_compile(const char *who, const bench_compile_opts *o, const char *o
 
 struct kdc_rt_plan *bench_allreduce_plan(const char *who, int devices, int64_t n,
                                          const struct kdc_rt_options *ro) {
+  return bench_collective_plan(who, devices, n, false, ro);
+}
+
+struct kdc_rt_plan *bench_collective_plan(const char *who, int devices, int64_t n, bool gather,
+                                          const struct kdc_rt_options *ro) {
   kdc_module *m = kdc_ir_module_create("allreduce");
   m->mesh.naxes = 1;
   strcpy(m->mesh.names[0], "x");
@@ -61,7 +66,10 @@ struct kdc_rt_plan *bench_allreduce_plan(const char *who, int devices, int64_t n
   kdc_attrs a;
   memset(&a, 0, sizeof a);
   a.coll.naxes = 1;
-  kdc_value_id y = kdc_ir_append(f, KDC_OP_ALL_REDUCE, &t, 1, &x, &a);
+  int64_t ng = n * devices;
+  kdc_type tg = kdc_type_make(KDC_DTYPE_F32, 1, &ng);
+  kdc_value_id y = kdc_ir_append(f, gather ? KDC_OP_ALL_GATHER : KDC_OP_ALL_REDUCE,
+                                 gather ? &tg : &t, 1, &x, &a);
   kdc_ir_add_result(f, y, "y");
   check(who, kdc_ir_verify_module(m));
   check(who, kdc_pass_fuse(m, NULL));

@@ -325,7 +325,10 @@ int64_t kdc_pass_plan_memory_arena_bytes(const kdc_func *f);
  * memory-planned function on one device, from a machine description. */
 typedef struct kdc_machine_axis {
   double latency_s;     /* per collective call over this axis */
-  double bytes_per_s;   /* bytes per device (SHARDING.md 4) per second */
+  double bytes_per_s;   /* bytes per device (SHARDING.md 4) per second: all_reduce,
+                           reduce_scatter (they sum) */
+  double move_bytes_per_s; /* the same for all_gather, all_to_all, collective_permute
+                              (they only move; 0: bytes_per_s) */
   char name[32];        /* a mesh axis name; "" = the default */
 } kdc_machine_axis;
 

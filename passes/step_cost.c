@@ -12,7 +12,10 @@
  *     (splat constants are immediates) plus the bytes its root writes, at
  *     bytes_per_s, plus step_s;
  *   - a collective: latency_s of its slowest axis + its bytes per device
- *     (SHARDING.md 4, kdc_coll_bytes) at that axis's bytes_per_s;
+ *     (SHARDING.md 4, kdc_coll_bytes) at that axis's bytes_per_s for the
+ *     ones that sum (all_reduce, reduce_scatter) or move_bytes_per_s for the
+ *     ones that only move data (on the virtual mesh those read the other
+ *     devices' pieces in place, runtime/gather_inplace.c: far faster);
  *   - a scan: its body's cost times the length.
  * Compute is per device; devices that share lanes (the virtual mesh's
  * devices share the host's cores) run one after the other, so the compute
@@ -44,22 +47,32 @@ void kdc_machine_defaults(kdc_machine *mc) {
   mc->lanes = 2;
   mc->default_axis.latency_s = 1.0e-6;
   mc->default_axis.bytes_per_s = 2.7e9;
+  /* all_gather / all_to_all share their result between the virtual devices
+   * (runtime/gather_inplace.c): the DataParallel MNIST train_step's profile
+   * (bench_plan --profile 1) gathers 89600 bytes per device in 7 us and
+   * 548800 in under 1 us; 1.3e10 B/s is the slower of the two */
+  mc->default_axis.move_bytes_per_s = 1.3e10;
 }
 
 /* The link of a collective over |axes|: the slowest of its axes. */
 static kdc_machine_axis link_of(const kdc_machine *mc, const kdc_mesh *mesh, const kdc_attr_coll *c) {
-  kdc_machine_axis l = {0, 0, ""};
+  kdc_machine_axis l = {0, 0, 0, ""};
   bool any = false;
   for (int i = 0; i < c->naxes; i++) {
     kdc_machine_axis a = mc->default_axis;
     const char *name = c->axes[i] < mesh->naxes ? mesh->names[c->axes[i]] : "";
     for (int k = 0; k < mc->n_axes; k++)
       if (!strcmp(mc->axes[k].name, name)) a = mc->axes[k];
+    double move = a.move_bytes_per_s > 0 ? a.move_bytes_per_s : a.bytes_per_s;
     if (!any || a.latency_s > l.latency_s) l.latency_s = a.latency_s;
     if (!any || a.bytes_per_s < l.bytes_per_s) l.bytes_per_s = a.bytes_per_s;
+    if (!any || move < l.move_bytes_per_s) l.move_bytes_per_s = move;
     any = true;
   }
-  if (!any) l = mc->default_axis;
+  if (!any) {
+    l = mc->default_axis;
+    if (l.move_bytes_per_s <= 0) l.move_bytes_per_s = l.bytes_per_s;
+  }
   return l;
 }
 
@@ -132,8 +145,9 @@ static kdc_status func_cost(const kdc_module *m, const kdc_func *f, const kdc_ma
       double b = kdc_coll_bytes(&m->mesh, nd->op, &nd->attr.coll, kdc_ir_type(f, nd->in[0]),
                                 &nd->type);
       kdc_machine_axis l = link_of(mc, &m->mesh, &nd->attr.coll);
+      bool sums = nd->op == KDC_OP_ALL_REDUCE || nd->op == KDC_OP_REDUCE_SCATTER;
       c->coll_bytes += b * times;
-      c->coll_s += (l.latency_s + b / l.bytes_per_s) * times;
+      c->coll_s += (l.latency_s + b / (sums ? l.bytes_per_s : l.move_bytes_per_s)) * times;
       c->n_collectives += (int64_t)times;
       break;
     }
