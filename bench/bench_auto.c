@@ -30,11 +30,12 @@
  *             for the Sequential 4096 MLP, whose paths are sequential/d1/... --,
  *             transformer_block's for
  *             the transformer; none for the CNN or a 1-D mesh), the predicted
- *             and the measured (median of 5) step time; per model and mesh,
+ *             (with kdc's default machine; --fitted: this run's) and the
+ *             measured (median of 5) step time; per model and mesh,
  *             auto's measured time over the best other one;
  *   table_train_step  the same for one training step (categorical
  *             cross-entropy, SGD) of the two MLPs.
- * usage: bench_auto DIR [--fit-only]   (DIR: big_mlp.py's big_mlp.json and big_models.py's
+ * usage: bench_auto DIR [--fit-only | --fitted]   (DIR: big_mlp.py's big_mlp.json and big_models.py's
  * transformer_512.json, cnn_64.json; bench/run.sh makes them)
  * Threads: all cores (KDC_BENCH_THREADS overrides).
  */
@@ -426,7 +427,9 @@ static void table(const char *dir, const char *machine, int threads, bool train)
   const char *const files[3] = {models[0].file, models[1].file, models[3].file};
   const char *const weights[3] = {models[0].weights, NULL, NULL};
   const int64_t batches[3] = {models[0].batch, models[1].batch, models[3].batch};
-  if (!train) fit(dir, machine, threads, files, weights, batches, 3);
+  char machine_file[512];
+  snprintf(machine_file, sizeof machine_file, "%s/machine.json", dir);
+  if (!train) fit(dir, machine_file, threads, files, weights, batches, 3);
   kdc_train_options topt;
   train_options(&topt);
   train_loss = train ? "categorical_crossentropy" : NULL;
@@ -521,8 +524,13 @@ int main(int argc, char **argv) {
     printf("  \"fit_only\": true\n}\n");
     return 0;
   }
-  table(argv[1], machine, threads, false);
-  table(argv[1], machine, threads, true);
+  /* the table predicts with kdc's defaults (what `--layout auto` uses
+   * without --machine): a calibration on a loaded machine moves by 2-3x
+   * within minutes (docs/sharding.md), the defaults come from a quiet run;
+   * --fitted predicts with this run's DIR/machine.json instead */
+  bool fitted = argc > 2 && !strcmp(argv[2], "--fitted");
+  table(argv[1], fitted ? machine : NULL, threads, false);
+  table(argv[1], fitted ? machine : NULL, threads, true);
   la = fopen("/proc/loadavg", "r");
   if (la) {
     if (fscanf(la, "%lf %lf %lf", &load[0], &load[1], &load[2]) != 3) load[0] = -1;
