@@ -374,6 +374,10 @@ static kdc_status check_options(const kdc_compile_options *o) {
     return KDC_ERR(KDC_INVALID_INPUT, "compile: --sm needs --target cuda");
   if (o->sm && o->sm != 80 && o->sm != 90)
     return KDC_ERR(KDC_INVALID_INPUT, "--sm %d: expected 80 or 90", o->sm);
+  if (o->matmul_precision && strcmp(o->matmul_precision, "highest") &&
+      strcmp(o->matmul_precision, "tf32"))
+    return KDC_ERR(KDC_INVALID_INPUT, "--matmul-precision \"%s\": expected highest or tf32",
+                   o->matmul_precision);
   if (o->layout_match && !o->layout_path && !o->layout_text)
     return KDC_ERR(KDC_INVALID_INPUT, "compile: --layout-match needs --layout");
   const char *auto_flag = o->memory_per_device ? "--memory-per-device" : o->objective ? "--objective"
@@ -448,7 +452,7 @@ static kdc_status compile_module(compile_ctx *c, const char *out) {
   if (!st) {
     kdc_lower_options lo = {.batch = batch, .mesh = o->mesh ? &mesh : NULL, .layout = layout,
                             .train_forward = train_on, .dropout_seed = o->seed,
-                            .output_masks = train_on};
+                            .output_masks = train_on, .warnings = c->warnings};
     st = kdc_frontend_lower(km, &lo, &mod);
   }
   if (!st && train_on) st = check_output_names(c, mod, &train);
@@ -461,6 +465,7 @@ static kdc_status compile_module(compile_ctx *c, const char *out) {
     po.dump_dir = o->dump_ir_dir;
     po.print_after_all = o->print_ir_after_all ? stderr : NULL;
     po.warnings = c->warnings;
+    po.cuda = o->target && !strcmp(o->target, "cuda");
     po.train = train_on ? &train : NULL;
     po.after_pass = capture_explain;
     po.after_pass_user = &explain;
@@ -488,6 +493,7 @@ static kdc_status compile_module(compile_ctx *c, const char *out) {
     static const char *const train_funcs[] = {"predict", "train_step", "evaluate"};
     if (train_on) co.funcs = train_funcs, co.n_funcs = 3;  /* not train_forward */
     if (o->target && !strcmp(o->target, "cuda")) co.cuda_sm = o->sm ? o->sm : 80;
+    co.tf32 = o->matmul_precision && !strcmp(o->matmul_precision, "tf32");
     st = kdc_codegen_cpu_plan(mod, &co, out);
   }
   free(keras);

@@ -54,6 +54,9 @@ typedef struct kdc_codegen_options {
   const char *keras;         /* KERAS section text (frontend kdc_frontend_keras_section); NULL = none */
   int cuda_sm;               /* > 0: also lower every kernel to PTX for sm_<cuda_sm> (80, 90):
                                 PTX and CUDA sections, metadata target "cuda" (docs/gpu.md) */
+  bool tf32;                 /* METADATA "matmul_precision": "tf32" (GEMMs on a GPU may use
+                                TF32 tensor cores; docs/gpu.md); false: the key is absent
+                                ("highest") */
   const void *train_state;   /* a safetensors image of initial training state (optimizer
                                 tensors of a checkpoint, `kdc compile --weights`): the
                                 TRAIN_STATE section; NULL = none (state starts at zero) */
@@ -111,7 +114,7 @@ typedef struct cg_plan {
   LLVMContextRef ctx;
   LLVMModuleRef mod;
   LLVMBuilderRef b;
-  LLVMTypeRef f32, i1, i8, i32, i64, ptr, void_t;
+  LLVMTypeRef f32, i1, i8, i16, i32, i64, half, ptr, void_t;
   kdc_arena *a;               /* program arrays and names */
   kdc_program prog;           /* kernels, funcs (weights kept below) */
   size_t cap_kernels, cap_funcs;
@@ -127,6 +130,7 @@ typedef struct cg_plan {
   struct cg_gpu_form *kform;  /* per kernel with cuda_sm: its GPU launch form (ptx_wrap.c) */
   size_t cap_kform;
   int cuda_sm;                /* options' cuda_sm (metadata) */
+  bool tf32;                  /* options' tf32 (metadata) */
   /* Scan bodies (lower.c): lowered when their scan is, appended after the
    * n_entries entry functions, so body k is function n_entries + k. */
   uint32_t n_entries;
@@ -252,6 +256,11 @@ LLVMValueRef cg_window_emit(cg_window_io *io, kdc_status *st);
 
 LLVMTypeRef cg_reg_type(cg_plan *P, kdc_dtype d);  /* i1 for bool */
 LLVMTypeRef cg_mem_type(cg_plan *P, kdc_dtype d);  /* i8 for bool */
+/* bf16/f16 storage <-> the f32 register (identities for other dtypes), and
+ * the round trip: |v| rounded to |d| as the interpreter stores it. */
+LLVMValueRef cg_widen(cg_plan *P, kdc_dtype d, LLVMValueRef v);
+LLVMValueRef cg_narrow(cg_plan *P, kdc_dtype d, LLVMValueRef v);
+LLVMValueRef cg_round(cg_plan *P, kdc_dtype d, LLVMValueRef v);
 /* |nd|'s elementwise op over already-emitted operand values. */
 kdc_status cg_emit_elementwise(cg_plan *P, const kdc_func *f, const kdc_node *nd,
                                LLVMValueRef *in, LLVMValueRef *out);

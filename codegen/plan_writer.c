@@ -34,6 +34,8 @@ static void plan_init(cg_plan *P, const kdc_module *m) {
   P->f32 = LLVMFloatTypeInContext(P->ctx);
   P->i1 = LLVMInt1TypeInContext(P->ctx);
   P->i8 = LLVMInt8TypeInContext(P->ctx);
+  P->i16 = LLVMInt16TypeInContext(P->ctx);
+  P->half = LLVMHalfTypeInContext(P->ctx);
   P->i32 = LLVMInt32TypeInContext(P->ctx);
   P->i64 = LLVMInt64TypeInContext(P->ctx);
   P->ptr = LLVMPointerTypeInContext(P->ctx, 0);
@@ -93,6 +95,7 @@ static char *metadata_text(const cg_plan *P, const char *auto_layout, size_t *ou
   put_json_str(o, P->m->name);
   if (P->cuda_sm) fprintf(o, ", \"target\": \"cuda\", \"sm\": %d", P->cuda_sm);
   else fprintf(o, ", \"target\": \"cpu\"");
+  if (P->tf32) fprintf(o, ", \"matmul_precision\": \"tf32\"");
   fprintf(o, ", \"kdc_version\": \"%s\", \"batch\": %lld, \"mesh\": {",
           kdc_plan_kdc_version(), batch);
   for (uint32_t a = 0; a < P->prog.mesh.naxes; a++) {
@@ -209,6 +212,7 @@ kdc_status kdc_codegen_cpu_plan(const kdc_module *m, const kdc_codegen_options *
   cg_plan P;
   plan_init(&P, m);
   P.cuda_sm = opt ? opt->cuda_sm : 0;
+  P.tf32 = opt && opt->tf32;
   kdc_status st = compile(&P, opt);
   if (!st) st = write_plan(&P, opt, out_path);
   plan_free(&P);

@@ -43,6 +43,9 @@ typedef struct kdc_pass_options {
   /* combine_collectives: the largest combined all_reduce (local bytes);
    * 0 = 64 KiB, < 0 = the pass does nothing. */
   int64_t combine_max_bytes;
+  /* The plan's target is CUDA: bf16/f16 dot_generals stay GEMM steps of
+   * their dtype (widen_dots does nothing). */
+  bool cuda;
 } kdc_pass_options;
 
 /* One entry of the pipeline: a name (used in dumps and errors) and the
@@ -238,6 +241,12 @@ kdc_status kdc_pass_propagate_shardings(kdc_module *m, const kdc_pass_options *o
  * their sharding (docs/sharding.md).  Full-replication fallbacks print one
  * line on opt->warnings. */
 kdc_status kdc_pass_partition(kdc_module *m, const kdc_pass_options *opt);
+
+/* ---- widen_dots (passes/widen_dots.c) -------------------------------------
+ * CPU plans (before the sharding passes): every bf16/f16 dot_general
+ * becomes an f32 one between converts (an f32 GEMM step), with one warning
+ * naming the dtype. */
+kdc_status kdc_pass_widen_dots(kdc_module *m, const kdc_pass_options *opt);
 
 /* ---- conv_to_gemm (passes/conv_to_gemm.c) -----------------------------------
  * f32 convolutions with groups 1 and no input dilation (at most 64 kernel

@@ -16,6 +16,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <json-c/json.h>
+
 #include "runtime/comm.h"
 #include "runtime/cuda/cuda_rt.h"
 #include "runtime/runtime.h"
@@ -104,6 +106,22 @@ static kdc_status load(kdc_rt_plan *p, const kdc_rt_options *opt) {
   bool cuda = (!opt || opt->target != KDC_RT_TARGET_CPU) &&
               kdc_plan_file_find(p->file, KDC_PLAN_SECTION_CUDA, &data, &size);
   p->describe_only = opt && opt->describe_only;
+  for (uint32_t f = 0; !cuda && !p->describe_only && f < p->prog.n_funcs; f++)
+    for (uint32_t s = 0; s < p->prog.funcs[f].n_steps; s++) {
+      const kdc_prog_step *st = &p->prog.funcs[f].steps[s];
+      if (st->kind == KDC_STEP_GEMM && st->gemm.dtype != KDC_IO_DTYPE_F32)
+        return KDC_ERR(KDC_UNSUPPORTED, "%s: function %s, step %u: a %s GEMM runs on CUDA only "
+                       "(compile the model without --target cuda for the CPU)", p->path,
+                       p->prog.funcs[f].name, s, kdc_io_dtype_name(st->gemm.dtype));
+      /* the CPU collectives sum f32 and integers (a CPU compile widens the
+       * bf16/f16 dots before partition: their partial sums are f32) */
+      bool half = st->kind == KDC_STEP_COLLECTIVE && (st->coll.dtype == KDC_IO_DTYPE_BF16 ||
+                                                      st->coll.dtype == KDC_IO_DTYPE_F16);
+      if (half && (st->coll.kind == KDC_COLL_ALL_REDUCE || st->coll.kind == KDC_COLL_REDUCE_SCATTER))
+        return KDC_ERR(KDC_UNSUPPORTED, "%s: function %s, step %u: a %s sum over devices runs "
+                       "on CUDA only (NCCL)", p->path, p->prog.funcs[f].name, s,
+                       kdc_io_dtype_name(st->coll.dtype));
+    }
   if (!cuda && !p->describe_only) KDC_RETURN_IF_ERROR(load_code(p, opt));
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   p->n_threads = opt && opt->n_threads > 0 ? opt->n_threads : cores > 0 ? (int)cores : 1;
@@ -217,6 +235,16 @@ const kdc_rt_tensor_info *kdc_rt_plan_output(const kdc_rt_plan *p, size_t func, 
 }
 
 const char *kdc_rt_plan_metadata(const kdc_rt_plan *p) { return p->metadata ? p->metadata : ""; }
+const char *kdc_rt_plan_matmul_precision(const kdc_rt_plan *p) {
+  const char *r = "highest";
+  json_object *m = p->metadata && *p->metadata ? json_tokener_parse(p->metadata) : NULL, *v;
+  if (m && json_object_object_get_ex(m, "matmul_precision", &v) &&
+      json_object_is_type(v, json_type_string) && !strcmp(json_object_get_string(v), "tf32"))
+    r = "tf32";
+  json_object_put(m);
+  return r;
+}
+
 const char *kdc_rt_plan_ir_text(const kdc_rt_plan *p) { return p->ir_text ? p->ir_text : ""; }
 int kdc_rt_plan_threads(const kdc_rt_plan *p) { return p->n_threads; }
 const kdc_prog_mesh *kdc_rt_plan_mesh(const kdc_rt_plan *p) { return &p->prog.mesh; }

@@ -32,6 +32,7 @@ static kdc_status parse(int argc, char **argv, compile_flags *f) {
         cli_flag_value(&a, "--loss", &o->loss, &st) ||
         cli_flag_value(&a, "--optimizer", &o->optimizer, &st) ||
         cli_flag_value(&a, "--target", &o->target, &st) ||
+        cli_flag_value(&a, "--matmul-precision", &o->matmul_precision, &st) ||
         cli_flag_value(&a, "--memory-per-device", &o->memory_per_device, &st) ||
         cli_flag_value(&a, "--objective", &o->objective, &st) ||
         cli_flag_value(&a, "--write-layout", &o->write_layout_path, &st) ||
