@@ -61,6 +61,7 @@ typedef struct kdc_codegen_options {
                                 tensors of a checkpoint, `kdc compile --weights`): the
                                 TRAIN_STATE section; NULL = none (state starts at zero) */
   size_t train_state_size;
+  const char *metadata_auto; /* METADATA "auto_layout": a JSON object (--layout auto); NULL = none */
 } kdc_codegen_options;
 
 /* Compiles every selected function of |m| (fused and memory-planned) into
