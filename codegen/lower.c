@@ -290,8 +290,8 @@ static kdc_status lower_kernel(lowerer *L, kdc_value_id r) {
     mem = L->gm.member + L->gm.start[k.group];
     n_mem = L->gm.start[k.group + 1] - L->gm.start[k.group];
   }
-  kdc_prog_loc args[64];
-  kdc_value_id extra[63];
+  kdc_prog_loc args[KDC_KERNEL_MAX_INPUTS + 1];
+  kdc_value_id extra[KDC_KERNEL_MAX_INPUTS];
   args[0] = L->loc[r];
   k.n_args = 1;
   k.extra = extra;
@@ -299,9 +299,9 @@ static kdc_status lower_kernel(lowerer *L, kdc_value_id r) {
   for (size_t i = 0; i < n_mem && k.group >= 0 && !st; i++) { /* other outputs: slots 1.. */
     kdc_value_id m = mem[i];
     if (m < r && kdc_ir_group_output(f, m, r)) {
-      if (k.n_args == 64)
-        st = KDC_ERR(KDC_UNSUPPORTED, "codegen: func %s: kernel %%%u writes more than 63 "
-                     "outputs", f->name, r);
+      if (k.n_args == KDC_KERNEL_MAX_INPUTS + 1)
+        st = KDC_ERR(KDC_UNSUPPORTED, "codegen: func %s: kernel %%%u writes more than %d "
+                     "outputs", f->name, r, KDC_KERNEL_MAX_INPUTS);
       else extra[k.n_extra++] = m, args[k.n_args++] = L->loc[m];
     }
   }
@@ -320,9 +320,9 @@ static kdc_status lower_kernel(lowerer *L, kdc_value_id r) {
       uint32_t s = 0;
       while (s < k.n_args && !same_place(&args[s], &lx)) s++;
       if (s == k.n_args) {
-        if (k.n_args == 64) {
-          st = KDC_ERR(KDC_UNSUPPORTED, "codegen: func %s: kernel %%%u reads more than 63 "
-                       "buffers", f->name, r);
+        if (k.n_args == KDC_KERNEL_MAX_INPUTS + 1) {
+          st = KDC_ERR(KDC_UNSUPPORTED, "codegen: func %s: kernel %%%u reads more than %d "
+                       "buffers", f->name, r, KDC_KERNEL_MAX_INPUTS);
           break;
         }
         args[k.n_args++] = lx;

@@ -295,6 +295,14 @@ extern const size_t kdc_ir_n_attr_kws;
  * (docs/codegen.md). */
 #define KDC_GROUP_MAX_MEMBERS 256
 
+/* The most distinct buffers one kernel reads (its output is one more):
+ * the generated kernel's argument array (codegen/lower.c).  passes/fuse.c
+ * starts a new kernel before a group would read more, and a pass that
+ * builds one node with many operands (passes/combine_collectives.c's
+ * concatenate) keeps it within this; codegen refuses a larger kernel
+ * (from IR text). */
+#define KDC_KERNEL_MAX_INPUTS 63
+
 typedef struct kdc_node {
   kdc_op op;
   kdc_type type;
@@ -311,7 +319,8 @@ typedef struct kdc_node {
    * the same index as the root, so it must have the root's dims
    * (kdc_ir_group_output).  group -1: not a kernel (PARAMETER, CONSTANT,
    * DOT = a GEMM call, RESHAPE of a materialized row-major value = an alias,
-   * collectives).  A group has at most KDC_GROUP_MAX_MEMBERS members. */
+   * collectives).  A group has at most KDC_GROUP_MAX_MEMBERS members and
+   * reads at most KDC_KERNEL_MAX_INPUTS distinct values from outside. */
   int32_t group;
   /* Memory plan (passes/plan_memory.c): byte offset of this value in the
    * device's scratch arena, -1 if not a planned temporary (parameters,

@@ -12,7 +12,8 @@
  * Rule.  all_reduces with the same mesh axes (same order) and the same
  * dtype, each of at most KDC_COMBINE_MAX_BYTES local bytes, none of which
  * depends on another (through any path), are combined while their total
- * stays within KDC_COMBINE_MAX_BYTES:
+ * stays within KDC_COMBINE_MAX_BYTES and their count within
+ * KDC_KERNEL_MAX_INPUTS (the concatenate below is one kernel, ir/ir.h):
  *
  *   %a' = reshape %a : f32[n_a]          (each member's operand, flat; not for rank 1)
  *   %c  = concatenate %a', %b', ... dim=0
@@ -25,7 +26,7 @@
  * their own: the sharded optimizer update's collectives are large and
  * dim-specific).  Candidates are taken in node order, per (axes, dtype):
  * the open group closes when a candidate depends on one of its members or
- * would exceed the size; the candidate then opens the next group.  So the
+ * would exceed the size or the count; the candidate then opens the next group.  So the
  * groups of one key are contiguous in node order and the graph with each
  * group contracted to one node stays acyclic; keys are processed one after
  * the other, each on the function rebuilt by the previous one (a combined
@@ -50,7 +51,9 @@
 
 #include "passes/passes.h"
 
-enum { KDC_COMBINE_MAX_BYTES = 64 << 10, MAX_MEMBERS = 256 };
+/* MAX_MEMBERS: the concatenate is one kernel reading every member's operand
+ * (ir/ir.h): a 64-layer MLP's 64 bias gradients once made one of 64. */
+enum { KDC_COMBINE_MAX_BYTES = 64 << 10, MAX_MEMBERS = KDC_KERNEL_MAX_INPUTS };
 
 int64_t kdc_pass_opt_combine_max_bytes(const kdc_pass_options *opt) {
   if (!opt || opt->combine_max_bytes == 0) return KDC_COMBINE_MAX_BYTES;

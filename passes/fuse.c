@@ -57,6 +57,9 @@
  * kernel instead (its value is materialized).  A 100,000-layer elementwise
  * chain is thus ~400 kernels of 256 ops, not one body LLVM needs minutes
  * for; the cap also bounds the code generator's walk over one kernel.
+ * Likewise a group reads at most KDC_KERNEL_MAX_INPUTS values from outside
+ * (the kernel's argument array): a producer whose operands would push it
+ * over starts a new kernel (counted as an upper bound, see new_reads()).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -124,6 +127,29 @@ static int32_t consumer_group(const kdc_func *f, const kdc_users *us, const int3
   return common;
 }
 
+/* Operands of |v| group |grp| does not read yet (|mark|[x] == grp: counted),
+ * i.e. the buffers |v| adds when it joins.  An upper bound: a value read by
+ * two groups in turn may be counted twice, a splat constant (an immediate)
+ * or an alias is counted too -- a kernel is at most split early. */
+static uint32_t new_reads(const kdc_func *f, const int32_t *mark, int32_t grp, kdc_value_id v) {
+  const kdc_node *nd = kdc_ir_node(f, v);
+  uint32_t n = 0;
+  for (int j = 0; j < nd->n_in; j++) {
+    bool seen = mark[nd->in[j]] == grp;
+    for (int q = 0; q < j && !seen; q++) seen = nd->in[q] == nd->in[j];
+    n += !seen;
+  }
+  return n;
+}
+
+/* new_reads(), and marks those operands as read by |grp|. */
+static uint32_t count_reads(const kdc_func *f, int32_t *mark, int32_t grp, kdc_value_id v) {
+  uint32_t n = new_reads(f, mark, grp, v);
+  const kdc_node *nd = kdc_ir_node(f, v);
+  for (int j = 0; j < nd->n_in; j++) mark[nd->in[j]] = grp;
+  return n;
+}
+
 /* Step 1/3: groups for every node of |f| into |g|; returns the group count
  * (ids are not yet dense or ordered). */
 static int32_t assign(const kdc_func *f, int32_t *g) {
@@ -132,14 +158,20 @@ static int32_t assign(const kdc_func *f, int32_t *g) {
   int32_t next = 0;
   kdc_value_id *root = kdc_xmalloc((f->n_nodes + 1) * sizeof *root); /* per group */
   uint32_t *size = kdc_xmalloc((f->n_nodes + 1) * sizeof *size);     /* members per group */
+  uint32_t *reads = kdc_xmalloc((f->n_nodes + 1) * sizeof *reads);   /* outside values read */
+  int32_t *mark = kdc_xmalloc((f->n_nodes + 1) * sizeof *mark);      /* group that counted it */
+  for (size_t i = 0; i < f->n_nodes; i++) mark[i] = -1;
   for (size_t i = f->n_nodes; i-- > 0;) {
     kdc_value_id v = (kdc_value_id)i;
     kind k = classify(f, v);
     int32_t common = k == K_FUSIBLE ? consumer_group(f, &us, g, root, v) : -1;
     if (common >= 0 && size[common] >= KDC_GROUP_MAX_MEMBERS) common = -1; /* full: new kernel */
+    if (common >= 0 && reads[common] - 1 + new_reads(f, mark, common, v) > KDC_KERNEL_MAX_INPUTS)
+      common = -1; /* would read too many buffers: new kernel */
     if (k == K_MATERIAL) g[i] = -1;
-    else if (k == K_ROOT || common < 0) root[next] = v, size[next] = 1, g[i] = next++;
-    else g[i] = common, size[common]++;
+    else if (k == K_ROOT || common < 0) root[next] = v, size[next] = 1, reads[next] = 0, g[i] = next++;
+    else g[i] = common, size[common]++, reads[common]--;
+    if (g[i] >= 0) reads[g[i]] += count_reads(f, mark, g[i], v);
     /* A reshape that did not pull its operand in reads it from memory: alias. */
     for (uint32_t j = us.start[i]; j < us.start[i + 1]; j++) {
       kdc_value_id u = us.users[j];
@@ -147,6 +179,8 @@ static int32_t assign(const kdc_func *f, int32_t *g) {
         size[g[u]]--, g[u] = -1;
     }
   }
+  free(mark);
+  free(reads);
   free(size);
   free(root);
   kdc_pass_users_free(&us);

@@ -2,12 +2,14 @@
  * Fusion on random graphs: the grouping satisfies the contract of ir.h
  * (checked here independently of passes/fuse.c), the duplication of cheap
  * values does not change results, and the pass is deterministic and
- * idempotent.
+ * idempotent.  A kernel reads at most KDC_KERNEL_MAX_INPUTS outside values
+ * (test_fuse_input_cap).
  */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -139,11 +141,64 @@ static void test_fuse_check_rejects(void **state) {
   kdc_ir_module_destroy(m);
 }
 
+/* The most distinct outside values one group's members read. */
+static int max_group_reads(const kdc_func *f) {
+  int best = 0;
+  for (size_t r = 0; r < f->n_nodes; r++) {
+    int32_t g = f->nodes[r].group;
+    bool is_root = g >= 0;
+    for (size_t u = r + 1; u < f->n_nodes && is_root; u++) is_root = f->nodes[u].group != g;
+    if (!is_root) continue;
+    int n = 0;
+    for (size_t x = 0; x < f->n_nodes; x++) {
+      if (f->nodes[x].group == g && g >= 0) continue;
+      bool read = false;
+      for (size_t u = x + 1; u <= r && !read; u++)
+        for (int j = 0; j < f->nodes[u].n_in && f->nodes[u].group == g; j++)
+          read |= f->nodes[u].in[j] == (kdc_value_id)x;
+      n += read;
+    }
+    if (n > best) best = n;
+  }
+  return best;
+}
+
+/* A sum of 150 inputs, ((x0 + x1) + x2) + ..., is one elementwise chain
+ * fuse would put in one kernel; codegen's argument array holds
+ * KDC_KERNEL_MAX_INPUTS: fuse starts new kernels so each reads at most
+ * that many (exactly that many for the last: the cap is not hit early). */
+static void test_fuse_input_cap(void **state) {
+  (void)state;
+  enum { N = 150 };
+  kdc_module *m = kdc_ir_module_create("t");
+  kdc_func *f = kdc_ir_func_create(m, "f");
+  int64_t d[1] = {4};
+  kdc_type t = kdc_type_make(KDC_DTYPE_F32, 1, d);
+  kdc_value_id acc = 0;
+  for (int i = 0; i < N; i++) {
+    char name[16];
+    snprintf(name, sizeof name, "x%d", i);
+    kdc_value_id x = kdc_ir_parameter(f, KDC_PARAM_INPUT, name, &t);
+    acc = i ? kdc_ir_binary(f, KDC_OP_ADD, acc, x) : x;
+  }
+  kdc_ir_add_result(f, acc, "y");
+  assert_null(kdc_pass_run_one(m, "fuse", NULL));
+  assert_null(contract_violation(f));
+  assert_int_equal(max_group_reads(f), KDC_KERNEL_MAX_INPUTS);
+  int32_t groups = 0;
+  for (size_t i = 0; i < f->n_nodes; i++)
+    if (f->nodes[i].group + 1 > groups) groups = f->nodes[i].group + 1;
+  /* each kernel but the first reads the previous one's sum and 62 inputs */
+  assert_int_equal(groups, 3);
+  kdc_ir_module_destroy(m);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_fuse_raw_graphs),      cmocka_unit_test(test_fuse_simplified_graphs),
       cmocka_unit_test(test_fuse_without_copies),  cmocka_unit_test(test_fuse_generous_copies),
       cmocka_unit_test(test_fuse_deterministic),   cmocka_unit_test(test_fuse_check_rejects),
+      cmocka_unit_test(test_fuse_input_cap),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
