@@ -155,6 +155,16 @@ kdc_status kdc_api_machine_load(const char *path, kdc_machine *mc) {
         st = num_field(path, k, v, &mc->bytes_per_s);
       } else if (!strcmp(k, "step_s")) {
         st = num_field(path, k, v, &mc->step_s);
+      } else if (!strcmp(k, "sync_s")) {  /* 0 allowed: no segment cost */
+        if (json_object_is_type(v, json_type_int) && json_object_get_int64(v) == 0)
+          mc->sync_s = 0;
+        else
+          st = num_field(path, k, v, &mc->sync_s);
+      } else if (!strcmp(k, "shared_gathers")) {
+        if (!json_object_is_type(v, json_type_boolean))
+          st = KDC_ERR(KDC_INVALID_INPUT, "%s: shared_gathers: expected true or false", path);
+        else
+          mc->shared_gathers = json_object_get_boolean(v);
       } else if (!strcmp(k, "lanes")) {
         if (!json_object_is_type(v, json_type_int) || json_object_get_int64(v) < 0 ||
             json_object_get_int64(v) > 1 << 20)
@@ -186,7 +196,7 @@ kdc_status kdc_api_machine_load(const char *path, kdc_machine *mc) {
         }
       } else {
         st = KDC_ERR(KDC_INVALID_INPUT, "%s: %s: unknown key (name, gemm_flops_per_s, bytes_per_s, "
-                     "step_s, lanes, axes)", path, k);
+                     "step_s, lanes, sync_s, shared_gathers, axes)", path, k);
       }
       (void)d;
     }

@@ -34,8 +34,9 @@
  *             measured (median of 5) step time; per model and mesh,
  *             auto's measured time over the best other one;
  *   table_train_step  the same for one training step (categorical
- *             cross-entropy, SGD) of the two MLPs.
- * usage: bench_auto DIR [--fit-only | --fitted]   (DIR: big_mlp.py's big_mlp.json and big_models.py's
+ *             cross-entropy, SGD) of the two MLPs (--train-only: this table
+ *             alone, after the calibration and the search).
+ * usage: bench_auto DIR [--fit-only | --fitted | --train-only]   (DIR: big_mlp.py's big_mlp.json and big_models.py's
  * transformer_512.json, cnn_64.json; bench/run.sh makes them)
  * Threads: all cores (KDC_BENCH_THREADS overrides).
  */
@@ -529,7 +530,8 @@ int main(int argc, char **argv) {
    * within minutes (docs/sharding.md), the defaults come from a quiet run;
    * --fitted predicts with this run's DIR/machine.json instead */
   bool fitted = argc > 2 && !strcmp(argv[2], "--fitted");
-  table(argv[1], fitted ? machine : NULL, threads, false);
+  bool train_only = argc > 2 && !strcmp(argv[2], "--train-only");
+  if (!train_only) table(argv[1], fitted ? machine : NULL, threads, false);
   table(argv[1], fitted ? machine : NULL, threads, true);
   la = fopen("/proc/loadavg", "r");
   if (la) {

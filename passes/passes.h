@@ -348,6 +348,12 @@ typedef struct kdc_machine {
   double step_s;            /* per kernel / GEMM launch */
   int lanes;                /* devices that compute at once (0: all; the virtual
                                mesh: the host's cores) */
+  double sync_s;            /* per collective that ends a device-parallel segment
+                               of the run (every device waits for the others) */
+  bool shared_gathers;      /* devices share memory (one process: the virtual
+                               mesh): a weight update's all_gather is made in
+                               place and an input's all_to_all is a view
+                               (runtime/gather_inplace.c): no bytes, no sync */
   kdc_machine_axis default_axis;
   int n_axes;
   kdc_machine_axis axes[KDC_MAX_MESH_AXES];
@@ -360,6 +366,7 @@ typedef struct kdc_step_cost {
   double flops, mem_bytes;      /* per device per call */
   double coll_bytes;            /* bytes each device sends per call */
   int64_t n_collectives, n_steps;
+  int64_t n_syncs;              /* collectives that end a segment (sync_s each) */
   double compute_s, coll_s;     /* per device compute; collectives */
   double step_s;                /* predicted time of one call on the mesh */
   int64_t weight_bytes, io_bytes, arena_bytes, peak_bytes;  /* per device */

@@ -5,7 +5,9 @@
  *
  * Per step of the function, as the runtime runs it:
  *   - a GEMM (DOT outside a group): a roofline, max(flops / gemm_flops_per_s,
- *     bytes of operands and result / bytes_per_s), plus step_s;
+ *     bytes of operands and result / bytes_per_s), plus step_s; with
+ *     shared_gathers a GEMM the runtime stacks over the local devices reads
+ *     its weight once for all of them (1/devices of its bytes per device);
  *   - a convolution kept as a direct kernel: its flops at gemm rate / 8
  *     (codegen's direct loops run far from the GEMM's rate);
  *   - a fusion group (one kernel): the bytes it reads from outside the group
@@ -16,6 +18,14 @@
  *     ones that sum (all_reduce, reduce_scatter) or move_bytes_per_s for the
  *     ones that only move data (on the virtual mesh those read the other
  *     devices' pieces in place, runtime/gather_inplace.c: far faster);
+ *     plus sync_s when it ends a device-parallel segment of the run (every
+ *     device waits for the others there);
+ *   - with shared_gathers (one process, the virtual mesh), what the runtime
+ *     makes free (runtime/gather_inplace.c): an all_gather whose result is
+ *     only a function result (a weight's update) and whose operand a GEMM
+ *     wrote, maybe updated in place by kernels (the GEMM writes straight
+ *     into the shared result; no bytes, no sync), and an all_to_all of a
+ *     function input (a view of the inputs; no bytes, no sync);
  *   - a scan: its body's cost times the length.
  * Compute is per device; devices that share lanes (the virtual mesh's
  * devices share the host's cores) run one after the other, so the compute
@@ -47,6 +57,14 @@ void kdc_machine_defaults(kdc_machine *mc) {
   mc->lanes = 2;
   mc->default_axis.latency_s = 1.0e-6;
   mc->default_axis.bytes_per_s = 2.7e9;
+  /* A segment end: no default.  MNIST's train_step (batch 128, SGD) on
+   * 2x4, 2 threads, load 0.5: measured step minus the profile's sum of
+   * steps is 0.17 ms over DataParallel's 3 such collectives and 0.35 ms
+   * over examples/mnist_mlp/layout.json's 6 (57 us each), but the
+   * transformer block's whole predict at batch 2 on 2x4 is 21 us with one
+   * collective: no constant fits both (docs/sharding.md "Cost model"). */
+  mc->sync_s = 0;
+  mc->shared_gathers = true;
   /* all_gather / all_to_all share their result between the virtual devices
    * (runtime/gather_inplace.c): the DataParallel MNIST train_step's profile
    * (bench_plan --profile 1) gathers 89600 bytes per device in 7 us and
@@ -76,6 +94,54 @@ static kdc_machine_axis link_of(const kdc_machine *mc, const kdc_mesh *mesh, con
   return l;
 }
 
+/* Did a GEMM write |v| (a DOT, or a kernel that reads a DOT's result of
+ * |v|'s bytes: an update in place over it), |depth| kernels back at most? */
+static bool gemm_written(const kdc_func *f, kdc_value_id v, int depth) {
+  const kdc_node *nd = &f->nodes[v];
+  if (nd->op == KDC_OP_DOT) return true;
+  if (nd->op == KDC_OP_RESHAPE && nd->group < 0) return gemm_written(f, nd->in[0], depth);
+  if (nd->group < 0 || depth == 0) return false;
+  for (size_t m = 0; m <= v; m++) {
+    const kdc_node *mn = &f->nodes[m];
+    if (mn->group != nd->group) continue;
+    for (int i = 0; i < mn->n_in; i++) {
+      kdc_value_id x = mn->in[i];
+      if (f->nodes[x].group != nd->group &&
+          kdc_type_bytes(&f->nodes[x].type) == kdc_type_bytes(&nd->type) &&
+          gemm_written(f, x, depth - 1))
+        return true;
+    }
+  }
+  return false;
+}
+
+/* Does the runtime run DOT |v| once over every local device's rows
+ * (runtime/gemm_stack.c: B one buffer of >= 512 KiB that every device
+ * reads -- a replicated weight --, A's rows contiguous, >= 2^19 flops per
+ * device)?  Then B is read once for all devices, not once per device. */
+static bool stacked_gemm(const kdc_func *f, kdc_value_id v, double flops) {
+  const kdc_node *nd = &f->nodes[v];
+  const kdc_node *l = &f->nodes[nd->in[0]], *r = &f->nodes[nd->in[1]];
+  if (r->op != KDC_OP_PARAMETER || r->attr.param.kind != KDC_PARAM_WEIGHT) return false;
+  for (int d = 0; d < r->sharding.rank; d++)
+    if (r->sharding.naxes[d]) return false;  /* pieces: each device its own B */
+  return nd->attr.dot.lhs_batch.n == 0 && nd->attr.dot.lhs_contract.n == 1 &&
+         nd->attr.dot.lhs_contract.v[0] == l->type.rank - 1 &&
+         kdc_type_bytes(&r->type) >= (512 << 10) && flops >= (double)(1 << 19);
+}
+
+/* Does the runtime make collective |v| free on a shared-memory mesh
+ * (runtime/gather_inplace.c)? */
+static bool shared_free(const kdc_func *f, const kdc_users *us, kdc_value_id v) {
+  const kdc_node *nd = &f->nodes[v];
+  const kdc_node *o = &f->nodes[nd->in[0]];
+  if (nd->op == KDC_OP_ALL_TO_ALL)
+    return o->op == KDC_OP_PARAMETER && o->attr.param.kind != KDC_PARAM_WEIGHT;
+  if (nd->op != KDC_OP_ALL_GATHER || !us->is_result[v] || us->start[v] != us->start[v + 1])
+    return false;
+  return gemm_written(f, nd->in[0], 2);
+}
+
 static double prod(const kdc_type *t, const kdc_dimlist *dims) {
   double p = 1;
   for (int i = 0; i < dims->n; i++) p *= (double)t->dims[dims->v[i]];
@@ -93,6 +159,8 @@ static kdc_status func_cost(const kdc_module *m, const kdc_func *f, const kdc_ma
   double *gbytes = n_groups ? kdc_xcalloc((size_t)n_groups, sizeof *gbytes) : NULL;
   for (size_t v = 0; v < f->n_nodes; v++)
     if (f->nodes[v].group >= 0) root[f->nodes[v].group] = (int64_t)v;
+  kdc_users us;
+  kdc_pass_users_init(&us, f);
   kdc_status st = NULL;
   for (size_t v = 0; v < f->n_nodes && !st; v++) {
     const kdc_node *nd = &f->nodes[v];
@@ -130,7 +198,10 @@ static kdc_status func_cost(const kdc_module *m, const kdc_func *f, const kdc_ma
     case KDC_OP_DOT: {
       const kdc_type *l = kdc_ir_type(f, nd->in[0]), *r = kdc_ir_type(f, nd->in[1]);
       double fl = 2.0 * (double)kdc_type_numel(&nd->type) * prod(l, &nd->attr.dot.lhs_contract);
-      double b = (double)kdc_type_bytes(l) + (double)kdc_type_bytes(r) + out_b;
+      double rb = (double)kdc_type_bytes(r);
+      if (mc->shared_gathers && stacked_gemm(f, (kdc_value_id)v, fl))
+        rb /= (double)kdc_mesh_devices(&m->mesh);
+      double b = (double)kdc_type_bytes(l) + rb + out_b;
       c->flops += fl * times;
       c->mem_bytes += b * times;
       c->compute_s += (fmax(fl / mc->gemm_flops_per_s, b / mc->bytes_per_s) + mc->step_s) * times;
@@ -146,9 +217,12 @@ static kdc_status func_cost(const kdc_module *m, const kdc_func *f, const kdc_ma
                                 &nd->type);
       kdc_machine_axis l = link_of(mc, &m->mesh, &nd->attr.coll);
       bool sums = nd->op == KDC_OP_ALL_REDUCE || nd->op == KDC_OP_REDUCE_SCATTER;
-      c->coll_bytes += b * times;
-      c->coll_s += (l.latency_s + b / (sums ? l.bytes_per_s : l.move_bytes_per_s)) * times;
       c->n_collectives += (int64_t)times;
+      if (mc->shared_gathers && shared_free(f, &us, (kdc_value_id)v)) break;
+      c->coll_bytes += b * times;
+      c->coll_s += (l.latency_s + mc->sync_s + b / (sums ? l.bytes_per_s : l.move_bytes_per_s)) *
+                   times;
+      c->n_syncs += (int64_t)times;
       break;
     }
     case KDC_OP_SCAN: {
@@ -168,6 +242,7 @@ static kdc_status func_cost(const kdc_module *m, const kdc_func *f, const kdc_ma
       break;
     }
   }
+  kdc_pass_users_free(&us);
   free(root);
   free(gbytes);
   return st;

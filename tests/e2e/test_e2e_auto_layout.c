@@ -1,7 +1,7 @@
 /*
  * End to end, `kdc compile --layout auto` (issue 20; docs/layout.md
  * "--layout auto") through the kdc binary:
- *   - predict: the MNIST MLP (batch 16) and the transformer block (batch 2:
+ *   - predict: the MNIST MLP (batch 16, a machine of processes) and the transformer block (batch 2:
  *     the attention heads over model, the hand layout of examples/) on 2x4 and the
  *     small CNN (no hand layout in examples/) on 2x4 with the chosen
  *     layout equal the examples' independent TF.js outputs (|d| <= 1e-5 +
@@ -84,8 +84,14 @@ static void inspect(e2e_result *r, const char *plan, const char *flag, const cha
   assert_int_equal(r->status, 0);
 }
 
+/* The default machine as processes: no shared gathers, no stacked GEMMs
+ * (passes/step_cost.c), collectives without the segment cost. */
+static const char PROCS_MACHINE[] = "{\"name\": \"processes\", \"sync_s\": 1e-9, "
+                                    "\"shared_gathers\": false}\n";
+
 static void test_predict_and_written_layout(void **state) {
   (void)state;
+  char *procs = e2e_write_text("procs_machine.json", PROCS_MACHINE);
   /* the transformer at batch 16 runs fastest DataParallel (no LayoutMap);
    * at batch 2 (no DataParallel over 8 devices) it splits the heads */
   static const char *const examples[] = {"mnist_mlp", "transformer_block"};
@@ -99,8 +105,14 @@ static void test_predict_and_written_layout(void **state) {
     snprintf(name, sizeof name, "auto_%s_again.plan", examples[i]);
     char *again = e2e_path(name);
     e2e_result r;
-    compile(&r, examples[i], plan, "--mesh", "2x4", "--layout", "auto", "--write-layout", lay,
-            "--batch", batch[i], NULL);
+    /* on the default machine (one process) the MNIST MLP's stacked GEMM
+     * makes DataParallel best; on processes (no shared gathers) it splits */
+    if (i == 0)
+      compile(&r, examples[i], plan, "--mesh", "2x4", "--layout", "auto", "--write-layout", lay,
+              "--batch", batch[i], "--machine", procs, NULL);
+    else
+      compile(&r, examples[i], plan, "--mesh", "2x4", "--layout", "auto", "--write-layout", lay,
+              "--batch", batch[i], NULL);
     if (r.status) fprintf(stderr, "%s", r.err);
     assert_int_equal(r.status, 0);
     assert_non_null(strstr(r.err, "kdc: note: --layout auto: chose "));
@@ -138,6 +150,7 @@ static void test_predict_and_written_layout(void **state) {
       fail_msg("%s: predicted peak %.0f, the plan's %.0f", examples[i], pred, actual);
     free(plan), free(lay), free(again);
   }
+  free(procs);
 }
 
 static void test_explain(void **state) {
@@ -273,9 +286,11 @@ static void test_machine(void **state) {
   char *slow = e2e_write_text("slow_links.json", "{\"name\": \"slow links\", \"axes\": {\"*\": "
                               "{\"latency_s\": 1, \"bytes_per_s\": 1e3}}}\n");
   e2e_result r;
-  compile(&r, "mnist_mlp", plan, "--mesh", "2x4", "--layout", "auto", NULL);
+  char *procs = e2e_write_text("procs_machine.json", PROCS_MACHINE);
+  compile(&r, "mnist_mlp", plan, "--mesh", "2x4", "--layout", "auto", "--machine", procs, NULL);
   assert_int_equal(r.status, 0);
-  assert_null(strstr(r.err, "chose data_parallel "));  /* the default machine splits d1 */
+  assert_null(strstr(r.err, "chose data_parallel "));  /* processes: d1 split */
+  free(procs);
   compile(&r, "mnist_mlp", plan, "--mesh", "2x4", "--layout", "auto", "--machine", slow, NULL);
   if (r.status) fprintf(stderr, "%s", r.err);
   assert_int_equal(r.status, 0);

@@ -12,6 +12,13 @@
  *   step        compute * devices / lanes + collectives; each GEMM at least
  *               max(flops / rate, bytes / rate) + step_s
  * and a collective over an axis the machine names takes that axis's link.
+ *
+ * test_shared_mesh: what the runtime does on one process's virtual mesh
+ * (shared_gathers): a GEMM stacked over the devices reads its replicated
+ * weight once (1/8 of its bytes per device), a weight update's all_gather
+ * of a GEMM-written piece and an input's all_to_all cost nothing, and
+ * every other collective costs sync_s more (it ends a device-parallel
+ * segment); without shared_gathers (processes) all of them are ordinary.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -100,9 +107,64 @@ static void test_megatron_counts(void **state) {
   kdc_ir_module_destroy(m);
 }
 
+/* Partitioned already (local types), one device of [data=8]. */
+static const char *const SHARED =
+    "module @shared {\n"
+    "  mesh [data=8]\n"
+    "  weight \"w\" : f32[256,512]\n"
+    "  func @train_step {\n"
+    "    %x = parameter 0 input \"x\" : f32[8,256]\n"
+    "    %w = parameter 1 weight \"w\" : f32[256,512] {-,-}\n"
+    "    %xs = parameter 2 input \"xs\" : f32[8,32]\n"
+    "    %h = dot_general %x, %w lhs_contract=[1] rhs_contract=[0] : f32[8,512]\n"
+    "    %r = all_reduce [data] %h : f32[8,512]\n"
+    "    %gp = dot_general %xs, %r lhs_contract=[0] rhs_contract=[0] : f32[32,512]\n"
+    "    %lr = constant 0.5 : f32[32,512]\n"
+    "    %u = mul %gp, %lr : f32[32,512]\n"
+    "    %wn = all_gather [data] %u dim=0 : f32[256,512]\n"
+    "    %xt = all_to_all [data] %x split=1 concat=0 : f32[64,32]\n"
+    "    return %wn \"w\", %xt \"xt\"\n"
+    "  }\n"
+    "}\n";
+
+static void test_shared_mesh(void **state) {
+  (void)state;
+  kdc_module *m = NULL;
+  kdc_status st = kdc_ir_parse_module(SHARED, "shared", &m);
+  if (!st) st = kdc_pass_run_list(m, "verify,fuse,plan_memory", NULL);
+  if (st) fail_msg("%s", kdc_status_message(st));
+  const kdc_func *f = kdc_ir_module_find_func(m, "train_step");
+  kdc_machine mc = machine(0);
+  mc.sync_s = 1e-3;
+  kdc_step_cost shared, procs;
+  mc.shared_gathers = true;
+  assert_null(kdc_step_cost_of(m, f, &mc, &shared));
+  mc.shared_gathers = false;
+  assert_null(kdc_step_cost_of(m, f, &mc, &procs));
+  assert_int_equal(shared.n_collectives, 3);
+  assert_int_equal(procs.n_collectives, 3);
+  assert_int_equal(shared.n_syncs, 1);  /* the all_reduce only */
+  assert_int_equal(procs.n_syncs, 3);
+  double ar = 2.0 * 7 / 8 * 8 * 512 * 4;  /* all_reduce bytes per device */
+  assert_true(fabs(shared.coll_bytes - ar) < 1e-6);
+  assert_true(fabs(shared.coll_s - (1e-5 + 1e-3 + ar / 1e9)) < 1e-12);
+  assert_true(procs.coll_bytes > ar + 32 * 512 * 4);
+  /* the first GEMM: 2*8*512*256 = 2^21 flops (2.1 ms at 1e9/s) against
+   * x 8 KiB + w 512 KiB + h 16 KiB at 2e9/s -- make bytes win to see w's share */
+  mc.gemm_flops_per_s = 1e12;
+  mc.shared_gathers = true;
+  assert_null(kdc_step_cost_of(m, f, &mc, &shared));
+  mc.shared_gathers = false;
+  assert_null(kdc_step_cost_of(m, f, &mc, &procs));
+  double w = 256.0 * 512 * 4;
+  assert_true(fabs((procs.compute_s - shared.compute_s) - (w - w / 8) / 2e9) < 1e-12);
+  kdc_ir_module_destroy(m);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_megatron_counts),
+      cmocka_unit_test(test_shared_mesh),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
