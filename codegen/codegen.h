@@ -123,6 +123,8 @@ typedef struct cg_plan {
   size_t n_globals, cap_globals;
   kdc_type *ktype;            /* per kernel: the type of what it writes (ptx_wrap.c) */
   size_t cap_ktype;
+  struct cg_gpu_form *kform;  /* per kernel with cuda_sm: its GPU launch form (ptx_wrap.c) */
+  size_t cap_kform;
   int cuda_sm;                /* options' cuda_sm (metadata) */
   /* Scan bodies (lower.c): lowered when their scan is, appended after the
    * n_entries entry functions, so body k is function n_entries + k. */
@@ -208,6 +210,19 @@ kdc_status cg_body_emit_piece(cg_plan *P, const cg_kernel *k, const char *name, 
                               LLVMValueRef *out_body);
 kdc_status cg_body_emit_accumulate(cg_plan *P, const cg_kernel *k, const char *name,
                                    LLVMValueRef *out_body);
+/* GPU reductions (ptx_wrap.c): a reduce root with no other output whose
+ * reduced dims are one run at the operand's front (*|leading|: a column
+ * reduction) or back (a row reduction) returns the split s (operand dims
+ * [0, s) | [s, rank)), else 0. */
+int cg_kernel_reduce_split(const cg_kernel *k, bool *leading);
+/* The reduce root's operand is read in its own row-major order (loads at
+ * its index, broadcasts, reshapes, elementwise ops; no transpose): its
+ * trailing dims are contiguous. */
+bool cg_kernel_operand_plain(const cg_kernel *k);
+/* "|name|(args.., coords, j_0..j_{r-1}) -> value": the reduce root's
+ * operand at operand multi-index j (register type). */
+kdc_status cg_body_emit_operand(cg_plan *P, const cg_kernel *k, const char *name,
+                                LLVMValueRef *out_body);
 
 /* ---- body_window.c: windowed and indexed ops inside a body ------------- */
 
@@ -281,13 +296,37 @@ void cg_cpu_wrap_stream(cg_plan *P, const cg_kernel *k, LLVMValueRef body, const
 
 /* ---- ptx_wrap.c: the CUDA wrapper and the PTX of every kernel ------------ */
 
+/* How kernel k runs on a GPU (docs/gpu.md, "Kernel forms"). */
+typedef enum cg_gpu_kind {
+  CG_GPU_ELEMENT = 0,  /* one thread per output element, the body computes it */
+  CG_GPU_COLUMN = 1,   /* reduction over the leading dims: lanes split the rows */
+  CG_GPU_ROW = 2,      /* reduction over the trailing dims: lanes split each row */
+} cg_gpu_kind;
+
+typedef struct cg_gpu_form {
+  cg_gpu_kind kind;
+  int split;           /* operand dims [0, split) | [split, rank) */
+  kdc_type x;          /* the reduce's operand */
+  kdc_reduce_kind red;
+  int64_t outputs, terms;  /* kept elements, reduced elements per output */
+  uint32_t tile, lanes;    /* outputs per block, threads per output (powers of 2) */
+  uint32_t splits;         /* blocks per tile of outputs, each folding a chunk of the
+                              terms; > 1: partials in scratch, the last block combines */
+  uint64_t scratch;        /* bytes: a counter per tile, then splits x outputs partials */
+} cg_gpu_form;
+
+/* With P->cuda_sm: chooses kernel |idx|'s GPU form (P->kform) and, for a
+ * reduction form, emits its operand body "kdc_opnd_<idx>" into P->mod
+ * (removed again from the CPU module by cg_ptx_emit). */
+kdc_status cg_ptx_plan_kernel(cg_plan *P, const cg_kernel *k, uint32_t idx);
+
 /* Lowers a clone of P->mod (bodies shared with the CPU wrappers, which are
  * dropped from the clone) through LLVM's NVPTX backend for sm_<sm>: one
- * PTX kernel "kdc_cuda_<k>" per kernel, one thread per output element,
- * libm calls mapped to libdevice's __nv_* functions.  *|ptx| (malloc'd,
+ * PTX kernel "kdc_cuda_<k>" per kernel in its form (P->kform), libm calls
+ * mapped to libdevice's __nv_* functions.  *|ptx| (malloc'd,
  * NUL-terminated) is the PTX text; |launch| receives the CUDA section
- * (docs/gpu.md: version, sm, then per kernel its entry name and thread
- * count). */
+ * (docs/gpu.md: version, sm, then per kernel its entry name, thread count,
+ * block size and form). */
 kdc_status cg_ptx_emit(cg_plan *P, int sm, char **ptx, size_t *ptx_len, kdc_buf *launch);
 
 #endif

@@ -611,13 +611,14 @@ int cg_kernel_concat_pieces(const cg_kernel *k) {
  * then drops every alias scope of the access (the wrapper's loop nest
  * carries the noalias, cpu_wrap.c). */
 static LLVMValueRef body_shell(cg_plan *P, const cg_kernel *k, const char *name, int n_idx,
-                               emitter *E) {
+                               LLVMTypeRef ret, emitter *E) {
   LLVMTypeRef params[1 + 65 + KDC_MAX_RANK];
   unsigned np = 0;
   for (uint32_t i = 0; i < k->n_args; i++) params[np++] = P->ptr;
   params[np++] = P->ptr;  /* coords */
   for (int d = 0; d < n_idx; d++) params[np++] = P->i64;
-  LLVMValueRef fn = LLVMAddFunction(P->mod, name, LLVMFunctionType(P->void_t, params, np, 0));
+  LLVMValueRef fn =
+      LLVMAddFunction(P->mod, name, LLVMFunctionType(ret ? ret : P->void_t, params, np, 0));
   LLVMSetLinkage(fn, LLVMInternalLinkage);
   unsigned inl = LLVMGetEnumAttributeKindForName("alwaysinline", 12);
   unsigned nounwind = LLVMGetEnumAttributeKindForName("nounwind", 8);
@@ -639,7 +640,7 @@ static kdc_status body_emit(cg_plan *P, const cg_kernel *k, const char *name, in
     return KDC_ERR(KDC_UNSUPPORTED, "codegen: func %s: kernel %%%u reads %u buffers (max 64)",
                    k->f->name, k->root, k->n_args);
   emitter E;
-  LLVMValueRef fn = body_shell(P, k, name, rank, &E);
+  LLVMValueRef fn = body_shell(P, k, name, rank, NULL, &E);
   E.root_piece = piece;
   LLVMValueRef args[64];
   for (uint32_t i = 0; i < k->n_args; i++) args[i] = LLVMGetParam(fn, i);
@@ -702,6 +703,23 @@ kdc_status cg_body_emit_piece(cg_plan *P, const cg_kernel *k, const char *name, 
   return body_emit(P, k, name, piece, out_body, &cost);
 }
 
+/* The shell's pointer arguments (into |args|) and coordinates, bound to |E|. */
+static void bind_args(emitter *E, LLVMValueRef fn, LLVMValueRef *args) {
+  for (uint32_t i = 0; i < E->k->n_args; i++) args[i] = LLVMGetParam(fn, i);
+  E->arg = args;
+  E->coords = LLVMGetParam(fn, E->k->n_args);
+}
+
+/* The reduce root's operand at |in| into *|val|; on failure |fn| is deleted. */
+static kdc_status emit_operand(emitter *E, LLVMValueRef fn, ix *in, LLVMValueRef *val) {
+  kdc_status st = NULL;
+  *val = emit(E, E->f->nodes[E->k->root].in[0], in, &st);
+  free(E->memo);
+  if (*val) return NULL;
+  LLVMDeleteFunction(fn);
+  return st ? st : KDC_ERR(KDC_INTERNAL, "codegen: kernel %%%u: no value", E->k->root);
+}
+
 /* Column reduction (cg_kernel_column_reduce: p leading reduced dims):
  * |name|(args.., coords, i_0, .., i_{p-1}, c) folds the operand at
  * (i_0, .., i_{p-1}, kept element c) into out[c]. */
@@ -713,11 +731,9 @@ kdc_status cg_body_emit_accumulate(cg_plan *P, const cg_kernel *k, const char *n
   if (p < 1 || k->n_args > 64)
     return KDC_ERR(KDC_INTERNAL, "codegen: kernel %%%u is no column reduction", k->root);
   emitter E;
-  LLVMValueRef fn = body_shell(P, k, name, p + 1, &E);
+  LLVMValueRef fn = body_shell(P, k, name, p + 1, NULL, &E);
   LLVMValueRef args[64];
-  for (uint32_t i = 0; i < k->n_args; i++) args[i] = LLVMGetParam(fn, i);
-  E.arg = args;
-  E.coords = LLVMGetParam(fn, k->n_args);
+  bind_args(&E, fn, args);
   ix in;
   ix_init(&E, &in, xt->rank, xt->dims);
   for (int d = 0; d < p; d++) in.m[d] = LLVMGetParam(fn, k->n_args + 1 + (unsigned)d);
@@ -727,13 +743,8 @@ kdc_status cg_body_emit_accumulate(cg_plan *P, const cg_kernel *k, const char *n
     if (d > p) rest = LLVMBuildUDiv(P->b, rest, C(&E, xt->dims[d]), "");
   }
   in.have_m = true;
-  kdc_status st = NULL;
-  LLVMValueRef val = emit(&E, nd->in[0], &in, &st);
-  free(E.memo);
-  if (!val) {
-    LLVMDeleteFunction(fn);
-    return st ? st : KDC_ERR(KDC_INTERNAL, "codegen: kernel %%%u: no value", k->root);
-  }
+  LLVMValueRef val;
+  KDC_RETURN_IF_ERROR(emit_operand(&E, fn, &in, &val));
   kdc_dtype d = nd->type.dtype;
   LLVMTypeRef mt = cg_mem_type(P, d);
   LLVMValueRef g = LLVMBuildInBoundsGEP2(P->b, mt, args[0], &c, 1, "");
@@ -745,4 +756,93 @@ kdc_status cg_body_emit_accumulate(cg_plan *P, const cg_kernel *k, const char *n
   LLVMBuildRetVoid(P->b);
   *out_body = fn;
   return NULL;
+}
+
+/* A reduce root's operand (cg_kernel_reduce_split): |name|(args.., coords,
+ * j_0, .., j_{r-1}) returns the operand's value (register type) at operand
+ * multi-index j, the term the reduction folds; the GPU's parallel
+ * reduction wrappers (ptx_wrap.c) call it and combine the terms. */
+kdc_status cg_body_emit_operand(cg_plan *P, const cg_kernel *k, const char *name,
+                                LLVMValueRef *out_body) {
+  const kdc_node *nd = &k->f->nodes[k->root];
+  if (!cg_kernel_reduce_split(k, NULL) || k->n_args > 64)
+    return KDC_ERR(KDC_INTERNAL, "codegen: kernel %%%u has no reduction operand", k->root);
+  const kdc_type *xt = &k->f->nodes[nd->in[0]].type;
+  emitter E;
+  LLVMValueRef fn = body_shell(P, k, name, xt->rank, cg_reg_type(P, xt->dtype), &E);
+  LLVMValueRef args[64];
+  bind_args(&E, fn, args);
+  ix in;
+  ix_init(&E, &in, xt->rank, xt->dims);
+  for (int d = 0; d < xt->rank; d++) in.m[d] = LLVMGetParam(fn, k->n_args + 1 + (unsigned)d);
+  in.have_m = true;
+  LLVMValueRef val;
+  KDC_RETURN_IF_ERROR(emit_operand(&E, fn, &in, &val));
+  LLVMBuildRet(P->b, val);
+  *out_body = fn;
+  return NULL;
+}
+
+/* The reduced dims of a reduce root with no other output, when they are
+ * one contiguous run at the operand's front ([0, s): a column reduction,
+ * *|leading| = true) or back ([s, r): a row reduction); returns s (0: no
+ * such form).  An operand of rank 1 reduced whole is a row reduction with
+ * s = 0 reported as... not handled: the caller needs kept elements. */
+int cg_kernel_reduce_split(const cg_kernel *k, bool *leading) {
+  if (k->transpose || k->n_extra) return 0;
+  const kdc_node *nd = &k->f->nodes[k->root];
+  if (nd->op != KDC_OP_REDUCE) return 0;
+  const kdc_type *xt = &k->f->nodes[nd->in[0]].type;
+  int n = nd->attr.reduce.dims.n;
+  if (n < 1 || n >= xt->rank || kdc_type_numel(xt) <= 0) return 0;
+  bool red[KDC_MAX_RANK] = {false};
+  for (int i = 0; i < n; i++) red[nd->attr.reduce.dims.v[i]] = true;
+  bool front = true, back = true;
+  for (int d = 0; d < xt->rank; d++) {
+    if (red[d] != (d < n)) front = false;
+    if (red[d] != (d >= xt->rank - n)) back = false;
+  }
+  if (leading) *leading = front;
+  return front ? n : back ? xt->rank - n : 0;
+}
+
+/* Is the reduce root's operand read along its own row-major order, every
+ * external value loaded at the operand's index (or a broadcast of part of
+ * it, or a reshape: the linear offset passes through)?  Then the trailing
+ * dims of the operand are contiguous in memory, and a row reduction's
+ * lanes read adjacent addresses.  A transpose, slice, gather, ... on the
+ * way makes the answer no. */
+static bool plain_from(const cg_kernel *k, kdc_value_id v, uint8_t *seen) {
+  const kdc_node *nd = &k->f->nodes[v];
+  if (nd->op == KDC_OP_CONSTANT || !in_kernel(k, v) || seen[v]) return true;
+  seen[v] = 1;
+  switch (nd->op) {
+  case KDC_OP_RESHAPE: return true;
+  case KDC_OP_SHARDING_CONSTRAINT: return plain_from(k, nd->in[0], seen);
+  case KDC_OP_BROADCAST: {  /* operand dims map in order (broadcast_in_dim) */
+    const kdc_dimlist *m = &nd->attr.dims;
+    const kdc_type *xt = &k->f->nodes[nd->in[0]].type;
+    int64_t last = -1;
+    for (int i = 0; i < m->n; i++) {
+      if (xt->dims[i] == 1) continue;
+      if (m->v[i] <= last) return false;
+      last = m->v[i];
+    }
+    return plain_from(k, nd->in[0], seen);
+  }
+  default: break;
+  }
+  if (!(kdc_op_flags(nd->op) & OPF_EW)) return false;
+  for (int i = 0; i < nd->n_in; i++)
+    if (!plain_from(k, nd->in[i], seen)) return false;
+  return true;
+}
+
+bool cg_kernel_operand_plain(const cg_kernel *k) {
+  const kdc_node *nd = &k->f->nodes[k->root];
+  if (nd->op != KDC_OP_REDUCE) return false;
+  uint8_t *seen = kdc_xcalloc(k->f->n_nodes + 1, 1);
+  bool ok = plain_from(k, nd->in[0], seen);
+  free(seen);
+  return ok;
 }

@@ -260,6 +260,7 @@ static kdc_status emit_kernel(lowerer *L, cg_kernel *k, const kdc_prog_loc *args
   else cg_cpu_wrap(P, k, body, name, &s.kernel.extent, &s.kernel.unit_cost);
   KDC_GROW(P->ktype, P->cap_ktype, (size_t)idx + 1);
   P->ktype[idx] = k->out_type;  /* for the CUDA wrapper (ptx_wrap.c) */
+  if (P->cuda_sm) KDC_RETURN_IF_ERROR(cg_ptx_plan_kernel(P, k, idx));
   s.kernel.n_args = k->n_args;
   s.kernel.n_out = 1 + k->n_extra;
   for (size_t i = 0; i < L->n_touched; i++) { /* an input placed where an output goes: in place */

@@ -54,6 +54,7 @@ static void plan_free(cg_plan *P) {
   kdc_strindex_free(&P->w_index);
   free(P->globals);
   free(P->ktype);
+  free(P->kform);
 }
 
 /* A JSON string literal (names come from the model: escape everything). */
@@ -164,10 +165,11 @@ static kdc_status write_plan(cg_plan *P, const kdc_codegen_options *opt, const c
   char *meta = metadata_text(P, &meta_len);
   kdc_prog_encode(&P->prog, &prog);
   kdc_prog_encode_weights(P->w, P->wdata, P->nw, &weights);
-  LLVMMemoryBufferRef bc = LLVMWriteBitcodeToMemoryBuffer(P->mod);
   char *ir = opt && opt->no_ir_text ? NULL : kdc_ir_module_to_string(P->m);
   kdc_status st = NULL;
+  /* first: it drops the GPU-only operand bodies from the CPU module */
   if (opt && opt->cuda_sm) st = cg_ptx_emit(P, opt->cuda_sm, &ptx, &ptx_len, &launch);
+  LLVMMemoryBufferRef bc = LLVMWriteBitcodeToMemoryBuffer(P->mod);
   if (!st && !meta) st = KDC_ERR(KDC_OUT_OF_MEMORY, "codegen: metadata");
   if (!st) st = kdc_plan_writer_add(w, KDC_PLAN_SECTION_METADATA, "metadata", meta, meta_len);
   if (!st) st = kdc_plan_writer_add(w, KDC_PLAN_SECTION_PROGRAM, "program", prog.data, prog.size);

@@ -56,6 +56,7 @@ typedef struct cu_dev {
   ncclComm_t world;
   ncclComm_t *split;          /* per split (== world for a world split) */
   CUdeviceptr mem, arena, coords, scratch, io;
+  CUdeviceptr red;            /* split reductions' counters and partials, zeroed once */
   int max_pitch;
   rt_coll_plan ***coll;       /* [func][step] */
 } cu_dev;
@@ -73,6 +74,7 @@ struct rt_cuda {
   uint64_t **in_off, **out_off; /* [func][i]: offset in the I/O region */
   rt_cuda_gemm **gemm;        /* [func][step] */
   uint64_t scratch_bytes;
+  uint64_t red_bytes;         /* the largest split reduction's scratch (host.h) */
   bool broken;                /* a run timed out: NCCL was aborted */
 };
 
@@ -138,10 +140,13 @@ static kdc_status read_sections(kdc_rt_plan *p, rt_cuda *c) {
   KDC_RETURN_IF_ERROR(kdc_plan_file_reader(p->file, KDC_PLAN_SECTION_CUDA, &r));
   r.section = "cuda";
   KDC_RETURN_IF_ERROR(rt_cuda_table_decode(&r, c->arena, p->prog.n_kernels, &c->table));
-  for (uint32_t k = 0; k < p->prog.n_kernels; k++)
-    if (p->prog.kernels[k].n_args + 1 > MAX_PARAMS)
+  for (uint32_t k = 0; k < p->prog.n_kernels; k++) {
+    if (p->prog.kernels[k].n_args + 2 > MAX_PARAMS)
       return KDC_ERR(KDC_UNSUPPORTED, "%s: kernel %u takes %u buffers (at most %d on CUDA)",
-                     p->path, k, p->prog.kernels[k].n_args, MAX_PARAMS - 1);
+                     p->path, k, p->prog.kernels[k].n_args, MAX_PARAMS - 2);
+    /* kernels run one after another on a device's stream: one region serves all */
+    if (c->table.kernels[k].scratch > c->red_bytes) c->red_bytes = c->table.kernels[k].scratch;
+  }
   return NULL;
 }
 
@@ -270,13 +275,16 @@ static kdc_status open_device(kdc_rt_plan *p, rt_cuda *c, cu_dev *d, uint64_t ar
   }
   uint64_t coords_bytes = align_up(KDC_PROG_MAX_AXES * sizeof(int64_t));
   uint64_t total = arena_bytes + weights_bytes + io_bytes + coords_bytes +
-                   align_up(c->scratch_bytes);
+                   align_up(c->scratch_bytes) + align_up(c->red_bytes);
   CU(p, d, "cuMemAlloc", api->cuMemAlloc(&d->mem, total ? total : ALIGN));
   d->arena = d->mem;
   CUdeviceptr w = d->arena + arena_bytes;
   d->io = w + weights_bytes;
   d->coords = d->io + io_bytes;
   d->scratch = d->coords + coords_bytes;
+  d->red = d->scratch + align_up(c->scratch_bytes);
+  if (c->red_bytes)
+    CU(p, d, "cuMemsetD8Async", api->cuMemsetD8Async(d->red, 0, c->red_bytes, d->stream));
   CU(p, d, "cuMemcpyHtoDAsync",
      api->cuMemcpyHtoDAsync(d->coords, p->coords + d->id * KDC_PROG_MAX_AXES,
                             KDC_PROG_MAX_AXES * sizeof(int64_t), d->stream));
@@ -667,7 +675,9 @@ static kdc_status run_step(const cu_run *r, const cu_dev *d, uint32_t s) {
     void *params[MAX_PARAMS];
     for (uint32_t a = 0; a < k->n_args; a++) v[a] = resolve(r, d, &k->args[a]);
     v[k->n_args] = d->coords;
-    for (uint32_t a = 0; a <= k->n_args; a++) params[a] = &v[a];
+    uint32_t np = k->n_args + 1;
+    if (l->scratch) v[np++] = d->red;
+    for (uint32_t a = 0; a < np; a++) params[a] = &v[a];
     CU(r->p, d, "cuLaunchKernel",
        api->cuLaunchKernel(d->fn[k->kernel], l->grid, 1, 1, l->block, 1, 1, 0, d->stream, params,
                            NULL));

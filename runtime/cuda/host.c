@@ -29,11 +29,7 @@ kdc_status rt_cuda_table_decode(kdc_reader *r, kdc_arena *a, uint32_t n_kernels,
                             RT_CUDA_TABLE_VERSION);
   KDC_RETURN_IF_ERROR(kdc_reader_u32(r, &t->sm));
   if (t->sm != 80 && t->sm != 90) return kdc_reader_error(r, "sm_%u: expected 80 or 90", t->sm);
-  KDC_RETURN_IF_ERROR(kdc_reader_u32(r, &t->block));
-  if (t->block == 0 || t->block > 1024 || t->block % 32)
-    return kdc_reader_error(r, "block size %u: expected a multiple of 32 in [32, 1024]",
-                            t->block);
-  KDC_RETURN_IF_ERROR(kdc_reader_count(r, 4 + 1 + 8, &t->n_kernels));
+  KDC_RETURN_IF_ERROR(kdc_reader_count(r, 4 + 1 + 8 + 4 + 4 + 8, &t->n_kernels));
   if (t->n_kernels != n_kernels)
     return kdc_reader_error(r, "%u kernels in the launch table, %u in the program",
                             t->n_kernels, n_kernels);
@@ -47,10 +43,20 @@ kdc_status rt_cuda_table_decode(kdc_reader *r, kdc_arena *a, uint32_t n_kernels,
     if (strcmp(l->entry, want))
       return kdc_reader_error(r, "kernel %u is \"%s\", expected \"%s\"", k, l->entry, want);
     KDC_RETURN_IF_ERROR(kdc_reader_u64(r, &l->threads));
-    l->block = t->block;
-    if (!rt_cuda_grid(l->threads, t->block, &l->grid))
+    KDC_RETURN_IF_ERROR(kdc_reader_u32(r, &l->block));
+    if (l->block == 0 || l->block > 1024 || l->block % 32)
+      return kdc_reader_error(r, "kernel %u: block size %u: expected a multiple of 32 in "
+                              "[32, 1024]", k, l->block);
+    KDC_RETURN_IF_ERROR(kdc_reader_u32(r, &l->form));
+    if (l->form > RT_CUDA_FORM_ROW)
+      return kdc_reader_error(r, "kernel %u: unknown launch form %u", k, l->form);
+    KDC_RETURN_IF_ERROR(kdc_reader_u64(r, &l->scratch));
+    if (l->scratch > RT_CUDA_MAX_SCRATCH || (l->scratch && l->form == RT_CUDA_FORM_ELEMENT))
+      return kdc_reader_error(r, "kernel %u: %llu bytes of scratch", k,
+                              (unsigned long long)l->scratch);
+    if (!rt_cuda_grid(l->threads, l->block, &l->grid))
       return kdc_reader_error(r, "kernel %u: %llu threads need more than %d blocks of %u",
-                              k, (unsigned long long)l->threads, RT_CUDA_MAX_GRID, t->block);
+                              k, (unsigned long long)l->threads, RT_CUDA_MAX_GRID, l->block);
   }
   return NULL;
 }

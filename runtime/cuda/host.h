@@ -24,24 +24,30 @@
 
 /* ---- the launch table ------------------------------------------------------ */
 
-enum { RT_CUDA_TABLE_VERSION = 1, RT_CUDA_MAX_GRID = 0x7fffffff };
+enum { RT_CUDA_TABLE_VERSION = 2, RT_CUDA_MAX_GRID = 0x7fffffff };
+#define RT_CUDA_MAX_SCRATCH (1ull << 32)
+
+/* A kernel's launch form (codegen's cg_gpu_kind, docs/gpu.md "Kernel forms"). */
+enum { RT_CUDA_FORM_ELEMENT = 0, RT_CUDA_FORM_COLUMN = 1, RT_CUDA_FORM_ROW = 2 };
 
 typedef struct rt_cuda_launch {
   const char *entry;        /* "kdc_cuda_<k>" (PTX .entry) */
-  uint64_t threads;         /* one per output element */
-  uint32_t grid, block;     /* grid = ceil(threads / block), >= 1 */
+  uint64_t threads;         /* ELEMENT: one per output element; a reduction: grid x block */
+  uint32_t grid, block;     /* grid = ceil(threads / block), >= 1; block per kernel */
+  uint32_t form;            /* RT_CUDA_FORM_* */
+  uint64_t scratch;         /* > 0: bytes of zeroed device scratch passed after coords (a
+                               reduction split over blocks; its counters return to 0) */
 } rt_cuda_launch;
 
 typedef struct rt_cuda_table {
   uint32_t sm;              /* 80 or 90 */
-  uint32_t block;
   uint32_t n_kernels;
   rt_cuda_launch *kernels;
 } rt_cuda_table;
 
 /* Decodes the CUDA section (docs/gpu.md, "Plan sections") from |r| into |t|
- * (strings stay in the section).  Every count, the block size (1..1024, a
- * multiple of 32), the sm, each entry name ("kdc_cuda_<k>" for kernel k)
+ * (strings stay in the section).  Every count, each kernel's block size
+ * (1..1024, a multiple of 32) and form, the sm, each entry name ("kdc_cuda_<k>" for kernel k)
  * and each grid are checked; it must list exactly |n_kernels| kernels (the
  * PROGRAM's).  Errors: KDC_INVALID_INPUT naming file, section and byte. */
 kdc_status rt_cuda_table_decode(kdc_reader *r, kdc_arena *a, uint32_t n_kernels,

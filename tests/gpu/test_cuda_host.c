@@ -60,8 +60,8 @@ static void test_launch_table(void **state) {
   (void)state;
   char *plan = e2e_path("host.plan"), *model = e2e_src("examples/mnist_mlp/model.json");
   e2e_result r;
-  e2e_kdc(&r, "compile", model, "-o", plan, "--target", "cuda", "--mesh", "2", "--batch", "8",
-          NULL);
+  e2e_kdc(&r, "compile", model, "-o", plan, "--target", "cuda", "--mesh", "2", "--batch", "512",
+          "--loss", "categorical_crossentropy", NULL);
   if (r.status != 0) fail_msg("compile: %s", r.err);
   kdc_plan_file *pf = NULL;
   assert_null(kdc_plan_file_open(plan, &pf));
@@ -87,7 +87,7 @@ static void test_launch_table(void **state) {
   char *ptx = kdc_xmalloc(size + 1);
   memcpy(ptx, data, size);
   ptx[size] = 0;
-  int checked = 0;
+  int checked = 0, reductions = 0;
   for (uint32_t f = 0; f < prog.n_funcs; f++)
     for (uint32_t s = 0; s < prog.funcs[f].n_steps; s++) {
       const kdc_prog_step *st = &prog.funcs[f].steps[s];
@@ -95,12 +95,19 @@ static void test_launch_table(void **state) {
       const rt_cuda_launch *l = &t.kernels[st->kernel.kernel];
       uint64_t bytes = st->kernel.args[0].bytes; /* the output */
       assert_true(l->threads > 0);
-      uint64_t es = bytes / l->threads;
-      if (bytes % l->threads || (es != 1 && es != 4 && es != 8))
-        fail_msg("kernel %u: %llu threads for a %llu-byte output", st->kernel.kernel,
-                 (unsigned long long)l->threads, (unsigned long long)bytes);
-      assert_int_equal(l->block, 256);
-      assert_int_equal(l->grid, (l->threads + 255) / 256);
+      if (l->form == RT_CUDA_FORM_ELEMENT) {
+        uint64_t es = bytes / l->threads;
+        if (bytes % l->threads || (es != 1 && es != 4 && es != 8))
+          fail_msg("kernel %u: %llu threads for a %llu-byte output", st->kernel.kernel,
+                   (unsigned long long)l->threads, (unsigned long long)bytes);
+        assert_int_equal(l->block, 256);
+      } else {  /* a reduction: whole blocks, at least one thread per output */
+        assert_true(l->form == RT_CUDA_FORM_COLUMN || l->form == RT_CUDA_FORM_ROW);
+        assert_int_equal(l->threads % l->block, 0);
+        assert_true(l->threads >= bytes / 4);
+        reductions++;
+      }
+      assert_int_equal(l->grid, (l->threads + l->block - 1) / l->block);
       assert_true((uint64_t)l->grid * l->block >= l->threads);
       assert_true((uint64_t)(l->grid - 1) * l->block < l->threads);
       char entry[64];
@@ -109,6 +116,7 @@ static void test_launch_table(void **state) {
       checked++;
     }
   assert_true(checked > 0);
+  assert_true(reductions > 0); /* the bias gradients of train_step are column reductions */
   uint32_t g;
   assert_true(rt_cuda_grid(0, 256, &g) && g == 1);
   assert_true(rt_cuda_grid(256, 256, &g) && g == 1);
@@ -124,23 +132,29 @@ static void test_launch_table(void **state) {
 /* A launch table with one field changed by |bad| (0: valid). */
 static void table(kdc_buf *b, int bad) {
   kdc_buf_init(b);
-  kdc_buf_put_u32(b, bad == 1 ? 2 : 1);
+  kdc_buf_put_u32(b, bad == 1 ? 1 : 2);
   kdc_buf_put_u32(b, bad == 2 ? 70 : 90);
-  kdc_buf_put_u32(b, bad == 3 ? 100 : 128);
   kdc_buf_put_u32(b, 2);
   kdc_buf_put_str(b, "kdc_cuda_0");
   kdc_buf_put_u64(b, 1000);
+  kdc_buf_put_u32(b, bad == 3 ? 100 : 128);
+  kdc_buf_put_u32(b, RT_CUDA_FORM_ELEMENT);
+  kdc_buf_put_u64(b, bad == 8 ? 64 : 0); /* scratch only for a reduction */
   kdc_buf_put_str(b, bad == 4 ? "kdc_cuda_7" : "kdc_cuda_1");
   kdc_buf_put_u64(b, bad == 5 ? ((uint64_t)RT_CUDA_MAX_GRID + 1) * 128 : 1);
+  kdc_buf_put_u32(b, 128);
+  kdc_buf_put_u32(b, bad == 7 ? 9 : RT_CUDA_FORM_COLUMN);
+  kdc_buf_put_u64(b, bad == 9 ? RT_CUDA_MAX_SCRATCH + 1 : 4096);
   if (bad == 6) b->size -= 3; /* truncated */
 }
 
 static void test_launch_table_errors(void **state) {
   (void)state;
-  static const char *const want[] = {NULL,          "version 2",         "sm_70",
+  static const char *const want[] = {NULL,          "version 1",         "sm_70",
                                      "block size 100", "expected \"kdc_cuda_1\"", "blocks of 128",
-                                     "need 8 bytes"};
-  for (int bad = 0; bad <= 6; bad++) {
+                                     "need 8 bytes", "unknown launch form 9",
+                                     "kernel 0: 64 bytes of scratch", "bytes of scratch"};
+  for (int bad = 0; bad <= 9; bad++) {
     kdc_buf b;
     table(&b, bad);
     kdc_reader r;
@@ -152,6 +166,7 @@ static void test_launch_table_errors(void **state) {
       assert_null(st);
       assert_int_equal(t.kernels[0].grid, 8);
       assert_int_equal(t.kernels[1].grid, 1);
+      assert_int_equal(t.kernels[1].scratch, 4096);
       kdc_reader_init(&r, b.data, b.size, "p.bin", "cuda");
       st = rt_cuda_table_decode(&r, a, 3, &t); /* the program has 3 kernels */
       assert_non_null(st);
