@@ -367,6 +367,10 @@ static kdc_status check_options(const kdc_compile_options *o) {
     return KDC_ERR(KDC_INVALID_INPUT, "compile: --sm needs --target cuda");
   if (o->sm && o->sm != 80 && o->sm != 90)
     return KDC_ERR(KDC_INVALID_INPUT, "--sm %d: expected 80 or 90", o->sm);
+  if (o->matmul_precision && strcmp(o->matmul_precision, "highest") &&
+      strcmp(o->matmul_precision, "tf32"))
+    return KDC_ERR(KDC_INVALID_INPUT, "--matmul-precision \"%s\": expected highest or tf32",
+                   o->matmul_precision);
   if (o->layout_match && !o->layout_path && !o->layout_text)
     return KDC_ERR(KDC_INVALID_INPUT, "compile: --layout-match needs --layout");
   if (o->learning_rate < 0 || !isfinite(o->learning_rate))
@@ -439,6 +443,7 @@ static kdc_status compile_module(compile_ctx *c, const char *out) {
     static const char *const train_funcs[] = {"predict", "train_step", "evaluate"};
     if (train_on) co.funcs = train_funcs, co.n_funcs = 3;  /* not train_forward */
     if (o->target && !strcmp(o->target, "cuda")) co.cuda_sm = o->sm ? o->sm : 80;
+    co.tf32 = o->matmul_precision && !strcmp(o->matmul_precision, "tf32");
     st = kdc_codegen_cpu_plan(mod, &co, out);
   }
   free(keras);

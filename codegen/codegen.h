@@ -54,6 +54,9 @@ typedef struct kdc_codegen_options {
   const char *keras;         /* KERAS section text (frontend kdc_frontend_keras_section); NULL = none */
   int cuda_sm;               /* > 0: also lower every kernel to PTX for sm_<cuda_sm> (80, 90):
                                 PTX and CUDA sections, metadata target "cuda" (docs/gpu.md) */
+  bool tf32;                 /* METADATA "matmul_precision": "tf32" (GEMMs on a GPU may use
+                                TF32 tensor cores; docs/gpu.md); false: the key is absent
+                                ("highest") */
   const void *train_state;   /* a safetensors image of initial training state (optimizer
                                 tensors of a checkpoint, `kdc compile --weights`): the
                                 TRAIN_STATE section; NULL = none (state starts at zero) */
@@ -126,6 +129,7 @@ typedef struct cg_plan {
   struct cg_gpu_form *kform;  /* per kernel with cuda_sm: its GPU launch form (ptx_wrap.c) */
   size_t cap_kform;
   int cuda_sm;                /* options' cuda_sm (metadata) */
+  bool tf32;                  /* options' tf32 (metadata) */
   /* Scan bodies (lower.c): lowered when their scan is, appended after the
    * n_entries entry functions, so body k is function n_entries + k. */
   uint32_t n_entries;

@@ -93,6 +93,7 @@ static char *metadata_text(const cg_plan *P, size_t *out_len) {
   put_json_str(o, P->m->name);
   if (P->cuda_sm) fprintf(o, ", \"target\": \"cuda\", \"sm\": %d", P->cuda_sm);
   else fprintf(o, ", \"target\": \"cpu\"");
+  if (P->tf32) fprintf(o, ", \"matmul_precision\": \"tf32\"");
   fprintf(o, ", \"kdc_version\": \"%s\", \"batch\": %lld, \"mesh\": {",
           kdc_plan_kdc_version(), batch);
   for (uint32_t a = 0; a < P->prog.mesh.naxes; a++) {
@@ -207,6 +208,7 @@ kdc_status kdc_codegen_cpu_plan(const kdc_module *m, const kdc_codegen_options *
   cg_plan P;
   plan_init(&P, m);
   P.cuda_sm = opt ? opt->cuda_sm : 0;
+  P.tf32 = opt && opt->tf32;
   kdc_status st = compile(&P, opt);
   if (!st) st = write_plan(&P, opt, out_path);
   plan_free(&P);

@@ -10,6 +10,7 @@
 #include <inttypes.h>
 #include <string.h>
 
+#include "runtime/cuda/graph.h"
 #include "runtime/runtime.h"
 
 static void put_dims(FILE *o, kdc_io_dtype dt, int rank, const int64_t *dims) {
@@ -260,6 +261,26 @@ void kdc_rt_plan_describe_collectives(const kdc_rt_plan *plan, FILE *o) {
   }
 }
 
+/* A CUDA plan's GEMM precision and which functions replay as CUDA graphs
+ * when one process drives all its devices (docs/gpu.md). */
+static void put_cuda(FILE *o, const kdc_rt_plan *plan) {
+  const void *data;
+  size_t size;
+  if (!kdc_plan_file_find(plan->file, KDC_PLAN_SECTION_PTX, &data, &size)) return;
+  const kdc_program *p = &plan->prog;
+  fprintf(o, "cuda: matmul precision %s\ncuda graphs (one process, KDC_CUDA_GRAPHS=0 turns them "
+          "off):\n", kdc_rt_plan_matmul_precision(plan));
+  for (uint32_t i = 0; i < p->n_funcs; i++) {
+    if (p->funcs[i].is_body) continue;
+    char why[200];
+    uint64_t nodes;
+    if (rt_cuda_graph_eligible(p, i, kdc_rt_plan_device_count(plan), &nodes, why, sizeof why))
+      fprintf(o, "  %s: yes, %" PRIu64 " operations\n", p->funcs[i].name, nodes);
+    else
+      fprintf(o, "  %s: no, %s\n", p->funcs[i].name, why);
+  }
+}
+
 void kdc_rt_plan_describe(const kdc_rt_plan *plan, FILE *o) {
   const kdc_program *p = &plan->prog;
   fprintf(o, "plan %s (written by kdc %s)\n", plan->path, kdc_plan_file_kdc_version(plan->file));
@@ -267,6 +288,7 @@ void kdc_rt_plan_describe(const kdc_rt_plan *plan, FILE *o) {
   uint64_t wbytes = 0;
   for (uint32_t i = 0; i < p->n_weights; i++) wbytes += p->weights[i].bytes;
   put_devices(o, plan);
+  put_cuda(o, plan);
   fprintf(o, "arena: %" PRIu64 " bytes per device\nkernels: %u\nweights: %u (%" PRIu64
           " bytes)\n", p->arena_bytes, p->n_kernels, p->n_weights, wbytes);
   for (uint32_t i = 0; i < p->n_weights; i++) {

@@ -576,6 +576,7 @@ kdc_status rt_exec_steps(kdc_rt_plan *p, size_t func) {
   kdc_fp_flush_leave(fp);
   r.rf->prof_runs += p->profile;
   if (st) st = kdc_status_annotate(st, "%s: %s", p->path, r.f->name);
+  if (!st && p->during_run) st = p->during_run(p->during_user); /* after it: nothing to overlap */
   return st;
 }
 

@@ -25,12 +25,22 @@
  *    Several trained outputs: the same Mean of each output's unweighted
  *    batch loss ("<output>_loss", keras/src/trainers/compile_utils.py
  *    CompileLoss.call: sample_weight = the batch's rows).
+ *  - Staging (docs/gpu.md, "Staging"): on a CUDA plan with one device, each
+ *    training batch is gathered into pinned host memory and uploaded on a
+ *    second stream into one of two GPU slots; while step s runs, step s+1's
+ *    batch is gathered and its upload issued (kdc_rt_plan.during_run), and
+ *    step s+1 waits for it on the GPU (an event), not on the host.  The
+ *    first step of an epoch uploads its own batch; evaluation is not
+ *    staged.  KDC_FIT_STAGING=0 turns it off; =1 turns it on for a CPU plan
+ *    too (the same order, uploads are copies into host memory made after
+ *    each step: what tests check against the plain loop).
  */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "runtime/cuda/cuda_rt.h"
 #include "runtime/runtime.h"
 
 static double now_s(void) {
@@ -210,6 +220,105 @@ void kdc_rt_history_free(kdc_rt_history *h) {
   memset(h, 0, sizeof *h);
 }
 
+/* ---- staging ---------------------------------------------------------------- */
+
+typedef struct stager {
+  kdc_rt_plan *p;
+  batcher *b;
+  bool on;
+  void *host[RT_CUDA_STAGE_SLOTS][64];  /* a batch per slot (pinned on CUDA) */
+  void **dev[RT_CUDA_STAGE_SLOTS][64];  /* [slot][input]: per device (p->nd), d0's set */
+  /* the batch the next during_run stages */
+  const int64_t *rows;
+  int64_t first, n;
+  int slot;
+} stager;
+
+static bool staging_wanted(const kdc_rt_plan *p) {
+  const char *e = getenv("KDC_FIT_STAGING");
+  if (e && !strcmp(e, "0")) return false;
+  if (e && !strcmp(e, "1")) return p->nd == 1 && p->d1 - p->d0 == 1;
+  return p->cuda && p->nd == 1 && p->d1 - p->d0 == 1;
+}
+
+static kdc_status stager_init(stager *g, batcher *b) {
+  memset(g, 0, sizeof *g);
+  g->b = b;
+  g->p = kdc_rt_train_plan(b->t);
+  if (!staging_wanted(g->p)) return NULL;
+  g->on = true;
+  kdc_rt_plan *p = g->p;
+  for (int k = 0; k < RT_CUDA_STAGE_SLOTS; k++)
+    for (size_t i = 0; i < b->n_data; i++) {
+      size_t bytes = (size_t)kdc_rt_train_data(b->t, i)->bytes;
+      g->dev[k][i] = kdc_xcalloc((size_t)p->nd, sizeof(void *));
+      if (p->cuda) KDC_RETURN_IF_ERROR(rt_cuda_host_alloc(p, bytes, &g->host[k][i]));
+      else g->host[k][i] = kdc_xcalloc(1, bytes + 1);
+      KDC_RETURN_IF_ERROR(rt_mem_alloc(p, p->d0, bytes, &g->dev[k][i][p->d0]));
+    }
+  return NULL;
+}
+
+static void stager_free(stager *g) {
+  if (!g->on) return;
+  kdc_rt_plan *p = g->p;
+  if (p->cuda) rt_cuda_uploads_finish(p, p->d0); /* a failed step may leave one in flight */
+  for (int k = 0; k < RT_CUDA_STAGE_SLOTS; k++)
+    for (size_t i = 0; i < g->b->n_data; i++) {
+      if (g->dev[k][i] && g->dev[k][i][p->d0]) rt_mem_free(p, p->d0, g->dev[k][i][p->d0]);
+      free(g->dev[k][i]);
+      if (p->cuda) rt_cuda_host_free(p, g->host[k][i]);
+      else free(g->host[k][i]);
+    }
+}
+
+/* Gathers the batch (rows / first, n) into slot |k|'s host buffers and
+ * issues its upload. */
+static kdc_status stage(stager *g, int k, const int64_t *rows, int64_t first, int64_t n) {
+  batcher *b = g->b;
+  kdc_rt_plan *p = g->p;
+  void *own[64];
+  memcpy(own, b->buf, b->n_data * sizeof *own);
+  memcpy(b->buf, g->host[k], b->n_data * sizeof *own);
+  fill(b, rows, first, n);
+  memcpy(b->buf, own, b->n_data * sizeof *own);
+  for (size_t i = 0; i < b->n_data; i++) {
+    size_t bytes = (size_t)kdc_rt_train_data(b->t, i)->bytes;
+    void *dst = g->dev[k][i][p->d0];
+    KDC_RETURN_IF_ERROR(p->cuda ? rt_cuda_upload_async(p, p->d0, dst, g->host[k][i], bytes, k)
+                                : rt_mem_put(p, p->d0, dst, g->host[k][i], bytes));
+  }
+  return NULL;
+}
+
+static kdc_status stage_next(void *user) {
+  stager *g = user;
+  return stage(g, g->slot, g->rows, g->first, g->n);
+}
+
+/* One training step of the staged loop: slot s % 2 holds step s's batch
+ * (uploaded by the previous step, or now for s == 0); step s+1's batch,
+ * when |has_next|, is staged into the other slot while this one runs. */
+static kdc_status staged_step(stager *g, int64_t s, const int64_t *rows, int64_t r0, int64_t n,
+                              bool has_next, const int64_t *next_rows, int64_t next_r0,
+                              int64_t next_n, float *loss, float *metrics, int64_t *staged) {
+  batcher *b = g->b;
+  kdc_rt_plan *p = g->p;
+  int k = (int)(s % RT_CUDA_STAGE_SLOTS);
+  if (s == 0) KDC_RETURN_IF_ERROR(stage(g, k, rows, r0, n));
+  else ++*staged;
+  if (p->cuda) KDC_RETURN_IF_ERROR(rt_cuda_upload_wait(p, p->d0, k));
+  for (size_t i = 0; i < b->n_data; i++) kdc_rt_train_bind_data_dev(b->t, i, g->dev[k][i]);
+  if (has_next) {
+    g->slot = 1 - k, g->rows = next_rows, g->first = next_r0, g->n = next_n;
+    p->during_run = stage_next, p->during_user = g;
+  }
+  kdc_status st = kdc_rt_train_step_metrics(b->t, NULL, loss, metrics);
+  p->during_run = NULL, p->during_user = NULL;
+  for (size_t i = 0; i < b->n_data; i++) kdc_rt_train_bind_data_dev(b->t, i, NULL);
+  return st;
+}
+
 static kdc_status run_epochs(batcher *b, int64_t train_rows, int64_t val_rows,
                              const kdc_rt_fit_options *o, kdc_rt_history *h) {
   int64_t steps = (train_rows + b->step - 1) / b->step;
@@ -217,6 +326,8 @@ static kdc_status run_epochs(batcher *b, int64_t train_rows, int64_t val_rows,
   kdc_status st = NULL;
   size_t nm = h->n_metrics;
   double means[KDC_RT_MAX_METRICS + 1] = {0}, val_means[KDC_RT_MAX_METRICS + 1] = {0};
+  stager g;
+  st = stager_init(&g, b);
   for (int64_t e = 0; e < o->epochs && !st; e++) {
     kdc_rt_fit_progress pr = {.epoch = e, .epochs = o->epochs, .steps = steps, .val_loss = NAN,
                               .n_metrics = nm, .metrics = means};
@@ -226,8 +337,16 @@ static kdc_status run_epochs(batcher *b, int64_t train_rows, int64_t val_rows,
     if (perm) kdc_rt_fit_permutation(o->seed, e, train_rows, perm);
     for (int64_t s = 0; s < steps && !st; s++) {
       int64_t r0 = s * b->step, n = train_rows - r0 < b->step ? train_rows - r0 : b->step;
-      fill(b, perm ? perm + r0 : NULL, r0, n);
-      st = kdc_rt_train_step_metrics(b->t, b->bind, &k.batch[0], &k.batch[1]);
+      if (g.on) {
+        bool next = s + 1 < steps;
+        int64_t r1 = next ? r0 + b->step : r0;
+        int64_t n1 = train_rows - r1 < b->step ? train_rows - r1 : b->step;
+        st = staged_step(&g, s, perm ? perm + r0 : NULL, r0, n, next, perm ? perm + r1 : NULL, r1,
+                         n1, &k.batch[0], &k.batch[1], &h->staged);
+      } else {
+        fill(b, perm ? perm + r0 : NULL, r0, n);
+        st = kdc_rt_train_step_metrics(b->t, b->bind, &k.batch[0], &k.batch[1]);
+      }
       if (st) break;
       tracker_add(&k, n);
       h->batch_loss[e * steps + s] = k.batch[0];
@@ -252,6 +371,7 @@ static kdc_status run_epochs(batcher *b, int64_t train_rows, int64_t val_rows,
     h->epochs = e + 1;
     if (!st && o->on_epoch) o->on_epoch(o->user, &pr);
   }
+  stager_free(&g);
   free(perm);
   return st;
 }

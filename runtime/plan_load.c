@@ -16,6 +16,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <json-c/json.h>
+
 #include "runtime/comm.h"
 #include "runtime/cuda/cuda_rt.h"
 #include "runtime/runtime.h"
@@ -217,6 +219,16 @@ const kdc_rt_tensor_info *kdc_rt_plan_output(const kdc_rt_plan *p, size_t func, 
 }
 
 const char *kdc_rt_plan_metadata(const kdc_rt_plan *p) { return p->metadata ? p->metadata : ""; }
+const char *kdc_rt_plan_matmul_precision(const kdc_rt_plan *p) {
+  const char *r = "highest";
+  json_object *m = p->metadata && *p->metadata ? json_tokener_parse(p->metadata) : NULL, *v;
+  if (m && json_object_object_get_ex(m, "matmul_precision", &v) &&
+      json_object_is_type(v, json_type_string) && !strcmp(json_object_get_string(v), "tf32"))
+    r = "tf32";
+  json_object_put(m);
+  return r;
+}
+
 const char *kdc_rt_plan_ir_text(const kdc_rt_plan *p) { return p->ir_text ? p->ir_text : ""; }
 int kdc_rt_plan_threads(const kdc_rt_plan *p) { return p->n_threads; }
 const kdc_prog_mesh *kdc_rt_plan_mesh(const kdc_rt_plan *p) { return &p->prog.mesh; }

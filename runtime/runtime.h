@@ -94,6 +94,10 @@ const kdc_rt_tensor_info *kdc_rt_plan_output(const kdc_rt_plan *p, size_t func, 
 /* The METADATA and IR_TEXT sections as C strings ("" when absent). */
 const char *kdc_rt_plan_metadata(const kdc_rt_plan *p);
 const char *kdc_rt_plan_ir_text(const kdc_rt_plan *p);
+/* METADATA's "matmul_precision" (`kdc compile --matmul-precision`): "tf32"
+ * lets a CUDA plan's GEMMs use TF32 tensor cores; "highest" otherwise
+ * (also when absent: plans before the flag).  No effect on the CPU. */
+const char *kdc_rt_plan_matmul_precision(const kdc_rt_plan *p);
 /* Threads the plan runs with. */
 int kdc_rt_plan_threads(const kdc_rt_plan *p);
 /* The plan's device mesh, and its number of devices (>= 1). */
@@ -162,6 +166,30 @@ kdc_status kdc_rt_train_step_metrics(kdc_rt_train *t, const void *const *data, f
                                      float *metrics);
 kdc_status kdc_rt_train_evaluate_metrics(kdc_rt_train *t, const void *const *data, float *loss,
                                          float *metrics);
+/* Data already where the kernels run (GPU memory of a CUDA plan, host
+ * memory otherwise; fit's staging, bench_plan --resident): _data_upload
+ * puts each local device's piece of data input |i|'s global array |g| into
+ * new memory dev[d] (p->nd slots; d outside this process's devices stays
+ * NULL; _data_free frees them); _bind_data_dev makes the next train_steps
+ * read input |i| from dev[d] (kept by the caller; NULL unbinds), and
+ * their data[i] is then not read (may be NULL). */
+kdc_status kdc_rt_train_data_upload(kdc_rt_train *t, size_t i, const void *g, void **dev);
+void kdc_rt_train_data_free(kdc_rt_train *t, void **dev);
+void kdc_rt_train_bind_data_dev(kdc_rt_train *t, size_t i, void *const *dev);
+kdc_rt_plan *kdc_rt_train_plan(const kdc_rt_train *t);
+
+/* Resident data (runtime/resident.c; bench_plan --resident, docs/gpu.md):
+ * function |func|'s inputs copied once where the kernels run (each local
+ * device's piece; GPU memory for a CUDA plan, host memory otherwise),
+ * with room for its outputs there.  _run runs |func| on them: no host <->
+ * device copy, the results stay there (_output copies device |dev|'s piece
+ * of output |o| to the host).  Destroy before the plan. */
+typedef struct kdc_rt_resident kdc_rt_resident;
+kdc_status kdc_rt_resident_create(kdc_rt_plan *p, size_t func, const void *const *inputs,
+                                  kdc_rt_resident **out);
+kdc_status kdc_rt_resident_run(kdc_rt_resident *r);
+kdc_status kdc_rt_resident_output(kdc_rt_resident *r, size_t o, int64_t dev, void *dst);
+void kdc_rt_resident_destroy(kdc_rt_resident *r);
 /* The state tensors (train_step's results but "loss"), GLOBAL shapes. */
 size_t kdc_rt_train_state_count(const kdc_rt_train *t);
 const kdc_rt_tensor_info *kdc_rt_train_state(const kdc_rt_train *t, size_t k);
@@ -220,6 +248,8 @@ typedef struct kdc_rt_history {
   size_t n_metrics;          /* per-output losses "<output>_loss" (kdc_rt_train_metric_name) */
   double *metrics;           /* [epoch * n_metrics + j] (History.history["<output>_loss"]) */
   double *val_metrics;       /* the same on the validation rows, NULL without a split */
+  int64_t staged;            /* steps whose batch was uploaded while the previous step ran
+                                (fit.c, "Staging"); 0 when not staged */
 } kdc_rt_history;
 
 /* Trains |t| for o->epochs over |rows| rows: |arrays| holds one GLOBAL
@@ -547,6 +577,10 @@ struct kdc_rt_plan {
   struct rt_comm *comm;
   struct rt_cuda *cuda;     /* a CUDA plan on GPUs (cuda/exec.c; dev_weights then hold GPU
                                addresses), or NULL: the cpu device set */
+  /* host work overlapping a CUDA run (fit.c's staged uploads): called once
+   * the run's work is issued, before it waits; NULL: none */
+  kdc_status (*during_run)(void *user);
+  void *during_user;
   uint64_t coll_seq;        /* collectives called so far */
   rt_dst_slot *dst_seen;    /* exec.c: result buffers of the current collective call, an
                                open-addressing set of dst_seen_cap (a power of 2 >= 2 nd) */

@@ -72,6 +72,8 @@ struct kdc_rt_train {
   const void **saved_weights;/* p->dev_weights before training */
   kdc_status mem_error;      /* a failed GPU copy in state_get/set (void API), returned by
                                 the next train_step or evaluate */
+  void *const **data_dev;    /* per data input: buffers where the kernels run holding each
+                                device's piece (kdc_rt_train_bind_data_dev), or NULL */
 };
 
 static bool same_layout(const kdc_rt_plan *p, const kdc_prog_tensor *a, const kdc_prog_tensor *b) {
@@ -268,6 +270,7 @@ kdc_status kdc_rt_train_create(kdc_rt_plan *p, kdc_rt_train **out) {
     return st;
   }
   t->loss = kdc_xcalloc((size_t)p->nd, sizeof *t->loss);
+  t->data_dev = kdc_xcalloc(t->n_data + 1, sizeof *t->data_dev);
   t->metrics = kdc_xcalloc((size_t)p->nd * t->n_metrics + 1, sizeof *t->metrics);
   size_t nw = (size_t)p->nd * p->prog.n_weights;
   t->saved_weights = kdc_xcalloc(nw + 1, sizeof *t->saved_weights);
@@ -304,7 +307,7 @@ void kdc_rt_train_destroy(kdc_rt_train *t) {
     free(t->s[k].owner);
   }
   if (t->loss) kdc_rt_plan_release(t->p);
-  free(t->s), free(t->data_in), free(t->loss), free(t->saved_weights);
+  free(t->s), free(t->data_in), free(t->loss), free(t->saved_weights), free(t->data_dev);
   free(t->metric_out), free(t->metrics);
   kdc_status_free(t->mem_error);
   free(t);
@@ -422,7 +425,10 @@ static void bind_gpu_state(kdc_rt_train *t, rt_func *rf, const kdc_prog_func *f,
                            int next) {
   kdc_rt_plan *p = t->p;
   if (!p->cuda) return;
-  for (int64_t d = p->d0; d < p->d1; d++)
+  for (int64_t d = p->d0; d < p->d1; d++) {
+    for (size_t i = 0; i < t->n_data; i++) /* resident / staged data (bind_data_dev) */
+      if (t->data_dev[i])
+        rf->in_dev[d * f->n_inputs + t->data_in[i]] = cur < 0 ? NULL : t->data_dev[i][d];
     for (size_t k = 0; k < t->n_state; k++) {
       const st_tensor *s = &t->s[k];
       if (s->in >= 0)
@@ -430,7 +436,36 @@ static void bind_gpu_state(kdc_rt_train *t, rt_func *rf, const kdc_prog_func *f,
       rf->out_dev[d * f->n_outputs + (size_t)(s->t - f->outputs)] =
           next < 0 ? NULL : s->buf[next][d];
     }
+  }
 }
+
+void kdc_rt_train_bind_data_dev(kdc_rt_train *t, size_t i, void *const *dev) {
+  if (i < t->n_data) t->data_dev[i] = dev;
+}
+
+kdc_status kdc_rt_train_data_upload(kdc_rt_train *t, size_t i, const void *g, void **dev) {
+  kdc_rt_plan *p = t->p;
+  const kdc_prog_func *f = &p->prog.funcs[t->step_fn];
+  rt_func *rf = &p->funcs[t->step_fn];
+  uint32_t in = t->data_in[i];
+  memset(dev, 0, (size_t)p->nd * sizeof *dev);
+  bind_data(p, f, rf, in, g); /* every device's piece, on the host */
+  for (int64_t d = p->d0; d < p->d1; d++) {
+    size_t n = f->inputs[in].local_bytes;
+    KDC_RETURN_IF_ERROR(rt_mem_alloc(p, d, n, &dev[d]));
+    KDC_RETURN_IF_ERROR(rt_mem_put(p, d, dev[d], rf->in_ptr[d * f->n_inputs + in], n));
+  }
+  return NULL;
+}
+
+void kdc_rt_train_data_free(kdc_rt_train *t, void **dev) {
+  for (int64_t d = t->p->d0; d < t->p->d1; d++) {
+    if (dev[d]) rt_mem_free(t->p, d, dev[d]);
+    dev[d] = NULL;
+  }
+}
+
+kdc_rt_plan *kdc_rt_train_plan(const kdc_rt_train *t) { return t->p; }
 
 /* Binds the scalar results of |f| (train_step): "loss" and the per-output
  * losses, per device. */
@@ -456,7 +491,13 @@ kdc_status kdc_rt_train_step_metrics(kdc_rt_train *t, const void *const *data, f
     return st;
   }
   for (size_t i = 0; i < t->n_data; i++) {
-    if (!data[i] && f->inputs[t->data_in[i]].bytes)
+    if (t->data_dev[i]) { /* already where the kernels run */
+      if (!p->cuda)
+        for (int64_t d = p->d0; d < p->d1; d++)
+          rf->in_ptr[d * f->n_inputs + t->data_in[i]] = t->data_dev[i][d];
+      continue;
+    }
+    if ((!data || !data[i]) && f->inputs[t->data_in[i]].bytes)
       return KDC_ERR(KDC_INVALID_INPUT, "%s: train_step: input \"%s\" is missing", p->path,
                      f->inputs[t->data_in[i]].name);
     bind_data(p, f, rf, t->data_in[i], data[i]);

@@ -31,7 +31,8 @@ static kdc_status parse(int argc, char **argv, compile_flags *f) {
         cli_flag_value(&a, "--layout-match", &o->layout_match, &st) ||
         cli_flag_value(&a, "--loss", &o->loss, &st) ||
         cli_flag_value(&a, "--optimizer", &o->optimizer, &st) ||
-        cli_flag_value(&a, "--target", &o->target, &st))
+        cli_flag_value(&a, "--target", &o->target, &st) ||
+        cli_flag_value(&a, "--matmul-precision", &o->matmul_precision, &st))
       continue;
     if (cli_flag_value(&a, "--sm", &v, &st)) {
       if (!st) st = cli_parse_i64("--sm", v, 1, 1000, &x);

@@ -122,6 +122,10 @@ typedef struct kdc_compile_options {
   int sm;                        /* cuda: 80 (default) or 90 */
   const char *dump_ir_dir;       /* IR after every pass to DIR/NN-pass.kir */
   int print_ir_after_all;        /* IR after every pass on stderr */
+  /* GEMM precision on a GPU (`--matmul-precision`): "highest" (default,
+   * NULL: fp32, JAX's "highest") or "tf32" (TF32 tensor cores, JAX's GPU
+   * default); recorded in the plan; no effect on a CPU plan */
+  const char *matmul_precision;
 } kdc_compile_options;
 
 typedef struct kdc_run_options {

@@ -37,7 +37,8 @@ class CompileOptions(C.Structure):
                 ("layout_text_len", C.c_size_t), ("layout_match", C.c_char_p),
                 ("loss", C.c_char_p), ("optimizer", C.c_char_p), ("learning_rate", C.c_double),
                 ("from_logits", C.c_int), ("no_shard_update", C.c_int), ("target", C.c_char_p),
-                ("sm", C.c_int), ("dump_ir_dir", C.c_char_p), ("print_ir_after_all", C.c_int)]
+                ("sm", C.c_int), ("dump_ir_dir", C.c_char_p), ("print_ir_after_all", C.c_int),
+                ("matmul_precision", C.c_char_p)]
 
 
 class RunOptions(C.Structure):

@@ -518,12 +518,14 @@ def _run_options(threads, cache_dir):
 def compile(model, *, distribution=None, mesh=None, layout_map=None, batch_size=32, loss=None,
             optimizer=None, learning_rate=None, from_logits=None, target="cpu", weights=None,
             seed=0, random_init=False, input_shapes=None, layout_match=None,
-            no_shard_update=False, threads=0, cache_dir=None):
+            no_shard_update=False, threads=0, cache_dir=None, matmul_precision="highest"):
     """Compiles |model| (a live keras.Model, or a path: Keras 3 / tf.keras
     JSON, TF.js model.json, and what else the C core reads) for |batch_size|
     rows over |distribution| (Keras' or kdc's DataParallel / ModelParallel)
     or |mesh| + |layout_map|, with training when |loss| is given (or the
-    live model is compiled), and loads it.  Returns a Plan."""
+    live model is compiled), and loads it.  |matmul_precision| "tf32" lets
+    a CUDA plan's GEMMs use TF32 tensor cores (JAX's GPU default; "highest",
+    the default, is fp32; no effect on the CPU).  Returns a Plan."""
     mesh_s, axes_s, layout = resolve(distribution, mesh, layout_map)
     if not isinstance(batch_size, (int, np.integer)) or isinstance(batch_size, bool) \
             or batch_size < 1:
@@ -585,6 +587,7 @@ def compile(model, *, distribution=None, mesh=None, layout_map=None, batch_size=
         co.from_logits = 1 if logits else 0
         co.no_shard_update = 1 if no_shard_update else 0
         co.target = _b(target)
+        co.matmul_precision = _b(matmul_precision)
         ro = _run_options(threads, cache_dir)
         h = C.c_void_p()
         _check(lib.kdc_compile(C.byref(co), C.byref(ro), C.byref(h)))

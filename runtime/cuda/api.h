@@ -27,10 +27,13 @@
   X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize) X(cuStreamQuery)                \
   X(cuModuleLoadDataEx) X(cuModuleUnload) X(cuModuleGetFunction) X(cuLaunchKernel)            \
   X(cuMemAlloc) X(cuMemFree) X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync) X(cuMemcpyDtoDAsync)   \
-  X(cuMemcpy2DAsync) X(cuMemsetD8Async)
+  X(cuMemcpy2DAsync) X(cuMemsetD8Async)                                                      \
+  X(cuMemHostAlloc) X(cuMemFreeHost) X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord)     \
+  X(cuStreamWaitEvent) X(cuStreamBeginCapture) X(cuStreamEndCapture) X(cuGraphInstantiate)   \
+  X(cuGraphLaunch) X(cuGraphDestroy) X(cuGraphExecDestroy)
 #define RT_CU_BLAS(X)                                                                         \
   X(cublasCreate) X(cublasDestroy) X(cublasSetStream) X(cublasSetMathMode)                    \
-  X(cublasSgemmStridedBatched) X(cublasGetStatusString)
+  X(cublasSgemmStridedBatched) X(cublasGetStatusString) X(cublasSetWorkspace)
 #define RT_CU_NCCL(X)                                                                         \
   X(ncclGetVersion) X(ncclGetUniqueId) X(ncclCommInitRank) X(ncclCommInitAll) X(ncclCommSplit) \
   X(ncclCommDestroy) X(ncclCommAbort) X(ncclAllReduce) X(ncclAllGather) X(ncclReduceScatter)  \

@@ -102,4 +102,24 @@ void rt_cuda_mem_free(struct kdc_rt_plan *p, int64_t dev, void *ptr);
 kdc_status rt_cuda_mem_copy(struct kdc_rt_plan *p, int64_t dev, void *dst, const void *src,
                             size_t bytes, bool to_device);
 
+/* Staged uploads (runtime/fit.c, docs/gpu.md "Staging"): pinned host
+ * memory (cuMemHostAlloc), and copies host -> GPU of local device |dev| on
+ * a second stream; |slot| (< RT_CUDA_STAGE_SLOTS) names the upload, whose
+ * completion _wait makes the next run wait for (cuStreamWaitEvent: the
+ * host does not wait).  A slot must not be uploaded again before the run
+ * that read it has finished (fit's double buffering). */
+enum { RT_CUDA_STAGE_SLOTS = 2 };
+kdc_status rt_cuda_host_alloc(struct kdc_rt_plan *p, size_t bytes, void **out);
+void rt_cuda_host_free(struct kdc_rt_plan *p, void *ptr);
+kdc_status rt_cuda_upload_async(struct kdc_rt_plan *p, int64_t dev, void *dst, const void *src,
+                                size_t bytes, int slot);
+kdc_status rt_cuda_upload_wait(struct kdc_rt_plan *p, int64_t dev, int slot);
+/* Waits (on the host) until every upload of local device |dev| is done. */
+void rt_cuda_uploads_finish(struct kdc_rt_plan *p, int64_t dev);
+/* Is function |func| replayed as a CUDA graph (KDC_CUDA_GRAPHS, graph.h)?
+ * false with the reason in |why| (test and `kdc inspect` hook). */
+bool rt_cuda_graphed(const struct kdc_rt_plan *p, size_t func, char *why, size_t why_len);
+/* How many runs of |func| were one cuGraphLaunch so far (0 on the CPU). */
+uint64_t rt_cuda_graph_launches(const struct kdc_rt_plan *p, size_t func);
+
 #endif

@@ -19,7 +19,8 @@
  *     piece (replicas too: each GPU holds its own), the I/O buffers of the
  *     largest function, the mesh coordinates (i64 per axis, the kernels'
  *     last parameter) and the collective scratch;
- *   - a cuBLAS handle on the stream (CUBLAS_DEFAULT_MATH: no TF32).
+ *   - a cuBLAS handle on the stream, its workspace ours (capture-safe),
+ *     TF32 tensor cores only for a plan compiled with --matmul-precision tf32.
  * Steps: KERNEL = cuLaunchKernel(grid, block) of the launch table with the
  * resolved buffer addresses + coordinates; GEMM =
  * cublasSgemmStridedBatched with host.c's column-major mapping; COPY =
@@ -35,8 +36,11 @@
 #include <string.h>
 #include <time.h>
 
+#include <json-c/json.h>
+
 #include "runtime/cuda/api.h"
 #include "runtime/cuda/cuda_rt.h"
+#include "runtime/cuda/graph.h"
 #include "runtime/cuda/host.h"
 #include "runtime/comm.h"
 #include "runtime/place.h"
@@ -55,9 +59,12 @@ typedef struct cu_dev {
   cublasHandle_t blas;
   ncclComm_t world;
   ncclComm_t *split;          /* per split (== world for a world split) */
-  CUdeviceptr mem, arena, coords, scratch, io;
+  CUdeviceptr mem, arena, coords, scratch, io, blas_ws;
   CUdeviceptr red;            /* split reductions' counters and partials, zeroed once */
   int max_pitch;
+  size_t blas_ws_bytes;       /* cuBLAS's workspace (cublasSetWorkspace: capture-safe) */
+  CUstream copy;              /* staged uploads (cuda_rt.h), made on first use */
+  CUevent staged[RT_CUDA_STAGE_SLOTS];
   rt_coll_plan ***coll;       /* [func][step] */
 } cu_dev;
 
@@ -76,7 +83,22 @@ struct rt_cuda {
   uint64_t scratch_bytes;
   uint64_t red_bytes;         /* the largest split reduction's scratch (host.h) */
   bool broken;                /* a run timed out: NCCL was aborted */
+  bool tf32;                  /* METADATA "matmul_precision": "tf32" (kdc compile
+                                 --matmul-precision): cuBLAS may use TF32 tensor cores */
+  bool graphs;                /* KDC_CUDA_GRAPHS is not 0 */
+  struct cu_graph *graph;     /* [func] */
+  uint64_t *key;              /* one run's graph key (graph_key) */
 };
+
+/* A function's CUDA graphs (docs/gpu.md, "Graphs"): its steps captured on
+ * the second run with a given set of bound addresses and replayed with
+ * cuGraphLaunch after; the run's host <-> device copies stay outside. */
+typedef struct cu_graph {
+  bool eligible, failed;      /* failed: capture or instantiation failed once (noted) */
+  char why[200];              /* not eligible: why (also `kdc inspect`) */
+  uint64_t nodes, runs, launches;
+  rt_graph_cache cache;
+} cu_graph;
 
 static const char *cu_str(const rt_cuda_api *api, CUresult rc) {
   const char *s = NULL;
@@ -249,6 +271,8 @@ static kdc_status load_module(kdc_rt_plan *p, rt_cuda *c, cu_dev *d) {
   return NULL;
 }
 
+static bool has_step(const kdc_program *pr, kdc_prog_step_kind kind);
+
 static kdc_status open_device(kdc_rt_plan *p, rt_cuda *c, cu_dev *d, uint64_t arena_bytes,
                               uint64_t weights_bytes, uint64_t io_bytes) {
   const rt_cuda_api *api = c->api;
@@ -268,14 +292,13 @@ static kdc_status open_device(kdc_rt_plan *p, rt_cuda *c, cu_dev *d, uint64_t ar
   CU(p, d, "cuCtxSetCurrent", api->cuCtxSetCurrent(d->ctx));
   CU(p, d, "cuStreamCreate", api->cuStreamCreate(&d->stream, CU_STREAM_NON_BLOCKING));
   KDC_RETURN_IF_ERROR(load_module(p, c, d));
-  if (c->api->has_blas) {
-    BL(p, d, "cublasCreate", api->cublasCreate(&d->blas));
-    BL(p, d, "cublasSetStream", api->cublasSetStream(d->blas, (cudaStream_t)d->stream));
-    BL(p, d, "cublasSetMathMode", api->cublasSetMathMode(d->blas, CUBLAS_DEFAULT_MATH));
-  }
+  /* cuBLAS gets its workspace from us (NVIDIA's sizes: 32 MiB on Hopper, 4
+   * MiB before), so a captured GEMM never allocates */
+  if (c->api->has_blas && has_step(&p->prog, KDC_STEP_GEMM))
+    d->blas_ws_bytes = (size_t)(major >= 9 ? 32 : 4) << 20;
   uint64_t coords_bytes = align_up(KDC_PROG_MAX_AXES * sizeof(int64_t));
   uint64_t total = arena_bytes + weights_bytes + io_bytes + coords_bytes +
-                   align_up(c->scratch_bytes) + align_up(c->red_bytes);
+                   align_up(c->scratch_bytes) + align_up(c->red_bytes) + d->blas_ws_bytes;
   CU(p, d, "cuMemAlloc", api->cuMemAlloc(&d->mem, total ? total : ALIGN));
   d->arena = d->mem;
   CUdeviceptr w = d->arena + arena_bytes;
@@ -285,6 +308,16 @@ static kdc_status open_device(kdc_rt_plan *p, rt_cuda *c, cu_dev *d, uint64_t ar
   d->red = d->scratch + align_up(c->scratch_bytes);
   if (c->red_bytes)
     CU(p, d, "cuMemsetD8Async", api->cuMemsetD8Async(d->red, 0, c->red_bytes, d->stream));
+  d->blas_ws = d->red + align_up(c->red_bytes);
+  if (c->api->has_blas) {
+    BL(p, d, "cublasCreate", api->cublasCreate(&d->blas));
+    BL(p, d, "cublasSetStream", api->cublasSetStream(d->blas, (cudaStream_t)d->stream));
+    if (d->blas_ws_bytes) /* after SetStream, which resets the workspace */
+      BL(p, d, "cublasSetWorkspace", api->cublasSetWorkspace(d->blas, (void *)(uintptr_t)d->blas_ws,
+                                                             d->blas_ws_bytes));
+    BL(p, d, "cublasSetMathMode",
+       api->cublasSetMathMode(d->blas, c->tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+  }
   CU(p, d, "cuMemcpyHtoDAsync",
      api->cuMemcpyHtoDAsync(d->coords, p->coords + d->id * KDC_PROG_MAX_AXES,
                             KDC_PROG_MAX_AXES * sizeof(int64_t), d->stream));
@@ -362,6 +395,29 @@ static bool has_step(const kdc_program *pr, kdc_prog_step_kind kind) {
   return false;
 }
 
+/* Which functions run as graphs (graph.h), and the key buffer: one value per
+ * input, output and weight of the largest function. */
+static void plan_graphs(kdc_rt_plan *p, rt_cuda *c) {
+  const kdc_program *pr = &p->prog;
+  const char *env = getenv("KDC_CUDA_GRAPHS");
+  c->graphs = !(env && !strcmp(env, "0"));
+  c->graph = kdc_arena_alloc(c->arena, (pr->n_funcs + 1) * sizeof *c->graph);
+  memset(c->graph, 0, (pr->n_funcs + 1) * sizeof *c->graph);
+  size_t n_key = 0;
+  for (uint32_t f = 0; f < pr->n_funcs; f++) {
+    cu_graph *g = &c->graph[f];
+    size_t n = (size_t)pr->funcs[f].n_inputs + pr->funcs[f].n_outputs + pr->n_weights;
+    g->eligible = rt_cuda_graph_eligible(pr, f, p->d1 - p->d0, &g->nodes, g->why, sizeof g->why);
+    rt_graph_cache_init(&g->cache, n);
+    if (n > n_key) n_key = n;
+  }
+  c->key = kdc_arena_alloc(c->arena, (n_key + 1) * sizeof *c->key);
+}
+
+static void destroy_graph(void *user, void *g) {
+  ((const rt_cuda_api *)user)->cuGraphExecDestroy((CUgraphExec)g);
+}
+
 static kdc_status create(kdc_rt_plan *p, rt_cuda *c, uint64_t arena_bytes, rt_net *net) {
   KDC_RETURN_IF_ERROR(rt_cuda_api_get(p->path, &c->api));
   KDC_RETURN_IF_ERROR(read_sections(p, c));
@@ -372,6 +428,8 @@ static kdc_status create(kdc_rt_plan *p, rt_cuda *c, uint64_t arena_bytes, rt_ne
   uint64_t io_bytes = align_up(plan_steps(p, c, &st));
   KDC_RETURN_IF_ERROR(st);
   rt_cuda_comms_plan(&p->prog, &c->comms);
+  c->tf32 = !strcmp(kdc_rt_plan_matmul_precision(p), "tf32");
+  plan_graphs(p, c);
   int count = 0;
   CU(p, (cu_dev *)NULL, "cuDeviceGetCount", c->api->cuDeviceGetCount(&count));
   c->n = p->d1 - p->d0;
@@ -417,12 +475,19 @@ void rt_cuda_destroy(kdc_rt_plan *p) {
       if (d->split[s] && d->split[s] != d->world)
         (c->broken ? api->ncclCommAbort : api->ncclCommDestroy)(d->split[s]);
     if (d->world) (c->broken ? api->ncclCommAbort : api->ncclCommDestroy)(d->world);
+    for (uint32_t f = 0; c->graph && f < p->prog.n_funcs; f++)
+      rt_graph_cache_free(&c->graph[f].cache, destroy_graph, (void *)api);
+    for (int k = 0; k < RT_CUDA_STAGE_SLOTS; k++)
+      if (d->staged[k]) api->cuEventDestroy(d->staged[k]);
+    if (d->copy) api->cuStreamDestroy(d->copy);
     if (d->blas) api->cublasDestroy(d->blas);
     if (d->mod) api->cuModuleUnload(d->mod);
     if (d->mem) api->cuMemFree(d->mem);
     if (d->stream) api->cuStreamDestroy(d->stream);
     api->cuDevicePrimaryCtxRelease(d->dev);
   }
+  for (uint32_t f = 0; c->graph && f < p->prog.n_funcs; f++) /* keys left (no context) */
+    rt_graph_cache_free(&c->graph[f].cache, NULL, NULL);
   rt_cuda_comms_free(&c->comms, &p->prog);
   kdc_arena_destroy(c->arena);
   free(c);
@@ -720,6 +785,13 @@ static kdc_status run_step(const cu_run *r, const cu_dev *d, uint32_t s) {
  * fails naming the device instead of hanging (NCCL is then aborted). */
 static kdc_status wait_streams(const cu_run *r) {
   rt_cuda *c = r->c;
+  if (!c->comms.n_splits) { /* no NCCL: nothing can wait for a peer, so block (no poll latency) */
+    for (int64_t i = 0; i < c->n; i++) {
+      if (c->n > 1) CU(r->p, &c->dev[i], "cuCtxSetCurrent", c->api->cuCtxSetCurrent(c->dev[i].ctx));
+      CU(r->p, &c->dev[i], r->f->name, c->api->cuStreamSynchronize(c->dev[i].stream));
+    }
+    return NULL;
+  }
   double deadline = now_s() + r->p->timeout_s;
   struct timespec nap = {0, 50000};
   for (int64_t i = 0; i < c->n;) {
@@ -765,6 +837,89 @@ static kdc_status run_steps(const cu_run *r) {
   return NULL;
 }
 
+/* The graph key of run |r| on device |d|: the address of every input,
+ * output and weight the run binds (graph.h). */
+static void graph_key(const cu_run *r, const cu_dev *d, uint64_t *key) {
+  size_t n = 0;
+  for (uint32_t i = 0; i < r->f->n_inputs; i++) {
+    kdc_prog_loc l = {.buf = KDC_PROG_BUF_INPUT, .index = i};
+    key[n++] = resolve(r, d, &l);
+  }
+  for (uint32_t o = 0; o < r->f->n_outputs; o++) {
+    kdc_prog_loc l = {.buf = KDC_PROG_BUF_OUTPUT, .index = o};
+    key[n++] = resolve(r, d, &l);
+  }
+  uint32_t nw = r->p->prog.n_weights;
+  for (uint32_t w = 0; w < nw; w++)
+    key[n++] = (uint64_t)(uintptr_t)r->p->dev_weights[d->id * (int64_t)nw + w];
+}
+
+/* Function |r|'s steps as one CUDA graph (docs/gpu.md, "Graphs"): the first
+ * run launches them plainly (cuBLAS and the module warm up), a later run
+ * with addresses not seen before captures them (cuStreamBeginCapture,
+ * thread-local) and instantiates the graph, and every run with known
+ * addresses is one cuGraphLaunch.  *done false: run them plainly -- not
+ * eligible, disabled, or the capture failed (noted once on stderr; nothing
+ * captured ran, so the plain launches compute the result). */
+static kdc_status run_graphed(const cu_run *r, bool *done) {
+  rt_cuda *c = r->c;
+  const rt_cuda_api *api = c->api;
+  cu_graph *g = &c->graph[r->func];
+  *done = false;
+  if (!c->graphs || !g->eligible || g->failed || c->n != 1 || g->runs++ == 0) return NULL;
+  const cu_dev *d = &c->dev[0];
+  graph_key(r, d, c->key);
+  CUgraphExec x = rt_graph_cache_get(&g->cache, c->key);
+  if (!x) {
+    CUgraph graph = NULL;
+    const char *what = "cuStreamBeginCapture";
+    kdc_status st = NULL;
+    CUresult rc = api->cuStreamBeginCapture(d->stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
+    if (rc == CUDA_SUCCESS) {
+      st = run_steps(r);
+      what = "cuStreamEndCapture";
+      rc = api->cuStreamEndCapture(d->stream, &graph);
+      if (rc == CUDA_SUCCESS && !st) {
+        what = "cuGraphInstantiate";
+        rc = api->cuGraphInstantiate(&x, graph, 0);
+      }
+      if (graph) api->cuGraphDestroy(graph);
+    }
+    if (st || rc != CUDA_SUCCESS) {
+      fprintf(stderr, "kdc: note: %s: %s: CUDA graph not used (%s%s%s); its steps run as plain "
+              "launches\n", r->p->path, r->f->name, st ? "capture: " : what,
+              st ? kdc_status_message(st) : " failed: ", st ? "" : cu_str(api, rc));
+      kdc_status_free(st);
+      g->failed = true;
+      return NULL;
+    }
+    void *old = rt_graph_cache_put(&g->cache, c->key, x);
+    if (old) api->cuGraphExecDestroy((CUgraphExec)old);
+  }
+  CU(r->p, d, "cuGraphLaunch", api->cuGraphLaunch(x, d->stream));
+  g->launches++;
+  *done = true;
+  return NULL;
+}
+
+/* The results the caller reads on the host (not out_dev buffers). */
+static kdc_status copy_results(const cu_run *r) {
+  rt_cuda *c = r->c;
+  const kdc_prog_func *f = r->f;
+  for (int64_t i = 0; i < c->n; i++) {
+    const cu_dev *d = &c->dev[i];
+    CU(r->p, d, "cuCtxSetCurrent", c->api->cuCtxSetCurrent(d->ctx));
+    for (uint32_t o = 0; o < f->n_outputs; o++) {
+      size_t slot = (size_t)d->id * f->n_outputs + o;
+      if ((r->rf->out_dev && r->rf->out_dev[slot]) || !f->outputs[o].local_bytes) continue;
+      CU(r->p, d, "cuMemcpyDtoHAsync",
+         c->api->cuMemcpyDtoHAsync(r->rf->out_ptr[slot], d->io + c->out_off[r->func][o],
+                                   f->outputs[o].local_bytes, d->stream));
+    }
+  }
+  return NULL;
+}
+
 static kdc_status run(const cu_run *r) {
   rt_cuda *c = r->c;
   const rt_cuda_api *api = c->api;
@@ -781,19 +936,20 @@ static kdc_status run(const cu_run *r) {
                                 f->inputs[k].local_bytes, d->stream));
     }
   }
-  KDC_RETURN_IF_ERROR(run_steps(r));
-  for (int64_t i = 0; i < c->n; i++) { /* results the caller reads on the host */
-    const cu_dev *d = &c->dev[i];
-    CU(r->p, d, "cuCtxSetCurrent", api->cuCtxSetCurrent(d->ctx));
-    for (uint32_t o = 0; o < f->n_outputs; o++) {
-      size_t slot = (size_t)d->id * f->n_outputs + o;
-      if ((rf->out_dev && rf->out_dev[slot]) || !f->outputs[o].local_bytes) continue;
-      CU(r->p, d, "cuMemcpyDtoHAsync",
-         api->cuMemcpyDtoHAsync(rf->out_ptr[slot], d->io + c->out_off[r->func][o],
-                                f->outputs[o].local_bytes, d->stream));
-    }
+  bool graphed = false;
+  KDC_RETURN_IF_ERROR(run_graphed(r, &graphed));
+  if (!graphed) KDC_RETURN_IF_ERROR(run_steps(r));
+  /* host work overlapping this run (fit's next batch: its upload goes on the
+   * copy stream), before the results' copies: a copy into pageable host
+   * memory returns only once it is done, i.e. after every step */
+  kdc_status during = r->p->during_run ? r->p->during_run(r->p->during_user) : NULL;
+  kdc_status st = copy_results(r);
+  if (!st) st = wait_streams(r);
+  if (st) {
+    kdc_status_free(during);
+    return st;
   }
-  return wait_streams(r);
+  return during;
 }
 
 kdc_status rt_cuda_exec(kdc_rt_plan *p, size_t func) {
@@ -854,4 +1010,73 @@ kdc_status rt_cuda_mem_copy(kdc_rt_plan *p, int64_t dev, void *dst, const void *
        api->cuMemcpyDtoHAsync(dst, (CUdeviceptr)(uintptr_t)src, bytes, d->stream));
   CU(p, d, "cuStreamSynchronize", api->cuStreamSynchronize(d->stream));
   return NULL;
+}
+
+/* ---- staged uploads (fit) ------------------------------------------------------------ */
+
+kdc_status rt_cuda_host_alloc(kdc_rt_plan *p, size_t bytes, void **out) {
+  *out = NULL;
+  cu_dev *d = NULL;
+  KDC_RETURN_IF_ERROR(local_dev(p, p->d0, &d));
+  CU(p, d, "cuMemHostAlloc", p->cuda->api->cuMemHostAlloc(out, bytes ? bytes : 1, 0));
+  memset(*out, 0, bytes);
+  return NULL;
+}
+
+void rt_cuda_host_free(kdc_rt_plan *p, void *ptr) {
+  if (ptr) p->cuda->api->cuMemFreeHost(ptr);
+}
+
+kdc_status rt_cuda_upload_async(kdc_rt_plan *p, int64_t dev, void *dst, const void *src,
+                                size_t bytes, int slot) {
+  cu_dev *d = NULL;
+  KDC_RETURN_IF_ERROR(local_dev(p, dev, &d));
+  const rt_cuda_api *api = p->cuda->api;
+  if (slot < 0 || slot >= RT_CUDA_STAGE_SLOTS)
+    return KDC_ERR(KDC_INTERNAL, "%s: upload slot %d", p->path, slot);
+  if (!d->copy) CU(p, d, "cuStreamCreate", api->cuStreamCreate(&d->copy, CU_STREAM_NON_BLOCKING));
+  if (!d->staged[slot])
+    CU(p, d, "cuEventCreate", api->cuEventCreate(&d->staged[slot], CU_EVENT_DISABLE_TIMING));
+  if (bytes)
+    CU(p, d, "cuMemcpyHtoDAsync",
+       api->cuMemcpyHtoDAsync((CUdeviceptr)(uintptr_t)dst, src, bytes, d->copy));
+  CU(p, d, "cuEventRecord", api->cuEventRecord(d->staged[slot], d->copy));
+  return NULL;
+}
+
+kdc_status rt_cuda_upload_wait(kdc_rt_plan *p, int64_t dev, int slot) {
+  cu_dev *d = NULL;
+  KDC_RETURN_IF_ERROR(local_dev(p, dev, &d));
+  if (slot < 0 || slot >= RT_CUDA_STAGE_SLOTS || !d->staged[slot])
+    return KDC_ERR(KDC_INTERNAL, "%s: no upload in slot %d", p->path, slot);
+  CU(p, d, "cuStreamWaitEvent", p->cuda->api->cuStreamWaitEvent(d->stream, d->staged[slot], 0));
+  return NULL;
+}
+
+void rt_cuda_uploads_finish(kdc_rt_plan *p, int64_t dev) {
+  cu_dev *d = NULL;
+  kdc_status st = local_dev(p, dev, &d);
+  if (st) {
+    kdc_status_free(st);
+    return;
+  }
+  if (d->copy) p->cuda->api->cuStreamSynchronize(d->copy);
+}
+
+uint64_t rt_cuda_graph_launches(const kdc_rt_plan *p, size_t func) {
+  return p->cuda && func < p->prog.n_funcs ? p->cuda->graph[func].launches : 0;
+}
+
+bool rt_cuda_graphed(const kdc_rt_plan *p, size_t func, char *why, size_t why_len) {
+  const rt_cuda *c = p->cuda;
+  if (why_len) why[0] = 0;
+  if (!c || func >= p->prog.n_funcs) {
+    snprintf(why, why_len, "not a CUDA plan on a GPU");
+    return false;
+  }
+  const cu_graph *g = &c->graph[func];
+  if (!c->graphs) snprintf(why, why_len, "KDC_CUDA_GRAPHS=0");
+  else if (!g->eligible) snprintf(why, why_len, "%s", g->why);
+  else if (g->failed) snprintf(why, why_len, "its capture failed");
+  return c->graphs && g->eligible && !g->failed;
 }

@@ -57,4 +57,36 @@ kdc_status rt_cuda_mem_copy(struct kdc_rt_plan *p, int64_t dev, void *dst, const
   (void)dev, (void)dst, (void)src, (void)bytes, (void)to_device;
   return no_cuda(p->path);
 }
+
+kdc_status rt_cuda_host_alloc(struct kdc_rt_plan *p, size_t bytes, void **out) {
+  (void)bytes;
+  *out = NULL;
+  return no_cuda(p->path);
+}
+
+void rt_cuda_host_free(struct kdc_rt_plan *p, void *ptr) { (void)p, (void)ptr; }
+
+kdc_status rt_cuda_upload_async(struct kdc_rt_plan *p, int64_t dev, void *dst, const void *src,
+                                size_t bytes, int slot) {
+  (void)dev, (void)dst, (void)src, (void)bytes, (void)slot;
+  return no_cuda(p->path);
+}
+
+kdc_status rt_cuda_upload_wait(struct kdc_rt_plan *p, int64_t dev, int slot) {
+  (void)dev, (void)slot;
+  return no_cuda(p->path);
+}
+
+void rt_cuda_uploads_finish(struct kdc_rt_plan *p, int64_t dev) { (void)p, (void)dev; }
+
+uint64_t rt_cuda_graph_launches(const struct kdc_rt_plan *p, size_t func) {
+  (void)p, (void)func;
+  return 0;
+}
+
+bool rt_cuda_graphed(const struct kdc_rt_plan *p, size_t func, char *why, size_t why_len) {
+  (void)p, (void)func;
+  snprintf(why, why_len, "this kdc was built without CUDA");
+  return false;
+}
 #endif

@@ -13,7 +13,18 @@
  *     no (no device here; never faked);
  *   - fit_refused_cpu_runs: without a GPU `kdc run --fit` on a CUDA plan
  *     fails the same way (no silent CPU fall-back), a CPU plan still runs
- *     and `kdc inspect` still describes the CUDA plan.
+ *     and `kdc inspect` still describes the CUDA plan;
+ *   - graphs_match_plain: with a GPU, predict (mnist_mlp, transformer_block,
+ *     lstm_text: a scan unrolled into the graph) and 4 adam train_steps
+ *     replayed as CUDA graphs equal the same plan loaded with
+ *     KDC_CUDA_GRAPHS=0 bitwise, and the graphs were used
+ *     (rt_cuda_graphed); resident predict equals the usual run bitwise;
+ *   - tf32_close: a --matmul-precision tf32 plan against the CPU within
+ *     TF32's tolerance (1e-2 + 1e-2 |cpu|; TF32 keeps 10 mantissa bits);
+ *   - fit_staged_matches: kdc_rt_fit staged (the default on one GPU)
+ *     equals KDC_FIT_STAGING=0 bitwise (losses, every batch loss) and
+ *     staged every step but each epoch's first.
+ *   All GPU tests skip with the reason printed when no device is usable.
  */
 #include <dirent.h>
 #include <setjmp.h>
@@ -255,12 +266,234 @@ static void test_fit_refused_cpu_runs(void **state) {
   free(x), free(y), free(model), free(cpu), free(in), free(out);
 }
 
+/* A deterministic array for |t| (a mask of ones, ids < 7). */
+static void *fill_tensor(const kdc_rt_tensor_info *t) {
+  void *a = kdc_xcalloc(1, t->bytes + 1);
+  size_t es = kdc_io_dtype_size(t->dtype), n = t->bytes / es;
+  for (size_t e = 0; e < n; e++) {
+    if (!strcmp(t->name, "sample_mask")) ((float *)a)[e] = 1;
+    else if (t->dtype == KDC_IO_DTYPE_F32) ((float *)a)[e] = (float)((e * 37) % 101) / 50.0f - 1;
+    else if (t->dtype == KDC_IO_DTYPE_I32) ((int32_t *)a)[e] = (int32_t)(e % 7);
+    else if (t->dtype == KDC_IO_DTYPE_I64) ((int64_t *)a)[e] = (int64_t)(e % 7);
+    else ((uint8_t *)a)[e] = (uint8_t)(e % 2);
+  }
+  return a;
+}
+
+/* Deterministic inputs of function |func| of |p|. */
+static void fill_inputs(kdc_rt_plan *p, size_t func, void **in, size_t cap) {
+  size_t ni = kdc_rt_plan_input_count(p, func);
+  assert_true(ni <= cap);
+  for (size_t i = 0; i < ni; i++) in[i] = fill_tensor(kdc_rt_plan_input(p, func, i));
+}
+
+static kdc_rt_plan *load_graphs(const char *plan, bool graphs) {
+  if (!graphs) setenv("KDC_CUDA_GRAPHS", "0", 1);
+  kdc_rt_plan *p = load(plan, KDC_RT_TARGET_PLAN);
+  unsetenv("KDC_CUDA_GRAPHS");
+  return p;
+}
+
+/* predict of |ex| three times (plain, captured, replayed) with graphs and
+ * without: bitwise equal; resident runs too. */
+static void graphs_predict(const char *ex) {
+  char rel[256];
+  snprintf(rel, sizeof rel, "examples/%s/model.json", ex);
+  char *model = e2e_src(rel), *plan = e2e_path("graph.plan");
+  e2e_result r;
+  e2e_kdc(&r, "compile", model, "-o", plan, "--target", "cuda", "--batch", "8", NULL);
+  if (r.status != 0) fail_msg("%s: compile: %s", ex, r.err);
+  kdc_rt_plan *g = load_graphs(plan, true), *u = load_graphs(plan, false);
+  void *in[16] = {0}, *og[16] = {0}, *ou[16] = {0};
+  fill_inputs(g, 0, in, 16);
+  size_t no = kdc_rt_plan_output_count(g, 0);
+  for (size_t o = 0; o < no; o++) {
+    og[o] = kdc_xcalloc(1, kdc_rt_plan_output(g, 0, o)->bytes + 1);
+    ou[o] = kdc_xcalloc(1, kdc_rt_plan_output(g, 0, o)->bytes + 1);
+  }
+  for (int run = 0; run < 3; run++) {
+    kdc_status st = kdc_rt_plan_run(g, (const void *const *)in, og);
+    if (st) fail_msg("%s graphed, run %d: %s", ex, run, kdc_status_message(st));
+    assert_null(kdc_rt_plan_run(u, (const void *const *)in, ou));
+    for (size_t o = 0; o < no; o++)
+      if (memcmp(og[o], ou[o], kdc_rt_plan_output(g, 0, o)->bytes))
+        fail_msg("%s: run %d: output %zu graphed != plain", ex, run, o);
+  }
+  char why[200];
+  if (!rt_cuda_graphed(g, 0, why, sizeof why)) fail_msg("%s: predict not graphed: %s", ex, why);
+  assert_int_equal(rt_cuda_graph_launches(g, 0), 2); /* run 1 plain, 2 captured, 3 replayed */
+  assert_int_equal(rt_cuda_graph_launches(u, 0), 0);
+  assert_false(rt_cuda_graphed(u, 0, why, sizeof why));
+  assert_string_equal(why, "KDC_CUDA_GRAPHS=0");
+  kdc_rt_resident *res = NULL;
+  assert_null(kdc_rt_resident_create(g, 0, (const void *const *)in, &res));
+  for (int run = 0; run < 3; run++) assert_null(kdc_rt_resident_run(res));
+  for (size_t o = 0; o < no; o++) {
+    const kdc_rt_tensor_info *t = kdc_rt_plan_output(g, 0, o);
+    char *y = kdc_xcalloc(1, t->bytes + 1);
+    assert_null(kdc_rt_resident_output(res, o, 0, y));
+    if (memcmp(y, ou[o], t->bytes)) fail_msg("%s: resident output %zu != plain run", ex, o);
+    free(y);
+  }
+  kdc_rt_resident_destroy(res);
+  printf("ok: %s predict: graphed == plain == resident, bitwise\n", ex);
+  for (size_t i = 0; i < 16; i++) free(in[i]), free(og[i]), free(ou[i]);
+  kdc_rt_plan_release(g);
+  kdc_rt_plan_release(u);
+  free(model), free(plan);
+}
+
+static void test_graphs_match_plain(void **state) {
+  (void)state;
+  if (!gpu_usable()) skip();
+  graphs_predict("mnist_mlp");
+  graphs_predict("transformer_block");
+  graphs_predict("lstm_text");
+  char *model = e2e_src("examples/mnist_mlp/model.json"), *plan = e2e_path("gtrain.plan");
+  e2e_result r;
+  e2e_kdc(&r, "compile", model, "-o", plan, "--target", "cuda", "--batch", "8", "--loss",
+          "sparse_categorical_crossentropy", "--optimizer", "adam", NULL);
+  if (r.status != 0) fail_msg("compile: %s", r.err);
+  kdc_rt_plan *pg = load_graphs(plan, true), *pu = load_graphs(plan, false);
+  kdc_rt_train *tg = NULL, *tu = NULL;
+  assert_null(kdc_rt_train_create(pg, &tg));
+  assert_null(kdc_rt_train_create(pu, &tu));
+  int ts = kdc_rt_plan_find_func(pg, "train_step");
+  void *data[8] = {0};
+  assert_true(kdc_rt_train_data_count(tg) <= 8);
+  for (size_t i = 0; i < kdc_rt_train_data_count(tg); i++)
+    data[i] = fill_tensor(kdc_rt_train_data(tg, i)); /* class ids < 7 of 10 */
+  for (int step = 0; step < 4; step++) {
+    float lg = 0, lu = 0;
+    kdc_status st = kdc_rt_train_step(tg, (const void *const *)data, &lg);
+    if (st) fail_msg("graphed train_step %d: %s", step, kdc_status_message(st));
+    assert_null(kdc_rt_train_step(tu, (const void *const *)data, &lu));
+    if (memcmp(&lg, &lu, sizeof lg)) fail_msg("step %d: loss graphed %.9g, plain %.9g", step, lg, lu);
+  }
+  char why[200];
+  if (!rt_cuda_graphed(pg, (size_t)ts, why, sizeof why)) fail_msg("train_step not graphed: %s", why);
+  /* step 1 plain, 2 and 3 captured (the state's two parities), 4 replayed */
+  assert_int_equal(rt_cuda_graph_launches(pg, (size_t)ts), 3);
+  for (size_t k = 0; k < kdc_rt_train_state_count(tg); k++) {
+    const kdc_rt_tensor_info *t = kdc_rt_train_state(tg, k);
+    void *a = kdc_xcalloc(1, t->bytes + 1), *b = kdc_xcalloc(1, t->bytes + 1);
+    kdc_rt_train_state_get(tg, k, a);
+    kdc_rt_train_state_get(tu, k, b);
+    if (memcmp(a, b, t->bytes)) fail_msg("state %s: graphed != plain", t->name);
+    free(a), free(b);
+  }
+  printf("ok: 4 adam train_steps graphed == plain, bitwise\n");
+  for (size_t i = 0; i < 8; i++) free(data[i]);
+  kdc_rt_train_destroy(tg);
+  kdc_rt_train_destroy(tu);
+  kdc_rt_plan_release(pg);
+  kdc_rt_plan_release(pu);
+  free(model), free(plan);
+}
+
+static void test_tf32_close(void **state) {
+  (void)state;
+  if (!gpu_usable()) skip();
+  const char *ex[] = {"mnist_mlp", "transformer_block"};
+  for (int e = 0; e < 2; e++) {
+    char rel[256];
+    snprintf(rel, sizeof rel, "examples/%s/model.json", ex[e]);
+    char *model = e2e_src(rel), *plan = e2e_path("tf32.plan");
+    e2e_result r;
+    e2e_kdc(&r, "compile", model, "-o", plan, "--target", "cuda", "--batch", "8",
+            "--matmul-precision", "tf32", NULL);
+    if (r.status != 0) fail_msg("%s: compile: %s", ex[e], r.err);
+    kdc_rt_plan *g = load(plan, KDC_RT_TARGET_PLAN), *c = load(plan, KDC_RT_TARGET_CPU);
+    void *in[16] = {0}, *og[16] = {0}, *oc[16] = {0};
+    fill_inputs(c, 0, in, 16);
+    size_t no = kdc_rt_plan_output_count(c, 0);
+    for (size_t o = 0; o < no; o++) {
+      og[o] = kdc_xcalloc(1, kdc_rt_plan_output(c, 0, o)->bytes + 1);
+      oc[o] = kdc_xcalloc(1, kdc_rt_plan_output(c, 0, o)->bytes + 1);
+    }
+    kdc_status st = kdc_rt_plan_run(g, (const void *const *)in, og);
+    if (st) fail_msg("%s tf32 on the GPU: %s", ex[e], kdc_status_message(st));
+    assert_null(kdc_rt_plan_run(c, (const void *const *)in, oc));
+    double worst = 0;
+    for (size_t o = 0; o < no; o++) {
+      const kdc_rt_tensor_info *t = kdc_rt_plan_output(c, 0, o);
+      if (t->dtype != KDC_IO_DTYPE_F32) continue;
+      const float *a = og[o], *b = oc[o];
+      for (size_t i = 0; i < t->bytes / 4; i++) {
+        double d = a[i] - b[i], tol = 1e-2 + 1e-2 * (b[i] < 0 ? -b[i] : b[i]);
+        if (d < 0) d = -d;
+        if (!(d <= tol)) fail_msg("%s tf32 [%zu]: GPU %g, CPU %g", ex[e], i, a[i], b[i]);
+        if (d > worst) worst = d;
+      }
+    }
+    printf("ok: %s --matmul-precision tf32: GPU within 1e-2 of the CPU (largest difference %.3g)\n",
+           ex[e], worst);
+    for (size_t i = 0; i < 16; i++) free(in[i]), free(og[i]), free(oc[i]);
+    kdc_rt_plan_release(g);
+    kdc_rt_plan_release(c);
+    free(model), free(plan);
+  }
+}
+
+static void fit_gpu(const char *plan, bool staged, kdc_rt_history *h) {
+  if (!staged) setenv("KDC_FIT_STAGING", "0", 1);
+  kdc_rt_plan *p = load(plan, KDC_RT_TARGET_PLAN);
+  kdc_rt_train *t = NULL;
+  assert_null(kdc_rt_train_create(p, &t));
+  const void *arrays[8];
+  size_t n = 0;
+  int64_t rows = 100;
+  for (size_t i = 0; i < kdc_rt_train_data_count(t); i++) {
+    const kdc_rt_tensor_info *d = kdc_rt_train_data(t, i);
+    if (!strcmp(d->name, "sample_mask")) continue;
+    size_t row = d->bytes / (size_t)d->dims[0] / 4;
+    float *a = kdc_xcalloc((size_t)rows * row + 1, 4);
+    for (size_t e = 0; e < (size_t)rows * row; e++)
+      a[e] = n == 0 ? (float)((e * 29) % 97) / 97.0f : (float)((e % row) == (e / row) % row);
+    arrays[n++] = a;
+  }
+  kdc_rt_fit_options o = {.epochs = 2, .shuffle = true, .seed = 3, .validation_split = 0.1};
+  kdc_status st = kdc_rt_fit(t, arrays, rows, &o, h);
+  if (st) fail_msg("fit (%s): %s", staged ? "staged" : "plain", kdc_status_message(st));
+  for (size_t i = 0; i < n; i++) free((void *)arrays[i]);
+  kdc_rt_train_destroy(t);
+  kdc_rt_plan_release(p);
+  unsetenv("KDC_FIT_STAGING");
+}
+
+static void test_fit_staged_matches(void **state) {
+  (void)state;
+  if (!gpu_usable()) skip();
+  char *model = e2e_src("examples/mnist_mlp/model.json"), *plan = e2e_path("fit.plan");
+  e2e_result r;
+  e2e_kdc(&r, "compile", model, "-o", plan, "--target", "cuda", "--batch", "8", "--loss",
+          "categorical_crossentropy", "--optimizer", "adam", NULL);
+  if (r.status != 0) fail_msg("compile: %s", r.err);
+  kdc_rt_history a, b;
+  fit_gpu(plan, true, &a);
+  fit_gpu(plan, false, &b);
+  assert_int_equal(a.steps, 12); /* 90 rows in batches of 8 */
+  assert_int_equal(a.staged, 2 * 11);
+  assert_int_equal(b.staged, 0);
+  assert_memory_equal(a.loss, b.loss, 2 * sizeof *a.loss);
+  assert_memory_equal(a.val_loss, b.val_loss, 2 * sizeof *a.val_loss);
+  assert_memory_equal(a.batch_loss, b.batch_loss, 24 * sizeof *a.batch_loss);
+  printf("ok: fit staged (%lld steps staged) == plain, bitwise; loss %.6g -> %.6g\n",
+         (long long)a.staged, a.loss[0], a.loss[1]);
+  kdc_rt_history_free(&a);
+  kdc_rt_history_free(&b);
+  free(model), free(plan);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_refused),
       cmocka_unit_test(test_gpu_matches_cpu),
       cmocka_unit_test(test_gpu_train_matches_cpu),
       cmocka_unit_test(test_fit_refused_cpu_runs),
+      cmocka_unit_test(test_graphs_match_plain),
+      cmocka_unit_test(test_tf32_close),
+      cmocka_unit_test(test_fit_staged_matches),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

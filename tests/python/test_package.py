@@ -196,3 +196,15 @@ def test_fit_progress(root, guide_plan, capsys):
     assert len(h.history["loss"]) == 2 and len(h.batch_loss) == 12 and h.params["steps"] == 6
     guide_plan.fit(x, y, epochs=1, batch_size=16, verbose=0)
     assert capsys.readouterr().out == ""
+
+
+def test_matmul_precision(root):
+    """compile's matmul_precision reaches the plan (METADATA, inspect); a
+    CPU plan accepts it; a bad value is refused (docs/gpu.md)."""
+    with kdc.compile(ex(root, "model.json"), batch_size=4, matmul_precision="tf32") as p:
+        text = p.describe()
+        assert '"matmul_precision": "tf32"' in text
+    with kdc.compile(ex(root, "model.json"), batch_size=4) as p:
+        assert "matmul_precision" not in p.describe()
+    with pytest.raises(kdc.KdcError, match="expected highest or tf32"):
+        kdc.compile(ex(root, "model.json"), batch_size=4, matmul_precision="fast")
