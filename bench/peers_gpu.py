@@ -55,6 +55,8 @@ def run_torch(compiled):
     torch.manual_seed(0)
     res["torch"] = torch.__version__
     dev = args.device
+    if dev == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("torch.cuda.is_available() is False")
     res["torch_device"] = torch.cuda.get_device_name(0) if dev == "cuda" else dev
     sync = torch.cuda.synchronize if dev == "cuda" else (lambda: None)
     key = "torch_compile" if compiled else "torch"
@@ -108,6 +110,8 @@ def run_jax():
     import jax.numpy as jnp
     res["jax"] = jax.__version__
     res["jax_devices"] = str(jax.devices())
+    if args.device == "cuda" and jax.devices()[0].platform != "gpu":
+        raise RuntimeError(f"JAX sees no GPU: {jax.devices()}")  # not a CPU figure labelled GPU
 
     def dense(k, i, o, bias=True):
         w = jax.random.normal(k, (i, o), jnp.float32) / math.sqrt(i)
