@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tests/gpu/device_check.sh BUNDLE [OUT_DIR] [--quick] [--no-peers] [--sm N] [--budget S]
+# tests/gpu/device_check.sh BUNDLE [OUT_DIR] [--quick] [--no-peers] [--sm N] [--budget S] [--keep]
 #
 # kdc's CUDA target checked on a GPU machine from the bundle alone
 # (docs/gpu.md, "Bundle"; installed as share/kdc/device_check.sh).  BUNDLE
@@ -26,30 +26,36 @@
 #                JAX jit at the same shapes (bench/peers_gpu.py), each under
 #                the time left of --budget (default 330 s)
 # One line per check: PASS name ... / FAIL name ... / SKIP name: why.
-# Figures: OUT_DIR/figures.json (and OUT_DIR/log.txt, everything printed).
+# Figures: OUT_DIR/figures.json (and OUT_DIR/log.txt, everything printed;
+# OUT_DIR/logs, each step's output).  Scratch in $TMPDIR (removed; --keep).
 # Exit 1 when any check FAILs.
 #   --quick     predictions of 6 examples, one fit, kdc timings and
 #               PyTorch eager only
 #   --no-peers  no PyTorch / JAX timings
+#   --keep      keep the scratch folder (plans, outputs) and say where
 set -u
 T0=$(date +%s)
-BUNDLE=""; OUT=""; QUICK=0; PEERS=1; SM=""; BUDGET=330
+BUNDLE=""; OUT=""; QUICK=0; PEERS=1; SM=""; BUDGET=330; KEEP=0
 while [ $# -gt 0 ]; do
   case $1 in
     --quick) QUICK=1 ;;
     --no-peers) PEERS=0 ;;
+    --keep) KEEP=1 ;;
     --sm) SM=$2; shift ;;
     --budget) BUDGET=$2; shift ;;
-    -h|--help) sed -n '2,32p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,35p' "$0"; exit 0 ;;
     -*) echo "device_check.sh: unknown option $1" >&2; exit 2 ;;
     *) if [ -z "$BUNDLE" ]; then BUNDLE=$1; elif [ -z "$OUT" ]; then OUT=$1; else echo "device_check.sh: extra argument $1" >&2; exit 2; fi ;;
   esac
   shift
 done
-[ -n "$BUNDLE" ] || { sed -n '2,32p' "$0"; exit 2; }
+[ -n "$BUNDLE" ] || { sed -n '2,35p' "$0"; exit 2; }
 OUT=${OUT:-$PWD/device-check-out}
 mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
-W=$OUT/work; rm -rf "$W"; mkdir -p "$W"/plans "$W"/res "$W"/data
+# the unpacked bundle, plans and outputs (~250 MB) go to a scratch folder;
+# OUT gets log.txt, figures.json and logs/ (the small per-check logs)
+W=$(mktemp -d "${TMPDIR:-/tmp}/kdc-device-check.XXXXXX"); mkdir -p "$W"/plans "$W"/res "$W"/data
+[ $KEEP = 1 ] || trap 'rm -rf "$W"' EXIT
 exec > >(tee "$OUT/log.txt") 2>&1
 FIG=$W/figures.tsv; : > "$FIG"
 fig() { printf '%s\t%s\n' "$1" "$2" >> "$FIG"; }
@@ -95,7 +101,16 @@ if [ -z "${KDC_LIBDEVICE:-}" ]; then
     [ -f "$f" ] && { export KDC_LIBDEVICE=$f; break; }
   done
   if [ -z "${KDC_LIBDEVICE:-}" ] && [ -n "$PY" ]; then  # jax's CUDA wheels bring nvidia-cuda-nvcc
-    f=$("$PY" -c "import nvidia, glob; print(next(iter(sorted(glob.glob(nvidia.__path__[0] + '/*/nvvm/libdevice/libdevice.10.bc'))), ''))" 2>/dev/null)
+    f=$("$PY" -c "
+import glob, sysconfig
+try:
+    import nvidia; roots = list(nvidia.__path__)
+except ImportError:
+    roots = []
+hits = [h for r in roots for h in sorted(glob.glob(r + '/*/nvvm/libdevice/libdevice.10.bc'))]
+if not hits:  # anywhere else in this python's packages (slower)
+    hits = sorted(glob.glob(sysconfig.get_paths()['purelib'] + '/**/libdevice.10.bc', recursive=True))
+print(hits[0] if hits else '')" 2>/dev/null)
     [ -n "$f" ] && export KDC_LIBDEVICE=$f
   fi
 fi
@@ -283,6 +298,8 @@ for k, v in json.load(sys.stdin).items(): print(f'{k}\t{json.dumps(v)}')" >> "$F
 fi
 
 fig total_s $(( $(date +%s) - T0 ))
+mkdir -p "$OUT/logs" && cp "$W"/res/*.log "$W"/res/*.json "$W"/res/*.err "$OUT/logs/" 2>/dev/null
+[ $KEEP = 1 ] && echo "work folder kept: $W"
 if [ -n "$PY" ]; then CMP json "$FIG" "$OUT/figures.json"; else cp "$FIG" "$OUT/figures.tsv"; fi
 echo "SUMMARY: $npass passed, $nfail failed, $nskip skipped in $(( $(date +%s) - T0 )) s; figures: $OUT/figures.json"
 [ $nfail = 0 ]
