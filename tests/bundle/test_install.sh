@@ -6,7 +6,8 @@
 # and runs the installed kdc from there, with no build directory on any
 # search path: the 2x4 mesh MNIST example (the guide's ModelParallel layout)
 # against its TF.js expected output, and a CUDA plan (the NVPTX backend
-# linked in; its run fails for want of a GPU here, exit 3).
+# linked in; its run fails for want of a GPU here, exit 3); then
+# device_check.sh's dry run from the installed tree.
 set -u
 B=$1; S=$2; CMAKE=$3
 T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
@@ -43,5 +44,15 @@ if run compile "$E/model.json" --weights "$E/weights.safetensors" --target cuda 
 else
   if grep -q "built without CUDA" log; then echo "SKIP CUDA plan: this kdc was built without CUDA"
   else cat log; echo "FAIL installed kdc: CUDA compile"; fail=1; fi
+fi
+# the device check's own plumbing, from the installed tree (CPU plans stand
+# in for CUDA plans: docs/gpu.md, "The device check")
+KDC_DEVICE_CHECK_DRYRUN=1 bash "$K/share/kdc/device_check.sh" "$K" "$T/dc" --quick --no-peers \
+  > "$T/dc.txt" 2>&1
+rc=$?
+if [ $rc = 0 ] && grep -q "^SUMMARY: [0-9]* passed, 0 failed" "$T/dc.txt" && [ -s "$T/dc/figures.json" ]; then
+  echo "PASS device_check.sh dry run: $(grep '^SUMMARY' "$T/dc.txt")"
+else
+  cat "$T/dc.txt"; echo "FAIL device_check.sh dry run: exit $rc"; fail=1
 fi
 exit $fail

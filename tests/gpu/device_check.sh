@@ -65,6 +65,11 @@ line() {  # line PASS|FAIL|SKIP text...
   echo "$*"
 }
 left() { echo $(( BUDGET - ($(date +%s) - T0) )); }
+verdict() {  # verdict NAME COMMAND...: the comparison's PASS/FAIL line (a crash is a FAIL)
+  local name=$1 out; shift
+  out=$("$@" 2>&1 | tail -1)
+  case $out in PASS\ *|FAIL\ *) line "${out%% *}" "$name ${out#* }" ;; *) line FAIL "$name: $out" ;; esac
+}
 
 # ---- the bundle
 if [ -f "$BUNDLE" ]; then
@@ -187,7 +192,7 @@ for n in "${examples[@]}"; do
   if [ "$(cat "$r.gpu.rc")" != 0 ]; then line FAIL "pred $n: CUDA run exit $(cat "$r.gpu.rc"): $(tail -2 "$r.gpu.log" | tr '\n' ' ')"; continue; fi
   for i in $(seq 0 $(( $(cat "$r.nout") - 1 ))); do
     if [ -z "$PY" ]; then line SKIP "pred $n.$i: no python3 with numpy to compare"; continue; fi
-    out=$(CMP pred "$r.gpu.$i.npy" "$r.cpu.$i.npy"); line ${out%% *} "pred $n.$i ${out#* }"
+    verdict "pred $n.$i" CMP pred "$r.gpu.$i.npy" "$r.cpu.$i.npy"
   done
 done
 fig pred_seconds $(( $(date +%s) - t ))
@@ -221,8 +226,8 @@ for f in "${fits[@]}"; do
   [ $ok = 1 ] || continue
   if [ -z "$GPU" ]; then line SKIP "fit $name: CPU fit ran, CUDA plan compiled; $why"; continue; fi
   if [ -z "$PY" ]; then line SKIP "fit $name: no python3 with numpy to compare"; continue; fi
-  out=$(CMP hist "$W/res/$name.cuda.hist.json" "$W/res/$name.cpu.hist.json"); line ${out%% *} "fit $name history ${out#* }"
-  out=$(CMP weights "$W/res/$name.cuda.safetensors" "$W/res/$name.cpu.safetensors"); line ${out%% *} "fit $name weights ${out#* }"
+  verdict "fit $name history" CMP hist "$W/res/$name.cuda.hist.json" "$W/res/$name.cpu.hist.json"
+  verdict "fit $name weights" CMP weights "$W/res/$name.cuda.safetensors" "$W/res/$name.cpu.safetensors"
 done
 
 # ---- 4. timings
@@ -239,6 +244,7 @@ else
   tm=("mnist_b128 $E/mnist_mlp/model.json 128" "big_b256 $W/data/big_mlp.json 256"
       "tblock512_b64 $W/data/transformer_512.json 64"
       "tblock512_b64_tf32 $W/data/transformer_512.json 64 --matmul-precision tf32")
+  [ -z "${CUDA[*]}" ] && tm=("${tm[0]}")  # the dry run: the plumbing, not CPU timings
   for m in "${tm[@]}"; do
     set -- $m; name=$1; model=$2; b=$3; shift 3
     t=$(date +%s%N)
