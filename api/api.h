@@ -14,6 +14,7 @@
 
 #include "kdc/kdc.h"
 #include "kdc/status.h"
+#include "ir/ir.h"
 #include "runtime/runtime.h"
 
 struct kdc_plan {
@@ -58,5 +59,42 @@ void kdc_api_shape_str(int rank, const int64_t *dims, char *buf, size_t n);
 
 /* A tensor info for the public API. */
 void kdc_api_info(const kdc_rt_tensor_info *t, kdc_tensor_info *out);
+
+/* auto_layout.c: `--layout auto` (docs/layout.md).  Searches LayoutMaps for
+ * |km| on |mesh| at |batch| (|train| NULL: predict only), scores each with
+ * passes/step_cost.c and fills |out|: the chosen layout.json text (NULL when
+ * DataParallel over every axis wins: no layout), its name and predicted step
+ * time, the METADATA "auto_layout" object and EXPLAIN blocks
+ * ("@@ auto_layout NAME").  Notes (the choice, the runner-up, what a memory
+ * limit gave up) go to |notes|.  No layout under the memory limit: a
+ * located error naming the smallest peak found. */
+struct kdc_keras_model;
+struct kdc_machine;
+typedef struct kdc_auto_options {
+  int64_t memory_limit;       /* bytes per device; 0: none */
+  bool objective_memory;      /* --objective memory (else time) */
+  const char *machine_path;   /* --machine FILE; NULL: kdc_machine_defaults */
+} kdc_auto_options;
+typedef struct kdc_auto_result {
+  char *name, *layout_text, *metadata, *explain;
+  double predicted_step_s;
+} kdc_auto_result;
+kdc_status kdc_api_auto_layout(const struct kdc_keras_model *km, const kdc_mesh *mesh,
+                               int64_t batch, const struct kdc_train_options *train,
+                               uint64_t seed, const kdc_auto_options *ao, FILE *notes,
+                               kdc_auto_result *out);
+void kdc_auto_result_free(kdc_auto_result *r);
+/* The predicted cost of |layout_text| (NULL: DataParallel) for |km|, as
+ * the search scores its candidates (bench/bench_auto.c). */
+struct kdc_step_cost;
+kdc_status kdc_api_layout_cost(const struct kdc_keras_model *km, const kdc_mesh *mesh,
+                               int64_t batch, const struct kdc_train_options *train,
+                               uint64_t seed, const char *machine_path, const char *layout_text,
+                               struct kdc_step_cost *out);
+/* A machine description file (JSON; docs/sharding.md "Cost model") over the
+ * defaults; |path| NULL: the defaults. */
+kdc_status kdc_api_machine_load(const char *path, struct kdc_machine *mc);
+/* "512MiB", "2GB", "1000000" -> bytes; errors name |flag|. */
+kdc_status kdc_api_parse_size(const char *flag, const char *s, int64_t *out);
 
 #endif

@@ -31,6 +31,11 @@ typedef struct compile_ctx {
 } compile_ctx;
 
 
+/* `--layout auto`: kdc chooses the layout (api/auto_layout.c). */
+static bool layout_auto(const kdc_compile_options *o) {
+  return o->layout_path && !o->layout_text && !strcmp(o->layout_path, "auto");
+}
+
 /* Mesh and layout: parsed and checked before the model is even read, so a
  * bad mesh string or layout rule fails fast with its own location. */
 static kdc_status distribution(const kdc_compile_options *o, kdc_mesh *mesh,
@@ -39,6 +44,8 @@ static kdc_status distribution(const kdc_compile_options *o, kdc_mesh *mesh,
   *layout = NULL;
   if (!o->mesh) return NULL;
   KDC_RETURN_IF_ERROR(kdc_mesh_parse(o->mesh, o->axes, mesh));
+  if (layout_auto(o))
+    return NULL;
   if (o->layout_text)
     KDC_RETURN_IF_ERROR(kdc_layout_parse(o->layout_text, o->layout_text_len,
                                          o->layout_path ? o->layout_path : "layout.json", layout));
@@ -373,9 +380,41 @@ static kdc_status check_options(const kdc_compile_options *o) {
                    o->matmul_precision);
   if (o->layout_match && !o->layout_path && !o->layout_text)
     return KDC_ERR(KDC_INVALID_INPUT, "compile: --layout-match needs --layout");
+  const char *auto_flag = o->memory_per_device ? "--memory-per-device" : o->objective ? "--objective"
+                         : o->write_layout_path ? "--write-layout" : o->machine_path ? "--machine"
+                         : NULL;
+  if (auto_flag && !layout_auto(o))
+    return KDC_ERR(KDC_INVALID_INPUT, "compile: %s needs --layout auto", auto_flag);
+  if (layout_auto(o) && o->layout_match)
+    return KDC_ERR(KDC_INVALID_INPUT, "compile: --layout-match does not apply to --layout auto "
+                   "(its rules are exact names and fullmatch regexes)");
+  if (o->objective && strcmp(o->objective, "time") && strcmp(o->objective, "memory"))
+    return KDC_ERR(KDC_INVALID_INPUT, "--objective \"%s\": expected time or memory", o->objective);
   if (o->learning_rate < 0 || !isfinite(o->learning_rate))
     return KDC_ERR(KDC_INVALID_INPUT, "--learning-rate \"%g\": expected a positive finite number",
                    o->learning_rate);
+  return NULL;
+}
+
+/* `--layout auto`: the search (api/auto_layout.c), then the chosen layout
+ * parsed like a user's and written to --write-layout. */
+static kdc_status choose_layout(compile_ctx *c, const kdc_keras_model *km, const kdc_mesh *mesh,
+                                int64_t batch, const kdc_train_options *train,
+                                kdc_layout **layout, kdc_auto_result *chosen) {
+  const kdc_compile_options *o = c->o;
+  kdc_auto_options ao = {0, o->objective && !strcmp(o->objective, "memory"), o->machine_path};
+  if (o->memory_per_device)
+    KDC_RETURN_IF_ERROR(kdc_api_parse_size("--memory-per-device", o->memory_per_device,
+                                           &ao.memory_limit));
+  KDC_RETURN_IF_ERROR(kdc_api_auto_layout(km, mesh, batch, train, o->seed, &ao, c->warnings, chosen));
+  if (chosen->layout_text) {
+    KDC_RETURN_IF_ERROR(kdc_layout_parse(chosen->layout_text, strlen(chosen->layout_text),
+                                         "layout auto", layout));
+    KDC_RETURN_IF_ERROR(kdc_layout_check(*layout, mesh));
+  }
+  if (o->write_layout_path && chosen->layout_text)
+    return kdc_file_write_atomic(o->write_layout_path, chosen->layout_text,
+                                 strlen(chosen->layout_text));
   return NULL;
 }
 
@@ -387,6 +426,8 @@ static kdc_status compile_module(compile_ctx *c, const char *out) {
   kdc_mesh mesh;
   kdc_train_options train;
   explain_capture explain = {NULL, 0};
+  kdc_auto_result chosen;
+  memset(&chosen, 0, sizeof chosen);
   kdc_status st = distribution(o, &mesh, &layout);
   bool train_on = o->loss != NULL;
   if (!st && o->loss) st = training(c, &train);
@@ -405,14 +446,16 @@ static kdc_status compile_module(compile_ctx *c, const char *out) {
                           "to %lld, but --batch %lld was given (drop --batch, or save the model "
                           "with a batch_shape of None)", (long long)fixed, (long long)o->batch);
   if (fixed >= 0) batch = fixed;
+  if (train_on) train.no_shard_update = o->no_shard_update;
+  if (!st && layout_auto(o)) st = choose_layout(c, km, &mesh, batch, train_on ? &train : NULL,
+                                                &layout, &chosen);
   if (!st) {
     kdc_lower_options lo = {.batch = batch, .mesh = o->mesh ? &mesh : NULL, .layout = layout,
                             .train_forward = train_on, .dropout_seed = o->seed,
-                            .output_masks = train_on};
+                            .output_masks = train_on, .warnings = c->warnings};
     st = kdc_frontend_lower(km, &lo, &mod);
   }
   if (!st && train_on) st = check_output_names(c, mod, &train);
-  if (train_on) train.no_shard_update = o->no_shard_update;
   if (!st && layout) kdc_layout_report_unmatched(layout, c->warnings);
   if (!st && o->random_init) st = kdc_frontend_init_weights(km, mod, o->seed);
   else if (!st) st = kdc_frontend_bind_weights(km, mod, o->weights_path, o->seed);
@@ -422,6 +465,7 @@ static kdc_status compile_module(compile_ctx *c, const char *out) {
     po.dump_dir = o->dump_ir_dir;
     po.print_after_all = o->print_ir_after_all ? stderr : NULL;
     po.warnings = c->warnings;
+    po.cuda = o->target && !strcmp(o->target, "cuda");
     po.train = train_on ? &train : NULL;
     po.after_pass = capture_explain;
     po.after_pass_user = &explain;
@@ -434,7 +478,13 @@ static kdc_status compile_module(compile_ctx *c, const char *out) {
   if (!st) {
     kdc_codegen_options co;
     memset(&co, 0, sizeof co);
+    char *ex = NULL;
+    if (chosen.explain && asprintf(&ex, "%s%s", explain.text ? explain.text : "", chosen.explain) >= 0) {
+      free(explain.text);
+      explain.text = ex;
+    }
     co.explain = explain.text;
+    co.metadata_auto = chosen.metadata;
     char *opt_json = train_on ? optimizer_json(&train) : NULL;
     keras = kdc_frontend_keras_section(km, opt_json);
     free(opt_json);
@@ -452,6 +502,7 @@ static kdc_status compile_module(compile_ctx *c, const char *out) {
   kdc_frontend_free(km);
   kdc_layout_free(layout);
   free(explain.text);
+  kdc_auto_result_free(&chosen);
   return st;
 }
 

@@ -19,6 +19,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "bench_compile.h"
 #include "bench_util.h"
 #include "codegen/codegen.h"
 #include "passes/passes.h"
@@ -33,32 +34,8 @@ static void die(kdc_status st) {
 }
 
 static kdc_rt_plan *plan_for(int64_t n, int threads) {
-  kdc_module *m = kdc_ir_module_create("allreduce");
-  m->mesh.naxes = 1;
-  strcpy(m->mesh.names[0], "x");
-  m->mesh.sizes[0] = DEVICES;
-  kdc_func *f = kdc_ir_func_create(m, "predict");
-  kdc_type t = kdc_type_make(KDC_DTYPE_F32, 1, &n);
-  kdc_value_id x = kdc_ir_parameter(f, KDC_PARAM_INPUT, "x", &t);
-  kdc_attrs a;
-  memset(&a, 0, sizeof a);
-  a.coll.naxes = 1;
-  kdc_value_id y = kdc_ir_append(f, KDC_OP_ALL_REDUCE, &t, 1, &x, &a);
-  kdc_ir_add_result(f, y, "y");
-  die(kdc_ir_verify_module(m));
-  die(kdc_pass_fuse(m, NULL));
-  die(kdc_pass_plan_memory(m, NULL));
-  char path[] = "/tmp/kdc_bench_coll_XXXXXX";
-  int fd = mkstemp(path);
-  if (fd < 0) die(KDC_ERR(KDC_IO_ERROR, "mkstemp"));
-  close(fd);
-  die(kdc_codegen_cpu_plan(m, NULL, path));
-  kdc_rt_plan *p;
   kdc_rt_options ro = {.n_threads = threads};
-  die(kdc_rt_plan_load_with(path, &ro, &p));
-  unlink(path);
-  kdc_ir_module_destroy(m);
-  return p;
+  return bench_allreduce_plan("bench_collectives", DEVICES, n, &ro);
 }
 
 typedef struct ctx {

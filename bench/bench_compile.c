@@ -9,6 +9,8 @@
 #include "codegen/codegen.h"
 #include "frontend/frontend.h"
 #include "frontend/layout.h"
+#include "runtime/runtime.h"
+#include <unistd.h>
 
 static void check(const char *who, kdc_status st) {
   if (!st) return;
@@ -45,4 +47,41 @@ double bench_compile(const char *who, const bench_compile_opts *o, const char *o
   kdc_frontend_free(km);
   kdc_layout_free(l);
   return bench_now() - t0;
+}
+
+struct kdc_rt_plan *bench_allreduce_plan(const char *who, int devices, int64_t n,
+                                         const struct kdc_rt_options *ro) {
+  return bench_collective_plan(who, devices, n, false, ro);
+}
+
+struct kdc_rt_plan *bench_collective_plan(const char *who, int devices, int64_t n, bool gather,
+                                          const struct kdc_rt_options *ro) {
+  kdc_module *m = kdc_ir_module_create("allreduce");
+  m->mesh.naxes = 1;
+  strcpy(m->mesh.names[0], "x");
+  m->mesh.sizes[0] = devices;
+  kdc_func *f = kdc_ir_func_create(m, "predict");
+  kdc_type t = kdc_type_make(KDC_DTYPE_F32, 1, &n);
+  kdc_value_id x = kdc_ir_parameter(f, KDC_PARAM_INPUT, "x", &t);
+  kdc_attrs a;
+  memset(&a, 0, sizeof a);
+  a.coll.naxes = 1;
+  int64_t ng = n * devices;
+  kdc_type tg = kdc_type_make(KDC_DTYPE_F32, 1, &ng);
+  kdc_value_id y = kdc_ir_append(f, gather ? KDC_OP_ALL_GATHER : KDC_OP_ALL_REDUCE,
+                                 gather ? &tg : &t, 1, &x, &a);
+  kdc_ir_add_result(f, y, "y");
+  check(who, kdc_ir_verify_module(m));
+  check(who, kdc_pass_fuse(m, NULL));
+  check(who, kdc_pass_plan_memory(m, NULL));
+  char path[] = "/tmp/kdc_bench_coll_XXXXXX";
+  int fd = mkstemp(path);
+  if (fd < 0) check(who, KDC_ERR(KDC_IO_ERROR, "mkstemp"));
+  close(fd);
+  check(who, kdc_codegen_cpu_plan(m, NULL, path));
+  kdc_rt_plan *p;
+  check(who, kdc_rt_plan_load_with(path, ro, &p));
+  unlink(path);
+  kdc_ir_module_destroy(m);
+  return p;
 }

@@ -22,4 +22,15 @@ typedef struct bench_compile_opts {
  * error is printed with |who| and exits 1 (benchmarks have no recovery). */
 double bench_compile(const char *who, const bench_compile_opts *o, const char *out);
 
+/* A plan whose only step is all_reduce (|gather| false) or all_gather on
+ * dim 0 over a mesh x=|devices| of |n| f32 per device, loaded with |ro| (the
+ * `cpu` virtual devices on n_threads, or a process of a job; run it with
+ * kdc_rt_plan_run_local). */
+struct kdc_rt_plan;
+struct kdc_rt_options;
+struct kdc_rt_plan *bench_allreduce_plan(const char *who, int devices, int64_t n,
+                                         const struct kdc_rt_options *ro);
+struct kdc_rt_plan *bench_collective_plan(const char *who, int devices, int64_t n, bool gather,
+                                          const struct kdc_rt_options *ro);
+
 #endif

@@ -6,7 +6,9 @@
     conv2 and the depthwise conv follow conv2's width);
   lstm_128: examples/lstm_text scaled to sequences of 50 token ids from a
     vocabulary of 1000, Embedding 64, LSTM 128 (sequences) then LSTM 64,
-    a 3-class softmax head (int32 token ids in).
+    a 3-class softmax head (int32 token ids in);
+  transformer_512_bf16: transformer_512 with the mixed_bfloat16 policy
+    (float32 head).
 Layer shapes recorded in the JSON (build_config, the sizes of inbound tensor
 shapes) are dropped: kdc and Keras infer them from the input.
 usage: big_models.py SRC_DIR OUT_DIR   (SRC_DIR = the repository's examples/)"""
@@ -44,6 +46,15 @@ layer(m, "ffn2")["units"] = 512
 layer(m, "head")["units"] = 10
 strip(m)
 json.dump(m, open(os.path.join(out, "transformer_512.json"), "w"))
+# the same under keras.mixed_precision.set_global_policy("mixed_bfloat16"):
+# every layer but the input carries the policy, the head is float32 (as
+# Keras' mixed-precision guide builds it; docs/frontend.md "Dtype policies")
+for l in m["config"]["layers"]:
+    if l["class_name"] != "InputLayer":
+        l["config"]["dtype"] = {"module": "keras", "class_name": "DTypePolicy",
+                                "config": {"name": "float32" if l["config"].get("name") == "head"
+                                           else "mixed_bfloat16"}, "registered_name": None}
+json.dump(m, open(os.path.join(out, "transformer_512_bf16.json"), "w"))
 
 m = json.load(open(os.path.join(src, "small_cnn", "model.json")))
 layer(m, "input_layer")["batch_shape"] = [None, 64, 64, 3]

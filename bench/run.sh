@@ -38,6 +38,11 @@ OPENBLAS_CORETYPE=$core /usr/bin/python3 bench/torch_train.py "$(nproc)"
 # CNN on 64x64 images, forward and training step.
 python3 bench/big_models.py examples build-bench
 ./build-bench/bench/bench_models build-bench
+# --layout auto (issue 20): the cost model calibrated here, the 64-layer
+# search time, and auto vs DataParallel vs the hand layouts, predicted and
+# measured (docs/sharding.md "Cost model"); needs big_mlp.json and
+# big_models.py's files in build-bench.
+./build-bench/bench/bench_auto build-bench
 # Processes (loopback): all_reduce between 2 processes under mpirun and over
 # TCP (bench_mpi.sh, when MPI is built), and the MNIST MLP training step on
 # 2 processes (kdc under mpirun, kdc over TCP) against PyTorch DDP with gloo

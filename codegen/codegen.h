@@ -61,6 +61,7 @@ typedef struct kdc_codegen_options {
                                 tensors of a checkpoint, `kdc compile --weights`): the
                                 TRAIN_STATE section; NULL = none (state starts at zero) */
   size_t train_state_size;
+  const char *metadata_auto; /* METADATA "auto_layout": a JSON object (--layout auto); NULL = none */
 } kdc_codegen_options;
 
 /* Compiles every selected function of |m| (fused and memory-planned) into
@@ -113,7 +114,7 @@ typedef struct cg_plan {
   LLVMContextRef ctx;
   LLVMModuleRef mod;
   LLVMBuilderRef b;
-  LLVMTypeRef f32, i1, i8, i32, i64, ptr, void_t;
+  LLVMTypeRef f32, i1, i8, i16, i32, i64, half, ptr, void_t;
   kdc_arena *a;               /* program arrays and names */
   kdc_program prog;           /* kernels, funcs (weights kept below) */
   size_t cap_kernels, cap_funcs;
@@ -255,6 +256,11 @@ LLVMValueRef cg_window_emit(cg_window_io *io, kdc_status *st);
 
 LLVMTypeRef cg_reg_type(cg_plan *P, kdc_dtype d);  /* i1 for bool */
 LLVMTypeRef cg_mem_type(cg_plan *P, kdc_dtype d);  /* i8 for bool */
+/* bf16/f16 storage <-> the f32 register (identities for other dtypes), and
+ * the round trip: |v| rounded to |d| as the interpreter stores it. */
+LLVMValueRef cg_widen(cg_plan *P, kdc_dtype d, LLVMValueRef v);
+LLVMValueRef cg_narrow(cg_plan *P, kdc_dtype d, LLVMValueRef v);
+LLVMValueRef cg_round(cg_plan *P, kdc_dtype d, LLVMValueRef v);
 /* |nd|'s elementwise op over already-emitted operand values. */
 kdc_status cg_emit_elementwise(cg_plan *P, const kdc_func *f, const kdc_node *nd,
                                LLVMValueRef *in, LLVMValueRef *out);

@@ -1,6 +1,9 @@
 /*
  * codegen/elementwise.c: the scalar meaning of every elementwise op, as LLVM
- * IR over register values (f32 = float, i32, i64, bool = i1).
+ * IR over register values (f32 = float, i32, i64, bool = i1; bf16 and f16
+ * are held as f32 in registers: loads widen, stores narrow, and every value
+ * a bf16/f16 node computes is rounded to its type (cg_round), as the
+ * interpreter stores it).
  *
  * The semantics are the reference interpreter's, bit for bit where the
  * hardware allows (ir/interp.c, file comment): f32 math in float without
@@ -27,7 +30,9 @@
 
 LLVMTypeRef cg_reg_type(cg_plan *P, kdc_dtype d) {
   switch (d) {
-  case KDC_DTYPE_F32: return P->f32;
+  case KDC_DTYPE_F32:
+  case KDC_DTYPE_BF16:
+  case KDC_DTYPE_F16: return P->f32;
   case KDC_DTYPE_I32: return P->i32;
   case KDC_DTYPE_I64: return P->i64;
   case KDC_DTYPE_BOOL: return P->i1;
@@ -36,7 +41,39 @@ LLVMTypeRef cg_reg_type(cg_plan *P, kdc_dtype d) {
 }
 
 LLVMTypeRef cg_mem_type(cg_plan *P, kdc_dtype d) {
+  if (d == KDC_DTYPE_BF16) return P->i16;
+  if (d == KDC_DTYPE_F16) return P->half;
   return d == KDC_DTYPE_BOOL ? P->i8 : cg_reg_type(P, d);
+}
+
+/* bf16 <-> f32 by integer operations, bit for bit kdc_f32_to_bf16 (common/
+ * dtype.c): x + 0x7fff + lowest kept bit, cut; NaN cut with the quiet bit.
+ * f16 through LLVM's fptrunc/fpext (F16C on x86, cvt.rn.f16.f32 on PTX),
+ * round to nearest even like kdc_f32_to_f16. */
+LLVMValueRef cg_widen(cg_plan *P, kdc_dtype d, LLVMValueRef v) {
+  if (d == KDC_DTYPE_F16) return LLVMBuildFPExt(P->b, v, P->f32, "");
+  if (d != KDC_DTYPE_BF16) return v;
+  LLVMValueRef w = LLVMBuildShl(P->b, LLVMBuildZExt(P->b, v, P->i32, ""),
+                                LLVMConstInt(P->i32, 16, 0), "");
+  return LLVMBuildBitCast(P->b, w, P->f32, "");
+}
+
+LLVMValueRef cg_narrow(cg_plan *P, kdc_dtype d, LLVMValueRef v) {
+  LLVMBuilderRef B = P->b;
+  if (d == KDC_DTYPE_F16) return LLVMBuildFPTrunc(B, v, P->half, "");
+  if (d != KDC_DTYPE_BF16) return v;
+  LLVMValueRef b = LLVMBuildBitCast(B, v, P->i32, "");
+  LLVMValueRef hi = LLVMBuildLShr(B, b, LLVMConstInt(P->i32, 16, 0), "");
+  LLVMValueRef lsb = LLVMBuildAnd(B, hi, LLVMConstInt(P->i32, 1, 0), "");
+  LLVMValueRef r = LLVMBuildAdd(B, LLVMBuildAdd(B, b, LLVMConstInt(P->i32, 0x7fff, 0), ""), lsb, "");
+  r = LLVMBuildLShr(B, r, LLVMConstInt(P->i32, 16, 0), "");
+  LLVMValueRef nan = LLVMBuildOr(B, hi, LLVMConstInt(P->i32, 0x40, 0), "");
+  LLVMValueRef isnan = LLVMBuildFCmp(B, LLVMRealUNO, v, v, "");
+  return LLVMBuildTrunc(B, LLVMBuildSelect(B, isnan, nan, r, ""), P->i16, "");
+}
+
+LLVMValueRef cg_round(cg_plan *P, kdc_dtype d, LLVMValueRef v) {
+  return kdc_dtype_is_half(d) ? cg_widen(P, d, cg_narrow(P, d, v)) : v;
 }
 
 LLVMValueRef cg_const_scalar(cg_plan *P, kdc_dtype d, const void *p) {
@@ -57,6 +94,8 @@ LLVMValueRef cg_const_scalar(cg_plan *P, kdc_dtype d, const void *p) {
     return LLVMConstInt(P->i64, (unsigned long long)x, 1);
   }
   case KDC_DTYPE_BOOL: return LLVMConstInt(P->i1, *(const uint8_t *)p != 0, 0);
+  case KDC_DTYPE_BF16:
+  case KDC_DTYPE_F16: return LLVMConstReal(P->f32, (double)kdc_float_load(p, d, 0));
   default: kdc_unreachable();
   }
 }
@@ -199,7 +238,7 @@ static LLVMValueRef binary_int(cg_plan *P, kdc_op op, LLVMTypeRef t, LLVMValueRe
 
 LLVMValueRef cg_emit_binop(cg_plan *P, kdc_op op, kdc_dtype d, LLVMValueRef a, LLVMValueRef b) {
   LLVMBuilderRef B = P->b;
-  if (d == KDC_DTYPE_F32) {
+  if (kdc_dtype_is_float(d)) {
     switch (op) {
     case KDC_OP_ADD: return LLVMBuildFAdd(B, a, b, "");
     case KDC_OP_SUB: return LLVMBuildFSub(B, a, b, "");
@@ -226,22 +265,23 @@ static LLVMValueRef compare(cg_plan *P, kdc_cmp c, kdc_dtype d, LLVMValueRef a, 
                                         LLVMIntSLE, LLVMIntSGT, LLVMIntSGE};
   static const LLVMIntPredicate up[] = {LLVMIntEQ, LLVMIntNE, LLVMIntULT,
                                         LLVMIntULE, LLVMIntUGT, LLVMIntUGE};
-  if (d == KDC_DTYPE_F32) return LLVMBuildFCmp(P->b, fp[c], a, b, "");
+  if (kdc_dtype_is_float(d)) return LLVMBuildFCmp(P->b, fp[c], a, b, "");
   return LLVMBuildICmp(P->b, d == KDC_DTYPE_BOOL ? up[c] : ip[c], a, b, "");
 }
 
 static LLVMValueRef convert(cg_plan *P, kdc_dtype from, kdc_dtype to, LLVMValueRef x) {
   LLVMBuilderRef B = P->b;
   LLVMTypeRef tt = cg_reg_type(P, to);
-  if (from == to) return x;
+  bool ff = kdc_dtype_is_float(from), tf = kdc_dtype_is_float(to);
+  if (from == to || (ff && tf)) return x; /* registers are f32; emit() rounds the result */
   if (to == KDC_DTYPE_BOOL) {
-    if (from == KDC_DTYPE_F32) return LLVMBuildFCmp(B, LLVMRealUNE, x, fconst(P, 0), "");
+    if (ff) return LLVMBuildFCmp(B, LLVMRealUNE, x, fconst(P, 0), "");
     return LLVMBuildICmp(B, LLVMIntNE, x, LLVMConstInt(LLVMTypeOf(x), 0, 0), "");
   }
   if (from == KDC_DTYPE_BOOL)
-    return to == KDC_DTYPE_F32 ? LLVMBuildUIToFP(B, x, tt, "") : LLVMBuildZExt(B, x, tt, "");
-  if (from == KDC_DTYPE_F32) return intr2(P, "llvm.fptosi.sat", tt, P->f32, x);
-  if (to == KDC_DTYPE_F32) return LLVMBuildSIToFP(B, x, tt, "");
+    return tf ? LLVMBuildUIToFP(B, x, tt, "") : LLVMBuildZExt(B, x, tt, "");
+  if (ff) return intr2(P, "llvm.fptosi.sat", tt, P->f32, x);
+  if (tf) return LLVMBuildSIToFP(B, x, tt, "");
   return LLVMBuildIntCast2(B, x, tt, 1, "");  /* sext or wrapping trunc */
 }
 
@@ -253,7 +293,7 @@ kdc_status cg_emit_elementwise(cg_plan *P, const kdc_func *f, const kdc_node *nd
   else if (nd->op == KDC_OP_CONVERT) r = convert(P, xd, nd->type.dtype, in[0]);
   else if (nd->op == KDC_OP_COMPARE) r = compare(P, nd->attr.cmp, xd, in[0], in[1]);
   else if (nd->n_in == 2) r = cg_emit_binop(P, nd->op, xd, in[0], in[1]);
-  else if (xd == KDC_DTYPE_F32) r = unary_f32(P, nd->op, in[0]);
+  else if (kdc_dtype_is_float(xd)) r = unary_f32(P, nd->op, in[0]);
   else if (xd == KDC_DTYPE_BOOL) {
     LLVMValueRef w = unary_int(P, nd->op, P->i64, LLVMBuildZExt(P->b, in[0], P->i64, ""), true);
     if (w) r = LLVMBuildICmp(P->b, LLVMIntNE, w, LLVMConstInt(P->i64, 0, 0), "");
@@ -270,6 +310,8 @@ kdc_status cg_emit_elementwise(cg_plan *P, const kdc_func *f, const kdc_node *nd
 LLVMValueRef cg_reduce_init(cg_plan *P, kdc_reduce_kind kind, kdc_dtype d) {
   switch (d) {
   case KDC_DTYPE_F32:
+  case KDC_DTYPE_BF16:
+  case KDC_DTYPE_F16:
     return fconst(P, kind == KDC_RED_SUM ? 0.0 : kind == KDC_RED_PROD ? 1.0
                      : kind == KDC_RED_MAX ? -INFINITY : INFINITY);
   case KDC_DTYPE_I32:
@@ -294,7 +336,7 @@ LLVMValueRef cg_reduce_step(cg_plan *P, kdc_reduce_kind kind, kdc_dtype d, LLVMV
     return kind == KDC_RED_PROD || kind == KDC_RED_MIN ? LLVMBuildAnd(P->b, acc, x, "")
                                                        : LLVMBuildOr(P->b, acc, x, "");
   /* integers: the interpreter keeps the accumulator on a tie (v > acc). */
-  if (d != KDC_DTYPE_F32 && (kind == KDC_RED_MAX || kind == KDC_RED_MIN))
+  if (!kdc_dtype_is_float(d) && (kind == KDC_RED_MAX || kind == KDC_RED_MIN))
     return cg_emit_binop(P, ops[kind], d, x, acc);
   return cg_emit_binop(P, ops[kind], d, acc, x);
 }

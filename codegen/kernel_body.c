@@ -113,7 +113,7 @@ static LLVMValueRef load_elem(emitter *E, LLVMValueRef p, kdc_dtype d, LLVMValue
   LLVMValueRef v = LLVMBuildLoad2(E->b, mt, g, "");
   LLVMSetAlignment(v, (unsigned)kdc_dtype_size(d));
   if (d == KDC_DTYPE_BOOL) v = LLVMBuildICmp(E->b, LLVMIntNE, v, LLVMConstInt(E->P->i8, 0, 0), "");
-  return v;
+  return cg_widen(E->P, d, v);
 }
 
 /* The global holding dense constant |v|, created on first use. */
@@ -460,7 +460,7 @@ static LLVMValueRef emit_member(emitter *E, kdc_value_id v, ix *x, kdc_status *s
   case KDC_OP_IOTA: {
     multi_of(E, x);
     LLVMValueRef i = x->m[nd->attr.dim];
-    if (nd->type.dtype == KDC_DTYPE_F32) return LLVMBuildSIToFP(B, i, E->P->f32, "");
+    if (kdc_dtype_is_float(nd->type.dtype)) return LLVMBuildSIToFP(B, i, E->P->f32, "");
     return LLVMBuildIntCast2(B, i, cg_reg_type(E->P, nd->type.dtype), 1, "");
   }
   case KDC_OP_BROADCAST:
@@ -539,6 +539,12 @@ static LLVMValueRef emit(emitter *E, kdc_value_id v, ix *x, kdc_status *st) {
   else if (!is_member(E, v)) r = emit_external(E, v, x, st);
   else r = emit_member(E, v, x, st);
   if (!r) return NULL;
+  /* a bf16/f16 value is rounded where it is computed (data movement only
+   * moves values that are rounded already) */
+  if (kdc_dtype_is_half(nd->type.dtype) && nd->op != KDC_OP_CONSTANT && is_member(E, v) &&
+      !(kdc_op_flags(nd->op) & OPF_SHAPE) && nd->op != KDC_OP_SHARDING_CONSTRAINT &&
+      nd->op != KDC_OP_SHARD_SLICE && nd->op != KDC_OP_BROADCAST)
+    r = cg_round(E->P, nd->type.dtype, r);
   KDC_GROW(E->memo, E->cap_memo, E->n_memo + 1);
   E->memo[E->n_memo++] = (memo){v, x->id, r};
   return r;
@@ -553,6 +559,7 @@ int cg_kernel_column_reduce(const cg_kernel *k) {
   const kdc_type *xt = &k->f->nodes[nd->in[0]].type;
   int p = nd->attr.reduce.dims.n;
   if (p < 1 || p >= xt->rank || kdc_type_numel(xt) <= 0) return 0;
+  if (kdc_dtype_is_half(nd->type.dtype)) return 0; /* accumulates in memory: f32 only */
   for (int i = 0; i < p; i++)
     if (nd->attr.reduce.dims.v[i] != i) return 0;
   return p;
@@ -681,7 +688,8 @@ static kdc_status body_emit(cg_plan *P, const cg_kernel *k, const char *name, in
   LLVMValueRef lin = lin_of(&E, &out);
   for (uint32_t j = 0; j <= k->n_extra; j++) {
     LLVMTypeRef mt = cg_mem_type(P, dts[j]);
-    LLVMValueRef v = dts[j] == KDC_DTYPE_BOOL ? LLVMBuildZExt(P->b, vals[j], P->i8, "") : vals[j];
+    LLVMValueRef v = dts[j] == KDC_DTYPE_BOOL ? LLVMBuildZExt(P->b, vals[j], P->i8, "")
+                                              : cg_narrow(P, dts[j], vals[j]);
     LLVMValueRef s = LLVMBuildStore(P->b, v, LLVMBuildInBoundsGEP2(P->b, mt, args[j], &lin, 1, ""));
     LLVMSetAlignment(s, (unsigned)kdc_dtype_size(dts[j]));
   }
@@ -792,6 +800,9 @@ int cg_kernel_reduce_split(const cg_kernel *k, bool *leading) {
   if (k->transpose || k->n_extra) return 0;
   const kdc_node *nd = &k->f->nodes[k->root];
   if (nd->op != KDC_OP_REDUCE) return 0;
+  /* bf16/f16: the element form (its partials and trees hold the storage
+   * type, which would round every partial sum; the interpreter rounds once) */
+  if (kdc_dtype_is_half(nd->type.dtype)) return 0;
   const kdc_type *xt = &k->f->nodes[nd->in[0]].type;
   int n = nd->attr.reduce.dims.n;
   if (n < 1 || n >= xt->rank || kdc_type_numel(xt) <= 0) return 0;

@@ -61,6 +61,8 @@ kdc_io_dtype cg_io_dtype(kdc_dtype d) {
   case KDC_DTYPE_I32: return KDC_IO_DTYPE_I32;
   case KDC_DTYPE_I64: return KDC_IO_DTYPE_I64;
   case KDC_DTYPE_BOOL: return KDC_IO_DTYPE_BOOL;
+  case KDC_DTYPE_BF16: return KDC_IO_DTYPE_BF16;
+  case KDC_DTYPE_F16: return KDC_IO_DTYPE_F16;
   default: kdc_unreachable();
   }
 }
@@ -364,6 +366,7 @@ static kdc_status lower_gemm(lowerer *L, kdc_value_id v) {
   memset(&s, 0, sizeof s);
   s.kind = KDC_STEP_GEMM;
   kdc_prog_gemm_step *G = &s.gemm;
+  G->dtype = cg_io_dtype(nd->type.dtype);
   KDC_RETURN_IF_ERROR(loc_of(L, nd->in[0], &G->a));
   KDC_RETURN_IF_ERROR(loc_of(L, nd->in[1], &G->b));
   G->c = L->loc[v];
@@ -397,11 +400,15 @@ static kdc_status lower_collective(lowerer *L, kdc_value_id v) {
   return NULL;
 }
 
-static bool is_gemm(const kdc_func *f, kdc_value_id v) {
+/* f32 dots; bf16/f16 ones too in a CUDA plan (cublasGemmEx, f32
+ * accumulation); a CPU plan runs them as kernels (passes/widen_dots.c makes
+ * them f32 GEMMs in the compile pipeline). */
+static bool is_gemm(const cg_plan *P, const kdc_func *f, kdc_value_id v) {
   const kdc_node *nd = &f->nodes[v];
-  return nd->op == KDC_OP_DOT && nd->group < 0 && nd->type.dtype == KDC_DTYPE_F32 &&
-         f->nodes[nd->in[0]].type.dtype == KDC_DTYPE_F32 &&
-         f->nodes[nd->in[1]].type.dtype == KDC_DTYPE_F32;
+  kdc_dtype d = nd->type.dtype;
+  bool ok = d == KDC_DTYPE_F32 || (kdc_dtype_is_half(d) && P->cuda_sm > 0);
+  return nd->op == KDC_OP_DOT && nd->group < 0 && ok && f->nodes[nd->in[0]].type.dtype == d &&
+         f->nodes[nd->in[1]].type.dtype == d;
 }
 
 static kdc_status lower_func(cg_plan *P, const kdc_func *f, uint64_t base, kdc_prog_func *pf,
@@ -499,7 +506,7 @@ static kdc_status lower_func(cg_plan *P, const kdc_func *f, uint64_t base, kdc_p
   kdc_status st = bind(&L, pf);
   for (kdc_value_id v = 0; v < L.n && !st; v++) {
     if (L.kind[v] != SK_STORED || L.root[v] != v) continue;
-    st = is_gemm(f, v)                      ? lower_gemm(&L, v)
+    st = is_gemm(P, f, v)                   ? lower_gemm(&L, v)
          : f->nodes[v].op == KDC_OP_SCAN    ? lower_scan(&L, v)
          : cg_is_collective(f->nodes[v].op) ? lower_collective(&L, v)
                                             : lower_kernel(&L, v);

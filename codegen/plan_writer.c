@@ -34,6 +34,8 @@ static void plan_init(cg_plan *P, const kdc_module *m) {
   P->f32 = LLVMFloatTypeInContext(P->ctx);
   P->i1 = LLVMInt1TypeInContext(P->ctx);
   P->i8 = LLVMInt8TypeInContext(P->ctx);
+  P->i16 = LLVMInt16TypeInContext(P->ctx);
+  P->half = LLVMHalfTypeInContext(P->ctx);
   P->i32 = LLVMInt32TypeInContext(P->ctx);
   P->i64 = LLVMInt64TypeInContext(P->ctx);
   P->ptr = LLVMPointerTypeInContext(P->ctx, 0);
@@ -83,7 +85,7 @@ static void put_tensors(FILE *o, const kdc_prog_tensor *t, uint32_t n) {
 }
 
 /* METADATA: one JSON object (docs/plan-format.md, "Sections"). */
-static char *metadata_text(const cg_plan *P, size_t *out_len) {
+static char *metadata_text(const cg_plan *P, const char *auto_layout, size_t *out_len) {
   char *text = NULL;
   FILE *o = open_memstream(&text, out_len);
   if (!o) return NULL;
@@ -112,7 +114,9 @@ static char *metadata_text(const cg_plan *P, size_t *out_len) {
     put_tensors(o, f->outputs, f->n_outputs);
     fprintf(o, "}");
   }
-  fprintf(o, "]}\n");
+  fprintf(o, "]");
+  if (auto_layout) fprintf(o, ",\n \"auto_layout\": %s", auto_layout);
+  fprintf(o, "}\n");
   fclose(o);
   return text;
 }
@@ -163,7 +167,7 @@ static kdc_status write_plan(cg_plan *P, const kdc_codegen_options *opt, const c
   char *ptx = NULL;
   size_t ptx_len = 0;
   size_t meta_len = 0;
-  char *meta = metadata_text(P, &meta_len);
+  char *meta = metadata_text(P, opt ? opt->metadata_auto : NULL, &meta_len);
   kdc_prog_encode(&P->prog, &prog);
   kdc_prog_encode_weights(P->w, P->wdata, P->nw, &weights);
   char *ir = opt && opt->no_ir_text ? NULL : kdc_ir_module_to_string(P->m);

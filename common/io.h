@@ -151,6 +151,17 @@ const char *kdc_io_dtype_name(kdc_io_dtype dt);
  * (any alignment) to f32 at |dst|.  F64 rounds to nearest; returns false,
  * converting nothing, when |dt| is not a floating type. */
 bool kdc_io_convert_to_f32(kdc_io_dtype dt, const void *src, size_t n, float *dst);
+/* Rounding of a float to the 16-bit float types, round-to-nearest-even as
+ * XLA, JAX and ml_dtypes do (NaN stays a quiet NaN with its sign, overflow
+ * gives inf, f16 keeps its subnormals), and their exact widening.  The
+ * storage of bf16 is the top half of an f32; f16 is IEEE binary16. */
+uint16_t kdc_f32_to_bf16(float x);
+uint16_t kdc_f32_to_f16(float x);
+float kdc_bf16_to_f32(uint16_t h);
+float kdc_f16_to_f32(uint16_t h);
+/* Converts |n| f32 values to F16 or BF16 (rounded as above), F64 or F32;
+ * returns false, converting nothing, for any other |dt|. */
+bool kdc_io_convert_from_f32(kdc_io_dtype dt, const float *src, size_t n, void *dst);
 /* Element |i| of an array of |dt|: integers and booleans exactly in *|iv|
  * (returns true), floating types in *|fv| (returns false). */
 bool kdc_io_element(kdc_io_dtype dt, const void *data, size_t i, int64_t *iv, double *fv);

@@ -269,6 +269,7 @@ typedef struct kdc_lower_options {
    * train_forward's state updates); kdc_pass_build_training weights the
    * loss with it and removes these results (docs/training.md). */
   bool output_masks;
+  FILE *warnings;  /* dtype policies kdc cannot honour exactly (frontend/policy.c); NULL = none */
 } kdc_lower_options;
 
 /* Builds a module with one function "predict": parameters are the model
@@ -502,7 +503,25 @@ typedef struct kdc_lower_ctx {
   kdc_value_id *out_mask;  /* per output: a mask the lowering computed itself (Keras' call
                             * setting _keras_mask), else KDC_NO_VALUE */
   bool mask_taken;         /* the lowering read an input mask (kdc_fe_input_mask) */
+  FILE *warnings;          /* dtype-policy warnings (policy.c); NULL = none */
+  unsigned policy_warned;  /* policy.c: the warnings already given */
 } kdc_lower_ctx;
+
+/* policy.c: a layer's dtype policy around its lowering (docs/frontend.md,
+ * "Dtype policies").  begin autocasts the floating inputs |in| (and
+ * keyword tensors |kw|) and, for a
+ * bf16/f16 compute dtype, rounds the variables the layer reads and makes
+ * the function's dots compute in it; end restores them and gives the
+ * floating outputs |out| the compute dtype. */
+typedef struct kdc_fe_policy {
+  kdc_dtype compute;       /* F32, BF16 or F16 */
+  int n_saved;
+  kdc_value_id *saved;     /* the layer's variables' values before begin */
+} kdc_fe_policy;
+kdc_status kdc_fe_policy_begin(kdc_lower_ctx *c, const kdc_keras_layer *l, int n_in,
+                               kdc_value_id *in, int n_kw, kdc_value_id *kw, kdc_fe_policy *p);
+kdc_status kdc_fe_policy_end(kdc_lower_ctx *c, const kdc_keras_layer *l, kdc_fe_policy *p,
+                             int n_out, kdc_value_id *out);
 
 /* distribute.c: user shardings from the mesh and layout (no-ops without a
  * mesh).  Errors name the layout rule, the tensor and both sizes. */

@@ -149,7 +149,12 @@ kdc_status kdc_fe_lower_graph_masked(struct kdc_lower_ctx *c, const kdc_keras_mo
     c->out_mask = om;
     c->mask_taken = false;
     kdc_ir_set_origin(c->f, origin(l));
-    st = l->cls->lower(c, l, n, in, kw, out);
+    kdc_fe_policy pol;
+    st = kdc_fe_policy_begin(c, l, n->n_in, in, n->n_kw, kw, &pol);
+    if (!st) st = l->cls->lower(c, l, n, in, kw, out);
+    kdc_status pst = kdc_fe_policy_end(c, l, &pol, n->n_out, out);
+    if (!st) st = pst;
+    else kdc_status_free(pst);
     if (!st) st = kdc_fe_compute_masks(c, l, n, in, c->in_mask, out, om);
     kdc_status be = kdc_ir_take_error(c->f);
     if (be && !st)
@@ -191,7 +196,8 @@ static kdc_status lower_func(const kdc_keras_model *m, kdc_module *mod,
                              bool training) {
   kdc_lower_ctx c = {m, mod, kdc_ir_func_create(mod, fname), batch, NULL,
                      opt ? opt->mesh : NULL, opt ? opt->layout : NULL, training, KDC_NO_VALUE,
-                     opt ? opt->dropout_seed : 0, KDC_NO_VALUE, NULL, NULL, NULL, false};
+                     opt ? opt->dropout_seed : 0, KDC_NO_VALUE, NULL, NULL, NULL, false, NULL, 0};
+  c.warnings = opt ? opt->warnings : NULL;
   c.weight = kdc_xcalloc((size_t)m->n_vars + 1, sizeof(kdc_value_id));
   if (training) {
     c.assigned = kdc_xcalloc((size_t)m->n_vars + 1, sizeof(kdc_value_id));
@@ -252,6 +258,10 @@ static kdc_status lower_func(const kdc_keras_model *m, kdc_module *mod,
     for (int j = 0; j < i; j++)
       if (!strcmp(c.f->result_names[j], name))
         name = kdc_arena_printf(mod->arena, "%s_%d", name, i);
+    /* a bf16/f16 output (a mixed-precision last layer) is widened: plan
+     * outputs and the loss are f32 (frontend/policy.c) */
+    if (outs[i] < c.f->n_nodes && kdc_dtype_is_half(c.f->nodes[outs[i]].type.dtype))
+      outs[i] = kdc_ir_convert(c.f, outs[i], KDC_DTYPE_F32);
     kdc_ir_add_result(c.f, outs[i], name);
   }
   /* training: each output's Keras mask (f32), for the loss (docs/training.md) */

@@ -95,6 +95,8 @@ static void store_scalar(kdc_dtype d, double v, void *out) {
   case KDC_DTYPE_I32: *(int32_t *)out = (int32_t)v; break;
   case KDC_DTYPE_I64: *(int64_t *)out = (int64_t)v; break;
   case KDC_DTYPE_BOOL: *(uint8_t *)out = v != 0; break;
+  case KDC_DTYPE_BF16:
+  case KDC_DTYPE_F16: kdc_float_store(out, d, 0, (float)v); break;
   default: kdc_unreachable();
   }
 }
@@ -245,12 +247,28 @@ kdc_value_id kdc_ir_reduce(kdc_func *f, kdc_reduce_kind kind, kdc_value_id x, in
   return build(f, KDC_OP_REDUCE, 1, &x, &a, NULL);
 }
 
+/* f->lowp's operand: |x| (f32) converted to the low-precision type. */
+static bool lowp_applies(const kdc_func *f, kdc_value_id a, kdc_value_id b) {
+  return kdc_dtype_is_half(f->lowp) && a < f->n_nodes && b < f->n_nodes &&
+         f->nodes[a].type.dtype == KDC_DTYPE_F32 && f->nodes[b].type.dtype == KDC_DTYPE_F32;
+}
+
 kdc_value_id kdc_ir_dot(kdc_func *f, kdc_value_id a, kdc_value_id b, const kdc_attr_dot *d) {
   kdc_attrs at;
   memset(&at, 0, sizeof at);
   at.dot = *d;
+  if (lowp_applies(f, a, b)) {
+    kdc_value_id in[2] = {kdc_ir_convert(f, a, f->lowp), kdc_ir_convert(f, b, f->lowp)};
+    return kdc_ir_convert(f, build(f, KDC_OP_DOT, 2, in, &at, NULL), KDC_DTYPE_F32);
+  }
   kdc_value_id in[2] = {a, b};
   return build(f, KDC_OP_DOT, 2, in, &at, NULL);
+}
+
+kdc_value_id kdc_ir_round_to(kdc_func *f, kdc_value_id x, kdc_dtype d) {
+  if (!kdc_dtype_is_half(d) || x >= f->n_nodes || f->nodes[x].type.dtype != KDC_DTYPE_F32)
+    return x;
+  return kdc_ir_convert(f, kdc_ir_convert(f, x, d), KDC_DTYPE_F32);
 }
 
 kdc_value_id kdc_ir_rng_uniform(kdc_func *f, kdc_value_id step, int64_t seed, int rank,

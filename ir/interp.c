@@ -18,6 +18,10 @@
  *   - Integers wrap (two's complement) on add, sub, mul, neg, abs, sums.
  *     Integer div truncates toward zero; x/0 = -1 and INT_MIN/-1 = INT_MIN
  *     (XLA's choice, so no input traps).
+ *   - bf16 and f16 are storage types (ir.h): every op reads them widened to
+ *     f32, computes as above and rounds its result to nearest even when it
+ *     stores it; reduce and dot_general accumulate in f32 and round once.
+ *     convert between float types rounds the same way.
  *   - convert: f32 -> int truncates toward zero, saturates at the int's range,
  *     NaN -> 0; anything -> bool is x != 0; bool -> anything is 0 or 1;
  *     int -> int wraps.
@@ -60,7 +64,7 @@ static int64_t ld_int(const void *p, kdc_dtype d, int64_t i) {
   case KDC_DTYPE_I32: return ((const int32_t *)p)[i];
   case KDC_DTYPE_I64: return ((const int64_t *)p)[i];
   case KDC_DTYPE_BOOL: return ((const uint8_t *)p)[i] != 0;
-  default: return (int64_t)((const float *)p)[i];
+  default: return (int64_t)kdc_float_load(p, d, i);
   }
 }
 
@@ -70,7 +74,7 @@ static void st_int(void *p, kdc_dtype d, int64_t i, int64_t v) {
   case KDC_DTYPE_I32: ((int32_t *)p)[i] = (int32_t)(uint32_t)(uint64_t)v; break;
   case KDC_DTYPE_I64: ((int64_t *)p)[i] = v; break;
   case KDC_DTYPE_BOOL: ((uint8_t *)p)[i] = v != 0; break;
-  default: ((float *)p)[i] = (float)v; break;
+  default: kdc_float_store(p, d, i, (float)v); break;
   }
 }
 
@@ -210,22 +214,23 @@ static kdc_status run_elementwise(interp *in, const kdc_node *n, void *out, int6
     if (n->op == KDC_OP_SELECT) {
       copy_elem(out, i, ((const uint8_t *)x)[i] ? y : in->vals[n->in[2]], i, es);
     } else if (n->op == KDC_OP_CONVERT) {
-      if (xd == KDC_DTYPE_F32 && od == KDC_DTYPE_F32) ((float *)out)[i] = ((const float *)x)[i];
-      else if (xd == KDC_DTYPE_F32 && od == KDC_DTYPE_BOOL)
-        st_int(out, od, i, ((const float *)x)[i] != 0);
-      else if (xd == KDC_DTYPE_F32) st_int(out, od, i, f32_to_int(((const float *)x)[i], od));
-      else if (od == KDC_DTYPE_F32) ((float *)out)[i] = (float)ld_int(x, xd, i);
+      bool xf = kdc_dtype_is_float(xd), of = kdc_dtype_is_float(od);
+      if (xf && of) kdc_float_store(out, od, i, kdc_float_load(x, xd, i));
+      else if (xf && od == KDC_DTYPE_BOOL) st_int(out, od, i, kdc_float_load(x, xd, i) != 0);
+      else if (xf) st_int(out, od, i, f32_to_int(kdc_float_load(x, xd, i), od));
+      else if (of) kdc_float_store(out, od, i, (float)ld_int(x, xd, i));
       else st_int(out, od, i, ld_int(x, xd, i));
-    } else if (n->op == KDC_OP_COMPARE && xd == KDC_DTYPE_F32) {
-      float a = ((const float *)x)[i], b = ((const float *)y)[i];
+    } else if (n->op == KDC_OP_COMPARE && kdc_dtype_is_float(xd)) {
+      float a = kdc_float_load(x, xd, i), b = kdc_float_load(y, xd, i);
       int s = a < b ? -1 : a > b ? 1 : a == b ? 0 : 2;
       st_int(out, od, i, compare(n->attr.cmp, s));
     } else if (n->op == KDC_OP_COMPARE) {
       int64_t a = ld_int(x, xd, i), b = ld_int(y, xd, i);
       st_int(out, od, i, compare(n->attr.cmp, a < b ? -1 : a > b));
-    } else if (xd == KDC_DTYPE_F32) {
-      float *o = &((float *)out)[i], a = ((const float *)x)[i];
-      ok = n->n_in == 1 ? un_f32(n->op, a, o) : bin_f32(n->op, a, ((const float *)y)[i], o);
+    } else if (kdc_dtype_is_float(xd)) {
+      float o = 0, a = kdc_float_load(x, xd, i);
+      ok = n->n_in == 1 ? un_f32(n->op, a, &o) : bin_f32(n->op, a, kdc_float_load(y, xd, i), &o);
+      kdc_float_store(out, od, i, o);
     } else {
       int64_t r, a = ld_int(x, xd, i);
       ok = n->n_in == 1 ? un_int(n->op, xd, a, &r) : bin_int(n->op, a, ld_int(y, xd, i), &r);
@@ -320,7 +325,7 @@ static int64_t red_int(kdc_reduce_kind k, int64_t acc, int64_t v) {
 
 /* One pass over the operand in row-major order, so every result element
  * accumulates its inputs in increasing index order. */
-static void run_reduce(interp *in, const kdc_node *n, void *out, int64_t numel) {
+static kdc_status run_reduce(interp *in, const kdc_node *n, void *out, int64_t numel) {
   const kdc_type *xt = &in->f->nodes[n->in[0]].type;
   kdc_reduce_kind kind = n->attr.reduce.kind;
   kdc_dtype d = xt->dtype;
@@ -328,8 +333,12 @@ static void run_reduce(interp *in, const kdc_node *n, void *out, int64_t numel) 
   bool keep[KDC_MAX_RANK];
   for (int k = 0; k < xt->rank; k++) keep[k] = true;
   for (int k = 0; k < n->attr.reduce.dims.n; k++) keep[n->attr.reduce.dims.v[k]] = false;
+  float *acc = NULL; /* bf16/f16: accumulate in f32, round once at the end */
+  if (kdc_dtype_is_half(d) && !(acc = malloc(sizeof(float) * (size_t)(numel ? numel : 1))))
+    return KDC_ERR(KDC_OUT_OF_MEMORY, "interpreter: reduce of %lld elements", (long long)numel);
+  float *fo = acc ? acc : out;
   for (int64_t i = 0; i < numel; i++) {
-    if (d == KDC_DTYPE_F32) ((float *)out)[i] = red_init_f32(kind);
+    if (kdc_dtype_is_float(d)) fo[i] = red_init_f32(kind);
     else st_int(out, d, i, red_init_int(kind, d));
   }
   int64_t xidx[KDC_MAX_RANK], ridx[KDC_MAX_RANK], xn = kdc_type_numel(xt);
@@ -339,11 +348,14 @@ static void run_reduce(interp *in, const kdc_node *n, void *out, int64_t numel) 
     for (int k = 0; k < xt->rank; k++)
       if (keep[k]) ridx[r++] = xidx[k];
     int64_t o = ravel(ridx, &n->type);
-    if (d == KDC_DTYPE_F32)
-      ((float *)out)[o] = red_f32(kind, ((float *)out)[o], ((const float *)x)[i]);
+    if (kdc_dtype_is_float(d))
+      fo[o] = red_f32(kind, fo[o], kdc_float_load(x, d, i));
     else
       st_int(out, d, o, red_int(kind, ld_int(out, d, o), ld_int(x, d, i)));
   }
+  for (int64_t i = 0; acc && i < numel; i++) kdc_float_store(out, d, i, acc[i]);
+  free(acc);
+  return NULL;
 }
 
 static bool in_list(const kdc_dimlist *l, int64_t d) {
@@ -387,11 +399,12 @@ static kdc_status run_dot(interp *in, const kdc_node *n, void *out, int64_t nume
       if (!in_list(&a->lhs_batch, d) && !in_list(&a->lhs_contract, d)) lo += ridx[r++] * ls[d];
     for (int d = 0; d < rt->rank; d++)
       if (!in_list(&a->rhs_batch, d) && !in_list(&a->rhs_contract, d)) ro += ridx[r++] * rs[d];
-    if (n->type.dtype == KDC_DTYPE_F32) {
+    if (kdc_dtype_is_float(n->type.dtype)) { /* f32 accumulation, rounded once */
       float acc = 0.0f;
       for (int64_t c = 0; c < nc; c++)
-        acc += ((const float *)L)[lo + coff[2 * c]] * ((const float *)R)[ro + coff[2 * c + 1]];
-      ((float *)out)[i] = acc;
+        acc += kdc_float_load(L, lt->dtype, lo + coff[2 * c]) *
+               kdc_float_load(R, rt->dtype, ro + coff[2 * c + 1]);
+      kdc_float_store(out, n->type.dtype, i, acc);
     } else {
       int64_t acc = 0;
       for (int64_t c = 0; c < nc; c++)
@@ -513,7 +526,8 @@ static kdc_status eval_node(interp *in, kdc_value_id v, void *out) {
   case KDC_OP_IOTA:
     for (int64_t i = 0; i < numel; i++) {
       unravel(i, &n->type, idx);
-      if (n->type.dtype == KDC_DTYPE_F32) ((float *)out)[i] = (float)idx[n->attr.dim];
+      if (kdc_dtype_is_float(n->type.dtype))
+        kdc_float_store(out, n->type.dtype, i, (float)idx[n->attr.dim]);
       else st_int(out, n->type.dtype, i, idx[n->attr.dim]);
     }
     return NULL;
@@ -524,7 +538,7 @@ static kdc_status eval_node(interp *in, kdc_value_id v, void *out) {
   case KDC_OP_SLICE: run_gather_like(in, n, out, numel); return NULL;
   case KDC_OP_CONCAT: run_concat(in, n, out); return NULL;
   case KDC_OP_PAD: run_pad(in, n, out, numel); return NULL;
-  case KDC_OP_REDUCE: run_reduce(in, n, out, numel); return NULL;
+  case KDC_OP_REDUCE: return run_reduce(in, n, out, numel);
   case KDC_OP_DOT: return run_dot(in, n, out, numel);
   case KDC_OP_CONVOLUTION: case KDC_OP_REDUCE_WINDOW: case KDC_OP_SELECT_AND_SCATTER:
   case KDC_OP_GATHER: case KDC_OP_SCATTER_ADD: case KDC_OP_REVERSE:

@@ -36,12 +36,15 @@
 
 /* ---- blocks of row-major tensors ------------------------------------------ */
 
-/* dst[0, n) += src[0, n) (numeric dtypes; bool is or; integers wrap). */
+/* dst[0, n) += src[0, n) (numeric dtypes; bool is or; integers wrap; bf16/f16 rounded per add). */
 static void add_run(char *dp, const char *sp, kdc_dtype dt, int64_t n) {
   if (dt == KDC_DTYPE_F32) {
     float *d = (float *)dp;
     const float *x = (const float *)sp;
     for (int64_t i = 0; i < n; i++) d[i] += x[i];
+  } else if (kdc_dtype_is_half(dt)) { /* each partial sum rounded, as a stored add */
+    for (int64_t i = 0; i < n; i++)
+      kdc_float_store(dp, dt, i, kdc_float_load(dp, dt, i) + kdc_float_load(sp, dt, i));
   } else if (dt == KDC_DTYPE_I32) {
     int32_t *d = (int32_t *)dp;
     const int32_t *x = (const int32_t *)sp;

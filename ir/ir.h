@@ -41,6 +41,8 @@ typedef enum kdc_dtype {
   KDC_DTYPE_I32,
   KDC_DTYPE_I64,
   KDC_DTYPE_BOOL, /* one byte per element, 0 or 1 */
+  KDC_DTYPE_BF16, /* bfloat16 storage: computed in f32, rounded on every store (RNE) */
+  KDC_DTYPE_F16,  /* IEEE half storage: the same */
   KDC_DTYPE_COUNT
 } kdc_dtype;
 
@@ -50,7 +52,19 @@ typedef struct kdc_type {
   int64_t dims[KDC_MAX_RANK];
 } kdc_type;
 
-const char *kdc_dtype_name(kdc_dtype d);       /* "f32", "i32", "i64", "bool" */
+const char *kdc_dtype_name(kdc_dtype d);       /* "f32", "i32", "i64", "bool", "bf16", "f16" */
+/* f32, bf16 or f16: the floating types.  The 16-bit ones are storage types:
+ * every op reads them widened to f32 (exact), computes in f32 and rounds its
+ * result to the 16-bit type (round to nearest even; sums and dots accumulate
+ * in f32 and round once), so "bf16 math" is f32 math rounded per node. */
+bool kdc_dtype_is_float(kdc_dtype d);
+bool kdc_dtype_is_half(kdc_dtype d);           /* bf16 or f16 */
+/* Element |i| of a float buffer of dtype |d| (f32, bf16, f16) as f32, and
+ * the store of |v| rounded to |d|. */
+float kdc_float_load(const void *p, kdc_dtype d, int64_t i);
+void kdc_float_store(void *p, kdc_dtype d, int64_t i, float v);
+/* |v| rounded to |d| and widened back (v itself for f32). */
+float kdc_float_round(kdc_dtype d, float v);
 size_t kdc_dtype_size(kdc_dtype d);            /* bytes per element */
 bool kdc_dtype_from_name(const char *s, kdc_dtype *out);
 int64_t kdc_type_numel(const kdc_type *t);     /* 1 for rank 0 */
@@ -317,6 +331,12 @@ typedef struct kdc_func {
   const char **result_names; /* one per result, e.g. the output layer name */
   size_t n_results, cap_results;
   const char *cur_origin;  /* builder: origin stamped on new nodes */
+  /* builder: bf16 or f16 while a mixed-precision layer is lowered: then
+   * kdc_ir_dot of f32 operands converts them to it and computes the dot in
+   * it (f32 accumulation, one rounding), returning its result widened to
+   * f32; kdc_ir_convolution rounds its operands and result to it.  F32
+   * (the default, 0): no effect. */
+  kdc_dtype lowp;
   kdc_status error;        /* builder: first error (sticky), owned */
 } kdc_func;
 
@@ -440,6 +460,9 @@ kdc_value_id kdc_ir_broadcast_to(kdc_func *f, kdc_value_id x, int rank, const in
 kdc_value_id kdc_ir_binary_bcast(kdc_func *f, kdc_op op, kdc_value_id a, kdc_value_id b);
 /* x op scalar constant (x's dtype). */
 kdc_value_id kdc_ir_binary_scalar(kdc_func *f, kdc_op op, kdc_value_id x, double s);
+/* An f32 |x| rounded to the bf16/f16 type |d| and widened back (x itself
+ * for any other dtype or |d|). */
+kdc_value_id kdc_ir_round_to(kdc_func *f, kdc_value_id x, kdc_dtype d);
 /* Plain matmul of [.., M, K] x [K, N] -> [.., M, N] (contract last with first). */
 kdc_value_id kdc_ir_matmul(kdc_func *f, kdc_value_id a, kdc_value_id b);
 

@@ -326,8 +326,9 @@ static bool const_elem(parser *p, const token *t, kdc_dtype d, void *dst) {
   bool ok = tok_text(p, buf, sizeof buf);
   char *end = buf;
   p->tok = saved;
-  if (ok && d == KDC_DTYPE_F32 && (t->k == T_NUMBER || t->k == T_IDENT)) {
-    *(float *)dst = strtof(buf, &end);
+  if (ok && kdc_dtype_is_float(d) && (t->k == T_NUMBER || t->k == T_IDENT)) {
+    float x = strtof(buf, &end); /* bf16/f16: rounded from the f32 (exact when printed) */
+    kdc_float_store(dst, d, 0, x);
     if (*end == 0 && end != buf) return true;
   } else if (ok && d == KDC_DTYPE_BOOL) {
     bool one = !strcmp(buf, "1") || !strcmp(buf, "true");

@@ -172,6 +172,8 @@ static void print_elem(FILE *out, kdc_dtype d, const void *data, int64_t i) {
   case KDC_DTYPE_I32: fprintf(out, "%d", (int)((const int32_t *)data)[i]); break;
   case KDC_DTYPE_I64: fprintf(out, "%lld", (long long)((const int64_t *)data)[i]); break;
   case KDC_DTYPE_BOOL: fprintf(out, "%d", ((const uint8_t *)data)[i] ? 1 : 0); break;
+  case KDC_DTYPE_BF16:
+  case KDC_DTYPE_F16: fprintf(out, "%.9g", (double)kdc_float_load(data, d, i)); break;
   default: fputs("?", out); break;
   }
 }

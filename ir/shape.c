@@ -13,7 +13,7 @@
 
 static const char *ts(const kdc_type *t, char *buf) { return kdc_type_str(t, buf, 96); }
 
-static bool is_float(kdc_dtype d) { return d == KDC_DTYPE_F32; }
+static bool is_float(kdc_dtype d) { return kdc_dtype_is_float(d); }
 
 /* Checks |dl| holds distinct dims in [0, rank). */
 static kdc_status check_dims(const char *what, const kdc_dimlist *dl, int rank) {

@@ -2,10 +2,35 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "common/io.h"
 #include "ir/ir.h"
 
-static const char *const dtype_names[KDC_DTYPE_COUNT] = {"f32", "i32", "i64", "bool"};
-static const size_t dtype_sizes[KDC_DTYPE_COUNT] = {4, 4, 8, 1};
+static const char *const dtype_names[KDC_DTYPE_COUNT] = {"f32", "i32", "i64", "bool", "bf16",
+                                                         "f16"};
+static const size_t dtype_sizes[KDC_DTYPE_COUNT] = {4, 4, 8, 1, 2, 2};
+
+bool kdc_dtype_is_float(kdc_dtype d) {
+  return d == KDC_DTYPE_F32 || d == KDC_DTYPE_BF16 || d == KDC_DTYPE_F16;
+}
+
+bool kdc_dtype_is_half(kdc_dtype d) { return d == KDC_DTYPE_BF16 || d == KDC_DTYPE_F16; }
+
+float kdc_float_load(const void *p, kdc_dtype d, int64_t i) {
+  if (d == KDC_DTYPE_F32) return ((const float *)p)[i];
+  uint16_t h = ((const uint16_t *)p)[i];
+  return d == KDC_DTYPE_BF16 ? kdc_bf16_to_f32(h) : kdc_f16_to_f32(h);
+}
+
+void kdc_float_store(void *p, kdc_dtype d, int64_t i, float v) {
+  if (d == KDC_DTYPE_F32) ((float *)p)[i] = v;
+  else ((uint16_t *)p)[i] = d == KDC_DTYPE_BF16 ? kdc_f32_to_bf16(v) : kdc_f32_to_f16(v);
+}
+
+float kdc_float_round(kdc_dtype d, float v) {
+  if (d == KDC_DTYPE_BF16) return kdc_bf16_to_f32(kdc_f32_to_bf16(v));
+  if (d == KDC_DTYPE_F16) return kdc_f16_to_f32(kdc_f32_to_f16(v));
+  return v;
+}
 
 const char *kdc_dtype_name(kdc_dtype d) {
   return (unsigned)d < KDC_DTYPE_COUNT ? dtype_names[d] : "?";

@@ -136,8 +136,9 @@ kdc_status kdc_ir_infer_window_op(kdc_op op, int n_in, const kdc_type *in, const
   }
   case KDC_OP_GATHER: {
     const kdc_type *t = &in[0], *ids = &in[1];
-    if (t->rank < 1 || t->dtype == KDC_DTYPE_BOOL || !is_int(ids->dtype))
-      return BAD("gather: expected a numeric table of rank >= 1 and integer ids, got %s and %s",
+    if (t->rank < 1 || t->dtype == KDC_DTYPE_BOOL || kdc_dtype_is_half(t->dtype) ||
+        !is_int(ids->dtype))
+      return BAD("gather: expected an f32 or integer table of rank >= 1 and integer ids, got %s and %s",
                  ts(t, b1), ts(ids, b2));
     if (ids->rank + t->rank - 1 > KDC_MAX_RANK)
       return BAD("gather: result rank exceeds %d", KDC_MAX_RANK);
@@ -149,7 +150,8 @@ kdc_status kdc_ir_infer_window_op(kdc_op op, int n_in, const kdc_type *in, const
   }
   case KDC_OP_SCATTER_ADD: {
     const kdc_type *ids = &in[0], *u = &in[1];
-    bool ok = is_int(ids->dtype) && u->dtype != KDC_DTYPE_BOOL && out->dtype == u->dtype &&
+    bool ok = is_int(ids->dtype) && u->dtype != KDC_DTYPE_BOOL && !kdc_dtype_is_half(u->dtype) &&
+              out->dtype == u->dtype &&
               out->rank >= 1 && u->rank == ids->rank + out->rank - 1;
     for (int i = 0; ok && i < ids->rank; i++) ok = u->dims[i] == ids->dims[i];
     for (int i = 1; ok && i < out->rank; i++) ok = u->dims[ids->rank + i - 1] == out->dims[i];
@@ -227,8 +229,9 @@ kdc_value_id kdc_ir_convolution(kdc_func *f, kdc_value_id x, kdc_value_id w,
   kdc_attrs a;
   memset(&a, 0, sizeof a);
   a.conv = *c;
-  kdc_value_id in[2] = {x, w};
-  return build(f, KDC_OP_CONVOLUTION, 2, in, &a, NULL);
+  kdc_dtype lp = f->lowp; /* a mixed-precision layer: operands and result rounded */
+  kdc_value_id in[2] = {kdc_ir_round_to(f, x, lp), kdc_ir_round_to(f, w, lp)};
+  return kdc_ir_round_to(f, build(f, KDC_OP_CONVOLUTION, 2, in, &a, NULL), lp);
 }
 
 kdc_value_id kdc_ir_reduce_window(kdc_func *f, kdc_value_id x, const kdc_attr_window *w) {

@@ -11,6 +11,8 @@
  *   transpose(transpose(x, p), q)    -> transpose(x, p∘q), or x if identity
  *   broadcast(broadcast(x, a), b)    -> broadcast(x, b∘a)
  *   no-op reshape / transpose / broadcast / convert / slice / concatenate -> x
+ *   convert(convert(x: bf16|f16, f32), bf16|f16 = x's) -> x  (the widening is exact;
+ *     the other order, f32 -> bf16 -> f32, rounds and stays)
  * Rewrites that need a new node modify the outer node in place (it keeps its
  * id, so the order stays topological); the now-unused inner node is left for
  * DCE, which the pass runs when it changed something.
@@ -77,6 +79,12 @@ static kdc_value_id simplify_node(kdc_func *f, kdc_value_id v) {
     break;
   case KDC_OP_CONVERT:
     if (same_type) return a;
+    /* convert(convert(x, W), T) with x of type T and W wider (bf16/f16 ->
+     * f32): the widening is exact, so the round trip is x */
+    if (an->op == KDC_OP_CONVERT && kdc_dtype_is_half(nd->type.dtype) &&
+        an->type.dtype == KDC_DTYPE_F32 &&
+        kdc_type_equal(&nd->type, kdc_ir_type(f, an->in[0])))
+      return an->in[0];
     break;
   case KDC_OP_RESHAPE:
     if (an->op == KDC_OP_RESHAPE) {

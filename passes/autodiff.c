@@ -77,7 +77,8 @@ static void mark(kdc_grad_ctx *c, kdc_value_id y, const kdc_value_id *wrt, size_
       dep[v] = dep[v] || dep[nd->in[j]];
       c->is_const[v] = c->is_const[v] && c->is_const[nd->in[j]];
     }
-    if (nd->type.dtype != KDC_DTYPE_F32) dep[v] = false;
+    if (!kdc_dtype_is_float(nd->type.dtype)) dep[v] = false; /* bf16/f16 values carry
+                                                                 cotangents of their type */
   }
   live[y] = true;
   for (size_t v = nn; v-- > 0;) {

@@ -129,11 +129,14 @@ static void vjp_erf(kdc_grad_ctx *c, const kdc_node *n, kdc_value_id v, kdc_valu
   acc(c, n, 0, mul(f, g, mul_s(f, e, 2.0 / sqrt(M_PI))));
 }
 
-/* f32 -> f32 is the identity; conversions to or from integers carry none. */
+/* Between float types (f32, bf16, f16) the cotangent is converted back to
+ * the operand's type (JAX's convert_element_type rule: an f32 variable's
+ * gradient is f32); conversions to or from integers carry none. */
 static void vjp_convert(kdc_grad_ctx *c, const kdc_node *n, kdc_value_id v, kdc_value_id g) {
   kdc_func *f = kdc_grad_func(c);
-  if (kdc_ir_type(f, n->in[0])->dtype == KDC_DTYPE_F32 && n->type.dtype == KDC_DTYPE_F32)
-    acc(c, n, 0, g);
+  kdc_dtype from = kdc_ir_type(f, n->in[0])->dtype;
+  if (kdc_dtype_is_float(from) && kdc_dtype_is_float(n->type.dtype))
+    acc(c, n, 0, from == n->type.dtype ? g : kdc_ir_convert(f, g, from));
 }
 
 static void vjp_add(kdc_grad_ctx *c, const kdc_node *n, kdc_value_id v, kdc_value_id g) {
@@ -250,7 +253,7 @@ static void vjp_slice(kdc_grad_ctx *c, const kdc_node *n, kdc_value_id v, kdc_va
     int64_t last = s->start.v[d] + (k - 1) * s->stride.v[d]; /* last element taken */
     hi[d] = k > 0 ? xt.dims[d] - (last + 1) : xt.dims[d] - lo[d];
   }
-  acc(c, n, 0, kdc_ir_pad(f, g, kdc_ir_scalar(f, KDC_DTYPE_F32, 0.0), lo, hi, in));
+  acc(c, n, 0, kdc_ir_pad(f, g, kdc_ir_scalar(f, kdc_ir_type(f, g)->dtype, 0.0), lo, hi, in));
 }
 
 /* pad -> (pad the cropped edges back with zeros, then) a strided slice; the
@@ -266,7 +269,7 @@ static void vjp_pad(kdc_grad_ctx *c, const kdc_node *n, kdc_value_id v, kdc_valu
     hi[d] = p->high.v[d] < 0 ? -p->high.v[d] : 0;
     crop = crop || lo[d] || hi[d];
   }
-  kdc_value_id gg = crop ? kdc_ir_pad(f, g, kdc_ir_scalar(f, KDC_DTYPE_F32, 0.0), lo, hi, NULL) : g;
+  kdc_value_id gg = crop ? kdc_ir_pad(f, g, kdc_ir_scalar(f, kdc_ir_type(f, g)->dtype, 0.0), lo, hi, NULL) : g;
   for (int d = 0; d < xt.rank; d++) {
     st[d] = p->interior.v[d] + 1;
     lo[d] = p->low.v[d] > 0 ? p->low.v[d] : 0; /* slice start */
@@ -314,7 +317,7 @@ static void vjp_reduce(kdc_grad_ctx *c, const kdc_node *n, kdc_value_id v, kdc_v
     acc(c, n, 0, kdc_ir_binary(f, KDC_OP_DIV, gy, x));
   } else { /* max, min: the tied positions share g equally (JAX) */
     kdc_value_id yb = kdc_ir_broadcast(f, v, xt.rank, xt.dims, map);
-    kdc_value_id mask = kdc_ir_convert(f, kdc_ir_compare(f, KDC_CMP_EQ, x, yb), KDC_DTYPE_F32);
+    kdc_value_id mask = kdc_ir_convert(f, kdc_ir_compare(f, KDC_CMP_EQ, x, yb), xt.dtype);
     kdc_value_id cnt = kdc_ir_reduce(f, KDC_RED_SUM, mask, n->attr.reduce.dims.n,
                                      n->attr.reduce.dims.v);
     kdc_value_id share = kdc_ir_binary(f, KDC_OP_DIV, g, cnt);
@@ -444,7 +447,7 @@ static void vjp_sharding_constraint(kdc_grad_ctx *c, const kdc_node *n, kdc_valu
   G(CEIL, ZERO(CEIL, "piecewise constant"))                                            \
   G(ROUND, ZERO(ROUND, "piecewise constant"))                                          \
   G(NOT, ZERO(NOT, "bool/integer"))                                                    \
-  G(CONVERT, RULE(CONVERT, vjp_convert, "identity f32 -> f32, else none"))             \
+  G(CONVERT, RULE(CONVERT, vjp_convert, "converted back between floats, else none"))             \
   G(ADD, RULE(ADD, vjp_add, "g, g"))                                                   \
   G(SUB, RULE(SUB, vjp_sub, "g, -g"))                                                  \
   G(MUL, RULE(MUL, vjp_mul, "g b, a g"))                                               \

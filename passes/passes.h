@@ -43,6 +43,9 @@ typedef struct kdc_pass_options {
   /* combine_collectives: the largest combined all_reduce (local bytes);
    * 0 = 64 KiB, < 0 = the pass does nothing. */
   int64_t combine_max_bytes;
+  /* The plan's target is CUDA: bf16/f16 dot_generals stay GEMM steps of
+   * their dtype (widen_dots does nothing). */
+  bool cuda;
 } kdc_pass_options;
 
 /* One entry of the pipeline: a name (used in dumps and errors) and the
@@ -239,6 +242,12 @@ kdc_status kdc_pass_propagate_shardings(kdc_module *m, const kdc_pass_options *o
  * line on opt->warnings. */
 kdc_status kdc_pass_partition(kdc_module *m, const kdc_pass_options *opt);
 
+/* ---- widen_dots (passes/widen_dots.c) -------------------------------------
+ * CPU plans (before the sharding passes): every bf16/f16 dot_general
+ * becomes an f32 one between converts (an f32 GEMM step), with one warning
+ * naming the dtype. */
+kdc_status kdc_pass_widen_dots(kdc_module *m, const kdc_pass_options *opt);
+
 /* ---- conv_to_gemm (passes/conv_to_gemm.c) -----------------------------------
  * f32 convolutions with groups 1 and no input dilation (at most 64 kernel
  * taps) become pad + strided slices + concatenate (the im2col patch matrix,
@@ -318,6 +327,47 @@ kdc_status kdc_partition_halo(kdc_func *f, const kdc_mesh *mesh, const kdc_node 
 kdc_status kdc_pass_plan_memory(kdc_module *m, const kdc_pass_options *opt);
 kdc_status kdc_pass_plan_memory_func(kdc_func *f, int64_t *out_arena_bytes);
 int64_t kdc_pass_plan_memory_arena_bytes(const kdc_func *f);
+
+/* ---- step_cost (passes/step_cost.c) ----------------------------------------
+ * The cost model of `--layout auto` (docs/sharding.md "Cost model"): the
+ * predicted time and memory of one call of a partitioned, fused and
+ * memory-planned function on one device, from a machine description. */
+typedef struct kdc_machine_axis {
+  double latency_s;     /* per collective call over this axis */
+  double bytes_per_s;   /* bytes per device (SHARDING.md 4) per second: all_reduce,
+                           reduce_scatter (they sum) */
+  double move_bytes_per_s; /* the same for all_gather, all_to_all, collective_permute
+                              (they only move; 0: bytes_per_s) */
+  char name[32];        /* a mesh axis name; "" = the default */
+} kdc_machine_axis;
+
+typedef struct kdc_machine {
+  char name[64];
+  double gemm_flops_per_s;  /* one device's GEMM rate */
+  double bytes_per_s;       /* one device's memory traffic rate (kernels) */
+  double step_s;            /* per kernel / GEMM launch */
+  int lanes;                /* devices that compute at once (0: all; the virtual
+                               mesh: the host's cores) */
+  kdc_machine_axis default_axis;
+  int n_axes;
+  kdc_machine_axis axes[KDC_MAX_MESH_AXES];
+} kdc_machine;
+
+/* The defaults: the build VM's virtual mesh (bench/bench_auto.c measures them). */
+void kdc_machine_defaults(kdc_machine *mc);
+
+typedef struct kdc_step_cost {
+  double flops, mem_bytes;      /* per device per call */
+  double coll_bytes;            /* bytes each device sends per call */
+  int64_t n_collectives, n_steps;
+  double compute_s, coll_s;     /* per device compute; collectives */
+  double step_s;                /* predicted time of one call on the mesh */
+  int64_t weight_bytes, io_bytes, arena_bytes, peak_bytes;  /* per device */
+} kdc_step_cost;
+
+/* The cost of one call of |f| (a function of |m| after the whole pipeline). */
+kdc_status kdc_step_cost_of(const kdc_module *m, const kdc_func *f, const kdc_machine *mc,
+                            kdc_step_cost *out);
 
 /* ==== training: autodiff, losses, optimizers, train_step ====================
  * (passes/autodiff.c, grad_rules.c, losses.c, optimizers.c, train_step.c;

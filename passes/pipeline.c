@@ -48,6 +48,7 @@ static const kdc_pass all_passes[] = {
     {"partition", kdc_pass_partition},
     {"combine_collectives", kdc_pass_combine_collectives},
     {"conv_to_gemm", kdc_pass_conv_to_gemm},
+    {"widen_dots", kdc_pass_widen_dots},
     {"plan_memory", kdc_pass_plan_memory},
 };
 
@@ -58,6 +59,8 @@ static const char *const pipeline[] = {
     "infer_shapes",
     "build_training", /* autodiff + loss + optimizer: train_step, evaluate */
     "simplify",
+    "widen_dots",          /* CPU: bf16/f16 dots as f32 dots between converts (before
+                              partition: their partial sums are f32) */
     "seed_shardings",      /* provenance of the frontend's user shardings; others open */
     "propagate_shardings", /* forward/backward factor fixpoint */
     "partition",           /* local shapes and collectives: one SPMD program */

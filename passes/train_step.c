@@ -28,6 +28,7 @@
  * (Keras filters out variables without a gradient), but it still has slots
  * and results, so the ABI depends only on the weights, not on the graph.
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -346,6 +347,75 @@ static void add_state_updates(kdc_func *f, const kdc_func *fwd) {
   }
 }
 
+/* ---- dynamic loss scaling (mixed_float16) ------------------------------------
+ *
+ * Keras' compile wraps the optimizer in a LossScaleOptimizer when the model
+ * computes in float16 (trainers/trainer.py); so does kdc when the forward
+ * function holds f16 values.  As optimizers/loss_scale_optimizer.py: the
+ * gradients are those of loss * scale; they are finite when every one is
+ * (|g| < inf, NaN included); then the inner update runs on g / scale and the
+ * step counter grows, doubling the scale and restarting at
+ * KDC_LOSS_SCALE_GROWTH finite steps; otherwise every weight, slot and the
+ * iteration keep their values, the scale halves and the counter restarts.
+ * The scale starts at 2^15 and only doubles or halves, so the state holds
+ * its exponent: "loss_scale_optimizer/scale_exponent" (i32, scale =
+ * 2^(15 + e), 0 at the start like every fresh state) and
+ * "loss_scale_optimizer/step_counter" (i32), both in the checkpoint. */
+enum { KDC_LOSS_SCALE_GROWTH = 2000, KDC_LOSS_SCALE_LOG2_INIT = 15 };
+
+static bool computes_f16(const kdc_func *f) {
+  for (size_t v = 0; v < f->n_nodes; v++)
+    if (f->nodes[v].type.dtype == KDC_DTYPE_F16) return true;
+  return false;
+}
+
+typedef struct loss_scale {
+  kdc_value_id exponent, counter; /* state parameters */
+  kdc_value_id scale;             /* f32 scalar 2^(15 + exponent) */
+  kdc_value_id finite;            /* bool scalar, after the gradients */
+} loss_scale;
+
+static kdc_value_id i32_param(kdc_func *f, const char *name) {
+  kdc_type t = kdc_type_make(KDC_DTYPE_I32, 0, NULL);
+  return kdc_ir_parameter(f, KDC_PARAM_STATE, name, &t);
+}
+
+static void loss_scale_begin(kdc_func *f, loss_scale *ls) {
+  ls->exponent = i32_param(f, "loss_scale_optimizer/scale_exponent");
+  ls->counter = i32_param(f, "loss_scale_optimizer/step_counter");
+  kdc_value_id e = kdc_ir_convert(
+      f, kdc_ir_binary_scalar(f, KDC_OP_ADD, ls->exponent, KDC_LOSS_SCALE_LOG2_INIT), KDC_DTYPE_F32);
+  ls->scale = kdc_ir_binary(f, KDC_OP_POW, kdc_ir_scalar(f, KDC_DTYPE_F32, 2.0), e);
+}
+
+/* finite = every gradient's largest |g| < inf; grads become g / scale. */
+static void loss_scale_grads(kdc_func *f, loss_scale *ls, kdc_value_id *grad, size_t n) {
+  kdc_value_id all = KDC_NO_VALUE;
+  for (size_t i = 0; i < n; i++) {
+    if (grad[i] == KDC_NO_VALUE) continue;
+    const kdc_type *t = kdc_ir_type(f, grad[i]);
+    int64_t dims[KDC_MAX_RANK];
+    for (int d = 0; d < t->rank; d++) dims[d] = d;
+    int rank = t->rank;
+    kdc_value_id mx = kdc_ir_reduce(f, KDC_RED_MAX, kdc_ir_unary(f, KDC_OP_ABS, grad[i]), rank,
+                                    dims);
+    kdc_value_id ok = kdc_ir_compare(f, KDC_CMP_LT, mx, kdc_ir_scalar(f, KDC_DTYPE_F32, INFINITY));
+    all = all == KDC_NO_VALUE ? ok : kdc_ir_binary(f, KDC_OP_AND, all, ok);
+    kdc_value_id sb = kdc_ir_broadcast(f, ls->scale, rank, kdc_ir_type(f, grad[i])->dims, NULL);
+    grad[i] = kdc_ir_binary(f, KDC_OP_DIV, grad[i], sb);
+  }
+  ls->finite = all;
+}
+
+/* |upd| where the gradients are finite, else |old| (same type). */
+static kdc_value_id if_finite(kdc_func *f, const loss_scale *ls, kdc_value_id upd,
+                              kdc_value_id old) {
+  if (upd == old) return upd;
+  const kdc_type *t = kdc_ir_type(f, old);
+  kdc_value_id p = t->rank ? kdc_ir_broadcast(f, ls->finite, t->rank, t->dims, NULL) : ls->finite;
+  return kdc_ir_select(f, p, upd, old);
+}
+
 static kdc_status build_train_step(kdc_module *m, const kdc_func *fwd, size_t n_out,
                                    const kdc_train_options *o) {
   kdc_func *f = clone_func(m, fwd, "train_step");
@@ -354,6 +424,9 @@ static kdc_status build_train_step(kdc_module *m, const kdc_func *fwd, size_t n_
   output_losses ol;
   KDC_RETURN_IF_ERROR(add_loss(f, fwd, n_out, o, &loss, &ol));
   kdc_value_id iteration = iteration_param(f, opt);
+  loss_scale ls = {KDC_NO_VALUE, KDC_NO_VALUE, KDC_NO_VALUE, KDC_NO_VALUE};
+  bool scaled = computes_f16(fwd);
+  if (scaled) loss_scale_begin(f, &ls);
   train_build b = {f, &o->optimizer, 0, NULL, NULL, NULL, NULL, NULL, 0, {0}, NULL, NULL};
   b.n_slots = kdc_optimizer_slots(&o->optimizer, b.slot_names);
   size_t np = fwd->n_params;
@@ -388,13 +461,23 @@ static kdc_status build_train_step(kdc_module *m, const kdc_func *fwd, size_t n_
     }
   f->cur_origin = NULL;
   kdc_status st = kdc_ir_take_error(f);
-  if (!st) st = kdc_autodiff(f, loss, b.w, b.n_w, b.grad);
+  kdc_value_id objective = scaled ? kdc_ir_binary(f, KDC_OP_MUL, loss, ls.scale) : loss;
+  if (!st) st = kdc_autodiff(f, objective, b.w, b.n_w, b.grad);
   bool any = false;
   for (size_t i = 0; i < b.n_w && !st; i++) any = any || b.grad[i] != KDC_NO_VALUE;
   if (!st && !any)
     st = KDC_ERR(KDC_INVALID_INPUT, "training: the loss depends on no trainable weight "
                  "(Keras: \"No gradients provided for any variable\")");
+  if (!st && scaled) loss_scale_grads(f, &ls, b.grad, b.n_w);
   if (!st) st = build_updates(&b, iteration);
+  if (!st && scaled) /* a non-finite step changes no weight and no slot */
+    for (size_t i = 0; i < b.n_w; i++) {
+      b.new_w[i] = if_finite(f, &ls, b.new_w[i], b.w[i]);
+      for (int s = 0; s < b.n_slots; s++) {
+        size_t k = (size_t)s * b.n_w + i;
+        b.new_slot[k] = if_finite(f, &ls, b.new_slot[k], b.slot[k]);
+      }
+    }
   if (!st) {
     for (size_t i = 0; i < b.n_w; i++) {
       b.new_w[i] = pin_sharding(f, b.new_w[i], b.w[i]);
@@ -408,7 +491,22 @@ static kdc_status build_train_step(kdc_module *m, const kdc_func *fwd, size_t n_
       kdc_ir_add_result(f, b.new_w[i], f->nodes[b.w[i]].attr.param.name);
     add_state_updates(f, fwd);
     kdc_value_id next = kdc_ir_binary_scalar(f, KDC_OP_ADD, iteration, 1);
+    if (scaled) next = if_finite(f, &ls, next, iteration);
     kdc_ir_add_result(f, next, f->nodes[iteration].attr.param.name);
+    if (scaled) { /* Keras: counter == growth - 1 ? (0, scale * 2) : (counter + 1, scale) */
+      kdc_value_id grow = kdc_ir_compare(
+          f, KDC_CMP_EQ, ls.counter, kdc_ir_scalar(f, KDC_DTYPE_I32, KDC_LOSS_SCALE_GROWTH - 1));
+      kdc_value_id zero = kdc_ir_scalar(f, KDC_DTYPE_I32, 0);
+      kdc_value_id c1 = kdc_ir_select(f, grow, zero,
+                                      kdc_ir_binary_scalar(f, KDC_OP_ADD, ls.counter, 1));
+      kdc_value_id e1 = kdc_ir_select(f, grow, kdc_ir_binary_scalar(f, KDC_OP_ADD, ls.exponent, 1),
+                                      ls.exponent);
+      kdc_value_id e0 = kdc_ir_binary_scalar(f, KDC_OP_SUB, ls.exponent, 1);
+      kdc_ir_add_result(f, kdc_ir_select(f, ls.finite, e1, e0),
+                        f->nodes[ls.exponent].attr.param.name);
+      kdc_ir_add_result(f, kdc_ir_select(f, ls.finite, c1, zero),
+                        f->nodes[ls.counter].attr.param.name);
+    }
     for (size_t k = 0; k < (size_t)b.n_slots * b.n_w; k++)
       kdc_ir_add_result(f, b.new_slot[k], f->nodes[b.slot[k]].attr.param.name);
     kdc_ir_add_result(f, loss, "loss");

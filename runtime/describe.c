@@ -8,6 +8,7 @@
  * golden-tested.
  */
 #include <inttypes.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "runtime/cuda/graph.h"
@@ -92,8 +93,10 @@ static void put_step(FILE *o, const kdc_program *p, const kdc_prog_func *f, uint
     break;
   case KDC_STEP_GEMM: {
     const kdc_prog_gemm_step *g = &s->gemm;
-    fprintf(o, "gemm batch=%" PRId64 " m=%" PRId64 " n=%" PRId64 " k=%" PRId64 " %c%c A=",
-            g->batch, g->m, g->n, g->k, g->trans_a ? 'T' : 'N', g->trans_b ? 'T' : 'N');
+    fprintf(o, "gemm batch=%" PRId64 " m=%" PRId64 " n=%" PRId64 " k=%" PRId64 " %c%c", g->batch,
+            g->m, g->n, g->k, g->trans_a ? 'T' : 'N', g->trans_b ? 'T' : 'N');
+    if (g->dtype != KDC_IO_DTYPE_F32) fprintf(o, " (%s)", kdc_io_dtype_name(g->dtype));
+    fprintf(o, " A=");
     put_loc(o, f, p, &g->a);
     fprintf(o, " B=");
     put_loc(o, f, p, &g->b);
@@ -147,6 +150,42 @@ static void memory_parts(const kdc_program *p, uint64_t *w, uint64_t *io) {
   }
 }
 
+/* The number after |key| in |obj| (text), or -1. */
+static double meta_num(const char *obj, const char *key) {
+  const char *k = obj ? strstr(obj, key) : NULL;
+  return k ? strtod(k + strlen(key), NULL) : -1;
+}
+
+/* "<name>" after |key| in |obj| into |buf|. */
+static void meta_name(const char *obj, const char *key, char *buf, size_t n) {
+  const char *k = obj ? strstr(obj, key) : NULL;
+  snprintf(buf, n, "?");
+  if (!k) return;
+  k += strlen(key);
+  const char *e = strchr(k, '"');
+  if (e) snprintf(buf, n, "%.*s", (int)(e - k), k);
+}
+
+/* A plan compiled with --layout auto: the predicted step time of the chosen
+ * layout and of the runner-up (METADATA "auto_layout", api/auto_layout.c). */
+static void put_predicted(FILE *o, const kdc_rt_plan *plan) {
+  const char *a = strstr(kdc_rt_plan_metadata(plan), "\"auto_layout\": {");
+  if (!a) return;
+  const char *chosen = strstr(a, "\"chosen\": {"), *ru = strstr(a, "\"runner_up\": {");
+  char name[128], scored[32];
+  meta_name(chosen, "\"name\": \"", name, sizeof name);
+  meta_name(a, "\"scored\": \"", scored, sizeof scored);
+  fprintf(o, "predicted step time (--layout auto, %s per %s call): %.3f ms, peak %.0f bytes per "
+          "device", name, scored, meta_num(chosen, "\"predicted_step_s\": ") * 1e3,
+          meta_num(chosen, "\"peak_bytes\": "));
+  if (ru) {
+    meta_name(ru, "\"name\": \"", name, sizeof name);
+    fprintf(o, "; runner-up %s: %.3f ms, peak %.0f bytes", name,
+            meta_num(ru, "\"predicted_step_s\": ") * 1e3, meta_num(ru, "\"peak_bytes\": "));
+  }
+  fprintf(o, "\n");
+}
+
 /* The mesh, and each device's peak memory: its arena, its pieces of the
  * weights, and its pieces of the largest function's inputs and outputs. */
 static void put_devices(FILE *o, const kdc_rt_plan *plan) {
@@ -162,6 +201,7 @@ static void put_devices(FILE *o, const kdc_rt_plan *plan) {
   uint64_t total = p->arena_bytes + w + io;
   fprintf(o, "memory per device (peak): arena %" PRIu64 " + weights %" PRIu64
           " + inputs/outputs %" PRIu64 " = %" PRIu64 " bytes\n", p->arena_bytes, w, io, total);
+  put_predicted(o, plan);
   for (int64_t d = 0; d < nd && d < 64 && p->mesh.naxes; d++) {
     int64_t c[KDC_PROG_MAX_AXES];
     rt_mesh_coords(&p->mesh, d, c);

@@ -106,6 +106,22 @@ static kdc_status load(kdc_rt_plan *p, const kdc_rt_options *opt) {
   bool cuda = (!opt || opt->target != KDC_RT_TARGET_CPU) &&
               kdc_plan_file_find(p->file, KDC_PLAN_SECTION_CUDA, &data, &size);
   p->describe_only = opt && opt->describe_only;
+  for (uint32_t f = 0; !cuda && !p->describe_only && f < p->prog.n_funcs; f++)
+    for (uint32_t s = 0; s < p->prog.funcs[f].n_steps; s++) {
+      const kdc_prog_step *st = &p->prog.funcs[f].steps[s];
+      if (st->kind == KDC_STEP_GEMM && st->gemm.dtype != KDC_IO_DTYPE_F32)
+        return KDC_ERR(KDC_UNSUPPORTED, "%s: function %s, step %u: a %s GEMM runs on CUDA only "
+                       "(compile the model without --target cuda for the CPU)", p->path,
+                       p->prog.funcs[f].name, s, kdc_io_dtype_name(st->gemm.dtype));
+      /* the CPU collectives sum f32 and integers (a CPU compile widens the
+       * bf16/f16 dots before partition: their partial sums are f32) */
+      bool half = st->kind == KDC_STEP_COLLECTIVE && (st->coll.dtype == KDC_IO_DTYPE_BF16 ||
+                                                      st->coll.dtype == KDC_IO_DTYPE_F16);
+      if (half && (st->coll.kind == KDC_COLL_ALL_REDUCE || st->coll.kind == KDC_COLL_REDUCE_SCATTER))
+        return KDC_ERR(KDC_UNSUPPORTED, "%s: function %s, step %u: a %s sum over devices runs "
+                       "on CUDA only (NCCL)", p->path, p->prog.funcs[f].name, s,
+                       kdc_io_dtype_name(st->coll.dtype));
+    }
   if (!cuda && !p->describe_only) KDC_RETURN_IF_ERROR(load_code(p, opt));
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   p->n_threads = opt && opt->n_threads > 0 ? opt->n_threads : cores > 0 ? (int)cores : 1;

@@ -21,6 +21,8 @@ size_t kdc_prog_dtype_size(kdc_io_dtype dt) {
   case KDC_IO_DTYPE_I32: return 4;
   case KDC_IO_DTYPE_I64: return 8;
   case KDC_IO_DTYPE_BOOL: return 1;
+  case KDC_IO_DTYPE_BF16: return 2;
+  case KDC_IO_DTYPE_F16: return 2;
   default: return 0;
   }
 }
@@ -112,6 +114,7 @@ static void put_step(kdc_buf *b, const kdc_prog_step *s) {
   case KDC_STEP_GEMM: {
     const kdc_prog_gemm_step *g = &s->gemm;
     int64_t v[] = {g->batch, g->m, g->n, g->k};
+    kdc_buf_put_u8(b, (uint8_t)g->dtype);
     for (int i = 0; i < 4; i++) kdc_buf_put_i64(b, v[i]);
     kdc_buf_put_u8(b, g->trans_a);
     kdc_buf_put_u8(b, g->trans_b);
@@ -318,6 +321,12 @@ static bool matrix_span(int64_t batch, int64_t rows, int64_t cols, int64_t ld, i
 static kdc_status get_gemm(kdc_reader *r, const kdc_program *p, const kdc_prog_func *f,
                            kdc_prog_gemm_step *g) {
   size_t pos = r->pos;
+  uint8_t dt;
+  KDC_RETURN_IF_ERROR(kdc_reader_u8(r, &dt));
+  if (dt != KDC_IO_DTYPE_F32 && dt != KDC_IO_DTYPE_BF16 && dt != KDC_IO_DTYPE_F16)
+    return BAD_AT(r, pos, "gemm: element type %u is not f32, bf16 or f16", dt);
+  g->dtype = (kdc_io_dtype)dt;
+  size_t es = kdc_prog_dtype_size(g->dtype);
   int64_t *v[] = {&g->batch, &g->m, &g->n, &g->k};
   for (int i = 0; i < 4; i++) KDC_RETURN_IF_ERROR(kdc_reader_i64(r, v[i]));
   uint8_t ta, tb;
@@ -337,7 +346,7 @@ static kdc_status get_gemm(kdc_reader *r, const kdc_program *p, const kdc_prog_f
   bool ok = matrix_span(g->batch, ta ? g->k : g->m, ta ? g->m : g->k, g->lda, g->stride_a, &sa) &&
             matrix_span(g->batch, tb ? g->n : g->k, tb ? g->k : g->n, g->ldb, g->stride_b, &sb) &&
             matrix_span(g->batch, g->m, g->n, g->ldc, g->stride_c, &sc);
-  if (!ok || sa > g->a.bytes / 4 || sb > g->b.bytes / 4 || sc > g->c.bytes / 4)
+  if (!ok || sa > g->a.bytes / es || sb > g->b.bytes / es || sc > g->c.bytes / es)
     return BAD_AT(r, pos, "gemm: matrices exceed their buffers");
   return NULL;
 }

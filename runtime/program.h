@@ -41,8 +41,9 @@
  * 5: LOOP steps (a scan body run |length| times) and a flags byte per
  *    function (bit 0: scan body).
  * 6: a gate_packed byte per tensor (kdc_prog_tensor).
- * 7: kernel steps carry which outputs they update in place. */
-#define KDC_PROG_VERSION 7u
+ * 7: kernel steps carry which outputs they update in place.
+ * 8: GEMM steps carry their element type (f32, or bf16/f16 on CUDA). */
+#define KDC_PROG_VERSION 8u
 
 /* Caps of the format: mesh axes (ir/ir.h KDC_MAX_MESH_AXES) and devices a
  * plan may ask for (a bound checked before anything per device is made). */
@@ -133,6 +134,8 @@ typedef struct kdc_prog_gemm_step {
   int64_t lda, ldb, ldc;
   int64_t stride_a, stride_b, stride_c;
   kdc_prog_loc a, b, c;
+  kdc_io_dtype dtype;       /* of A, B and C: F32 (0), or BF16/F16 (CUDA only: cublasGemmEx
+                               with f32 accumulation; the CPU executor refuses them at load) */
 } kdc_prog_gemm_step;
 
 /* The collectives of ir/ops.def, same semantics (ir/interp_spmd.c is the

@@ -32,7 +32,11 @@ static kdc_status parse(int argc, char **argv, compile_flags *f) {
         cli_flag_value(&a, "--loss", &o->loss, &st) ||
         cli_flag_value(&a, "--optimizer", &o->optimizer, &st) ||
         cli_flag_value(&a, "--target", &o->target, &st) ||
-        cli_flag_value(&a, "--matmul-precision", &o->matmul_precision, &st))
+        cli_flag_value(&a, "--matmul-precision", &o->matmul_precision, &st) ||
+        cli_flag_value(&a, "--memory-per-device", &o->memory_per_device, &st) ||
+        cli_flag_value(&a, "--objective", &o->objective, &st) ||
+        cli_flag_value(&a, "--write-layout", &o->write_layout_path, &st) ||
+        cli_flag_value(&a, "--machine", &o->machine_path, &st))
       continue;
     if (cli_flag_value(&a, "--sm", &v, &st)) {
       if (!st) st = cli_parse_i64("--sm", v, 1, 1000, &x);
@@ -81,10 +85,12 @@ int kdc_cmd_compile(int argc, char **argv) {
   kdc_status st = parse(argc, argv, &f);
   if (!st) {
     /* the plan appears only if everything succeeded (and never over an input) */
-    kdc_file_arg out[] = {{"-o", f.out}};
+    bool is_auto = f.co.layout_path && !strcmp(f.co.layout_path, "auto");
+    kdc_file_arg out[] = {{"-o", f.out}, {"--write-layout", f.co.write_layout_path}};
     kdc_file_arg in[] = {{"the model", f.co.model_path}, {"--weights", f.co.weights_path},
-                         {"--layout", f.co.layout_path}};
-    st = kdc_outputs_begin(out, 1, in, 3);
+                         {"--layout", is_auto ? NULL : f.co.layout_path},
+                         {"--machine", f.co.machine_path}};
+    st = kdc_outputs_begin(out, 2, in, 4);
   }
   char *warnings = NULL;
   if (!st) st = kdc_compile_file(&f.co, f.out, &warnings);

@@ -126,6 +126,15 @@ typedef struct kdc_compile_options {
    * NULL: fp32, JAX's "highest") or "tf32" (TF32 tensor cores, JAX's GPU
    * default); recorded in the plan; no effect on a CPU plan */
   const char *matmul_precision;
+  /* |layout_path| "auto": kdc chooses the layout (docs/layout.md "--layout
+   * auto"): a limit per device ("512MiB", "2GB", bytes; NULL: none), the
+   * objective ("time", the default, or "memory"), a file to write the chosen
+   * layout.json to (atomically; NULL: none) and a machine description for
+   * the cost model (NULL: kdc's defaults, the virtual mesh) */
+  const char *memory_per_device;
+  const char *objective;
+  const char *write_layout_path;
+  const char *machine_path;
 } kdc_compile_options;
 
 typedef struct kdc_run_options {

@@ -38,7 +38,9 @@ class CompileOptions(C.Structure):
                 ("loss", C.c_char_p), ("optimizer", C.c_char_p), ("learning_rate", C.c_double),
                 ("from_logits", C.c_int), ("no_shard_update", C.c_int), ("target", C.c_char_p),
                 ("sm", C.c_int), ("dump_ir_dir", C.c_char_p), ("print_ir_after_all", C.c_int),
-                ("matmul_precision", C.c_char_p)]
+                ("matmul_precision", C.c_char_p),
+                ("memory_per_device", C.c_char_p), ("objective", C.c_char_p),
+                ("write_layout_path", C.c_char_p), ("machine_path", C.c_char_p)]
 
 
 class RunOptions(C.Structure):

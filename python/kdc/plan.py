@@ -518,15 +518,25 @@ def _run_options(threads, cache_dir):
 def compile(model, *, distribution=None, mesh=None, layout_map=None, batch_size=32, loss=None,
             optimizer=None, learning_rate=None, from_logits=None, target="cpu", weights=None,
             seed=0, random_init=False, input_shapes=None, layout_match=None,
-            no_shard_update=False, threads=0, cache_dir=None, matmul_precision="highest"):
+            no_shard_update=False, threads=0, cache_dir=None, matmul_precision="highest",
+            layout=None, memory_per_device=None, objective=None, write_layout=None, machine=None):
     """Compiles |model| (a live keras.Model, or a path: Keras 3 / tf.keras
     JSON, TF.js model.json, and what else the C core reads) for |batch_size|
     rows over |distribution| (Keras' or kdc's DataParallel / ModelParallel)
     or |mesh| + |layout_map|, with training when |loss| is given (or the
     live model is compiled), and loads it.  |matmul_precision| "tf32" lets
     a CUDA plan's GEMMs use TF32 tensor cores (JAX's GPU default; "highest",
-    the default, is fp32; no effect on the CPU).  Returns a Plan."""
-    mesh_s, axes_s, layout = resolve(distribution, mesh, layout_map)
+    the default, is fp32; no effect on the CPU).  |layout|="auto" with a
+    mesh: kdc chooses the layout (`kdc compile --layout auto`:
+    |memory_per_device| an int of bytes or "512MiB", |objective| "time" or
+    "memory", |write_layout| a path for the chosen layout.json, |machine| a
+    machine description file).  Returns a Plan."""
+    if layout is not None and layout != "auto":
+        raise KdcError(f"layout {layout!r}: expected \"auto\" (give a layout as layout_map=)")
+    if layout == "auto" and (layout_map is not None or distribution is not None and
+                             getattr(distribution, "layout_map", None) is not None):
+        raise KdcError("layout=\"auto\" chooses the layout: give a mesh, not a layout_map")
+    mesh_s, axes_s, layout_text = resolve(distribution, mesh, layout_map)
     if not isinstance(batch_size, (int, np.integer)) or isinstance(batch_size, bool) \
             or batch_size < 1:
         raise KdcError(f"batch_size {batch_size!r}: expected a positive integer")
@@ -576,11 +586,18 @@ def compile(model, *, distribution=None, mesh=None, layout_map=None, batch_size=
             co.input_shapes = C.cast(arr, C.POINTER(C.c_char_p))
             co.n_input_shapes = len(shapes)
         co.mesh, co.axes = _b(mesh_s), _b(axes_s)
-        if layout is not None:
-            lb = layout.encode()
+        if layout_text is not None:
+            lb = layout_text.encode()
             keep.append(lb)
             co.layout_text, co.layout_text_len = lb, len(lb)
             co.layout_path = b"layout_map"
+        if layout == "auto":
+            co.layout_path = b"auto"
+        if memory_per_device is not None:
+            co.memory_per_device = str(memory_per_device).encode()
+        co.objective = _b(objective)
+        co.write_layout_path = _b(write_layout)
+        co.machine_path = _b(machine)
         co.layout_match = _b(layout_match)
         co.loss, co.optimizer = _b(loss_s), _b(opt_s)
         co.learning_rate = float(lr or 0.0)

@@ -33,7 +33,8 @@
   X(cuGraphLaunch) X(cuGraphDestroy) X(cuGraphExecDestroy)
 #define RT_CU_BLAS(X)                                                                         \
   X(cublasCreate) X(cublasDestroy) X(cublasSetStream) X(cublasSetMathMode)                    \
-  X(cublasSgemmStridedBatched) X(cublasGetStatusString) X(cublasSetWorkspace)
+  X(cublasSgemmStridedBatched) X(cublasGemmStridedBatchedEx) X(cublasGetStatusString)       \
+  X(cublasSetWorkspace)
 #define RT_CU_NCCL(X)                                                                         \
   X(ncclGetVersion) X(ncclGetUniqueId) X(ncclCommInitRank) X(ncclCommInitAll) X(ncclCommSplit) \
   X(ncclCommDestroy) X(ncclCommAbort) X(ncclAllReduce) X(ncclAllGather) X(ncclReduceScatter)  \

@@ -589,6 +589,8 @@ static ncclDataType_t nccl_type(kdc_io_dtype dt) {
   case KDC_IO_DTYPE_F32: return ncclFloat32;
   case KDC_IO_DTYPE_I32: return ncclInt32;
   case KDC_IO_DTYPE_I64: return ncclInt64;
+  case KDC_IO_DTYPE_BF16: return ncclBfloat16; /* mixed-precision partial sums */
+  case KDC_IO_DTYPE_F16: return ncclFloat16;
   default: return ncclUint8; /* bool: moved, never summed (host.c refuses) */
   }
 }
@@ -752,6 +754,18 @@ static kdc_status run_step(const cu_run *r, const cu_dev *d, uint32_t s) {
     const rt_cuda_gemm *g = &r->c->gemm[r->func][s];
     const float one = 1.0f, zero = 0.0f;
     /* cuBLAS's A is the plan's B and its B the plan's A (host.h) */
+    if (st->gemm.dtype != KDC_IO_DTYPE_F32) { /* bf16/f16 in and out, f32 accumulation */
+      cudaDataType t = st->gemm.dtype == KDC_IO_DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_16F;
+      BL(r->p, d, "cublasGemmStridedBatchedEx",
+         api->cublasGemmStridedBatchedEx(
+             d->blas, g->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
+             g->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, g->m, g->n, g->k, &one,
+             (const void *)(uintptr_t)resolve(r, d, &st->gemm.b), t, g->lda, g->stride_a,
+             (const void *)(uintptr_t)resolve(r, d, &st->gemm.a), t, g->ldb, g->stride_b, &zero,
+             (void *)(uintptr_t)resolve(r, d, &st->gemm.c), t, g->ldc, g->stride_c, g->batch,
+             CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+      return NULL;
+    }
     BL(r->p, d, "cublasSgemmStridedBatched",
        api->cublasSgemmStridedBatched(
            d->blas, g->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, g->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,

@@ -94,6 +94,12 @@ static CGT_UNUSED void cgt_fill(const kdc_type *t, void *data, uint64_t seed, bo
     case KDC_DTYPE_I32: ((int32_t *)data)[i] = (int32_t)(r % 41) - 20; break;
     case KDC_DTYPE_I64: ((int64_t *)data)[i] = (int64_t)(r % 2001) - 1000; break;
     case KDC_DTYPE_BOOL: ((uint8_t *)data)[i] = (uint8_t)(r & 1); break;
+    case KDC_DTYPE_BF16:
+    case KDC_DTYPE_F16: {
+      double u = (double)(r % 1000003) / 1000003.0;
+      kdc_float_store(data, t->dtype, i, positive ? (float)(0.05 + 3.95 * u) : (float)(-3 + 6 * u));
+      break;
+    }
     default: abort();
     }
   }

@@ -153,6 +153,16 @@ double e2e_npy_compare(const kdc_npy_array *a, const kdc_npy_array *b, double at
   return e2e_f32_compare(a->data, b->data, a->nbytes / 4, atol, rtol);
 }
 
+double e2e_npy_files_compare(const char *got_path, const char *want_path, double atol,
+                             double rtol) {
+  kdc_npy_array got, want;
+  assert_null(kdc_npy_read(got_path, &got));
+  assert_null(kdc_npy_read(want_path, &want));
+  double err = e2e_npy_compare(&got, &want, atol, rtol);
+  kdc_npy_free(&got), kdc_npy_free(&want);
+  return err;
+}
+
 char *e2e_fit_losses(const char *model, const char *weights, const char *x, const char *y,
                      const char *loss, const char *batch, const char *mesh, int epochs,
                      double *loss_out) {

@@ -37,6 +37,9 @@ int e2e_lines(const char *s);
 /* Max over elements of |a-b| / (atol + rtol*|b|); > 1 means out of tolerance.
  * Shapes must match (else returns 1e30). */
 double e2e_npy_compare(const kdc_npy_array *a, const kdc_npy_array *b, double atol, double rtol);
+/* The same for two .npy files (each must read). */
+double e2e_npy_files_compare(const char *got_path, const char *want_path, double atol,
+                             double rtol);
 double e2e_f32_compare(const float *a, const float *b, size_t n, double atol, double rtol);
 /* `kdc compile |model| --weights |weights| --loss |loss| --optimizer adam
  * --batch |batch| --mesh |mesh|` then `kdc run --fit --x |x| --y |y|

@@ -39,12 +39,13 @@ static void test_dump_dir(void **state) {
   assert_null(kdc_pass_pipeline_run(m, &opt));
   static const char *const files[] = {"00-input",          "01-verify",
                                       "02-infer_shapes",   "03-build_training",
-                                      "04-simplify",       "05-seed_shardings",
-                                      "06-propagate_shardings", "07-partition",
-                                      "08-combine_collectives", "09-conv_to_gemm",
-                                      "10-fuse",           "11-plan_memory"};
+                                      "04-simplify",       "05-widen_dots",
+                                      "06-seed_shardings", "07-propagate_shardings",
+                                      "08-partition",      "09-combine_collectives",
+                                      "10-conv_to_gemm",   "11-fuse",
+                                      "12-plan_memory"};
   char path[256];
-  for (size_t i = 0; i < 12; i++) {
+  for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
     snprintf(path, sizeof path, "%s/%s.kir", dir, files[i]);
     FILE *fp = fopen(path, "r");
     if (!fp) fail_msg("missing %s", path);
@@ -54,7 +55,7 @@ static void test_dump_dir(void **state) {
     fclose(fp);
     assert_non_null(strstr(buf, "func @predict"));
     assert_true((strstr(buf, "log") != NULL) == (i < 4)); /* simplify deletes it */
-    assert_true((strstr(buf, "group=") != NULL) == (i >= 10));
+    assert_true((strstr(buf, "group=") != NULL) == (i >= 11)); /* fuse is 11 */
     unlink(path);
   }
   assert_int_equal(rmdir(dir), 0);

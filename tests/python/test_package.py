@@ -208,3 +208,26 @@ def test_matmul_precision(root):
         assert "matmul_precision" not in p.describe()
     with pytest.raises(kdc.KdcError, match="expected highest or tf32"):
         kdc.compile(ex(root, "model.json"), batch_size=4, matmul_precision="fast")
+
+
+def test_layout_auto(root, tmp_path):
+    """layout="auto" (`kdc compile --layout auto`): the chosen layout's
+    predictions equal the example's TF.js outputs, the chosen layout.json is
+    written, a memory limit no layout meets is the located error."""
+    lay = tmp_path / "auto.json"
+    plan = kdc.compile(ex(root, "model.json"), weights=ex(root, "weights.safetensors"),
+                       mesh=kdc.DeviceMesh((2, 4), ("data", "model")), layout="auto",
+                       write_layout=str(lay), batch_size=16)
+    assert "--layout auto: chose " in plan.warnings
+    rules = json.loads(lay.read_text())["layout_map"]
+    assert any("model" in v for v in rules.values())
+    x = np.load(ex(root, "input.npy"))
+    want = np.load(ex(root, "expected.npy"))
+    np.testing.assert_allclose(plan.predict(x), want, rtol=1e-4, atol=1e-5)
+    with pytest.raises(kdc.KdcError, match="the smallest peak found is"):
+        kdc.compile(ex(root, "model.json"), weights=ex(root, "weights.safetensors"),
+                    mesh=kdc.DeviceMesh((2, 4), ("data", "model")), layout="auto",
+                    memory_per_device=1024, batch_size=16)
+    with pytest.raises(kdc.KdcError, match="expected \"auto\""):
+        kdc.compile(ex(root, "model.json"), mesh=kdc.DeviceMesh((8,), ("data",)),
+                    layout="fast", batch_size=8)

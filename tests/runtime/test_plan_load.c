@@ -227,11 +227,32 @@ static void test_inconsistent_program(void **state) {
   kdc_prog_step g = {.kind = KDC_STEP_GEMM};
   g.gemm = (kdc_prog_gemm_step){1, 2, 2, 2, false, false, 2, 2, 2, 4, 4, 4,
                                 {KDC_PROG_BUF_INPUT, 0, 0, 16}, {KDC_PROG_BUF_INPUT, 0, 0, 16},
-                                {KDC_PROG_BUF_ARENA, 0, 0, 12}};
+                                {KDC_PROG_BUF_ARENA, 0, 0, 12}, KDC_IO_DTYPE_F32};
   fn.steps = &g;
   kdc_buf_init(&b);
   kdc_prog_encode(&p, &b);
   expect_bad(repack(KDC_PLAN_SECTION_PROGRAM, b.data, b.size), "exceed their buffers");
+  kdc_buf_free(&b);
+  /* 6b: a GEMM of integers; 6c: the same sizes in bf16 fit their buffers
+   * (2 bytes an element) but a bf16 GEMM runs on CUDA only */
+  g.gemm.dtype = KDC_IO_DTYPE_I32;
+  kdc_buf_init(&b);
+  kdc_prog_encode(&p, &b);
+  expect_bad(repack(KDC_PLAN_SECTION_PROGRAM, b.data, b.size), "is not f32, bf16 or f16");
+  kdc_buf_free(&b);
+  g.gemm.dtype = KDC_IO_DTYPE_BF16;
+  kdc_buf_init(&b);
+  kdc_prog_encode(&p, &b);
+  {
+    kdc_rt_plan *pl = NULL;
+    const char *path = repack(KDC_PLAN_SECTION_PROGRAM, b.data, b.size);
+    kdc_status st = kdc_rt_plan_load(path, &pl);
+    assert_non_null(st);
+    assert_null(pl);
+    assert_int_equal(kdc_status_code(st), KDC_UNSUPPORTED);
+    assert_non_null(strstr(kdc_status_message(st), "a bf16 GEMM runs on CUDA only"));
+    kdc_status_free(st);
+  }
   kdc_buf_free(&b);
   /* 7: another payload version */
   kdc_buf_init(&b);

@@ -373,6 +373,49 @@ static void test_accumulate_and_none(void **state) {
   kdc_ir_module_destroy(m);
 }
 
+/* Through bf16 (a mixed-precision layer, frontend/policy.c): y = sum(x *
+ * dot(convert(w, bf16), convert(v, bf16)) -> f32); the gradient of the f32
+ * weight w is f32, the cotangent having passed through bf16 values: dW =
+ * convert(bf16(x) . bf16(v)^T) exactly as the rule composes it (x rounded
+ * to bf16 on its way into the bf16 dot, one rounding of the f32 sum). */
+static void test_through_bf16(void **state) {
+  (void)state;
+  kdc_module *m = kdc_ir_module_create("t");
+  kdc_func *f = kdc_ir_func_create(m, "t");
+  int64_t wd[2] = {2, 3}, vd[2] = {3, 2}, xd[2] = {2, 2};
+  kdc_type wt = kdc_type_make(KDC_DTYPE_F32, 2, wd), vt = kdc_type_make(KDC_DTYPE_F32, 2, vd);
+  kdc_type xt = kdc_type_make(KDC_DTYPE_F32, 2, xd);
+  kdc_value_id w = kdc_ir_parameter(f, KDC_PARAM_INPUT, "w", &wt);
+  kdc_value_id v = kdc_ir_parameter(f, KDC_PARAM_INPUT, "v", &vt);
+  kdc_value_id x = kdc_ir_parameter(f, KDC_PARAM_INPUT, "x", &xt);
+  f->lowp = KDC_DTYPE_BF16; /* as the frontend sets it for a mixed layer */
+  kdc_value_id d = kdc_ir_matmul(f, w, v);
+  f->lowp = KDC_DTYPE_F32;
+  assert_int_equal(kdc_ir_type(f, d)->dtype, KDC_DTYPE_F32);
+  assert_int_equal(f->nodes[f->nodes[d].in[0]].type.dtype, KDC_DTYPE_BF16); /* the bf16 dot */
+  int64_t dims[2] = {0, 1};
+  kdc_value_id y = kdc_ir_reduce(f, KDC_RED_SUM, kdc_ir_binary(f, KDC_OP_MUL, x, d), 2, dims);
+  kdc_value_id wrt[1] = {w}, g[1];
+  tr_expect_ok(kdc_ir_take_error(f));
+  tr_expect_ok(kdc_autodiff(f, y, wrt, 1, g));
+  assert_int_equal(kdc_ir_type(f, g[0])->dtype, KDC_DTYPE_F32);
+  kdc_ir_add_result(f, g[0], "gw");
+  float wv[6] = {1, 2, 3, 4, 5, 6}, vv[6] = {1.00390625f, 0.5f, -2.0f, 3.0f, 0.25f, 1.0f};
+  float xv[4] = {1.0f + 1.0f / 256 + 1.0f / 512, 0.3f, -0.7f, 2.0f}; /* [0]: rounds up in bf16 */
+  kdc_tensor args[3] = {{wt, wv}, {vt, vv}, {xt, xv}}, out[1];
+  const float *gw = run1(f, args, 3, 0, out);
+  for (int i = 0; i < 2; i++)
+    for (int j = 0; j < 3; j++) { /* dW[i][j] = sum_k bf16(x[i][k]) bf16(v[j][k]), rounded */
+      float acc = 0;
+      for (int k = 0; k < 2; k++)
+        acc += kdc_float_round(KDC_DTYPE_BF16, xv[i * 2 + k]) *
+               kdc_float_round(KDC_DTYPE_BF16, vv[j * 2 + k]);
+      TR_CLOSE(gw[i * 3 + j], kdc_float_round(KDC_DTYPE_BF16, acc), 0, 0, "dW[%d][%d]", i, j);
+    }
+  tr_free(out, 1);
+  kdc_ir_module_destroy(m);
+}
+
 /* Dense gradients: dot_generals whose results are already in the weight's
  * layout (no transpose anywhere), dx = g . W (contract N), dW = x . g. */
 static void test_matmul_layout(void **state) {
@@ -446,6 +489,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_fd_all_ops),   cmocka_unit_test(test_ties),
       cmocka_unit_test(test_accumulate_and_none), cmocka_unit_test(test_matmul_layout),
+      cmocka_unit_test(test_through_bf16),
       cmocka_unit_test(test_errors),       cmocka_unit_test(test_table),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,96 @@
+/*
+ * passes/widen_dots.c: bf16/f16 dot_generals on the CPU (docs/codegen.md,
+ * "bf16 and f16").
+ *
+ * A dot_general of bf16 or f16 operands (a mixed-precision layer's GEMM,
+ * frontend/policy.c) becomes
+ *     convert(dot_general(convert(a, f32), convert(b, f32)) : f32, H)
+ * so it runs as an f32 GEMM step (cblas_sgemm) between two conversions that
+ * fuse into the neighbouring kernels.  The products of bf16/f16 values are
+ * exact in f32 and both forms accumulate in f32 and round once, so only the
+ * summation order differs from the interpreter (as for every f32 GEMM).
+ * OpenBLAS' cblas_sbgemm would read bf16 directly (AVX-512 BF16), but
+ * Debian 12's OpenBLAS 0.3.21 declares it in cblas.h without exporting it
+ * (built without BUILD_BFLOAT16: `nm -D libopenblasp-r0.3.21.so` has no
+ * sbgemm), so the CPU path is "computed in float32"; compile says so once
+ * (a warning naming the dtype and the first such layer).
+ * It runs before the sharding passes, so a dot split over its contracting
+ * dims sums f32 partials across devices (the CPU collectives sum f32).
+ * Not run for --target cuda plans: there the dot stays a bf16/f16 GEMM
+ * step (cublasGemmEx with f32 accumulation, docs/gpu.md).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "passes/passes.h"
+
+static bool half_dot(const kdc_func *f, kdc_value_id v) {
+  const kdc_node *nd = &f->nodes[v];
+  return nd->op == KDC_OP_DOT && kdc_dtype_is_half(nd->type.dtype);
+}
+
+/* |origin| is copied by value: appending may move the node array. */
+static kdc_value_id add(kdc_func *f, kdc_op op, const kdc_type *t, int n_in,
+                        const kdc_value_id *in, const kdc_attrs *attr, const char *origin) {
+  kdc_value_id v = kdc_ir_append(f, op, t, n_in, in, attr);
+  kdc_node *nd = kdc_ir_node(f, v);
+  memset(&nd->sharding, 0, sizeof nd->sharding); /* before seed_shardings: open */
+  nd->origin = origin;
+  return v;
+}
+
+static kdc_value_id widen(kdc_func *f, kdc_value_id x) {
+  kdc_type t = f->nodes[x].type;
+  t.dtype = KDC_DTYPE_F32;
+  return add(f, KDC_OP_CONVERT, &t, 1, &x, NULL, f->nodes[x].origin);
+}
+
+static void run_func(kdc_func *f, kdc_dtype *seen, const char **where) {
+  size_t n_old = f->n_nodes;
+  bool any = false;
+  for (size_t i = 0; i < n_old && !any; i++) any = half_dot(f, (kdc_value_id)i);
+  if (!any) return;
+  size_t *first = kdc_xmalloc((n_old + 1) * sizeof *first);
+  kdc_value_id *to = kdc_xmalloc(n_old * sizeof *to);
+  for (size_t i = 0; i < n_old; i++) {
+    first[i] = f->n_nodes;
+    to[i] = KDC_NO_VALUE;
+    if (!half_dot(f, (kdc_value_id)i)) continue;
+    kdc_node d = f->nodes[i]; /* a copy: appending may move the array */
+    *seen = d.type.dtype;
+    if (!*where) *where = d.origin;
+    kdc_value_id in[2] = {widen(f, d.in[0]), widen(f, d.in[1])};
+    kdc_type t = d.type;
+    t.dtype = KDC_DTYPE_F32;
+    kdc_value_id w = add(f, KDC_OP_DOT, &t, 2, in, &d.attr, d.origin);
+    to[i] = add(f, KDC_OP_CONVERT, &d.type, 1, &w, NULL, d.origin);
+  }
+  first[n_old] = f->n_nodes;
+  size_t n = f->n_nodes, k = 0;
+  kdc_value_id *repl = kdc_xmalloc(n * sizeof *repl);
+  kdc_value_id *order = kdc_xmalloc(n * sizeof *order);
+  for (size_t i = 0; i < n; i++) repl[i] = (kdc_value_id)i;
+  for (size_t i = 0; i < n_old; i++) {
+    if (to[i] == KDC_NO_VALUE) {
+      order[k++] = (kdc_value_id)i;
+      continue;
+    }
+    repl[i] = to[i];
+    for (size_t j = first[i]; j < first[i + 1]; j++) order[k++] = (kdc_value_id)j;
+  }
+  kdc_pass_func_rebuild(f, repl, order, k);
+  free(first), free(to), free(repl), free(order);
+}
+
+kdc_status kdc_pass_widen_dots(kdc_module *m, const kdc_pass_options *opt) {
+  if (opt && opt->cuda) return NULL;
+  kdc_dtype seen = KDC_DTYPE_F32;
+  const char *where = NULL; /* the first such dot's layer */
+  for (size_t i = 0; i < m->n_funcs; i++) run_func(m->funcs[i], &seen, &where);
+  if (seen != KDC_DTYPE_F32 && opt && opt->warnings)
+    fprintf(opt->warnings, "kdc: warning: model %s: %s: the %s GEMMs of the mixed-precision "
+            "layers are computed in float32 on this CPU (operands and results stay %s, f32 "
+            "accumulation)\n", m->name ? m->name : "?", where ? where : "?",
+            seen == KDC_DTYPE_BF16 ? "bfloat16" : "float16", kdc_dtype_name(seen));
+  return NULL;
+}
