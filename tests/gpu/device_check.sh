@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# tests/gpu/device_check.sh BUNDLE [OUT_DIR] [--quick] [--no-peers] [--sm N] [--budget S] [--keep]
+# tests/gpu/device_check.sh BUNDLE [OUT_DIR] [--quick] [--no-peers] [--no-extra] [--sm N]
+#                            [--budget S] [--keep]
 #
 # kdc's CUDA target checked on a GPU machine from the bundle alone
 # (docs/gpu.md, "Bundle"; installed as share/kdc/device_check.sh).  BUNDLE
@@ -25,6 +26,9 @@
 #                process start), then PyTorch eager, torch.compile and
 #                JAX jit at the same shapes (bench/peers_gpu.py), each under
 #                the time left of --budget (default 330 s)
+#   5. extra     the bundle's other device checks, before the peers:
+#                whole_step_check.sh (graphs, staged fit, TF32) and
+#                mixed_check.sh (bf16), their lines prefixed by their name
 # One line per check: PASS name ... / FAIL name ... / SKIP name: why.
 # Figures: OUT_DIR/figures.json (and OUT_DIR/log.txt, everything printed;
 # OUT_DIR/logs, each step's output).  Scratch in $TMPDIR (removed; --keep).
@@ -32,15 +36,17 @@
 #   --quick     predictions of 6 examples, one fit, kdc timings and
 #               PyTorch eager only
 #   --no-peers  no PyTorch / JAX timings
+#   --no-extra  without step 5
 #   --keep      keep the scratch folder (plans, outputs) and say where
 set -u
 T0=$(date +%s)
-BUNDLE=""; OUT=""; QUICK=0; PEERS=1; SM=""; BUDGET=330; KEEP=0
+BUNDLE=""; OUT=""; QUICK=0; PEERS=1; EXTRA=1; SM=""; BUDGET=330; KEEP=0
 while [ $# -gt 0 ]; do
   case $1 in
     --quick) QUICK=1 ;;
     --no-peers) PEERS=0 ;;
     --keep) KEEP=1 ;;
+    --no-extra) EXTRA=0 ;;
     --sm) SM=$2; shift ;;
     --budget) BUDGET=$2; shift ;;
     -h|--help) sed -n '2,35p' "$0"; exit 0 ;;
@@ -65,6 +71,14 @@ line() {  # line PASS|FAIL|SKIP text...
   echo "$*"
 }
 left() { echo $(( BUDGET - ($(date +%s) - T0) )); }
+other() {  # other NAME TIMEOUT COMMAND...: another check script's PASS/FAIL/SKIP lines, counted
+  local name=$1 t=$2 rc l; shift 2
+  while IFS= read -r l; do
+    case $l in PASS\ *|FAIL\ *|SKIP\ *) line "${l%% *}" "$name: ${l#* }" ;; *) echo "  $l" ;; esac
+  done < <(timeout "$t" "$@" 2>&1; echo "rc=$?" > "$W/res/$name.rc")
+  rc=$(sed 's/rc=//' "$W/res/$name.rc")
+  [ "$rc" = 0 ] || [ "$rc" = 1 ] || line FAIL "$name: exit $rc$([ "$rc" = 124 ] && echo " (timeout ${t} s)")"
+}
 verdict() {  # verdict NAME COMMAND...: the comparison's PASS/FAIL line (a crash is a FAIL)
   local name=$1 out; shift
   out=$("$@" 2>&1 | tail -1)
@@ -281,6 +295,19 @@ for k in ('step_ms', 'forward_ms', 'fit_step_ms', 'fit_step_ms_unstaged', 'load_
       else line FAIL "time kdc run: $(tail -1 "$W/res/tfwd.log")"; break; fi
     done
   else line FAIL "time kdc run: compile: $(tail -1 "$W/res/tfwd.log")"; fi
+fi
+
+# ---- 5. the other device checks of the bundle
+if [ $EXTRA = 1 ]; then
+  echo "== whole-step checks (whole_step_check.sh) and bf16 (mixed_check.sh)"
+  other whole_step 240 bash "$S/whole_step_check.sh" "$P/bin" "$E" "$W/whole_step" --sm "$SM"
+  if [ -n "$GPU" ] && [ -n "${CUDA[*]}" ]; then
+    other mixed 240 bash -c 'cd "$1" && bash mixed_check.sh "$2" "$3" "$4"' _ "$S" "$K" "$BP" "$SM"
+  elif [ -n "$GPU" ]; then line SKIP "mixed: dry run (its bf16 plans need the GPU)"
+  else line SKIP "mixed: $why"; fi
+fi
+
+if [ -n "$GPU" ] && [ -n "$PY" ]; then
   # the peers, each in its own process, under the time left
   if [ $PEERS = 1 ]; then
     peers=(torch jax torch_compile); [ $QUICK = 1 ] && peers=(torch)
