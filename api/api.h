@@ -27,6 +27,19 @@ struct kdc_plan {
   kdc_trainer *trainer;       /* the live one, if any (at most one) */
 };
 
+/* keras_state.c: the optimizer variables of the Keras file |weights|
+ * (`kdc compile --weights`), as the TRAIN_STATE section of a plan whose
+ * train_step is in |mod| and whose KERAS section is |keras_section|, into
+ * |out| (left empty when there is nothing to restore; a one-line note on
+ * |warnings| when the plan does not train or trains with another
+ * optimizer). */
+struct kdc_module;
+struct kdc_train_options;
+struct kdc_buf;
+kdc_status kdc_api_keras_train_state(const char *weights, const struct kdc_module *mod,
+                                     const char *keras_section, bool train_on,
+                                     const struct kdc_train_options *train, FILE *warnings,
+                                     struct kdc_buf *out);
 /* compile_config.c: training options from |km|'s Keras 3 compile_config;
  * *|found| false when it has none (or no loss).  |file| names errors. */
 struct kdc_keras_model;

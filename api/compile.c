@@ -279,13 +279,15 @@ static char *optimizer_json(const kdc_train_options *t) {
  * an error naming the tensor.  Shapes follow from the weights, which bound;
  * the runtime checks them again when it creates the training state. */
 static kdc_status checkpoint_state(const compile_ctx *c, const kdc_module *mod, bool train_on,
-                                   const kdc_train_options *train, kdc_buf *out) {
+                                   const kdc_train_options *train, const char *keras,
+                                   kdc_buf *out) {
   const char *weights = c->o->weights_path;
   if (!weights) return NULL;
   size_t len = strlen(weights);
   if (len >= 5 && !strcmp(weights + len - 5, ".json")) return NULL;  /* TF.js */
-  /* Keras files: their optimizer state is restored by kdc run --initial-weights */
-  if (kdc_is_keras_file(weights)) return NULL;
+  /* Keras files: optimizer/vars/<i> through the KERAS section (keras_state.c) */
+  if (kdc_is_keras_file(weights))
+    return kdc_api_keras_train_state(weights, mod, keras, train_on, train, c->warnings, out);
   kdc_safetensors *sf = NULL;
   KDC_RETURN_IF_ERROR(kdc_safetensors_open(weights, &sf));
   char opt[128];
@@ -474,7 +476,12 @@ static kdc_status compile_module(compile_ctx *c, const char *out) {
   kdc_buf state;
   kdc_buf_init(&state);
   char *keras = NULL;
-  if (!st) st = checkpoint_state(c, mod, train_on, &train, &state);
+  if (!st) {
+    char *opt_json = train_on ? optimizer_json(&train) : NULL;
+    keras = kdc_frontend_keras_section(km, opt_json);
+    free(opt_json);
+  }
+  if (!st) st = checkpoint_state(c, mod, train_on, &train, keras, &state);
   if (!st) {
     kdc_codegen_options co;
     memset(&co, 0, sizeof co);
@@ -485,9 +492,6 @@ static kdc_status compile_module(compile_ctx *c, const char *out) {
     }
     co.explain = explain.text;
     co.metadata_auto = chosen.metadata;
-    char *opt_json = train_on ? optimizer_json(&train) : NULL;
-    keras = kdc_frontend_keras_section(km, opt_json);
-    free(opt_json);
     co.keras = keras;
     if (state.size) co.train_state = state.data, co.train_state_size = state.size;
     static const char *const train_funcs[] = {"predict", "train_step", "evaluate"};

@@ -107,7 +107,7 @@ kdc_value_id kdc_fe_elu(kdc_func *f, kdc_value_id x, double alpha) {
   return where0(f, KDC_CMP_GT, x, x, sc(f, KDC_OP_MUL, expm1_nonpos(f, x), alpha));
 }
 
-static kdc_value_id gelu(kdc_func *f, kdc_value_id x, bool approximate) {
+kdc_value_id kdc_fe_gelu(kdc_func *f, kdc_value_id x, bool approximate) {
   if (!approximate) {
     kdc_value_id e = un(f, KDC_OP_ERF, sc(f, KDC_OP_MUL, x, 1.0 / sqrt(2.0)));
     return sc(f, KDC_OP_MUL, bin(f, KDC_OP_MUL, x, sc(f, KDC_OP_ADD, e, 1)), 0.5);
@@ -201,7 +201,7 @@ kdc_status kdc_fe_activation(struct kdc_lower_ctx *c, const kdc_keras_layer *l, 
   else if (!strcmp(name, "tanh")) y = un(f, KDC_OP_TANH, x);
   else if (!strcmp(name, "softmax")) y = kdc_fe_softmax(f, x, 1, &last, false);
   else if (!strcmp(name, "log_softmax")) y = kdc_fe_softmax(f, x, 1, &last, true);
-  else if (!strcmp(name, "gelu")) y = gelu(f, x, false);
+  else if (!strcmp(name, "gelu")) y = kdc_fe_gelu(f, x, false);
   else if (!strcmp(name, "silu") || !strcmp(name, "swish"))
     y = bin(f, KDC_OP_MUL, x, un(f, KDC_OP_LOGISTIC, x));
   else if (!strcmp(name, "elu")) y = kdc_fe_elu(f, x, 1.0);

@@ -433,8 +433,16 @@ kdc_status kdc_fe_infer_upsampling(kdc_infer_args *a);
 kdc_status kdc_fe_infer_repeat_vector(kdc_infer_args *a);
 kdc_status kdc_fe_infer_dot(kdc_infer_args *a);
 kdc_status kdc_fe_infer_elementwise(kdc_infer_args *a); /* UnitNormalization, ThresholdedReLU */
-/* lower_ops.c: Keras 3 comparison ops (Equal, NotEqual, Less, ...) as nodes. */
-kdc_status kdc_fe_infer_compare(kdc_infer_args *a);
+/* lower_ops.c: Keras 3 operations recorded as nodes (module keras.src.ops.*):
+ * their class table (names shared with layers: looked up by module), shape
+ * inference and lowering. */
+bool kdc_fe_is_op_module(const char *module);
+const kdc_layer_class *kdc_fe_find_op_class(const char *class_name); /* NULL: not lowered */
+bool kdc_fe_is_op_class(const kdc_layer_class *c);
+kdc_status kdc_fe_infer_op(kdc_infer_args *a);
+kdc_status kdc_fe_lower_op(struct kdc_lower_ctx *c, const kdc_keras_layer *l,
+                           const kdc_keras_node *n, const kdc_value_id *in,
+                           const kdc_value_id *kw, kdc_value_id *out);
 /* einsum.c */
 kdc_status kdc_fe_infer_einsum_dense(kdc_infer_args *a);
 
@@ -592,6 +600,10 @@ bool kdc_fe_keras_at_least(const kdc_keras_model *m, int major, int minor);
 kdc_status kdc_fe_lower_dropout(struct kdc_lower_ctx *c, const kdc_keras_layer *l,
                                 const kdc_keras_node *n, const kdc_value_id *in,
                                 const kdc_value_id *kw, kdc_value_id *out);
+/* A tf.keras 2 topology's call with an explicit training=true (honoured in
+ * predict there; Keras 3's predict and fit override it): the augmentation
+ * layers refuse it (lower_dropout.c). */
+bool kdc_fe_call_forces_training(const kdc_keras_layer *l, const kdc_keras_node *n);
 kdc_status kdc_fe_lower_identity(struct kdc_lower_ctx *c, const kdc_keras_layer *l,
                                  const kdc_keras_node *n, const kdc_value_id *in,
                                  const kdc_value_id *kw, kdc_value_id *out);
@@ -638,7 +650,6 @@ KDC_FE_LOWER_FN(kdc_fe_lower_global_pool);
 KDC_FE_LOWER_FN(kdc_fe_lower_prelu);
 KDC_FE_LOWER_FN(kdc_fe_lower_layer_scale);
 KDC_FE_LOWER_FN(kdc_fe_lower_thresholded_relu);
-KDC_FE_LOWER_FN(kdc_fe_lower_compare); /* lower_ops.c */
 KDC_FE_LOWER_FN(kdc_fe_lower_dot_layer);
 /* lower_conv.c: convolutions, pooling, Embedding (+ transposed conv shapes). */
 KDC_FE_LOWER_FN(kdc_fe_lower_conv);
@@ -715,6 +726,8 @@ kdc_value_id kdc_fe_softmax(kdc_func *f, kdc_value_id x, int n_axes, const int64
 /* keras.activations.elu(x, alpha): x > 0 ? x : alpha * expm1(x), with a
  * gradient free of NaN for large x (activations.c). */
 kdc_value_id kdc_fe_elu(kdc_func *f, kdc_value_id x, double alpha);
+/* keras.activations.gelu: exact (erf) or the tanh approximation. */
+kdc_value_id kdc_fe_gelu(kdc_func *f, kdc_value_id x, bool approximate);
 /* keras.activations.relu(x, negative_slope, max_value (<0: None), threshold). */
 kdc_value_id kdc_fe_relu(kdc_func *f, kdc_value_id x, double negative_slope,
                          double max_value, bool has_max, double threshold);

@@ -87,6 +87,10 @@ static kdc_status class_err(kdc_keras_model *m, json_object *entry, const char *
                       "custom layer class \"%s\" (%s \"%s\", layer \"%s\"): kdc reads only "
                       "built-in Keras layers",
                       cls, mod ? "module" : "registered_name", mod ? mod : reg, name);
+  if (kdc_fe_is_op_module(mod))
+    return kdc_fe_err(m, KDC_UNSUPPORTED, at,
+                      "Keras operation \"%s\" (%s, node \"%s\") is not supported by kdc "
+                      "(docs/frontend.md lists the keras.ops kdc lowers)", cls, mod, name);
   const kdc_layer_class *c = kdc_fe_find_class(cls);
   if (c && !c->infer)
     return kdc_fe_err(m, KDC_UNSUPPORTED, at,
@@ -193,7 +197,10 @@ static kdc_status parse_layer(kdc_keras_model *m, json_object *entry, const char
   json_object *tr = kdc_fe_get(cfg, "trainable");
   l->trainable = m->trainable &&
                  (!tr || !json_object_is_type(tr, json_type_boolean) || json_object_get_boolean(tr));
-  l->cls = kdc_fe_find_class(cls);
+  /* Keras operations share class names with layers (Add, Reshape, ...) */
+  const char *module = str_or_null(kdc_fe_get(entry, "module"));
+  l->cls = kdc_fe_is_op_module(module) ? kdc_fe_find_op_class(cls) : kdc_fe_find_class(cls);
+  if (!l->cls && !module) l->cls = kdc_fe_find_op_class(cls);
   if (!l->cls || !l->cls->infer) return class_err(m, entry, lloc, cls, name);
   KDC_RETURN_IF_ERROR(check_dtype_policy(m, cfg, lloc));
   if (is_model_class(cls)) {

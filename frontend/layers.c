@@ -5,11 +5,12 @@
  * layers_conv.c, layers_shape.c, einsum.c) and its lowering (lower_layers.c,
  * lower_norm.c, lower_shape.c, lower_attention.c, lower_rnn.c,
  * lower_bidirectional.c, lower_time_distributed.c, lower_dot_attention.c,
- * lower_image.c, lower_encoding.c, lower_ops.c; NULL = not lowered, which
+ * lower_image.c, lower_encoding.c; NULL = not lowered, which
  * kdc_frontend_lower reports as a located UNSUPPORTED error).  NO rows are Keras classes kdc recognises and
  * refuses: loading them fails with "not supported" and the row's reason,
  * not "unknown".  docs/frontend.md lists every keras.layers class of Keras
- * 3.16 against this table.
+ * 3.16 against this table.  Keras operations (module keras.src.ops.*) have
+ * their own table in lower_ops.c.
  * Also the helpers every inference rule uses: outputs, variables, errors.
  */
 #include <json-c/json.h>
@@ -146,13 +147,6 @@ static const kdc_layer_class classes[] = {
     IN("AdaptiveMaxPooling3D", kdc_fe_infer_adaptive_pool, kdc_fe_lower_adaptive_pool),
     IN("CategoryEncoding", kdc_fe_infer_encoding, kdc_fe_lower_encoding), /* lower_encoding.c */
     IN("Discretization", kdc_fe_infer_encoding, kdc_fe_lower_encoding),
-    /* Keras 3 ops recorded as graph nodes (module keras.src.ops.numpy; lower_ops.c) */
-    IN("Equal", kdc_fe_infer_compare, kdc_fe_lower_compare),
-    IN("NotEqual", kdc_fe_infer_compare, kdc_fe_lower_compare),
-    IN("Less", kdc_fe_infer_compare, kdc_fe_lower_compare),
-    IN("LessEqual", kdc_fe_infer_compare, kdc_fe_lower_compare),
-    IN("Greater", kdc_fe_infer_compare, kdc_fe_lower_compare),
-    IN("GreaterEqual", kdc_fe_infer_compare, kdc_fe_lower_compare),
     IN("Resizing", kdc_fe_infer_resizing, kdc_fe_lower_resizing),
     IN("CenterCrop", kdc_fe_infer_resizing, kdc_fe_lower_resizing),
     IN("RandomFlip", kdc_fe_infer_augment, kdc_fe_lower_augment),

@@ -28,6 +28,16 @@
  *   w = -log((1 - v)(1 + v));  w < 5: p = P1(w - 2.5)  else p = P2(sqrt(w) - 3)
  *   erfinv(v) = p * v
  * (Box-Muller would need cos, which the IR does not have).
+ *
+ * A call recorded with `training: true`: Keras 3's predict and fit pass
+ * training=False / True to every node themselves and that overrides the
+ * recorded value (models/functional.py operation_fn), so Keras 3 files
+ * ignore it -- Keras 3.15 records training=True for every layer whose
+ * call() defaults to it (RandomFlip, ...).  tf.keras 2 honours an
+ * explicit training=True in predict (Monte Carlo dropout): the random
+ * augmentation layers refuse such a topology (kdc_fe_call_forces_training);
+ * these layers stay the identity in its predict, as kdc has always done
+ * (tests/frontend/data/real2's AidanBlumLevine U-Net has such Dropouts).
  */
 #include <math.h>
 #include <string.h>
@@ -119,6 +129,12 @@ static kdc_status cfg_rate(const kdc_keras_layer *l, const char *key, double *ra
   if (!(*rate >= 0 && *rate < 1))
     return kdc_fe_layer_err(l, KDC_INVALID_INPUT, "config.%s must be in [0, 1), got %g", key, *rate);
   return NULL;
+}
+
+bool kdc_fe_call_forces_training(const kdc_keras_layer *l, const kdc_keras_node *n) {
+  json_object *tr = kdc_fe_get(n->kwargs, "training");
+  return l->model->tk2_topology && tr && json_object_is_type(tr, json_type_boolean) &&
+         json_object_get_boolean(tr);
 }
 
 kdc_status kdc_fe_lower_dropout(struct kdc_lower_ctx *c, const kdc_keras_layer *l,

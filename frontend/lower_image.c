@@ -28,8 +28,10 @@
  *   crop_to_aspect_ratio crop above, then a bilinear resize.
  * Random augmentation layers (RandomFlip, RandomRotation, RandomZoom,
  *   RandomTranslation, RandomContrast, RandomBrightness, ...): identities at
- *   inference, as Keras' transform_images with training=False; a call with
- *   `training: true` recorded in its kwargs is refused.  In a training step
+ *   inference, as Keras' transform_images with training=False.  A call
+ *   recorded with `training: true` (Keras 3.15 writes it for every one of
+ *   them) is the same: Keras 3's predict passes training=False over it; a
+ *   tf.keras 2 topology's is refused (lower_dropout.c).  In a training step
  *   RandomFlip flips each sample with probability 1/2 (u <= 0.5, one u per
  *   sample for both axes, as Keras), u drawn from kdc's counter-based
  *   stream like Dropout (lower_dropout.c); the others refuse training with
@@ -351,10 +353,10 @@ kdc_status kdc_fe_lower_augment(struct kdc_lower_ctx *c, const kdc_keras_layer *
                                 const kdc_keras_node *n, const kdc_value_id *in,
                                 const kdc_value_id *kw, kdc_value_id *out) {
   (void)kw;
-  json_object *tr = kdc_fe_get(n->kwargs, "training");
-  if (tr && json_object_is_type(tr, json_type_boolean) && json_object_get_boolean(tr))
+  if (kdc_fe_call_forces_training(l, n)) /* Keras 3's predict overrides it (lower_dropout.c) */
     return kdc_fe_layer_err(l, KDC_UNSUPPORTED, "the call's training=true applies the random "
-                            "augmentation at inference, which is not supported");
+                            "augmentation in predict (tf.keras 2 honours it), which kdc does not "
+                            "support");
   out[0] = in[0];
   if (!c->training || in[0] == KDC_NO_VALUE) return NULL;
   if (!strcmp(l->class_name, "RandomFlip")) return random_flip(c, l, in[0], out);

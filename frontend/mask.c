@@ -293,6 +293,7 @@ kdc_status kdc_fe_compute_masks(struct kdc_lower_ctx *c, const kdc_keras_layer *
                                 const kdc_value_id *in_mask, const kdc_value_id *out,
                                 kdc_value_id *out_mask) {
   (void)out;
+  if (kdc_fe_is_op_class(l->cls)) return NULL; /* an Operation sets no Keras mask */
   const mask_rule *r = find_rule(l->class_name);
   bool given = false;
   for (int i = 0; in_mask && i < n->n_in + n->n_kw; i++) given = given || in_mask[i] != KDC_NO_VALUE;

@@ -71,6 +71,12 @@ kdc_status kdc_fe_policy_begin(kdc_lower_ctx *c, const kdc_keras_layer *l, int n
   memset(p, 0, sizeof *p);
   p->compute = KDC_DTYPE_F32;
   if (l->sub) return NULL; /* a nested model: its layers carry their own policies */
+  if (kdc_fe_is_op_class(l->cls)) { /* a keras.ops node has no policy (a Cast's config
+                                     * `dtype` is its target): f32 on widened inputs */
+    autocast_all(c->f, KDC_DTYPE_F32, false, n_in, in);
+    autocast_all(c->f, KDC_DTYPE_F32, false, n_kw, kw);
+    return kdc_ir_take_error(c->f);
+  }
   const char *name = l->config ? kdc_fe_dtype_name(kdc_fe_get(l->config, "dtype"), NULL) : NULL;
   if (name) {
     bool pure = !strcmp(name, "bfloat16") || !strcmp(name, "float16");

@@ -203,62 +203,91 @@ static int find_plan_weight(const kdc_rt_plan *p, const char *name) {
   return -1;
 }
 
-/* One entry of the optimizer's variable list: "optimizer/vars/<i>" <-> state. */
-typedef struct opt_entry {
-  int index;
-  int state;            /* state index */
-} opt_entry;
-
-/* The optimizer's variables of |k| matched to the state: |*n| entries, the
- * learning rate's index in *|lr_index| (-1: a schedule).  NULL entries
- * when the plan does not train or the section has no optimizer. */
-static kdc_status opt_layout(const kdc_rt_train *t, const keras_map *k, opt_entry **out,
-                             size_t *n, int *lr_index) {
+kdc_status kdc_rt_keras_opt_layout(json_object *opt, json_object *vars,
+                                   bool (*has_state)(void *user, const char *name), void *user,
+                                   kdc_rt_opt_var **out, size_t *n, int *lr_index) {
   *out = NULL;
   *n = 0;
   *lr_index = -1;
-  if (!k->opt) return NULL;
+  if (!opt) return NULL;
   json_object *name = NULL, *blocks = NULL, *lrv = NULL;
-  json_object_object_get_ex(k->opt, "name", &name);
-  json_object_object_get_ex(k->opt, "blocks", &blocks);
-  json_object_object_get_ex(k->opt, "lr_variable", &lrv);
+  json_object_object_get_ex(opt, "name", &name);
+  json_object_object_get_ex(opt, "blocks", &blocks);
+  json_object_object_get_ex(opt, "lr_variable", &lrv);
   const char *on = json_object_get_string(name);
   char buf[1200];
   snprintf(buf, sizeof buf, "%s/iteration", on);
-  int it = find_state(t, buf);
-  if (it < 0) return KDC_ERR(KDC_INTERNAL, "plan: no state %s", buf);
-  size_t cap = 4;
-  opt_entry *e = kdc_xmalloc(sizeof *e * cap);
-  size_t m = 0;
-  e[m++] = (opt_entry){0, it};
+  if (!has_state(user, buf)) return KDC_ERR(KDC_INTERNAL, "plan: no state %s", buf);
+  size_t cap = 4, m = 0;
+  kdc_rt_opt_var *e = kdc_xmalloc(sizeof *e * cap);
+  e[m++] = (kdc_rt_opt_var){0, kdc_xstrdup(buf)};
   int idx = 1;
   if (json_object_get_boolean(lrv)) *lr_index = idx++;
-  size_t nv = json_object_array_length(k->vars);
-  for (size_t b = 0; b < json_object_array_length(blocks); b++) {
+  size_t nv = json_object_array_length(vars);
+  kdc_status st = NULL;
+  for (size_t b = 0; b < json_object_array_length(blocks) && !st; b++) {
     json_object *bl = json_object_array_get_idx(blocks, b);
-    for (size_t v = 0; v < nv; v++) {
-      json_object *ve = json_object_array_get_idx(k->vars, v);
+    for (size_t v = 0; v < nv && !st; v++) {
+      json_object *ve = json_object_array_get_idx(vars, v);
       const char *path = map_str(ve, 0);
-      int ws = find_state(t, path);
       /* Keras' trainable_variables: trainable and trained by this plan */
-      if (!json_object_get_boolean(json_object_array_get_idx(ve, 2)) || ws < 0) continue;
-      for (size_t j = 0; j < json_object_array_length(bl); j++) {
+      if (!json_object_get_boolean(json_object_array_get_idx(ve, 2)) || !has_state(user, path))
+        continue;
+      for (size_t j = 0; j < json_object_array_length(bl) && !st; j++) {
         char mangled[1024];
         snprintf(mangled, sizeof mangled, "%s", path);
         for (char *c = mangled; *c; c++)
           if (*c == '/') *c = '_';
         snprintf(buf, sizeof buf, "%s/%s_%s", on, mangled,
                  json_object_get_string(json_object_array_get_idx(bl, j)));
-        int s = find_state(t, buf);
-        if (s < 0) {
-          free(e);
-          return KDC_ERR(KDC_INTERNAL, "plan: no optimizer state %s", buf);
+        if (!has_state(user, buf)) {
+          st = KDC_ERR(KDC_INTERNAL, "plan: no optimizer state %s", buf);
+          break;
         }
         KDC_GROW(e, cap, m + 1);
-        e[m++] = (opt_entry){idx++, s};
+        e[m++] = (kdc_rt_opt_var){idx++, kdc_xstrdup(buf)};
       }
     }
   }
+  if (st) {
+    kdc_rt_opt_vars_free(e, m);
+    return st;
+  }
+  *out = e;
+  *n = m;
+  return NULL;
+}
+
+void kdc_rt_opt_vars_free(kdc_rt_opt_var *e, size_t n) {
+  for (size_t q = 0; e && q < n; q++) free(e[q].state);
+  free(e);
+}
+
+/* One entry of the optimizer's variable list: "optimizer/vars/<i>" <-> state. */
+typedef struct opt_entry {
+  int index;
+  int state;            /* state index */
+} opt_entry;
+
+static bool train_has_state(void *user, const char *name) {
+  return find_state(user, name) >= 0;
+}
+
+/* The optimizer's variables of |k| matched to the state of |t|: |*n|
+ * entries, the learning rate's index in *|lr_index| (-1: a schedule).  NULL
+ * entries when the plan does not train or the section has no optimizer. */
+static kdc_status opt_layout(const kdc_rt_train *t, const keras_map *k, opt_entry **out,
+                             size_t *n, int *lr_index) {
+  kdc_rt_opt_var *v = NULL;
+  size_t m = 0;
+  *out = NULL;
+  *n = 0;
+  KDC_RETURN_IF_ERROR(kdc_rt_keras_opt_layout(k->opt, k->vars, train_has_state, (void *)t, &v,
+                                              &m, lr_index));
+  if (!v) return NULL;
+  opt_entry *e = kdc_xmalloc(sizeof *e * (m + 1));
+  for (size_t q = 0; q < m; q++) e[q] = (opt_entry){v[q].index, find_state(t, v[q].state)};
+  kdc_rt_opt_vars_free(v, m);
   *out = e;
   *n = m;
   return NULL;

@@ -308,6 +308,23 @@ kdc_status kdc_rt_keras_check(const kdc_rt_plan *p, bool archive);
 kdc_status kdc_rt_keras_save(kdc_rt_plan *p, kdc_rt_train *t, const char *path, bool archive,
                              bool optimizer);
 kdc_status kdc_rt_keras_load(kdc_rt_plan *p, kdc_rt_train *t, const char *path);
+/* Keras 3's optimizer variables (`optimizer/vars/<i>`) of a KERAS section's
+ * "optimizer" |opt| and "vars" |vars| (docs/plan-format.md) matched to the
+ * training state names |has_state| knows: iterations (index 0), the
+ * learning rate's index in *|lr_index| (-1: a schedule), then the slots
+ * block by block over the trainable variables the plan trains.  *|out|
+ * (heap, kdc_rt_opt_vars_free) is NULL when |opt| is NULL; a name the
+ * plan lacks is an internal error.  kdc compile uses it to restore a
+ * Keras file's optimizer state, kdc run to read and write it. */
+struct json_object;
+typedef struct kdc_rt_opt_var {
+  int index;    /* optimizer/vars/<index> */
+  char *state;  /* the state tensor's name ("adam/d1_kernel_momentum") */
+} kdc_rt_opt_var;
+kdc_status kdc_rt_keras_opt_layout(struct json_object *opt, struct json_object *vars,
+                                   bool (*has_state)(void *user, const char *name), void *user,
+                                   kdc_rt_opt_var **out, size_t *n, int *lr_index);
+void kdc_rt_opt_vars_free(kdc_rt_opt_var *v, size_t n);
 
 /* ---- describe.c ------------------------------------------------------------- */
 

@@ -34,13 +34,9 @@ KDC = os.environ.get("KDC_BIN", os.path.join(ROOT, "build", "tools", "kdc"))
 
 # what Keras 3.15.1 writes for these examples that kdc does not read (each
 # is checked to fail with a located error, not skipped silently):
-#   layer_zoo2: Keras 3.15 records RandomFlip's call with training=True in
-#     config.json, which kdc refuses (augmentation at inference); its legacy
-#     saver wrote no model_config (get_config failed inside Keras);
-#   masked_text: Keras 3.15 records the mask's ops.logical_or as a LogicalOr
-#     node, an op kdc does not lower.
-REFUSED = {("layer_zoo2", "keras"): "training=true", ("layer_zoo2", "legacy"): "model_config",
-           ("masked_text", "keras"): "LogicalOr", ("masked_text", "legacy"): "LogicalOr"}
+#   layer_zoo2: Keras' legacy saver wrote no model_config (get_config failed
+#     inside Keras).
+REFUSED = {("layer_zoo2", "legacy"): "model_config"}
 
 
 # one compiled-code cache for the session: the same plan is run several times
@@ -170,6 +166,16 @@ def test_save_model_loads_in_keras(tmp_path):
     # the trained weights differ from the ones the plan started from
     m0 = keras.saving.load_model(f"{DATA}/small_cnn/compiled.keras")
     assert not np.array_equal(np.asarray(m0.weights[0]), np.asarray(m.weights[0]))
+    # --save-optimizer's weights file continues the optimizer from compile
+    # (kdc compile --weights): 8 + 4 steps
+    kdc("compile", f"{DATA}/small_cnn/compiled.keras", "--weights", tmp_path / "out.weights.h5",
+        "--batch", 4, "-o", tmp_path / "c.plan")
+    fit(tmp_path / "c.plan", tmp_path, "--epochs", 1, "--save-model", tmp_path / "o2.keras")
+    assert int(keras.saving.load_model(tmp_path / "o2.keras").optimizer.iterations.numpy()) == 12
+    r = kdc("compile", f"{DATA}/small_cnn/compiled.keras", "--weights", tmp_path / "out.weights.h5",
+            "--optimizer", "adam", "--batch", 4, "-o", tmp_path / "a.plan")
+    assert "12 optimizer variables (optimizer/vars/...) skipped: the plan's adam keeps 22" \
+        in r.stderr, r.stderr
 
 
 def test_continue_training_from_archive(tmp_path):
@@ -191,9 +197,13 @@ def test_continue_training_from_archive(tmp_path):
     assert json.load(open(tmp_path / "h2w.json"))["batch_loss"] != h4["batch_loss"][8:]
 
 
+@pytest.mark.parametrize("way", ["initial", "compile"])
 @pytest.mark.parametrize("ex", ["small_cnn", "lstm_text", "gru_rnn", "norm_zoo"])
-def test_continue_keras_training(ex, tmp_path):
-    """kdc continues the training Keras started: same losses as Keras'."""
+def test_continue_keras_training(ex, way, tmp_path):
+    """kdc continues the training Keras started (2 steps, SGD with momentum,
+    Adam, RMSprop, AdamW): 4 more steps give Keras' losses and weights.  The
+    archive's optimizer state comes in by `kdc run --initial-weights A` or
+    by `kdc compile --weights A` (the plan's TRAIN_STATE)."""
     import keras
     path = f"{DATA}/{ex}/compiled.keras"
     m = keras.saving.load_model(path)
@@ -206,11 +216,36 @@ def test_continue_keras_training(ex, tmp_path):
         np.save(tmp_path / f"x{i}.npy", x)
         args += ["--x", tmp_path / f"x{i}.npy"]
     np.save(tmp_path / "y.npy", y)
-    kdc("compile", path, "--batch", 4, "-o", tmp_path / "p.plan")
-    kdc("run", tmp_path / "p.plan", "--fit", *args, "--y", tmp_path / "y.npy", "--epochs", 2,
-        "--batch-size", 4, "--quiet", "--initial-weights", path, "--history", tmp_path / "h.json")
+    args += ["--y", tmp_path / "y.npy", "--epochs", 2, "--batch-size", 4, "--quiet"]
+    if way == "initial":
+        kdc("compile", path, "--batch", 4, "-o", tmp_path / "p.plan")
+        args += ["--initial-weights", path]
+    else:
+        r = kdc("compile", path, "--weights", path, "--batch", 4, "-o", tmp_path / "p.plan")
+        assert "skipped" not in r.stderr, r.stderr
+    kdc("run", tmp_path / "p.plan", "--fit", *args, "--history", tmp_path / "h.json",
+        "--save-weights", tmp_path / "w.weights.h5")
     mine = json.load(open(tmp_path / "h.json"))["loss"]
     np.testing.assert_allclose(mine, h, rtol=2e-5)
+    k2 = keras.saving.load_model(path)
+    k2.load_weights(tmp_path / "w.weights.h5")
+    for a, b in zip(m.weights, k2.weights):
+        np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=1e-4, atol=2e-6,
+                                   err_msg=a.path)
+    if way == "compile" and ex == "lstm_text":
+        # without the optimizer state (compiled without --weights) the losses differ
+        kdc("compile", path, "--batch", 4, "-o", tmp_path / "q.plan")
+        kdc("run", tmp_path / "q.plan", "--fit", *args, "--history",
+            tmp_path / "q.json")
+        assert not np.allclose(json.load(open(tmp_path / "q.json"))["loss"], h, rtol=2e-5)
+        # another optimizer, or a plan that does not train: one note, nothing restored
+        r = kdc("compile", path, "--weights", path, "--optimizer", "sgd", "--batch", 4, "-o",
+                tmp_path / "s.plan")
+        assert "20 optimizer variables (optimizer/vars/...) skipped: the file's optimizer is " \
+               "adam, the plan trains with SGD" in r.stderr, r.stderr
+        r = kdc("compile", os.path.join(ROOT, "examples", ex, "model.json"), "--weights", path,
+                "--batch", 4, "-o", tmp_path / "n.plan")
+        assert "skipped: the plan does not train" in r.stderr, r.stderr
 
 
 def test_mesh_saves_global_layout(tmp_path):
@@ -272,3 +307,69 @@ def test_fixed_batch(tmp_path):
         "-o", tmp_path / "p.plan")
     r = kdc("inspect", tmp_path / "p.plan")
     assert '"name": "input_layer", "dtype": "f32", "shape": [8, 28, 28, 1]' in r.stdout
+
+
+def test_recorded_training_true(tmp_path):
+    """Keras 3.15 records RandomFlip's call with training=True (its call()
+    default); Keras 3's predict passes training=False over it, so the archive
+    predicts deterministically without flipping, and so does kdc.  tf.keras 2
+    honours an explicit training=True in predict: such a topology's
+    augmentation layer is refused, naming the layer (its Dropout stays the
+    identity, as before)."""
+    import keras
+    import zipfile
+    path = f"{DATA}/layer_zoo2/model.keras"
+    cfg = json.loads(zipfile.ZipFile(path).read("config.json"))
+    flip = [l for l in cfg["config"]["layers"] if l["class_name"] == "RandomFlip"][0]
+    assert flip["inbound_nodes"][0]["kwargs"] == {"training": True}
+    e = os.path.join(ROOT, "examples", "layer_zoo2")
+    ins, n_out = example_io("layer_zoo2")
+    m = keras.saving.load_model(path)
+    xs = [np.load(x) for x in ins]
+    a, b = m.predict(xs, verbose=0), m.predict(xs, verbose=0)
+    assert np.array_equal(a, b)  # Keras does not flip in predict
+    kdc("compile", path, "--batch", 4, "-o", tmp_path / "z.plan")
+    got = predict(tmp_path / "z.plan", ins, n_out, tmp_path, "z")[0]
+    np.testing.assert_allclose(got, a, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got, np.load(f"{e}/expected.npy"), rtol=1e-5, atol=1e-5)
+    for cls, cfg in (("RandomFlip", {"mode": "horizontal"}),):
+        model = {"class_name": "Functional", "keras_version": "2.15.0", "backend": "tensorflow",
+                 "config": {"name": "model", "input_layers": [["input_1", 0, 0]],
+                            "output_layers": [["aug", 0, 0]], "layers": [
+                                {"class_name": "InputLayer", "name": "input_1", "inbound_nodes": [],
+                                 "config": {"batch_input_shape": [None, 4, 4, 3], "dtype": "float32",
+                                            "name": "input_1"}},
+                                {"class_name": cls, "name": "aug",
+                                 "config": dict(cfg, name="aug", trainable=True, dtype="float32"),
+                                 "inbound_nodes": [[["input_1", 0, 0, {"training": True}]]]}]}}
+        (tmp_path / "tk2.json").write_text(json.dumps(model))
+        (tmp_path / "t.plan").unlink(missing_ok=True)
+        r = kdc("compile", tmp_path / "tk2.json", "-o", tmp_path / "t.plan", check=False)
+        lines = r.stderr.strip().splitlines()
+        assert r.returncode == 2 and len(lines) == 1 and "config.layers[1]" in lines[0], r.stderr
+        assert "training=true" in lines[0] and not (tmp_path / "t.plan").exists()
+        del model["config"]["layers"][1]["inbound_nodes"][0][0][3]["training"]
+        (tmp_path / "tk2.json").write_text(json.dumps(model))
+        kdc("compile", tmp_path / "tk2.json", "-o", tmp_path / "t.plan")
+
+
+def test_bad_optimizer_state_at_compile(tmp_path):
+    """`kdc compile --weights W` with a misshapen or non-numeric optimizer
+    variable: one located line naming it, exit 2, no plan."""
+    import h5py
+    fit_arrays(tmp_path)
+    kdc("compile", f"{DATA}/small_cnn/compiled.keras", "--batch", 4, "-o", tmp_path / "p.plan")
+    fit(tmp_path / "p.plan", tmp_path, "--epochs", 1, "--save-weights", tmp_path / "w.weights.h5",
+        "--save-optimizer")
+    for what in ("shape", "string"):
+        bad = tmp_path / f"{what}.weights.h5"
+        with open(tmp_path / "w.weights.h5", "rb") as f, open(bad, "wb") as g:
+            g.write(f.read())
+        with h5py.File(bad, "r+") as f:
+            del f["optimizer/vars/3"]
+            f["optimizer/vars/3"] = np.zeros(3, "float32") if what == "shape" else b"abc"
+        r = kdc("compile", f"{DATA}/small_cnn/compiled.keras", "--weights", bad, "-o",
+                tmp_path / "b.plan", check=False)
+        lines = r.stderr.strip().splitlines()
+        assert r.returncode == 2 and len(lines) == 1 and "optimizer/vars/3" in lines[0], r.stderr
+        assert str(bad) in lines[0] and not (tmp_path / "b.plan").exists()
