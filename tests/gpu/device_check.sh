@@ -18,12 +18,15 @@
 #                as on the H200, docs/gpu.md)
 #   3. fit       3 epochs, batch 8: MNIST MLP (Adam), small CNN (SGD 0.01),
 #                transformer block (Adam, one-hot targets of row % 5); loss
-#                history (rel 1e-3) and final weights (1e-3 + 1e-3 |cpu|)
+#                history (rel 1e-3) and final weights (1e-3 + 1e-3 |cpu|);
+#                then transformer_512 and cnn_64 at batch 64 (SGD, 2 steps),
+#                where the GPU's parallel reduction forms run (fit64 lines)
 #   4. timings   kdc (bench_plan --resident 1, the benchmark mode: median
 #                training step and forward with the data on the GPU, the
 #                fit loop's step with uploads overlapped; fp32, and the
 #                transformer with TF32; compile ms; kdc run's wall time from
-#                process start), then PyTorch eager, torch.compile and
+#                process start; the transformer step's GPU time per kernel
+#                by ncu, bench/gpu_profile.py), then PyTorch eager, torch.compile and
 #                JAX jit at the same shapes (bench/peers_gpu.py), each under
 #                the time left of --budget (default 330 s)
 #   5. extra     the bundle's other device checks, before the peers:
@@ -36,15 +39,17 @@
 #   --quick     predictions of 6 examples, one fit, kdc timings and
 #               PyTorch eager only
 #   --no-peers  no PyTorch / JAX timings
+#   --peers L   only these peers (comma list of torch, jax, torch_compile)
 #   --no-extra  without step 5
 #   --keep      keep the scratch folder (plans, outputs) and say where
 set -u
 T0=$(date +%s)
-BUNDLE=""; OUT=""; QUICK=0; PEERS=1; EXTRA=1; SM=""; BUDGET=330; KEEP=0
+BUNDLE=""; OUT=""; QUICK=0; PEERS=1; PEERLIST=""; EXTRA=1; SM=""; BUDGET=330; KEEP=0
 while [ $# -gt 0 ]; do
   case $1 in
     --quick) QUICK=1 ;;
     --no-peers) PEERS=0 ;;
+    --peers) PEERLIST=$2; shift ;;
     --keep) KEEP=1 ;;
     --no-extra) EXTRA=0 ;;
     --sm) SM=$2; shift ;;
@@ -244,6 +249,42 @@ for f in "${fits[@]}"; do
   verdict "fit $name weights" CMP weights "$W/res/$name.cuda.safetensors" "$W/res/$name.cpu.safetensors"
 done
 
+# ---- 3b. training at batch 64: the GPU's parallel reduction forms (docs/gpu.md
+# "Kernel forms": at batch 8 most reductions are too short for them): the
+# transformer (d 512: COLUMN forms split over blocks, ROW forms for the
+# normalisations) and cnn_64 (batch-norm statistics over 64x62x62 terms), SGD
+# (Adam would turn a rounding-level gradient into a full step), 2 epochs of 2
+# steps on random inputs, CPU plan vs CUDA plan as above
+if [ -n "$PY" ] && [ $QUICK = 0 ]; then
+  echo "== training at batch 64: reduction forms, CPU plan vs CUDA plan"
+  "$PY" "$S/bench/big_models.py" "$E" "$W/data"
+  for name in transformer_512 cnn_64; do
+    m=$W/data/$name.json; x=$W/data/$name.x.npy; y=$W/data/$name.y.npy
+    "$PY" -c "
+import json, sys, numpy as np
+m = json.load(open('$m')); s = next(l for l in m['config']['layers'] if l['class_name'] == 'InputLayer')['config']['batch_shape'][1:]
+r = np.random.default_rng(0)
+np.save('$x', r.standard_normal([128] + s).astype(np.float32))
+np.save('$y', np.eye(10, dtype=np.float32)[np.arange(128) % 10])"
+    ok=1
+    for t in cpu cuda; do
+      tgt=(); [ $t = cuda ] && tgt=("${CUDA[@]}")
+      "$K" compile "$m" --random-init --batch 64 --loss categorical_crossentropy --optimizer sgd \
+        --learning-rate 0.01 "${tgt[@]}" -o "$W/plans/f64_$name.$t.plan" > "$W/res/f64_$name.$t.log" 2>&1 ||
+        { line FAIL "fit64 $name: $t compile: $(tail -1 "$W/res/f64_$name.$t.log")"; ok=0; break; }
+      [ $t = cuda ] && [ -z "$GPU" ] && break
+      timeout 180 "$K" run "$W/plans/f64_$name.$t.plan" --fit --x "$x" --y "$y" --epochs 2 --batch-size 64 \
+        --quiet --history "$W/res/f64_$name.$t.hist.json" --save-weights "$W/res/f64_$name.$t.safetensors" \
+        >> "$W/res/f64_$name.$t.log" 2>&1 ||
+        { line FAIL "fit64 $name: $t run: $(tail -2 "$W/res/f64_$name.$t.log" | tr '\n' ' ')"; ok=0; break; }
+    done
+    [ $ok = 1 ] || continue
+    if [ -z "$GPU" ]; then line SKIP "fit64 $name: CPU fit ran, CUDA plan compiled; $why"; continue; fi
+    verdict "fit64 $name history" CMP hist "$W/res/f64_$name.cuda.hist.json" "$W/res/f64_$name.cpu.hist.json"
+    verdict "fit64 $name weights" CMP weights "$W/res/f64_$name.cuda.safetensors" "$W/res/f64_$name.cpu.safetensors"
+  done
+fi
+
 # ---- 4. timings
 echo "== timings (ms; kdc: bench_plan --resident 1 medians)"
 if [ -z "$GPU" ]; then
@@ -295,6 +336,14 @@ for k in ('step_ms', 'forward_ms', 'fit_step_ms', 'fit_step_ms_unstaged', 'load_
       else line FAIL "time kdc run: $(tail -1 "$W/res/tfwd.log")"; break; fi
     done
   else line FAIL "time kdc run: compile: $(tail -1 "$W/res/tfwd.log")"; fi
+  # where the transformer's training step spends its GPU time, per kernel (ncu)
+  if [ -n "${CUDA[*]}" ] && [ -f "$W/plans/t_tblock512_b64.plan" ]; then
+    timeout 150 "$PY" "$S/bench/gpu_profile.py" "$K" "$W/plans/t_tblock512_b64.plan" \
+      "$OUT/profile" > "$W/res/profile.txt" 2>&1
+    cat "$W/res/profile.txt"
+    if grep -q "^gpu_profile:" "$W/res/profile.txt"; then line PASS "profile: $(grep "^gpu_profile:" "$W/res/profile.txt")"
+    else line SKIP "profile: $(tail -1 "$W/res/profile.txt")"; fi
+  fi
 fi
 
 # ---- 5. the other device checks of the bundle
@@ -311,6 +360,7 @@ if [ -n "$GPU" ] && [ -n "$PY" ]; then
   # the peers, each in its own process, under the time left
   if [ $PEERS = 1 ]; then
     peers=(torch jax torch_compile); [ $QUICK = 1 ] && peers=(torch)
+    [ -n "$PEERLIST" ] && IFS=, read -r -a peers <<< "$PEERLIST"
     for p in "${peers[@]}"; do
       l=$(left)
       if [ "$l" -lt 20 ]; then line SKIP "peer $p: budget spent (--budget $BUDGET)"; continue; fi
