@@ -88,9 +88,10 @@ def forms(plan):
     for k in range(n):
         ln = struct.unpack_from("<I", b, p)[0]
         p += 4 + ln + 1
-        threads, block, form = struct.unpack_from("<QII", b, p)
-        p += 16
-        out[k] = ("ELEMENT", "COLUMN", "ROW")[form] + f" {threads // block}x{block}"
+        threads, block, form, scratch = struct.unpack_from("<QIIQ", b, p)
+        p += 24
+        out[k] = ("ELEMENT", "COLUMN", "ROW")[form] + f" {threads // block}x{block}" + \
+            (" split" if scratch else "")
     return out
 
 

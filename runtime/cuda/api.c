@@ -5,8 +5,10 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "runtime/cuda/api.h"
+#include "runtime/cuda/libdirs.h"
 
 #define RT_STR(x) #x
 #define RT_XSTR(x) RT_STR(x)  /* expands the header's renames first */
@@ -20,18 +22,26 @@ static rt_cuda_api api;
 static int state;            /* 0 not tried, 1 loaded, -1 failed */
 static char why[512], blas_why[512], nccl_why[512];
 
-/* The first of |names| that opens (then the toolkit's lib dir); NULL with
- * the last dlerror in |err|. */
+/* The first of |names| that opens by name (LD_LIBRARY_PATH, ld.so.cache),
+ * else from the toolkit's or NVIDIA's pip wheels' folders (libdirs.h);
+ * NULL with the first dlerror in |err|. */
 static void *open_lib(const char *const *names, char *err, size_t n) {
   for (int i = 0; names[i]; i++) {
     void *h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
     if (h) return h;
-    snprintf(err, n, "%s", dlerror());
-    char full[512];
-    snprintf(full, sizeof full, "%s/%s", KDC_CUDA_LIBDIR, names[i]);
-    if ((h = dlopen(full, RTLD_NOW | RTLD_LOCAL))) return h;
+    if (i == 0) snprintf(err, n, "%s", dlerror());
   }
-  return NULL;
+  char **dirs = NULL;
+  size_t nd = rt_cuda_lib_dirs(KDC_CUDA_LIBDIR, &dirs);
+  void *h = NULL;
+  for (size_t d = 0; d < nd && !h; d++)
+    for (int i = 0; names[i] && !h; i++) {
+      char full[4096];
+      snprintf(full, sizeof full, "%s/%s", dirs[d], names[i]);
+      if (access(full, F_OK) == 0) h = dlopen(full, RTLD_NOW | RTLD_LOCAL);
+    }
+  rt_cuda_lib_dirs_free(dirs, nd);
+  return h;
 }
 
 /* Looks up every symbol of one library into |t|; false (reason in |err|)

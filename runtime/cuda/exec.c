@@ -261,12 +261,15 @@ static kdc_status load_module(kdc_rt_plan *p, rt_cuda *c, cu_dev *d) {
       return KDC_ERR(KDC_INVALID_INPUT, "%s: section ptx: kernel %s is not in the PTX: %s",
                      p->path, e, cu_str(api, rc));
     size_t off, sz;
-    uint32_t n = p->prog.kernels[k].n_args + 1; /* buffers + coordinates */
+    /* buffers + coordinates (+ a split reduction's scratch) */
+    bool scratch = c->table.kernels[k].scratch > 0;
+    uint32_t n = p->prog.kernels[k].n_args + 1 + (scratch ? 1 : 0);
     if (api->cuFuncGetParamInfo &&
         (api->cuFuncGetParamInfo(d->fn[k], n - 1, &off, &sz) != CUDA_SUCCESS ||
          api->cuFuncGetParamInfo(d->fn[k], n, &off, &sz) == CUDA_SUCCESS))
       return KDC_ERR(KDC_INVALID_INPUT, "%s: section ptx: kernel %s does not take %u parameters "
-                     "(the program's %u buffers + coordinates)", p->path, e, n, n - 1);
+                     "(the program's %u buffers + coordinates%s)", p->path, e, n,
+                     p->prog.kernels[k].n_args, scratch ? " + scratch" : "");
   }
   return NULL;
 }
