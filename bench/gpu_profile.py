@@ -132,12 +132,17 @@ def main():
         return 0
     h = rows[hdr]
     ki, vi, ui = h.index("Kernel Name"), h.index("Metric Value"), h.index("Metric Unit")
-    scale = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3, "second": 1e6}
+    def scale(unit):  # to microseconds: nsecond / ns, usecond / us, msecond / ms, second / s
+        u = unit.strip().lower()
+        return 1e-3 if u.startswith("n") else 1.0 if u.startswith(("u", "\u00b5")) else \
+            1e3 if u.startswith("m") else 1e6
     agg = collections.defaultdict(lambda: [0, 0.0])
+    units = set()
     for row in rows[hdr + 1:]:
         if len(row) <= vi:
             continue
-        us = float(row[vi].replace(",", "")) * scale.get(row[ui], 1.0)
+        us = float(row[vi].replace(",", "")) * scale(row[ui])
+        units.add(row[ui])
         agg[row[ki]][0] += 1
         agg[row[ki]][1] += us
     total = sum(a[1] for a in agg.values())
@@ -145,7 +150,7 @@ def main():
     ranked = sorted(agg.items(), key=lambda kv: -kv[1][1])
     print(f"gpu_profile: {sum(a[0] for a in agg.values())} launches, {total / 1e3:.3f} ms of "
           f"kernel time, cuBLAS and other libraries {blas / 1e3:.3f} ms "
-          f"({100 * blas / max(total, 1e-9):.1f}%)")
+          f"({100 * blas / max(total, 1e-9):.1f}%); ncu units {sorted(units)}")
     res = []
     for name, (n, us) in ranked[:top]:
         m = re.match(r"kdc_cuda_(\d+)", name)
