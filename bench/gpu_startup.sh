@@ -20,7 +20,7 @@ med() {  # med LABEL CMD...: median wall ms of 3 runs
 python3 "$S/bench/big_models.py" "$S/examples" "$W"
 python3 -c "
 import numpy as np
-np.save('$W/m.npy', np.zeros((64, 784), np.float32))
+np.save('$W/m.npy', np.zeros((64, 28, 28, 1), np.float32))
 np.save('$W/t.npy', np.zeros((64, 128, 512), np.float32))"
 "$K" compile "$S/examples/mnist_mlp/model.json" --random-init --batch 64 --target cuda --sm 90 -o "$W/m.plan"
 "$K" compile "$W/transformer_512.json" --random-init --batch 64 --target cuda --sm 90 -o "$W/t.plan"
