@@ -166,8 +166,12 @@ static int32_t assign(const kdc_func *f, int32_t *g) {
     kind k = classify(f, v);
     int32_t common = k == K_FUSIBLE ? consumer_group(f, &us, g, root, v) : -1;
     if (common >= 0 && size[common] >= KDC_GROUP_MAX_MEMBERS) common = -1; /* full: new kernel */
-    if (common >= 0 && reads[common] - 1 + new_reads(f, mark, common, v) > KDC_KERNEL_MAX_INPUTS)
-      common = -1; /* would read too many buffers: new kernel */
+    if (common >= 0) { /* would read too many buffers: new kernel (a join that does not add
+                          reads is always taken: 64 slices of one buffer joining a concatenate
+                          of them bring its reads from 64 down to 1) */
+      uint32_t after = reads[common] - 1 + new_reads(f, mark, common, v);
+      if (after > KDC_KERNEL_MAX_INPUTS && after > reads[common]) common = -1;
+    }
     if (k == K_MATERIAL) g[i] = -1;
     else if (k == K_ROOT || common < 0) root[next] = v, size[next] = 1, reads[next] = 0, g[i] = next++;
     else g[i] = common, size[common]++, reads[common]--;
