@@ -507,24 +507,10 @@ static void run_func(kdc_func *f) {
                                           : KDC_NO_VALUE;
   }
   first[n_old] = f->n_nodes;
-  size_t n = f->n_nodes, k = 0;
-  kdc_value_id *repl = kdc_xmalloc(n * sizeof *repl);
-  kdc_value_id *order = kdc_xmalloc(n * sizeof *order);
-  for (size_t i = 0; i < n; i++) repl[i] = (kdc_value_id)i;
-  for (size_t i = 0; i < n_old; i++) {
-    if (dot[i] == KDC_NO_VALUE) {
-      order[k++] = (kdc_value_id)i;
-      continue;
-    }
-    repl[i] = dot[i]; /* the new nodes take the convolution's place */
-    for (size_t j = first[i]; j < first[i + 1]; j++) order[k++] = (kdc_value_id)j;
-  }
-  kdc_pass_func_rebuild(f, repl, order, k);
+  kdc_pass_splice(f, n_old, first, dot);
   kdc_pass_dce_func(f, NULL); /* transposed operands the natural form no longer reads */
   free(first);
   free(dot);
-  free(repl);
-  free(order);
 }
 
 kdc_status kdc_pass_conv_to_gemm(kdc_module *m, const kdc_pass_options *opt) {

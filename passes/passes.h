@@ -106,6 +106,12 @@ kdc_status kdc_pass_combine_collectives(kdc_module *m, const kdc_pass_options *o
  * asserted, since a pass that breaks them is a compiler bug. */
 void kdc_pass_func_rebuild(kdc_func *f, const kdc_value_id *repl, const kdc_value_id *order,
                            size_t n_order);
+/* A rewrite that appended, for each of the first |n_old| nodes i it
+ * replaces, the new nodes first[i] .. first[i+1] (first[n_old] = the
+ * function's size after them) ending in its replacement to[i]
+ * (KDC_NO_VALUE: node i kept): puts each replacement's nodes in the place
+ * of the node they replace and rebuilds |f| (kdc_pass_func_rebuild). */
+void kdc_pass_splice(kdc_func *f, size_t n_old, const size_t *first, const kdc_value_id *to);
 /* Users of every value as a CSR table: users of v are
  * users[start[v] .. start[v+1]) in increasing id order, each user listed once
  * per operand slot.  |is_result[v]| is true when v is a function result. */

@@ -144,3 +144,21 @@ bool kdc_pass_is_splat_of(const kdc_func *f, kdc_value_id v, double x, bool want
   default: return false;
   }
 }
+
+void kdc_pass_splice(kdc_func *f, size_t n_old, const size_t *first, const kdc_value_id *to) {
+  size_t n = f->n_nodes, k = 0;
+  kdc_value_id *repl = kdc_xmalloc(n * sizeof *repl);
+  kdc_value_id *order = kdc_xmalloc(n * sizeof *order);
+  for (size_t i = 0; i < n; i++) repl[i] = (kdc_value_id)i;
+  for (size_t i = 0; i < n_old; i++) {
+    if (to[i] == KDC_NO_VALUE) {
+      order[k++] = (kdc_value_id)i;
+      continue;
+    }
+    repl[i] = to[i]; /* the new nodes take the old one's place */
+    for (size_t j = first[i]; j < first[i + 1]; j++) order[k++] = (kdc_value_id)j;
+  }
+  kdc_pass_func_rebuild(f, repl, order, k);
+  free(repl);
+  free(order);
+}

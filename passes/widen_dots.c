@@ -66,20 +66,8 @@ static void run_func(kdc_func *f, kdc_dtype *seen, const char **where) {
     to[i] = add(f, KDC_OP_CONVERT, &d.type, 1, &w, NULL, d.origin);
   }
   first[n_old] = f->n_nodes;
-  size_t n = f->n_nodes, k = 0;
-  kdc_value_id *repl = kdc_xmalloc(n * sizeof *repl);
-  kdc_value_id *order = kdc_xmalloc(n * sizeof *order);
-  for (size_t i = 0; i < n; i++) repl[i] = (kdc_value_id)i;
-  for (size_t i = 0; i < n_old; i++) {
-    if (to[i] == KDC_NO_VALUE) {
-      order[k++] = (kdc_value_id)i;
-      continue;
-    }
-    repl[i] = to[i];
-    for (size_t j = first[i]; j < first[i + 1]; j++) order[k++] = (kdc_value_id)j;
-  }
-  kdc_pass_func_rebuild(f, repl, order, k);
-  free(first), free(to), free(repl), free(order);
+  kdc_pass_splice(f, n_old, first, to);
+  free(first), free(to);
 }
 
 kdc_status kdc_pass_widen_dots(kdc_module *m, const kdc_pass_options *opt) {

@@ -215,9 +215,14 @@ def test_layout_auto(root, tmp_path):
     predictions equal the example's TF.js outputs, the chosen layout.json is
     written, a memory limit no layout meets is the located error."""
     lay = tmp_path / "auto.json"
+    # the machine as processes (no shared gathers, no stacked GEMMs: passes/
+    # step_cost.c), where a model-parallel layout wins and is written; on the
+    # default virtual-mesh machine DataParallel wins, which is no LayoutMap
+    machine = tmp_path / "procs.json"
+    machine.write_text('{"name": "processes", "sync_s": 1e-9, "shared_gathers": false}\n')
     plan = kdc.compile(ex(root, "model.json"), weights=ex(root, "weights.safetensors"),
                        mesh=kdc.DeviceMesh((2, 4), ("data", "model")), layout="auto",
-                       write_layout=str(lay), batch_size=16)
+                       write_layout=str(lay), batch_size=16, machine=str(machine))
     assert "--layout auto: chose " in plan.warnings
     rules = json.loads(lay.read_text())["layout_map"]
     assert any("model" in v for v in rules.values())
