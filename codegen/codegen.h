@@ -183,6 +183,8 @@ void cg_gemm_plan(const kdc_func *f, kdc_value_id v, cg_gemm *out);
 
 /* Emits "kdc_body_<index>" for |k| into P->mod and returns it. */
 kdc_status cg_body_emit(cg_plan *P, cg_kernel *k, uint32_t index, LLVMValueRef *out_body);
+/* An alloca at the top of |fn|'s entry block (promoted to registers by O3). */
+LLVMValueRef cg_entry_alloca(cg_plan *P, LLVMValueRef fn, LLVMTypeRef t);
 
 /* CPU loop forms (cpu_wrap.c; the CUDA wrapper uses kdc_body_<k> only):
  *  - a root concatenate along the last dim: one loop per piece, each
@@ -323,6 +325,7 @@ typedef struct cg_gpu_form {
   uint32_t splits;         /* blocks per tile of outputs, each folding a chunk of the
                               terms; > 1: partials in scratch, the last block combines */
   uint64_t scratch;        /* bytes: a counter per tile, then splits x outputs partials */
+  uint64_t partials_at;    /* where the partials start in it (the counters rounded to 256) */
 } cg_gpu_form;
 
 /* With P->cuda_sm: chooses kernel |idx|'s GPU form (P->kform) and, for a

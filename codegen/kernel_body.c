@@ -169,14 +169,19 @@ static LLVMValueRef emit_external(emitter *E, kdc_value_id v, ix *x, kdc_status 
  * is left in the body.  close_loop() increments and jumps back. */
 typedef struct loop { LLVMValueRef iv; LLVMBasicBlockRef header, exit; } loop;
 
-static LLVMValueRef entry_alloca(emitter *E, LLVMTypeRef t) {
-  LLVMBuilderRef tmp = LLVMCreateBuilderInContext(E->P->ctx);
-  LLVMValueRef first = LLVMGetFirstInstruction(E->entry);
+LLVMValueRef cg_entry_alloca(cg_plan *P, LLVMValueRef fn, LLVMTypeRef t) {
+  LLVMBuilderRef tmp = LLVMCreateBuilderInContext(P->ctx);
+  LLVMBasicBlockRef e = LLVMGetEntryBasicBlock(fn);
+  LLVMValueRef first = LLVMGetFirstInstruction(e);
   if (first) LLVMPositionBuilderBefore(tmp, first);
-  else LLVMPositionBuilderAtEnd(tmp, E->entry);
+  else LLVMPositionBuilderAtEnd(tmp, e);
   LLVMValueRef a = LLVMBuildAlloca(tmp, t, "");
   LLVMDisposeBuilder(tmp);
   return a;
+}
+
+static LLVMValueRef entry_alloca(emitter *E, LLVMTypeRef t) {
+  return cg_entry_alloca(E->P, E->fn, t);
 }
 
 static LLVMValueRef open_loop(emitter *E, loop *L, int64_t n) {

@@ -153,8 +153,8 @@ static void reduce_geometry(cg_gpu_form *g) {
   if (g->splits < 2) g->splits = 1;
   if (g->splits > 1024) g->splits = 1024;
   if (g->splits > 1) {
-    uint64_t counters = ((uint64_t)tiles * 4 + 255) / 256 * 256;
-    g->scratch = counters + (uint64_t)g->splits * (uint64_t)g->outputs * 8;
+    g->partials_at = ((uint64_t)tiles * 4 + 255) / 256 * 256;
+    g->scratch = g->partials_at + (uint64_t)g->splits * (uint64_t)g->outputs * 8;
   }
 }
 
@@ -202,18 +202,6 @@ static void unravel(cg_plan *P, const kdc_type *t, int lo, int hi, LLVMValueRef 
     idx[d] = d == lo ? lin : LLVMBuildURem(P->b, lin, n, "");
     if (d > lo) lin = LLVMBuildUDiv(P->b, lin, n, "");
   }
-}
-
-/* An alloca at the top of |fn|'s entry block (promoted to registers by O3). */
-static LLVMValueRef entry_alloca(cg_plan *P, LLVMValueRef fn, LLVMTypeRef t) {
-  LLVMBuilderRef tmp = LLVMCreateBuilderInContext(P->ctx);
-  LLVMBasicBlockRef e = LLVMGetEntryBasicBlock(fn);
-  LLVMValueRef first = LLVMGetFirstInstruction(e);
-  if (first) LLVMPositionBuilderBefore(tmp, first);
-  else LLVMPositionBuilderAtEnd(tmp, e);
-  LLVMValueRef a = LLVMBuildAlloca(tmp, t, "");
-  LLVMDisposeBuilder(tmp);
-  return a;
 }
 
 /* A call of the no-argument intrinsic |name| (barrier, fence). */
@@ -278,7 +266,7 @@ static void combine_partials(cg_plan *P, LLVMModuleRef mod, LLVMValueRef fn, uin
   LLVMBuildCondBr(B, writer, sum, end);
   LLVMPositionBuilderAtEnd(B, sum);
   /* acc = fold of partials[s * outputs + o], s = 0 .. splits-1 */
-  LLVMValueRef accp = entry_alloca(P, fn, rt), sp = entry_alloca(P, fn, P->i64);
+  LLVMValueRef accp = cg_entry_alloca(P, fn, rt), sp = cg_entry_alloca(P, fn, P->i64);
   LLVMBuildStore(B, cg_reduce_init(P, g->red, dt), accp);
   LLVMBuildStore(B, zero, sp);
   LLVMBasicBlockRef head = LLVMAppendBasicBlockInContext(P->ctx, fn, "parts");
@@ -424,9 +412,8 @@ static LLVMValueRef wrap_reduce(cg_plan *P, LLVMModuleRef mod, LLVMValueRef opnd
   LLVMValueRef out = LLVMGetParam(fn, 0), scratch = NULL, partials = NULL;
   if (g->splits > 1) {  /* scratch: u32 counters (tiles, 256-byte rounded), then partials */
     scratch = LLVMGetParam(fn, n_args + 1);
-    uint64_t counters = ((g->scratch - (uint64_t)g->splits * (uint64_t)g->outputs * 8)) / 8;
-    partials = LLVMBuildInBoundsGEP2(B, P->i64, scratch,
-                                     (LLVMValueRef[]){LLVMConstInt(P->i64, counters, 0)}, 1, "");
+    partials = LLVMBuildInBoundsGEP2(
+        B, P->i64, scratch, (LLVMValueRef[]){LLVMConstInt(P->i64, g->partials_at / 8, 0)}, 1, "");
   }
   LLVMBuildCondBr(B, writer, store, done);
   LLVMPositionBuilderAtEnd(B, store);
