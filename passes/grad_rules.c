@@ -340,7 +340,7 @@ static bool in_list(const kdc_dimlist *l, int64_t d) {
  * [x batch, x contract (in y's order), x free].  The form whose dims are
  * already x's order is used; otherwise dot(g, y) plus a transpose.
  */
-static kdc_value_id dot_operand_grad(kdc_func *f, const kdc_node *n, int side, kdc_value_id g) {
+kdc_value_id kdc_grad_dot_operand(kdc_func *f, const kdc_node *n, int side, kdc_value_id g) {
   const kdc_attr_dot *a = &n->attr.dot;
   const kdc_dimlist *xb = side ? &a->rhs_batch : &a->lhs_batch;
   const kdc_dimlist *xc = side ? &a->rhs_contract : &a->lhs_contract;
@@ -403,7 +403,7 @@ static kdc_value_id dot_operand_grad(kdc_func *f, const kdc_node *n, int side, k
 static void vjp_dot(kdc_grad_ctx *c, const kdc_node *n, kdc_value_id v, kdc_value_id g) {
   kdc_func *f = kdc_grad_func(c);
   for (int side = 0; side < 2; side++)
-    if (want(c, n, side)) acc(c, n, side, dot_operand_grad(f, n, side, g));
+    if (want(c, n, side)) acc(c, n, side, kdc_grad_dot_operand(f, n, side, g));
 }
 
 /* ---- SPMD ops ------------------------------------------------------------------ */

@@ -11,15 +11,23 @@
  *      it with kdc_autodiff wrt c_t and x_t: cbar_i' = dL/dc_t_i and
  *      y = [dL/dx_t.., cbar_i'..] (kdc's scan has one result, so the final
  *      cotangents travel in the last row);
- *   3. scan B over "<body>.wgrad" (carries acc_j, zero-initialised;
- *      sequences c_t.., x_t.., the cotangent cbar entering each reverse step
+ *   3. a weight w_j whose every use in the body is the rhs of a batch-free
+ *      dot_general z = dot(a, w_j) (an RNN's recurrent kernel) needs no
+ *      loop: scan A's rows also carry dL/dz (shared with dx_t when it is
+ *      the same value) and a when a is computed (a carry or sequence is
+ *      already stacked), and dW = dot over all steps of the stacked a
+ *      [T, ..] and dL/dz [T, ..], the step dim contracted with the batch:
+ *      one GEMM after the loop instead of a GEMM per step (dot_uses);
+ *   4. for the other weights, scan B over "<body>.wgrad" (carries acc_j,
+ *      zero-initialised; sequences c_t.., x_t.., the cotangent cbar
+ *      entering each reverse step
  *      -- zero, then scan A's cbar' one row later -- and ybar_t; constants
  *      w) builds the same L and differentiates it wrt w only:
  *      acc_j' = acc_j + dL/dw_j, y = [acc_j'..] (the last row is dW).
  * Both backward scans run over the time-reversed residuals, sequences and
  * cotangent (the final carries are not a result of scan: their cotangent
  * is zero); x's gradient is scan A's rows reversed back, c0's its last
- * row's pieces, w's scan B's last row.
+ * row's pieces, w's the dots of 3 or scan B's last row.
  * The packed rows keep the batch as dim 0 ([B, K], lead_dim) when every
  * carry and sequence row has it, and the carries' common last dim F (a
  * layer's units, feat_dim) as their last ([B, K, F]; scan B's [1, K, F])
@@ -156,6 +164,49 @@ static kdc_value_id vjp_loss(kdc_func *vb, const kdc_func *body, const kdc_value
   return L;
 }
 
+/* Can a per-step value of type |t| travel in scan A's packed rows
+ * ([lead, K] or [lead, K, F])? */
+static bool rides_packed(const kdc_type *t, int64_t lead, int64_t F) {
+  if (t->dtype != KDC_DTYPE_F32) return false;
+  if (lead > 1 && (t->rank < 1 || t->dims[0] != lead)) return false;
+  return F <= 1 || (t->rank >= 2 && t->dims[t->rank - 1] == F);
+}
+
+/* One use of a loop-invariant weight in the body: the rhs of a batch-free
+ * dot_general |node| whose lhs is body parameter |other| (a carry or a
+ * sequence row), or a computed value when |other| is -1. */
+typedef struct w_use {
+  kdc_value_id node;
+  int w, other;
+} w_use;
+
+/* Appends to |u| (room for |cap|) the uses of weight |j| when every use is
+ * such a dot_general whose lhs and result can ride scan A's rows; returns
+ * the new count, or |nu| unchanged when weight |j| has another use. */
+static int dot_uses(const kdc_func *body, int nc, int nx, int j, int64_t lead, int64_t F,
+                    w_use *u, int nu, int cap) {
+  kdc_value_id p = body->params[nc + nx + j];
+  if (body->nodes[p].type.dtype != KDC_DTYPE_F32) return nu;
+  int k = nu;
+  for (size_t v = 0; v < body->n_nodes; v++) {
+    const kdc_node *nd = &body->nodes[v];
+    for (int i = 0; i < nd->n_in; i++) {
+      if (nd->in[i] != p) continue;
+      if (nd->op != KDC_OP_DOT || i != 1 || nd->in[0] == p || nd->attr.dot.lhs_batch.n ||
+          k == cap || !rides_packed(&nd->type, lead, F))
+        return nu;
+      const kdc_node *a = &body->nodes[nd->in[0]];
+      int other = a->op == KDC_OP_PARAMETER ? (int)a->attr.param.index : -1;
+      if (other >= nc + nx || a->type.rank >= KDC_MAX_RANK ||
+          (other < 0 && !rides_packed(&a->type, lead, F)))
+        return nu;
+      u[k++] = (w_use){(kdc_value_id)v, j, other};
+      break;
+    }
+  }
+  return k;
+}
+
 void kdc_vjp_scan(kdc_grad_ctx *c, const kdc_node *n, kdc_value_id v, kdc_value_id g) {
   (void)v;
   kdc_func *f = kdc_grad_func(c);
@@ -178,7 +229,6 @@ void kdc_vjp_scan(kdc_grad_ctx *c, const kdc_node *n, kdc_value_id v, kdc_value_
   for (int q = 0; q < nx; q++) at[q] = pt[nc + q];
   for (int i = 0; i < nc; i++) at[nx + i] = pt[i];
   int64_t Fr = packs_feat(pt, nc, F) ? F : 1, Fa = packs_feat(at, nx + nc, F) ? F : 1;
-  int64_t Fb = packs_feat(pt + nc + nx, nw, F) ? F : 1;
   kdc_value_id *map = kdc_xmalloc((body->n_nodes + 1) * sizeof *map);
   kdc_value_id args[64], in[64];
   for (int i = 0; i < ni; i++) in[i] = n->in[i]; /* |n| may point into f's nodes */
@@ -199,31 +249,65 @@ void kdc_vjp_scan(kdc_grad_ctx *c, const kdc_node *n, kdc_value_id v, kdc_value_
   }
   for (int q = 0; q < nx; q++) xs_rev[q] = kdc_ir_reverse(f, in[nc + q], 1, &zero);
   g_rev = kdc_ir_reverse(f, g, 1, &zero);
-  /* 2. scan A, the cotangents: carries cbar_i; y_t = [dx_t.., cbar'_i..] */
+  /* 2. scan A, the cotangents: carries cbar_i; y_t = [dx_t.., cbar'_i..,
+   * then per weight use of dot_uses its result's cotangent and (when not
+   * a carry or sequence) its lhs] */
+  w_use use[32];
+  int nu = 0;
+  bool by_dot[32] = {false};
+  for (int j = 0; j < nw; j++) {
+    int k = dot_uses(body, nc, nx, j, lead, Fa, use, nu, 32);
+    by_dot[j] = k > nu;
+    nu = k;
+  }
   kdc_func *va = kdc_ir_func_create(m, fname(m, body->name, "vjp"));
   kdc_ir_set_origin(va, f->cur_origin);
-  kdc_value_id cbar[32], ybar, grads[64];
+  kdc_value_id cbar[32], ybar, grads[96], wrt[96];
   for (int i = 0; i < nc; i++) cbar[i] = param(va, "cbar", pt[i]);
   for (int i = 0; i < nc; i++) args[i] = param(va, "c_t", pt[i]);
   for (int k = 0; k < nx; k++) args[nc + k] = param(va, "x_t", pt[nc + k]);
   ybar = param(va, "ybar_t", yt);
   for (int j = 0; j < nw; j++) args[nc + nx + j] = param(va, "w", pt[nc + nx + j]);
   kdc_value_id L = vjp_loss(va, body, args, cbar, ybar, nc, map);
+  for (int i = 0; i < nc + nx; i++) wrt[i] = args[i];
+  for (int u = 0; u < nu; u++) wrt[nc + nx + u] = map[use[u].node];
   kdc_status st = kdc_ir_take_error(va);
-  if (!st) st = kdc_autodiff(va, L, args, (size_t)(nc + nx), grads);
+  if (!st) st = kdc_autodiff(va, L, wrt, (size_t)(nc + nx + nu), grads);
   if (st) { /* reported through the caller's builder (sticky) */
     set_error(f, st);
     free(map);
     return;
   }
+  /* where each use's result cotangent and lhs ride: -1 nowhere (no
+   * cotangent), else the index in outs (dx_t pieces are shared) */
+  kdc_value_id outs[96];
+  kdc_type ot[96];
+  int z_at[32], a_at[32], no = nx + nc;
+  for (int u = 0; u < nu; u++) {
+    kdc_value_id z = grads[nc + nx + u];
+    z_at[u] = a_at[u] = -1;
+    if (z == KDC_NO_VALUE) continue;
+    for (int q = 0; q < nx && z_at[u] < 0; q++)
+      if (grads[nc + q] == z) z_at[u] = q;
+    if (z_at[u] < 0) {
+      z_at[u] = no;
+      ot[no] = *kdc_ir_type(va, z);
+      outs[no++] = z;
+    }
+    if (use[u].other < 0) {
+      a_at[u] = no;
+      outs[no] = map[body->nodes[use[u].node].in[0]];
+      ot[no] = *kdc_ir_type(va, outs[no]);
+      no++;
+    }
+  }
   for (int i = 0; i < nc + nx; i++)
     if (grads[i] == KDC_NO_VALUE)
       grads[i] = kdc_ir_splat(va, KDC_DTYPE_F32, pt[i]->rank, pt[i]->dims, 0.0);
-  kdc_value_id outs[64];
   for (int i = 0; i < nc; i++) kdc_ir_add_result(va, grads[i], "cbar");
-  for (int q = 0; q < nx; q++) outs[q] = grads[nc + q];
-  for (int i = 0; i < nc; i++) outs[nx + i] = grads[i];
-  kdc_ir_add_result(va, pack(va, nx + nc, outs, lead, Fa), "y");
+  for (int q = 0; q < nx; q++) outs[q] = grads[nc + q], ot[q] = *pt[nc + q];
+  for (int i = 0; i < nc; i++) outs[nx + i] = grads[i], ot[nx + i] = *pt[i];
+  kdc_ir_add_result(va, pack(va, no, outs, lead, Fa), "y");
   kdc_value_id ops[96];
   int o = 0;
   for (int i = 0; i < nc; i++) ops[o++] = kdc_ir_splat(f, KDC_DTYPE_F32, pt[i]->rank, pt[i]->dims, 0.0);
@@ -232,21 +316,45 @@ void kdc_vjp_scan(kdc_grad_ctx *c, const kdc_node *n, kdc_value_id v, kdc_value_
   ops[o++] = g_rev;
   for (int j = 0; j < nw; j++) ops[o++] = in[nc + nx + j];
   kdc_value_id as = kdc_ir_scan(f, va, T, nc, nc + nx + 1, o, ops);
+  int64_t col[96]; /* column of outs[k] in scan A's rows */
   off = 0;
-  for (int q = 0; q < nx; q++) {
+  for (int k = 0; k < no; k++) {
+    col[k] = off;
+    off += kdc_type_numel(&ot[k]) / lead / Fa;
+  }
+  for (int q = 0; q < nx; q++)
     kdc_grad_accum(c, in[nc + q],
-                   kdc_ir_reverse(f, piece(f, as, 0, T, off, pt[nc + q], lead, false, Fa), 1, &zero));
-    off += kdc_type_numel(pt[nc + q]) / lead / Fa;
+                   kdc_ir_reverse(f, piece(f, as, 0, T, col[q], pt[nc + q], lead, false, Fa), 1, &zero));
+  int64_t cbar_off = col[nx];
+  for (int i = 0; i < nc; i++)
+    kdc_grad_accum(c, in[i], piece(f, as, T - 1, T, col[nx + i], pt[i], lead, true, Fa));
+  /* the weights of dot_uses: per use, ONE dot over all steps of the lhs
+   * rows [T, ..] and the result's cotangent rows (both in scan A's
+   * reversed time), the contraction extended by the step dim */
+  for (int u = 0; u < nu; u++) {
+    if (z_at[u] < 0) continue;
+    const kdc_node *bn = &body->nodes[use[u].node];
+    kdc_type bt = bn->type, lt = body->nodes[bn->in[0]].type;
+    kdc_attr_dot d = bn->attr.dot;
+    for (int i = 0; i < d.lhs_contract.n; i++) d.lhs_contract.v[i]++;
+    kdc_value_id zs = piece(f, as, 0, T, col[z_at[u]], &bt, lead, false, Fa), ls;
+    int oi = use[u].other;
+    if (oi < 0) ls = piece(f, as, 0, T, col[a_at[u]], &lt, lead, false, Fa);
+    else ls = oi < nc ? ct_rev[oi] : xs_rev[oi - nc];
+    kdc_value_id w = in[nc + nx + use[u].w];
+    kdc_node fwd = f->nodes[kdc_ir_dot(f, ls, w, &d)]; /* never used: the rule's operand */
+    kdc_grad_accum(c, w, kdc_grad_dot_operand(f, &fwd, 1, zs));
   }
-  int64_t cbar_off = off;
-  for (int i = 0; i < nc; i++) {
-    kdc_grad_accum(c, in[i], piece(f, as, T - 1, T, off, pt[i], lead, true, Fa));
-    off += kdc_type_numel(pt[i]) / lead / Fa;
-  }
-  /* 3. scan B, the weight gradients: carries acc_j (zero, sums only);
-   * sequences c_t, x_t, the cotangent entering each reverse step (zero,
-   * then scan A's cbar' one row later) and ybar_t; y_t = [acc'_j..] */
-  if (nw > 0) {
+  /* 3. scan B, the gradients of the other weights: carries acc_j (zero,
+   * sums only); sequences c_t, x_t, the cotangent entering each reverse
+   * step (zero, then scan A's cbar' one row later) and ybar_t;
+   * y_t = [acc'_j..] */
+  int bj[32], nb = 0;
+  const kdc_type *bt[32];
+  for (int j = 0; j < nw; j++)
+    if (!by_dot[j]) bt[nb] = pt[nc + nx + j], bj[nb++] = j;
+  if (nb > 0) {
+    int64_t Fb = packs_feat(bt, nb, F) ? F : 1;
     kdc_value_id cin[32];
     off = cbar_off;
     for (int i = 0; i < nc; i++) {
@@ -262,38 +370,38 @@ void kdc_vjp_scan(kdc_grad_ctx *c, const kdc_node *n, kdc_value_id v, kdc_value_
     kdc_func *vw = kdc_ir_func_create(m, fname(m, body->name, "wgrad"));
     kdc_ir_set_origin(vw, f->cur_origin);
     kdc_value_id acc[32];
-    for (int j = 0; j < nw; j++) acc[j] = param(vw, "acc", pt[nc + nx + j]);
+    for (int k = 0; k < nb; k++) acc[k] = param(vw, "acc", bt[k]);
     for (int i = 0; i < nc; i++) args[i] = param(vw, "c_t", pt[i]);
     for (int k = 0; k < nx; k++) args[nc + k] = param(vw, "x_t", pt[nc + k]);
     for (int i = 0; i < nc; i++) cbar[i] = param(vw, "cbar_t", pt[i]);
     ybar = param(vw, "ybar_t", yt);
     for (int j = 0; j < nw; j++) args[nc + nx + j] = param(vw, "w", pt[nc + nx + j]);
     L = vjp_loss(vw, body, args, cbar, ybar, nc, map);
+    for (int k = 0; k < nb; k++) wrt[k] = args[nc + nx + bj[k]];
     st = kdc_ir_take_error(vw);
-    if (!st) st = kdc_autodiff(vw, L, args + nc + nx, (size_t)nw, grads);
+    if (!st) st = kdc_autodiff(vw, L, wrt, (size_t)nb, grads);
     if (st) {
       set_error(f, st);
       free(map);
       return;
     }
-    for (int j = 0; j < nw; j++) {
-      outs[j] = grads[j] == KDC_NO_VALUE ? acc[j] : kdc_ir_binary(vw, KDC_OP_ADD, acc[j], grads[j]);
-      kdc_ir_add_result(vw, outs[j], "acc");
+    for (int k = 0; k < nb; k++) {
+      outs[k] = grads[k] == KDC_NO_VALUE ? acc[k] : kdc_ir_binary(vw, KDC_OP_ADD, acc[k], grads[k]);
+      kdc_ir_add_result(vw, outs[k], "acc");
     }
-    kdc_ir_add_result(vw, pack(vw, nw, outs, 1, Fb), "y");
+    kdc_ir_add_result(vw, pack(vw, nb, outs, 1, Fb), "y");
     o = 0;
-    for (int j = 0; j < nw; j++)
-      ops[o++] = kdc_ir_splat(f, KDC_DTYPE_F32, pt[nc + nx + j]->rank, pt[nc + nx + j]->dims, 0.0);
+    for (int k = 0; k < nb; k++) ops[o++] = kdc_ir_splat(f, KDC_DTYPE_F32, bt[k]->rank, bt[k]->dims, 0.0);
     for (int i = 0; i < nc; i++) ops[o++] = ct_rev[i];
     for (int q = 0; q < nx; q++) ops[o++] = xs_rev[q];
     for (int i = 0; i < nc; i++) ops[o++] = cin[i];
     ops[o++] = g_rev;
     for (int j = 0; j < nw; j++) ops[o++] = in[nc + nx + j];
-    kdc_value_id bs = kdc_ir_scan(f, vw, T, nw, 2 * nc + nx + 1, o, ops);
+    kdc_value_id bs = kdc_ir_scan(f, vw, T, nb, 2 * nc + nx + 1, o, ops);
     off = 0;
-    for (int j = 0; j < nw; j++) {
-      kdc_grad_accum(c, in[nc + nx + j], piece(f, bs, T - 1, T, off, pt[nc + nx + j], 1, true, Fb));
-      off += kdc_type_numel(pt[nc + nx + j]) / Fb;
+    for (int k = 0; k < nb; k++) {
+      kdc_grad_accum(c, in[nc + nx + bj[k]], piece(f, bs, T - 1, T, off, bt[k], 1, true, Fb));
+      off += kdc_type_numel(bt[k]) / Fb;
     }
   }
   free(map);

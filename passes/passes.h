@@ -427,6 +427,10 @@ bool kdc_grad_wants(const kdc_grad_ctx *c, kdc_value_id v);
 bool kdc_grad_is_constant(const kdc_grad_ctx *c, kdc_value_id v);
 /* Adds |contribution| to the gradient of |v| (ignored unless wanted). */
 void kdc_grad_accum(kdc_grad_ctx *c, kdc_value_id v, kdc_value_id contribution);
+/* The cotangent of operand |side| (0 lhs, 1 rhs) of dot_general node |n|
+ * of |f| given the cotangent |g| of its result (grad_rules.c; grad_scan.c
+ * uses it for a weight's gradient over all time steps at once). */
+kdc_value_id kdc_grad_dot_operand(kdc_func *f, const kdc_node *n, int side, kdc_value_id g);
 
 /* ---- grad_window (passes/grad_window.c): the rules of the windowed and
  * indexed ops (convolution, reduce_window, gather, scatter_add, reverse),

@@ -362,9 +362,12 @@ void kdc_rt_plan_profile_print(kdc_rt_plan *plan, size_t func, FILE *o) {
   if (func >= p->n_funcs) return;
   const kdc_prog_func *f = &p->funcs[func];
   rt_func *rf = &plan->funcs[func];
-  if (!o) { /* reset only */
+  if (!o) { /* reset only (the loop bodies too) */
     memset(rf->prof_ns, 0, f->n_steps * sizeof *rf->prof_ns);
     rf->prof_runs = 0;
+    for (uint32_t s = 0; s < f->n_steps; s++)
+      if (f->steps[s].kind == KDC_STEP_LOOP && f->steps[s].loop.body != func)
+        kdc_rt_plan_profile_print(plan, f->steps[s].loop.body, NULL);
     return;
   }
   if (!plan->profile || !rf->prof_runs) {
@@ -396,4 +399,8 @@ void kdc_rt_plan_profile_print(kdc_rt_plan *plan, size_t func, FILE *o) {
       fprintf(o, " %s %.3f ms", kinds[k].name, by_kind[kinds[k].kind] / runs * 1e-6);
   fprintf(o, "\n");
   rf->prof_runs = 0;
+  for (uint32_t s = 0; s < f->n_steps; s++) /* the loop bodies' steps, per run of |func| */
+    if (f->steps[s].kind == KDC_STEP_LOOP && f->steps[s].loop.body != func &&
+        plan->funcs[f->steps[s].loop.body].prof_runs)
+      kdc_rt_plan_profile_print(plan, f->steps[s].loop.body, o);
 }

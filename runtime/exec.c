@@ -480,20 +480,32 @@ static void run_kernel_split(runner *r, uint32_t s) {
   rt_pool_run(p->pool, chunk_task, r, chunks * nl);
 }
 
+static void run_gemm_split(runner *r, uint32_t s);
+
 /* A LOOP step, iteration by iteration for all devices, each body step
- * split like a step of its own. */
+ * split like a step of its own (kernels in row chunks, GEMMs in blocks on
+ * the pool).  Profiling charges the body's steps to the body function
+ * (one run per loop run; kdc_rt_plan_profile_print lists it under its
+ * caller). */
 static kdc_status run_loop_stepwise(runner *r, const kdc_prog_loop_step *l) {
   runner b = body_runner(r, l);
   for (int64_t t = 0; t < l->length; t++) {
     for (int64_t d = r->p->d0; d < r->p->d1; d++) bind_iteration(r, &b, l, d, t);
     for (uint32_t s = 0; s < b.f->n_steps; s++) {
-      if (b.f->steps[s].kind == KDC_STEP_KERNEL) run_kernel_split(&b, s);
-      else if (b.f->steps[s].kind == KDC_STEP_COLLECTIVE) KDC_RETURN_IF_ERROR(run_collective(&b, s));
-      else
+      uint64_t t0 = now_ns(r->p);
+      switch (b.f->steps[s].kind) {
+      case KDC_STEP_KERNEL: run_kernel_split(&b, s); break;
+      case KDC_STEP_GEMM: run_gemm_split(&b, s); break;
+      case KDC_STEP_COLLECTIVE: KDC_RETURN_IF_ERROR(run_collective(&b, s)); break;
+      default:
         for (int64_t d = r->p->d0; d < r->p->d1; d++) run_local_step(&b, d, s);
+        break;
+      }
+      charge(&b, s, t0);
     }
     for (int64_t d = r->p->d0; d < r->p->d1; d++) copy_carries(r, l, d);
   }
+  b.rf->prof_runs += r->p->profile;
   return NULL;
 }
 
