@@ -10,8 +10,11 @@
  * float [B, C] target one-hot on row % C; integer labels row % C; a
  * "sample_mask" of ones.
  *
- * usage: bench_plan PLAN [--threads N] [--reps N] [--inner N] [--profile 1]
- *                   [--resident 1] [--fit-steps N]
+ * usage: bench_plan PLAN [--threads N] [--reps N] [--inner N] [--profile 1|2]
+ *                   [--resident 1] [--fit-steps N] [--cpu 1]
+ * --cpu 1: medians of the process's CPU time instead of wall time (with
+ * --threads 1 on a loaded machine: the work, not the wait for a core;
+ * --profile 2 likewise times each step by the thread's CPU clock).
  * --profile 1: also print every step's mean time (forward, then the
  * training step) to stderr (kdc_rt_plan_profile_print).
  * --resident 1 (docs/gpu.md, "Benchmark mode"): the inputs are uploaded
@@ -156,7 +159,7 @@ static void run_step(void *p) {
 int main(int argc, char **argv) {
   kdc_rt_blas_select_core(argv);
   if (argc < 2) {
-    fprintf(stderr, "usage: bench_plan PLAN [--threads N] [--reps N] [--inner N] [--profile 1] "
+    fprintf(stderr, "usage: bench_plan PLAN [--threads N] [--reps N] [--inner N] [--profile 1|2] [--cpu 1] "
             "[--resident 1] [--fit-steps N]\n");
     return 2;
   }
@@ -169,6 +172,8 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--profile")) profile = atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "--resident")) resident = atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "--fit-steps")) fit_steps = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--cpu")) bench_clock = atoi(argv[i + 1]) ? CLOCK_PROCESS_CPUTIME_ID
+                                                                        : CLOCK_MONOTONIC;
     else {
       fprintf(stderr, "bench_plan: unknown option %s\n", argv[i]);
       return 2;

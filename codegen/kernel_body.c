@@ -76,13 +76,27 @@ static void ix_init(emitter *E, ix *x, int rank, const int64_t *dims) {
   x->id = E->next_ctx++;
 }
 
+/* The row-major offset as a sum of index * stride (not Horner's
+ * ((m0 d1 + m1) d2 + m2)), its constant part (a slice start, a gate of an
+ * LSTM's [B, 4, u]) added last, which load_elem turns into a GEP of its
+ * own: with the constant inside the index, InstCombine made the row's
+ * base, the constant and the inner index one chain of `or`s, and the loop
+ * vectoriser, no longer seeing an affine address, gathered every element
+ * of a unit-stride row. */
 static LLVMValueRef lin_of(emitter *E, ix *x) {
   if (x->lin) return x->lin;
-  LLVMValueRef l = C(E, 0);
-  for (int d = 0; d < x->rank; d++) {
-    l = LLVMBuildNSWMul(E->b, l, C(E, x->dims[d]), "");
-    l = LLVMBuildNSWAdd(E->b, l, x->m[d], "");
+  LLVMValueRef l = NULL;
+  int64_t stride = 1, c = 0;
+  for (int d = x->rank; d-- > 0; stride *= x->dims[d]) {
+    if (LLVMIsAConstantInt(x->m[d])) {
+      c += LLVMConstIntGetSExtValue(x->m[d]) * stride;
+      continue;
+    }
+    LLVMValueRef t = stride == 1 ? x->m[d] : LLVMBuildNSWMul(E->b, x->m[d], C(E, stride), "");
+    l = l ? LLVMBuildNSWAdd(E->b, t, l, "") : t;
   }
+  if (!l) l = C(E, c);
+  else if (c) l = LLVMBuildNSWAdd(E->b, l, C(E, c), "");
   return x->lin = l;
 }
 
@@ -109,6 +123,12 @@ static bool is_member(const emitter *E, kdc_value_id v) { return in_kernel(E->k,
 
 static LLVMValueRef load_elem(emitter *E, LLVMValueRef p, kdc_dtype d, LLVMValueRef lin) {
   LLVMTypeRef mt = cg_mem_type(E->P, d);
+  if (LLVMIsAInstruction(lin) && LLVMGetInstructionOpcode(lin) == LLVMAdd &&
+      LLVMIsAConstantInt(LLVMGetOperand(lin, 1))) { /* lin_of's constant part: a GEP of its own */
+    LLVMValueRef var = LLVMGetOperand(lin, 0), c = LLVMGetOperand(lin, 1);
+    p = LLVMBuildInBoundsGEP2(E->b, mt, p, &c, 1, "");
+    lin = var;
+  }
   LLVMValueRef g = LLVMBuildInBoundsGEP2(E->b, mt, p, &lin, 1, "");
   LLVMValueRef v = LLVMBuildLoad2(E->b, mt, g, "");
   LLVMSetAlignment(v, (unsigned)kdc_dtype_size(d));
@@ -456,6 +476,19 @@ static LLVMValueRef emit_rng(emitter *E, kdc_value_id v, ix *x, kdc_status *st) 
   return cg_emit_rng_uniform(E->P, nd->attr.seed, step, index);
 }
 
+/* Does a reshape from |a| to |b| only insert or drop unit dims (the same
+ * dims > 1 in the same order)?  Its operand's multi-index is then the
+ * result's, unit dims at 0: no div/mod of the linear offset. */
+static bool unit_reshape(const kdc_type *a, const kdc_type *b) {
+  int i = 0, j = 0;
+  for (;;) {
+    while (i < a->rank && a->dims[i] == 1) i++;
+    while (j < b->rank && b->dims[j] == 1) j++;
+    if (i == a->rank || j == b->rank) return i == a->rank && j == b->rank;
+    if (a->dims[i++] != b->dims[j++]) return false;
+  }
+}
+
 static LLVMValueRef emit_member(emitter *E, kdc_value_id v, ix *x, kdc_status *st) {
   const kdc_node *nd = &E->f->nodes[v];
   LLVMBuilderRef B = E->b;
@@ -483,7 +516,20 @@ static LLVMValueRef emit_member(emitter *E, kdc_value_id v, ix *x, kdc_status *s
     return emit(E, nd->in[0], &in, st);
   case KDC_OP_RESHAPE:
     ix_init(E, &in, xt->rank, xt->dims);
-    in.lin = lin_of(E, x);
+    if (x->have_m && unit_reshape(xt, &nd->type)) {
+      for (int d = 0, j = 0; d < xt->rank; d++) {
+        if (xt->dims[d] == 1) {
+          in.m[d] = C(E, 0);
+          continue;
+        }
+        while (nd->type.dims[j] == 1) j++;
+        in.m[d] = x->m[j++];
+      }
+      in.have_m = true;
+      in.lin = x->lin; /* the same offset, when known */
+    } else {
+      in.lin = lin_of(E, x);
+    }
     return emit(E, nd->in[0], &in, st);
   case KDC_OP_SLICE:
     multi_of(E, x);
@@ -572,14 +618,18 @@ int cg_kernel_column_reduce(const cg_kernel *k) {
 
 /* cg_kernel_flat: can member |v|, reached at the kernel's output index,
  * be emitted from the linear index alone?  A reshape starts its operand's
- * own index (the linear offset passes through), so below it anything goes;
+ * own index (the linear offset passes through), so below it anything goes
+ * -- except below one of unit dims only, which passes the row's
+ * multi-index on unchanged: an LSTM gate, reshape(slice(z)), in rows is
+ * unit-stride loads, flat it is a div/mod and a gather per element;
  * values outside the group are loads at the linear offset. */
 static bool flat_from(const cg_kernel *k, kdc_value_id v, uint8_t *seen) {
   const kdc_node *nd = &k->f->nodes[v];
   if (nd->op == KDC_OP_CONSTANT || !in_kernel(k, v) || seen[v]) return true;
   seen[v] = 1;
   switch (nd->op) {
-  case KDC_OP_RESHAPE: return true;
+  case KDC_OP_RESHAPE: /* a unit-dim one passes the row's multi-index on (emit_member) */
+    return !unit_reshape(&k->f->nodes[nd->in[0]].type, &nd->type) || flat_from(k, nd->in[0], seen);
   case KDC_OP_SHARDING_CONSTRAINT: return flat_from(k, nd->in[0], seen);
   case KDC_OP_BROADCAST: return kdc_type_numel(&k->f->nodes[nd->in[0]].type) == 1;
   default: break;

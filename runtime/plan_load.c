@@ -130,6 +130,7 @@ static kdc_status load(kdc_rt_plan *p, const kdc_rt_options *opt) {
   p->device_parallel = p->nd > 1 && p->nd >= p->n_threads;
   p->timeout_s = opt && opt->collective_timeout_s > 0 ? opt->collective_timeout_s : 60;
   p->profile = opt && opt->profile > 0;
+  p->profile_cpu = opt && opt->profile == 2;
 #ifdef NDEBUG
   p->check_replicas = opt && opt->check_replicas > 0;
 #else

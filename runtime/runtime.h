@@ -51,7 +51,9 @@ typedef struct kdc_rt_options {
   int target;                  /* KDC_RT_TARGET_*: where a plan compiled with --target
                                   cuda runs (docs/gpu.md) */
   int profile;                 /* 1: time every step of every run on the CPU
-                                  (kdc_rt_plan_profile_print) */
+                                  (kdc_rt_plan_profile_print); 2: by the
+                                  timing thread's CPU clock (with 1 thread on
+                                  a loaded machine: the work, not the wait) */
   int describe_only;           /* 1: read and check the plan without JIT-compiling its
                                   code (`kdc inspect`, tests that count steps): every
                                   run of it fails */
@@ -582,6 +584,7 @@ struct kdc_rt_plan {
   bool describe_only;       /* loaded to be described: no code, nothing runs */
   bool check_replicas;
   bool profile;             /* kdc_rt_options.profile (exec.c times every step) */
+  bool profile_cpu;         /* ... by the thread's CPU clock (profile 2) */
   double timeout_s;
   /* devices (devices.c) */
   int64_t nd;
