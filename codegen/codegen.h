@@ -189,7 +189,9 @@ LLVMValueRef cg_entry_alloca(cg_plan *P, LLVMValueRef fn, LLVMTypeRef t);
 /* CPU loop forms (cpu_wrap.c; the CUDA wrapper uses kdc_body_<k> only):
  *  - a root concatenate along the last dim: one loop per piece, each
  *    calling a body |name| that evaluates only piece |piece| (the generic
- *    body evaluates every piece per element and selects); rank 1 (e.g. the
+ *    body evaluates every piece per element and selects); along an earlier
+ *    dim (an LSTM's gate gradients, [B, 4, u] along 1): each row lies in
+ *    one piece, whose loop the row picks; rank 1 (e.g. the
  *    gradients packed for one all_reduce): each piece loops over its part
  *    of the kernel's rows [begin, end), which are its elements;
  *  - a column reduction (a root reduce over the operand's leading dims

@@ -307,8 +307,29 @@ void cg_cpu_wrap(cg_plan *P, const cg_kernel *k, LLVMValueRef body, const char *
     }
     for (int d = 0; d < rank - 1; d++) cargs[nc++] = lead[d];
     inner = t->dims[rank - 1];
-    if (np) {  /* one loop per piece of the root concatenate */
-      const kdc_node *nd = &k->f->nodes[k->root];
+    const kdc_node *cn = &k->f->nodes[k->root];
+    if (np && cn->attr.dim < rank - 1) { /* a concatenate along a row dim: the row's piece */
+      int64_t dim = cn->attr.dim, off = 0;
+      LLVMBasicBlockRef done = LLVMAppendBasicBlockInContext(P->ctx, fn, "pieces");
+      for (int j = 0; j < np; j++) {
+        int64_t len = k->f->nodes[cn->in[j]].type.dims[dim];
+        if (len == 0) continue;
+        LLVMBasicBlockRef in = LLVMAppendBasicBlockInContext(P->ctx, fn, "piece");
+        LLVMBasicBlockRef next = LLVMAppendBasicBlockInContext(P->ctx, fn, "next");
+        LLVMBuildCondBr(P->b, LLVMBuildICmp(P->b, LLVMIntSLT, lead[dim], I64(P, off + len), ""),
+                        in, next);
+        LLVMPositionBuilderAtEnd(P->b, in);
+        cargs[nc] = open_loop(P, fn, col_slot, &cols, I64(P, 0), I64(P, inner));
+        LLVMBuildCall2(P->b, LLVMGlobalGetValueType(piece[j]), piece[j], cargs, nc + 1, "");
+        close_loop(P, &cols);
+        LLVMBuildBr(P->b, done);
+        LLVMPositionBuilderAtEnd(P->b, next);
+        off += len;
+      }
+      LLVMBuildBr(P->b, done);
+      LLVMPositionBuilderAtEnd(P->b, done);
+    } else if (np) {  /* one loop per piece of the root concatenate */
+      const kdc_node *nd = cn;
       int64_t off = 0;
       for (int j = 0; j < np; j++) {
         int64_t len = k->f->nodes[nd->in[j]].type.dims[rank - 1];

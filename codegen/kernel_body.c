@@ -516,13 +516,15 @@ static LLVMValueRef emit_member(emitter *E, kdc_value_id v, ix *x, kdc_status *s
     return emit(E, nd->in[0], &in, st);
   case KDC_OP_RESHAPE:
     ix_init(E, &in, xt->rank, xt->dims);
-    if (x->have_m && unit_reshape(xt, &nd->type)) {
+    kdc_type at = {.dtype = nd->type.dtype, .rank = x->rank}; /* the index's own dims */
+    memcpy(at.dims, x->dims, sizeof at.dims);
+    if (x->have_m && unit_reshape(xt, &at)) {
       for (int d = 0, j = 0; d < xt->rank; d++) {
         if (xt->dims[d] == 1) {
           in.m[d] = C(E, 0);
           continue;
         }
-        while (nd->type.dims[j] == 1) j++;
+        while (x->dims[j] == 1) j++;
         in.m[d] = x->m[j++];
       }
       in.have_m = true;
@@ -656,13 +658,14 @@ bool cg_kernel_flat(const cg_kernel *k) {
   return ok;
 }
 
-/* Pieces of a root concatenate along the last dim (at most CG_MAX_PIECES),
- * else 0. */
+/* Pieces of a root concatenate (at most CG_MAX_PIECES) along the last dim,
+ * or along an earlier one (each row then lies in one piece), else 0. */
 int cg_kernel_concat_pieces(const cg_kernel *k) {
   if (k->transpose) return 0;
   const kdc_node *nd = &k->f->nodes[k->root];
-  if (nd->op != KDC_OP_CONCAT || nd->type.rank < 1 || nd->attr.dim != nd->type.rank - 1 ||
-      nd->n_in < 2 || nd->n_in > CG_MAX_PIECES)
+  if (nd->op != KDC_OP_CONCAT || nd->type.rank < 1 || nd->attr.dim < 0 ||
+      nd->attr.dim >= nd->type.rank || nd->n_in < 2 || nd->n_in > CG_MAX_PIECES ||
+      !kdc_type_equal(&nd->type, &k->out_type))
     return 0;
   return nd->n_in;
 }

@@ -10,7 +10,7 @@
  *   reshape(reshape(x))              -> reshape(x), or x if the types match
  *   transpose(transpose(x, p), q)    -> transpose(x, p∘q), or x if identity
  *   broadcast(broadcast(x, a), b)    -> broadcast(x, b∘a)
- *   no-op reshape / transpose / broadcast / convert / slice / concatenate -> x
+ *   no-op reshape / transpose / broadcast / convert / slice / concatenate / pad -> x
  *   convert(convert(x: bf16|f16, f32), bf16|f16 = x's) -> x  (the widening is exact;
  *     the other order, f32 -> bf16 -> f32, rounds and stays)
  * Rewrites that need a new node modify the outer node in place (it keeps its
@@ -118,6 +118,15 @@ static kdc_value_id simplify_node(kdc_func *f, kdc_value_id v) {
     break;
   case KDC_OP_CONCAT:
     if (nd->n_in == 1 && same_type) return a;
+    break;
+  case KDC_OP_PAD: /* by nothing: the same elements (the gradient of slices that tile x) */
+    if (same_type) {
+      const kdc_attr_pad *p = &nd->attr.pad;
+      bool none = true;
+      for (int d = 0; d < nd->type.rank; d++)
+        none = none && !p->low.v[d] && !p->high.v[d] && !p->interior.v[d];
+      if (none) return a;
+    }
     break;
   default: break;
   }

@@ -39,10 +39,81 @@ bool kdc_grad_is_constant(const kdc_grad_ctx *c, kdc_value_id v) {
   return v < c->n_fwd && c->is_const[v];
 }
 
+/* The sum of two cotangents that are pads by -0.0 (the additive identity:
+ * x + -0.0 = x) of adjacent blocks along one dim d, equal elsewhere -- the
+ * gradients of slices that split a value, an LSTM's four gates of [B, 4, u]
+ * -- as ONE pad of their concatenate (pieces of a concatenate along d
+ * spliced in), bit for bit the sum; KDC_NO_VALUE when they are not.  The
+ * sum of all the gates' pads is then a pad by nothing (algebra drops it)
+ * of one concatenate, which a kernel writes piece by piece, where the
+ * chain of adds of pads evaluated every gate's gradient per element. */
+static kdc_value_id merge_pads(kdc_func *f, kdc_value_id a, kdc_value_id b) {
+  const kdc_node *pa = kdc_ir_node(f, a), *pb = kdc_ir_node(f, b);
+  if (pa->op != KDC_OP_PAD || pb->op != KDC_OP_PAD || pa->type.dtype != KDC_DTYPE_F32 ||
+      !kdc_pass_is_splat_of(f, pa->in[1], 0, true) || !kdc_pass_is_splat_of(f, pb->in[1], 0, true))
+    return KDC_NO_VALUE;
+  const kdc_type *xa = kdc_ir_type(f, pa->in[0]), *xb = kdc_ir_type(f, pb->in[0]);
+  const kdc_attr_pad *A = &pa->attr.pad, *B = &pb->attr.pad;
+  int d = -1;
+  for (int i = 0; i < xa->rank; i++) {
+    if (A->interior.v[i] || B->interior.v[i] || A->low.v[i] < 0 || A->high.v[i] < 0 ||
+        B->low.v[i] < 0 || B->high.v[i] < 0)
+      return KDC_NO_VALUE;
+    if (A->low.v[i] == B->low.v[i] && A->high.v[i] == B->high.v[i]) continue;
+    if (d >= 0) return KDC_NO_VALUE;
+    d = i;
+  }
+  if (d < 0) return KDC_NO_VALUE;
+  bool a_first = A->low.v[d] + xa->dims[d] == B->low.v[d];
+  if (!a_first && B->low.v[d] + xb->dims[d] != A->low.v[d]) return KDC_NO_VALUE;
+  kdc_value_id ends[2] = {a_first ? pa->in[0] : pb->in[0], a_first ? pb->in[0] : pa->in[0]};
+  kdc_value_id parts[64], padv = pa->in[1];
+  int n = 0;
+  for (int e = 0; e < 2; e++) {
+    const kdc_node *x = kdc_ir_node(f, ends[e]);
+    if (x->op == KDC_OP_CONCAT && x->attr.dim == d) {
+      if (n + x->n_in > 64) return KDC_NO_VALUE;
+      for (int j = 0; j < x->n_in; j++) parts[n++] = x->in[j];
+    } else {
+      if (n == 64) return KDC_NO_VALUE;
+      parts[n++] = ends[e];
+    }
+  }
+  int64_t lo[KDC_MAX_RANK], hi[KDC_MAX_RANK];
+  for (int i = 0; i < xa->rank; i++) lo[i] = A->low.v[i], hi[i] = A->high.v[i];
+  lo[d] = a_first ? A->low.v[d] : B->low.v[d];
+  hi[d] = a_first ? B->high.v[d] : A->high.v[d];
+  return kdc_ir_pad(f, kdc_ir_concat(f, n, parts, d), padv, lo, hi, NULL);
+}
+
+/* |acc| + |p| with |p| merged into a pad of |acc| or of a term of an add
+ * in |acc| (depth < 8), or KDC_NO_VALUE.  Exact: the merged pads cover
+ * disjoint blocks and add -0.0 elsewhere, so (a + b) + c = a + (b (+) c)
+ * element by element, NaNs and signed zeros included; a merged term that
+ * can then merge with its sibling does. */
+static kdc_value_id merge_into(kdc_func *f, kdc_value_id acc, kdc_value_id p, int depth) {
+  kdc_value_id m = merge_pads(f, acc, p);
+  if (m != KDC_NO_VALUE || depth >= 8) return m;
+  const kdc_node *a = kdc_ir_node(f, acc);
+  if (a->op != KDC_OP_ADD) return KDC_NO_VALUE;
+  for (int i = 0; i < 2; i++) {
+    kdc_value_id other = kdc_ir_node(f, acc)->in[1 - i];
+    m = merge_into(f, kdc_ir_node(f, acc)->in[i], p, depth + 1);
+    if (m == KDC_NO_VALUE) continue;
+    kdc_value_id both = merge_pads(f, other, m);
+    return both != KDC_NO_VALUE ? both : kdc_ir_binary(f, KDC_OP_ADD, other, m);
+  }
+  return KDC_NO_VALUE;
+}
+
 void kdc_grad_accum(kdc_grad_ctx *c, kdc_value_id v, kdc_value_id contribution) {
   if (!kdc_grad_wants(c, v) || contribution == KDC_NO_VALUE) return;
-  if (c->adj[v] == KDC_NO_VALUE) c->adj[v] = contribution;
-  else c->adj[v] = kdc_ir_binary(c->f, KDC_OP_ADD, c->adj[v], contribution);
+  if (c->adj[v] == KDC_NO_VALUE) {
+    c->adj[v] = contribution;
+    return;
+  }
+  kdc_value_id m = merge_into(c->f, c->adj[v], contribution, 0);
+  c->adj[v] = m != KDC_NO_VALUE ? m : kdc_ir_binary(c->f, KDC_OP_ADD, c->adj[v], contribution);
 }
 
 static kdc_status check_args(const kdc_func *f, kdc_value_id y, const kdc_value_id *wrt, size_t n) {

@@ -240,7 +240,9 @@ static void vjp_transpose(kdc_grad_ctx *c, const kdc_node *n, kdc_value_id v, kd
   acc(c, n, 0, kdc_ir_transpose(kdc_grad_func(c), g, inv));
 }
 
-/* slice -> pad with zeros (interior = stride - 1). */
+/* slice -> pad with zeros (interior = stride - 1); -0.0 for f32, the
+ * additive identity, so the pads of a value's slices sum exactly into one
+ * pad of their concatenate (kdc_grad_accum). */
 static void vjp_slice(kdc_grad_ctx *c, const kdc_node *n, kdc_value_id v, kdc_value_id g) {
   kdc_func *f = kdc_grad_func(c);
   const kdc_attr_slice *s = &n->attr.slice;
@@ -253,7 +255,8 @@ static void vjp_slice(kdc_grad_ctx *c, const kdc_node *n, kdc_value_id v, kdc_va
     int64_t last = s->start.v[d] + (k - 1) * s->stride.v[d]; /* last element taken */
     hi[d] = k > 0 ? xt.dims[d] - (last + 1) : xt.dims[d] - lo[d];
   }
-  acc(c, n, 0, kdc_ir_pad(f, g, kdc_ir_scalar(f, kdc_ir_type(f, g)->dtype, 0.0), lo, hi, in));
+  kdc_dtype dt = kdc_ir_type(f, g)->dtype;
+  acc(c, n, 0, kdc_ir_pad(f, g, kdc_ir_scalar(f, dt, dt == KDC_DTYPE_F32 ? -0.0 : 0.0), lo, hi, in));
 }
 
 /* pad -> (pad the cropped edges back with zeros, then) a strided slice; the

@@ -209,6 +209,16 @@ static void test_concat_pieces(void **state) {
     kdc_value_id w[3] = {kdc_ir_reshape(f, param(f, "m", 2, mat), 1, flat), param(f, "s", 1, sv),
                          kdc_ir_unary(f, KDC_OP_EXP, param(f, "l", 1, lv))};
     kdc_ir_add_result(f, kdc_ir_concat(f, 3, w, 0), "flat");
+    /* along a row dim (an LSTM's gate gradients, [B, 4, u] along 1): each
+     * row lies in one piece; uneven pieces, an empty one, a fused tanh;
+     * and rank 2 along dim 0 */
+    int64_t g1[3] = {5, 1, 9}, g2[3] = {5, 2, 9}, g0[3] = {5, 0, 9};
+    kdc_value_id g[4] = {param(f, "g1", 3, g1), kdc_ir_unary(f, KDC_OP_TANH, param(f, "g2", 3, g2)),
+                         param(f, "g0", 3, g0), kdc_ir_unary(f, KDC_OP_EXP, param(f, "g3", 3, g1))};
+    kdc_ir_add_result(f, kdc_ir_concat(f, 4, g, 1), "gates");
+    int64_t r1[2] = {3, 33}, r2[2] = {4, 33};
+    kdc_value_id rr[2] = {kdc_ir_unary(f, KDC_OP_NEG, param(f, "r1", 2, r1)), param(f, "r2", 2, r2)};
+    kdc_ir_add_result(f, kdc_ir_concat(f, 2, rr, 0), "rows");
     cgt_opts o = {.threads = th};
     cgt_check(m, f, &o);
     kdc_ir_module_destroy(m);

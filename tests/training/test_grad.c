@@ -103,6 +103,20 @@ static kdc_value_id b_slice(kdc_func *f, const kdc_value_id *x) { /* [5,7] */
   return kdc_ir_slice(f, x[0], s, l, st);
 }
 
+/* An LSTM's gates: x [3, 4, 5] split along dim 1, one op per slice */
+static kdc_value_id gate(kdc_func *f, kdc_value_id x, int k) {
+  int64_t s[3] = {0, k, 0}, l[3] = {3, k + 1, 5}, st[3] = {1, 1, 1}, d[2] = {3, 5};
+  return kdc_ir_reshape(f, kdc_ir_slice(f, x, s, l, st), 2, d);
+}
+
+static kdc_value_id b_gates(kdc_func *f, const kdc_value_id *x) {
+  kdc_value_id i = kdc_ir_unary(f, KDC_OP_LOGISTIC, gate(f, x[0], 0));
+  kdc_value_id g = kdc_ir_unary(f, KDC_OP_TANH, gate(f, x[0], 2));
+  kdc_value_id fo = kdc_ir_binary(f, KDC_OP_MUL, kdc_ir_unary(f, KDC_OP_EXP, gate(f, x[0], 1)),
+                                  gate(f, x[0], 3));
+  return kdc_ir_binary(f, KDC_OP_ADD, kdc_ir_binary(f, KDC_OP_MUL, i, g), fo);
+}
+
 static kdc_value_id b_concat(kdc_func *f, const kdc_value_id *x) {
   kdc_value_id in[3] = {x[0], x[1], x[0]};
   return kdc_ir_concat(f, 3, in, 1);
@@ -284,6 +298,7 @@ static void test_fd_all_ops(void **state) {
       {"reshape", b_reshape, T1(2, 3, 4), -2, 2, NULL},
       {"transpose", b_transpose, T1(3, 2, 3, 4), -2, 2, NULL},
       {"slice", b_slice, T1(2, 5, 7), -2, 2, NULL},
+      {"slices_tiling", b_gates, T1(3, 3, 4, 5), -2, 2, NULL},
       {"concatenate", b_concat, 2, {tr_type(2, 2, 3), tr_type(2, 2, 2)}, -2, 2, NULL},
       {"pad", b_pad, 2, {tr_type(2, 3, 4), tr_type(0, 0)}, -2, 2, NULL},
       {"reduce_sum", b_rsum, T1(3, 2, 3, 4), -2, 2, NULL},
@@ -370,6 +385,32 @@ static void test_accumulate_and_none(void **state) {
   const float *gx = run1(f, args, 4, 0, out);
   for (int i = 0; i < 3; i++) TR_CLOSE(gx[i], 2 * xv[i] + 1, 0, 0, "d/dx[%d]", i);
   tr_free(out, 1);
+  kdc_ir_module_destroy(m);
+}
+
+/* The cotangents of slices that tile a value (an LSTM's gates) are pads by
+ * -0.0 and sum into ONE pad of their concatenate (kdc_grad_accum): the
+ * gradient is a pad by nothing of a concatenate of the four pieces in
+ * slice order, no add (values: test_fd_all_ops "slices_tiling"). */
+static void test_slices_concat(void **state) {
+  (void)state;
+  kdc_module *m = kdc_ir_module_create("t");
+  kdc_func *f = kdc_ir_func_create(m, "t");
+  kdc_type t = tr_type(3, 3, 4, 5);
+  kdc_value_id x = kdc_ir_parameter(f, KDC_PARAM_INPUT, "x", &t);
+  kdc_value_id r = b_gates(f, &x), g;
+  int64_t all[2] = {0, 1};
+  kdc_value_id y = kdc_ir_reduce(f, KDC_RED_SUM, r, 2, all);
+  tr_expect_ok(kdc_ir_take_error(f));
+  tr_expect_ok(kdc_autodiff(f, y, &x, 1, &g));
+  const kdc_node *p = kdc_ir_node(f, g);
+  assert_int_equal(p->op, KDC_OP_PAD);
+  for (int d = 0; d < 3; d++)
+    assert_true(!p->attr.pad.low.v[d] && !p->attr.pad.high.v[d] && !p->attr.pad.interior.v[d]);
+  const kdc_node *c = kdc_ir_node(f, p->in[0]);
+  assert_int_equal(c->op, KDC_OP_CONCAT);
+  assert_int_equal(c->n_in, 4);
+  assert_int_equal(c->attr.dim, 1);
   kdc_ir_module_destroy(m);
 }
 
@@ -489,6 +530,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_fd_all_ops),   cmocka_unit_test(test_ties),
       cmocka_unit_test(test_accumulate_and_none), cmocka_unit_test(test_matmul_layout),
+      cmocka_unit_test(test_slices_concat),
       cmocka_unit_test(test_through_bf16),
       cmocka_unit_test(test_errors),       cmocka_unit_test(test_table),
   };
