@@ -342,7 +342,9 @@ void kdc_vjp_scan(kdc_grad_ctx *c, const kdc_node *n, kdc_value_id v, kdc_value_
     if (oi < 0) ls = piece(f, as, 0, T, col[a_at[u]], &lt, lead, false, Fa);
     else ls = oi < nc ? ct_rev[oi] : xs_rev[oi - nc];
     kdc_value_id w = in[nc + nx + use[u].w];
-    kdc_node fwd = f->nodes[kdc_ir_dot(f, ls, w, &d)]; /* never used: the rule's operand */
+    kdc_value_id zf = kdc_ir_dot(f, ls, w, &d); /* never used: the rule's operand */
+    if (zf == KDC_NO_VALUE) continue;             /* the builder's sticky error reports it */
+    kdc_node fwd = f->nodes[zf]; /* after the append: the node array may have moved */
     kdc_grad_accum(c, w, kdc_grad_dot_operand(f, &fwd, 1, zs));
   }
   /* 3. scan B, the gradients of the other weights: carries acc_j (zero,
