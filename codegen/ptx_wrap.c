@@ -42,7 +42,7 @@
 
 #include "codegen/codegen.h"
 
-enum { CUDA_BLOCK = 256, CUDA_SECTION_VERSION = 2, PTX_KERNEL_CC = 71, SHARED_AS = 3 };
+enum { CUDA_BLOCK = 256, CUDA_SECTION_VERSION = 3, PTX_KERNEL_CC = 71, SHARED_AS = 3 };
 
 static const char TRIPLE[] = "nvptx64-nvidia-cuda";
 static const char LIBDEVICE[] = "/usr/local/cuda/nvvm/libdevice/libdevice.10.bc";
