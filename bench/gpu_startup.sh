@@ -9,8 +9,11 @@
 #                        compiles it, or takes it from its cache)
 #   run NAME KIND nocache  the same with CUDA_CACHE_DISABLE=1 (the driver
 #                        compiles the PTX every time: the cost of shipping PTX)
-# then one run of each plan with KDC_TRACE_STARTUP=1: its phases, ms since
-# process start (docs/runtime.md, "Start-up trace"), prefixed by the plan.
+# then for each model with both plans: the cubin's outputs against the PTX's
+# ("check NAME: ... ok"), and one run of `kdc devices` and of each plan with
+# KDC_TRACE_STARTUP=1: its phases, ms since process start (docs/runtime.md,
+# "Start-up trace"), prefixed by the plan; a cubin plan's trace must say
+# "module loaded: cubin sm_90".
 # PLANS_DIR: plans compiled where ptxas is (bench/gpu_startup_plans.sh; the
 # bundle has no ptxas); without it the bundle's kdc compiles mnist and
 # tblock itself (PTX only unless a ptxas is found).  GPU_STARTUP_PROFILE=1
@@ -25,12 +28,14 @@ med() {  # med LABEL CMD...: median wall ms of 3 runs (after one warm-up)
     a+=($(( ($(date +%s%N) - s) / 1000000 ))); done
   echo "$l: $(printf '%s\n' "${a[@]}" | sort -n | sed -n 2p) ms (runs ${a[*]})"
 }
-input() {  # input PLAN NPY: zeros of the plan's first input (shape and dtype from kdc inspect)
+input() {  # input PLAN NPY: the plan's first input (shape, dtype from kdc inspect): floats N(0,1), seed 0; ids 0
   "$K" inspect "$1" | sed -n '2,$p' | python3 -c "
 import json, sys, numpy as np
 meta = json.JSONDecoder().raw_decode(sys.stdin.read())[0]  # the metadata, then the description
 f = [f for f in meta['functions'] if f['name'] == 'predict'][0]['inputs'][0]
-np.save('$2', np.zeros(f['shape'], {'f32': np.float32, 'i32': np.int32, 'i64': np.int64}[f['dtype']]))"
+t = {'f32': np.float32, 'i32': np.int32, 'i64': np.int64}[f['dtype']]
+x = np.random.default_rng(0).standard_normal(f['shape']) if t == np.float32 else np.zeros(f['shape'])
+np.save('$2', x.astype(t))"
 }
 if [ -n "$PL" ]; then
   cp "$PL"/*.plan "$W"/
@@ -50,6 +55,19 @@ for f in $plans; do
   "$K" inspect "$W/$f" | grep "^cuda: sm" | sed "s/^/$name $kind: /"
   med "run $name $kind" "$K" run "$W/$f" --input "$W/$n.npy" --output "$W/o.npy"
   med "run $name $kind nocache" env CUDA_CACHE_DISABLE=1 "$K" run "$W/$f" --input "$W/$n.npy" --output "$W/o.npy"
+done
+# the cubin computes what the PTX computes: NAME_cubin vs NAME_ptx (same model, same seed)
+for f in $plans; do
+  n=${f%.plan}; [ "${n##*_}" = cubin ] || continue; b=${n%_cubin}
+  [ -f "$W/${b}_ptx.plan" ] || continue
+  "$K" run "$W/$f" --input "$W/$n.npy" --output "$W/c.npy" 2>"$W/err" &&
+    "$K" run "$W/${b}_ptx.plan" --input "$W/$n.npy" --output "$W/p.npy" 2>>"$W/err" &&
+    python3 -c "
+import numpy as np
+c, p = np.load('$W/c.npy'), np.load('$W/p.npy')
+ok = c.shape == p.shape and np.isfinite(c).all() and np.allclose(c, p, rtol=1e-4, atol=1e-5)
+print('check $b: cubin vs PTX outputs %s, max |difference| %.2e: %s' % (c.shape, float(np.max(np.abs(c - p))), 'ok' if ok else 'FAIL'))" ||
+    echo "FAIL check $b: $(tail -1 "$W/err")"
 done
 KDC_TRACE_STARTUP=1 "$K" devices 2>&1 >/dev/null | sed "s/^/[devices] /"
 for f in $plans; do
