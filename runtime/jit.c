@@ -415,6 +415,7 @@ static bool objects_get(const void *blob, size_t size, uint32_t i, const void **
   for (uint32_t k = 0; k <= i; k++) {
     at += (len + 15) / 16 * 16;
     memcpy(&len, (const uint8_t *)blob + 8 + 8 * k, 8);
+    if (at > size || len > size) return false;  /* no overflow below */
   }
   if (at > size || len > size - at) return false;
   *obj = (const uint8_t *)blob + at;
