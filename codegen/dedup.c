@@ -16,6 +16,10 @@
  * once.  Comparing the text LLVM prints (instead of a key over the IR)
  * means nothing that shapes the code can be missed: constants, immediates,
  * attributes, dense constant globals (by name, so only the same global).
+ * In a CUDA plan the kernel's GPU form and the type it writes must match
+ * too: the PTX wrapper and the launch grid are made per kernel from them
+ * (a flat kernel's CPU code does not depend on its size, its GPU launch
+ * does).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -106,6 +110,13 @@ static void delete_all(LLVMValueRef *fn, size_t n) {
   }
 }
 
+static bool same_type(const kdc_type *a, const kdc_type *b) {
+  if (a->dtype != b->dtype || a->rank != b->rank) return false;
+  for (int d = 0; d < a->rank; d++)
+    if (a->dims[d] != b->dims[d]) return false;
+  return true;
+}
+
 /* The table's buckets: entry index + 1 of the first entry of each
  * signature's chain, 0 = empty; rebuilt at twice the size when half full. */
 static void rehash(cg_dedup *D) {
@@ -141,7 +152,9 @@ uint32_t cg_dedup_kernel(cg_plan *P, LLVMValueRef mark, uint32_t idx) {
        e = D->entries[e - 1].next) {
     const cg_dedup_entry *c = &D->entries[e - 1];
     if (c->sig != sig || c->n_fn != n) continue;
-    if (gpu && memcmp(&P->kform[idx], &P->kform[c->kernel], sizeof P->kform[idx]) != 0) continue;
+    if (gpu && (memcmp(&P->kform[idx], &P->kform[c->kernel], sizeof P->kform[idx]) != 0 ||
+                !same_type(&P->ktype[idx], &P->ktype[c->kernel])))
+      continue;  /* a GPU launch's grid and index mapping follow the kernel's type */
     if (!have_mine) mine = text_of(fn, n), have_mine = true;
     kdc_buf theirs = text_of(D->fn + c->first_fn, c->n_fn);
     bool same = theirs.size == mine.size && memcmp(theirs.data, mine.data, mine.size) == 0;

@@ -113,6 +113,38 @@ static void test_flat_kernels_of_other_shapes_once(void **state) {
   merge_case(32, false, 1);
 }
 
+/* In a CUDA plan (PTX for sm_80, compiled here without a GPU) the same
+ * flat expression over two sizes is two kernels: the GPU launch and index
+ * mapping are per kernel; over one size it is one. */
+static void cuda_kernels(int64_t ycols, uint32_t want) {
+  kdc_module *m = kdc_ir_module_create("merge_cuda");
+  kdc_func *f = kdc_ir_func_create(m, "predict");
+  int64_t dx[2] = {64, 64}, dy[2] = {64, ycols};
+  kdc_type tx = kdc_type_make(KDC_DTYPE_F32, 2, dx), ty = kdc_type_make(KDC_DTYPE_F32, 2, dy);
+  kdc_value_id x = kdc_ir_parameter(f, KDC_PARAM_INPUT, "x", &tx);
+  kdc_value_id y = kdc_ir_parameter(f, KDC_PARAM_INPUT, "y", &ty);
+  kdc_ir_add_result(f, expr(f, x, 1.0, KDC_NO_VALUE), "r0");
+  kdc_ir_add_result(f, expr(f, y, 1.0, KDC_NO_VALUE), "r1");
+  assert_null(kdc_pass_fuse(m, NULL));
+  assert_null(kdc_pass_plan_memory(m, NULL));
+  const char *path = cgt_path("cuda.plan");
+  kdc_codegen_options opt = {.cuda_sm = 80};
+  assert_null(kdc_codegen_cpu_plan(m, &opt, path));
+  kdc_rt_options ro = {.target = KDC_RT_TARGET_CPU, .describe_only = 1};
+  kdc_rt_plan *p;
+  assert_null(kdc_rt_plan_load_with(path, &ro, &p));
+  fprintf(stderr, "CUDA plan, y f32[64,%lld]: %u kernels\n", (long long)ycols, p->prog.n_kernels);
+  assert_int_equal(p->prog.n_kernels, want);
+  kdc_rt_plan_release(p);
+  kdc_ir_module_destroy(m);
+}
+
+static void test_cuda_kernels_by_size(void **state) {
+  (void)state;
+  cuda_kernels(64, 1);
+  cuda_kernels(32, 2);
+}
+
 static void test_different_shapes_do_not(void **state) {
   (void)state;
   merge_case(32, true, 0);
@@ -124,6 +156,7 @@ int main(void) {
       cmocka_unit_test(test_flat_kernels_of_other_shapes_once),
       cmocka_unit_test(test_different_shapes_do_not),
       cmocka_unit_test(test_dense_chain),
+      cmocka_unit_test(test_cuda_kernels_by_size),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
