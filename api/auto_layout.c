@@ -155,11 +155,14 @@ kdc_status kdc_api_machine_load(const char *path, kdc_machine *mc) {
         st = num_field(path, k, v, &mc->bytes_per_s);
       } else if (!strcmp(k, "step_s")) {
         st = num_field(path, k, v, &mc->step_s);
-      } else if (!strcmp(k, "sync_s")) {  /* 0 allowed: no segment cost */
+      } else if (!strcmp(k, "sync_s") || !strcmp(k, "gemm_m0") || !strcmp(k, "gemm_n0")) {
+        /* 0 allowed: no segment cost, no narrow-GEMM penalty */
+        double *f = !strcmp(k, "sync_s") ? &mc->sync_s : !strcmp(k, "gemm_m0") ? &mc->gemm_m0
+                                                                                : &mc->gemm_n0;
         if (json_object_is_type(v, json_type_int) && json_object_get_int64(v) == 0)
-          mc->sync_s = 0;
+          *f = 0;
         else
-          st = num_field(path, k, v, &mc->sync_s);
+          st = num_field(path, k, v, f);
       } else if (!strcmp(k, "shared_gathers")) {
         if (!json_object_is_type(v, json_type_boolean))
           st = KDC_ERR(KDC_INVALID_INPUT, "%s: shared_gathers: expected true or false", path);
@@ -196,7 +199,7 @@ kdc_status kdc_api_machine_load(const char *path, kdc_machine *mc) {
         }
       } else {
         st = KDC_ERR(KDC_INVALID_INPUT, "%s: %s: unknown key (name, gemm_flops_per_s, bytes_per_s, "
-                     "step_s, lanes, sync_s, shared_gathers, axes)", path, k);
+                     "step_s, gemm_m0, gemm_n0, lanes, sync_s, shared_gathers, axes)", path, k);
       }
       (void)d;
     }
