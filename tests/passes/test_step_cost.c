@@ -139,12 +139,18 @@ static const char *const SHARED =
     "  }\n"
     "}\n";
 
-static void test_shared_mesh(void **state) {
-  (void)state;
+/* |text| parsed (already partitioned), fused and memory-planned. */
+static kdc_module *planned(const char *text, const char *name) {
   kdc_module *m = NULL;
-  kdc_status st = kdc_ir_parse_module(SHARED, "shared", &m);
+  kdc_status st = kdc_ir_parse_module(text, name, &m);
   if (!st) st = kdc_pass_run_list(m, "verify,fuse,plan_memory", NULL);
   if (st) fail_msg("%s", kdc_status_message(st));
+  return m;
+}
+
+static void test_shared_mesh(void **state) {
+  (void)state;
+  kdc_module *m = planned(SHARED, "shared");
   const kdc_func *f = kdc_ir_module_find_func(m, "train_step");
   kdc_machine mc = machine(0);
   mc.sync_s = 1e-3;
@@ -195,10 +201,7 @@ static void test_slice_read(void **state) {
       "    return %n \"n\"\n"
       "  }\n"
       "}\n";
-  kdc_module *m = NULL;
-  kdc_status st = kdc_ir_parse_module(text, "slice", &m);
-  if (!st) st = kdc_pass_run_list(m, "verify,fuse,plan_memory", NULL);
-  if (st) fail_msg("%s", kdc_status_message(st));
+  kdc_module *m = planned(text, "slice");
   const kdc_func *f = kdc_ir_module_find_func(m, "train_step");
   kdc_machine mc = machine(0);
   kdc_step_cost c;
@@ -236,9 +239,7 @@ static void test_narrow_gemm(void **state) {
   kdc_ir_module_destroy(m);
   /* the shared mesh's stacked GEMM: 8 devices x 8 rows = 64 rows, 512
    * columns (2^21 flops per device); gp [32,512] = xs^T r: m 32, n 512 */
-  kdc_status st = kdc_ir_parse_module(SHARED, "shared", &m);
-  if (!st) st = kdc_pass_run_list(m, "verify,fuse,plan_memory", NULL);
-  if (st) fail_msg("%s", kdc_status_message(st));
+  m = planned(SHARED, "shared");
   f = kdc_ir_module_find_func(m, "train_step");
   mc = machine(0);
   mc.bytes_per_s = 1e18, mc.default_axis.bytes_per_s = 1e18;
