@@ -29,7 +29,8 @@ typedef struct kdc_pass_options {
   const char *dump_dir;      /* --dump-ir DIR: DIR/00-input.kir, 01-verify.kir, ...; NULL = off */
   FILE *print_after_all;     /* --print-ir-after-all: IR after every pass; NULL = off */
   int64_t fold_max_elements; /* largest constant fold folds (elements); 0 = 1M */
-  int fuse_max_recompute;    /* ops a cheap value may recompute per kernel; 0 = 4, <0 = never */
+  int fuse_max_recompute;    /* ops a cheap value may recompute per kernel; 0 = 4 (CUDA:
+                              16, see fuse.c), <0 = never */
   int simplify_max_rounds;   /* simplify's fixpoint bound; 0 = 8 */
   FILE *warnings;            /* partition's warnings (full-replication fallbacks); NULL = none */
   /* Training (passes/train_step.c): when set, the build_training pass adds
