@@ -353,6 +353,10 @@ typedef struct kdc_machine {
   double gemm_flops_per_s;  /* one device's GEMM rate */
   double bytes_per_s;       /* one device's memory traffic rate (kernels) */
   double step_s;            /* per kernel / GEMM launch */
+  double gemm_m0, gemm_n0;  /* a GEMM of m rows and n columns runs at
+                               gemm_flops_per_s x (1 + m0/512 + n0/512) /
+                               (1 + m0/m + n0/n): narrow ones run slower
+                               (0: no such penalty) */
   int lanes;                /* devices that compute at once (0: all; the virtual
                                mesh: the host's cores) */
   double sync_s;            /* per collective that ends a device-parallel segment
