@@ -209,9 +209,16 @@ static size_t defined_functions(LLVMModuleRef mod) {
  * LLVMContext each.  The list depends on the bitcode and the kernels' work
  * only, never on the thread count, so the objects are the same bytes
  * whatever the number of threads.  Functions of no kernel (kdc_math_*)
- * belong to partition 0; the others see them as declarations. */
+ * belong to partition 0, and so do functions named after a kernel index the
+ * program does not have (only a forged plan has them; the index does not
+ * size anything); the others see them as declarations. */
 
 enum { MAX_PARTS = 8, PART_MIN_INSTRUCTIONS = 3000 };
+
+/* The kernel a function belongs to (runtime/program.h), or -1. */
+static int64_t kernel_of(LLVMValueRef fn) {
+  return kdc_prog_kernel_family(LLVMGetValueName2(fn, &(size_t){0}), NULL, NULL);
+}
 
 static size_t instructions(LLVMValueRef fn) {
   size_t n = 0;
@@ -233,16 +240,17 @@ typedef struct plan_parts {
 static void partition(LLVMModuleRef mod, const rt_jit_hints *hints, plan_parts *pp) {
   memset(pp, 0, sizeof *pp);
   int64_t max_fam = -1;
+  int64_t limit = hints ? hints->n_kernels : 0;  /* other indices: no kernel of the program */
   for (LLVMValueRef fn = LLVMGetFirstFunction(mod); fn; fn = LLVMGetNextFunction(fn)) {
-    int64_t k = LLVMIsDeclaration(fn) ? -1 : kdc_prog_kernel_family(LLVMGetValueName2(fn, &(size_t){0}), NULL, NULL);
-    if (k > max_fam) max_fam = k;
+    int64_t k = LLVMIsDeclaration(fn) ? -1 : kernel_of(fn);
+    if (k > max_fam && k < limit) max_fam = k;
   }
   pp->n_fam = (uint32_t)(max_fam + 1);
   size_t *size = kdc_xcalloc(pp->n_fam + 1, sizeof *size);
   size_t total[2] = {0, 0};
   for (LLVMValueRef fn = LLVMGetFirstFunction(mod); fn; fn = LLVMGetNextFunction(fn)) {
-    int64_t k = LLVMIsDeclaration(fn) ? -1 : kdc_prog_kernel_family(LLVMGetValueName2(fn, &(size_t){0}), NULL, NULL);
-    if (k >= 0) size[k] += instructions(fn);
+    int64_t k = LLVMIsDeclaration(fn) ? -1 : kernel_of(fn);
+    if (k >= 0 && k < (int64_t)pp->n_fam) size[k] += instructions(fn);
   }
   bool *hot = kdc_xcalloc(pp->n_fam + 1, sizeof *hot);
   for (uint32_t k = 0; k < pp->n_fam; k++) {
@@ -276,7 +284,7 @@ static void partition(LLVMModuleRef mod, const rt_jit_hints *hints, plan_parts *
 }
 
 static uint32_t part_of_fn(const plan_parts *pp, LLVMValueRef fn) {
-  int64_t k = kdc_prog_kernel_family(LLVMGetValueName2(fn, &(size_t){0}), NULL, NULL);
+  int64_t k = kernel_of(fn);
   return k >= 0 && (uint64_t)k < pp->n_fam ? pp->part_of[k] : 0;
 }
 
