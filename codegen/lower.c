@@ -274,7 +274,8 @@ static kdc_status emit_kernel(lowerer *L, cg_kernel *k, const kdc_prog_loc *args
   s.kernel.kernel = cg_dedup_kernel(P, mark, idx);  /* an earlier identical kernel, or idx */
   if (s.kernel.kernel == idx) {
     KDC_GROW(P->prog.kernels, P->cap_kernels, P->prog.n_kernels + 1);
-    P->prog.kernels[P->prog.n_kernels++] = (kdc_prog_kernel){kdc_arena_strdup(P->a, name), k->n_args};
+    P->prog.kernels[P->prog.n_kernels++] =
+        (kdc_prog_kernel){kdc_arena_strdup(P->a, name), k->n_args};
   }
   add_step(L, &s);
   return NULL;

@@ -307,7 +307,8 @@ static void keep_partition(LLVMModuleRef mod, const plan_parts *pp, uint32_t par
     if (na) {
       LLVMAttributeRef *at = kdc_xmalloc(na * sizeof *at);
       LLVMGetAttributesAtIndex(fn, LLVMAttributeFunctionIndex, at);
-      for (unsigned i = 0; i < na; i++) LLVMAddAttributeAtIndex(d, LLVMAttributeFunctionIndex, at[i]);
+      for (unsigned i = 0; i < na; i++)
+        LLVMAddAttributeAtIndex(d, LLVMAttributeFunctionIndex, at[i]);
       free(at);
     }
     LLVMReplaceAllUsesWith(fn, d);

@@ -86,8 +86,8 @@ static double *kernel_work(const kdc_program *prog) {
     for (uint32_t s = 0; s < prog->funcs[f].n_steps; s++) {
       const kdc_prog_step *st = &prog->funcs[f].steps[s];
       if (st->kind != KDC_STEP_KERNEL || st->kernel.kernel >= prog->n_kernels) continue;
-      double w = (double)st->kernel.extent * (double)(st->kernel.unit_cost > 0 ? st->kernel.unit_cost
-                                                                                : 1) * mult[f];
+      int64_t unit = st->kernel.unit_cost > 0 ? st->kernel.unit_cost : 1;
+      double w = (double)st->kernel.extent * (double)unit * mult[f];
       if (w > work[st->kernel.kernel]) work[st->kernel.kernel] = w;
     }
   free(mult);
