@@ -7,10 +7,9 @@
  * at most 1 GiB (MPI counts are int); MPI's non-overtaking rule matches
  * them in posting order.  wait() polls MPI_Testall -- busy for 2 ms (unless
  * this host runs more processes than it has CPUs), then with 20 us naps --
- * until every request completed or the timeout passed:
- * MPI's blocking calls have no timeout, and a rank that died must not leave
- * us waiting.  A request
- * still pending at the deadline names its peer (and device).  No
+ * until every request completed or the timeout passed: MPI's blocking calls
+ * have no timeout, and a rank that died must not leave us waiting.  A
+ * request still pending at the deadline names its peer (and device).  No
  * collective of MPI's own is used: MPI does not specify MPI_Allreduce's
  * summation order, and kdc's must be the virtual mesh's.
  */
