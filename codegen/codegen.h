@@ -342,4 +342,27 @@ kdc_status cg_ptx_plan_kernel(cg_plan *P, const cg_kernel *k, uint32_t idx);
  * block size and form). */
 kdc_status cg_ptx_emit(cg_plan *P, int sm, char **ptx, size_t *ptx_len, kdc_buf *launch);
 
+/* ---- SASS in the plan (ptxas.c; docs/gpu.md) ---- */
+
+typedef struct cg_cubin {
+  int sm;                 /* the cubin's architecture (0: none) */
+  uint8_t *data;          /* the ELF image (malloc'd) */
+  size_t size;
+  char note[96];          /* "ptxas 13.0 (V13.0.88)" */
+} cg_cubin;
+
+/* The ptxas to use (KDC_PTXAS, else $CUDA_HOME/bin, /usr/local/cuda/bin,
+ * PATH) into |path|; "" with the reason in |why| when there is none or
+ * KDC_PTXAS is "none" or "".  A KDC_PTXAS that is not an executable file is
+ * KDC_INVALID_INPUT. */
+kdc_status cg_ptxas_find(char *path, size_t n, char *why, size_t why_n);
+/* Runs |ptxas| -arch=sm_<sm> on the PTX text: *|out| the cubin.  A ptxas
+ * that fails is KDC_INTERNAL quoting its first error with the PTX line. */
+kdc_status cg_ptxas_assemble(const char *ptxas, const char *ptx, size_t len, int sm,
+                             cg_cubin *out);
+/* Appends the CUDA section's version-3 tail to |launch|: u32 cubin sm (0:
+ * none), str note (ptxas's version, or |why| there is no cubin), u64
+ * bytes, zero padding to 64, the cubin. */
+void cg_cubin_put(kdc_buf *launch, const cg_cubin *c, const char *why);
+
 #endif

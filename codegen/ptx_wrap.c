@@ -42,7 +42,7 @@
 
 #include "codegen/codegen.h"
 
-enum { CUDA_BLOCK = 256, CUDA_SECTION_VERSION = 2, PTX_KERNEL_CC = 71, SHARED_AS = 3 };
+enum { CUDA_BLOCK = 256, CUDA_SECTION_VERSION = 3, PTX_KERNEL_CC = 71, SHARED_AS = 3 };
 
 static const char TRIPLE[] = "nvptx64-nvidia-cuda";
 static const char LIBDEVICE[] = "/usr/local/cuda/nvvm/libdevice/libdevice.10.bc";
@@ -140,6 +140,10 @@ static void reduce_geometry(cg_gpu_form *g) {
   if (g->kind == CG_GPU_COLUMN) {
     g->tile = g->outputs >= 4096 ? 32 : pow2_at_least(g->outputs, 8);
     g->lanes = pow2_at_least(g->terms / 16, 1024 / g->tile);
+    /* at least a warp per block (the launch table's rule): few outputs with
+     * short columns (text_classifier's training plan: 1 output, 128 terms)
+     * get more lanes, the extra ones folding no term (the identity) */
+    while (g->tile * g->lanes < 32) g->lanes *= 2;
   } else {
     g->lanes = g->outputs < 512 && g->terms >= 4096 ? pow2_at_least(g->terms / 16, 1024) : 32;
     g->tile = g->lanes >= 256 ? 1 : 256 / g->lanes;

@@ -29,7 +29,8 @@ typedef struct kdc_pass_options {
   const char *dump_dir;      /* --dump-ir DIR: DIR/00-input.kir, 01-verify.kir, ...; NULL = off */
   FILE *print_after_all;     /* --print-ir-after-all: IR after every pass; NULL = off */
   int64_t fold_max_elements; /* largest constant fold folds (elements); 0 = 1M */
-  int fuse_max_recompute;    /* ops a cheap value may recompute per kernel; 0 = 4, <0 = never */
+  int fuse_max_recompute;    /* ops a cheap value may recompute per kernel; 0 = 4 (CUDA:
+                              16, see fuse.c), <0 = never */
   int simplify_max_rounds;   /* simplify's fixpoint bound; 0 = 8 */
   FILE *warnings;            /* partition's warnings (full-replication fallbacks); NULL = none */
   /* Training (passes/train_step.c): when set, the build_training pass adds
@@ -352,6 +353,10 @@ typedef struct kdc_machine {
   double gemm_flops_per_s;  /* one device's GEMM rate */
   double bytes_per_s;       /* one device's memory traffic rate (kernels) */
   double step_s;            /* per kernel / GEMM launch */
+  double gemm_m0, gemm_n0;  /* a GEMM of m rows and n columns runs at
+                               gemm_flops_per_s x (1 + m0/512 + n0/512) /
+                               (1 + m0/m + n0/n): narrow ones run slower
+                               (0: no such penalty) */
   int lanes;                /* devices that compute at once (0: all; the virtual
                                mesh: the host's cores) */
   double sync_s;            /* per collective that ends a device-parallel segment

@@ -75,7 +75,7 @@ int64_t kdc_pass_opt_fold_max(const kdc_pass_options *opt) {
 }
 
 int kdc_pass_opt_fuse_recompute(const kdc_pass_options *opt) {
-  if (!opt || opt->fuse_max_recompute == 0) return 4;
+  if (!opt || opt->fuse_max_recompute == 0) return opt && opt->cuda ? 16 : 4;
   return opt->fuse_max_recompute < 0 ? 0 : opt->fuse_max_recompute;
 }
 

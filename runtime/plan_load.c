@@ -18,6 +18,7 @@
 
 #include <json-c/json.h>
 
+#include "common/trace.h"
 #include "runtime/comm.h"
 #include "runtime/cuda/cuda_rt.h"
 #include "runtime/runtime.h"
@@ -86,7 +87,9 @@ static kdc_status load_code(kdc_rt_plan *p, const kdc_rt_options *opt) {
 }
 
 static kdc_status load(kdc_rt_plan *p, const kdc_rt_options *opt) {
+  kdc_trace("plan load: %s", p->path);
   KDC_RETURN_IF_ERROR(kdc_plan_file_open(p->path, &p->file));
+  kdc_trace("plan mapped + checksum (%.1f MB)", (double)kdc_plan_file_size(p->file) / 1e6);
   kdc_reader r, rw;
   const void *data;
   size_t size;
@@ -101,6 +104,8 @@ static kdc_status load(kdc_rt_plan *p, const kdc_rt_options *opt) {
   KDC_RETURN_IF_ERROR(kdc_prog_decode(&r, p->arena, &p->prog));
   p->metadata = section_text(p->file, KDC_PLAN_SECTION_METADATA);
   p->ir_text = section_text(p->file, KDC_PLAN_SECTION_IR_TEXT);
+  kdc_trace("program + weights decoded (%u functions, %u weights)", p->prog.n_funcs,
+            p->prog.n_weights);
   /* A CUDA plan runs on GPUs (cuda/exec.c) unless the caller asks for the
    * CPU code it also carries; the GPUs need no JIT and no host arenas. */
   bool cuda = (!opt || opt->target != KDC_RT_TARGET_CPU) &&
@@ -122,11 +127,17 @@ static kdc_status load(kdc_rt_plan *p, const kdc_rt_options *opt) {
                        "on CUDA only (NCCL)", p->path, p->prog.funcs[f].name, s,
                        kdc_io_dtype_name(st->coll.dtype));
     }
-  if (!cuda && !p->describe_only) KDC_RETURN_IF_ERROR(load_code(p, opt));
+  if (!cuda && !p->describe_only) {
+    KDC_RETURN_IF_ERROR(load_code(p, opt));
+    kdc_trace("CPU JIT: LLVM init + %u kernels compiled or read from the cache", p->prog.n_kernels);
+  } else if (cuda) {
+    kdc_trace("no LLVM, no CPU JIT (a CUDA plan)");
+  }
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   p->n_threads = opt && opt->n_threads > 0 ? opt->n_threads : cores > 0 ? (int)cores : 1;
   KDC_RETURN_IF_ERROR(rt_pool_create(p->n_threads, &p->pool));
   KDC_RETURN_IF_ERROR(rt_devices_create(p, cuda ? 0 : arena_used(&p->prog)));
+  kdc_trace("thread pool (%d threads) + host devices", p->n_threads);
   p->device_parallel = p->nd > 1 && p->nd >= p->n_threads;
   p->timeout_s = opt && opt->collective_timeout_s > 0 ? opt->collective_timeout_s : 60;
   p->profile = opt && opt->profile > 0;
