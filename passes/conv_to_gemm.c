@@ -79,7 +79,10 @@
  * before fuse.  The dot takes the convolution's sharding and origin; the new
  * data-movement nodes take x's sharding (same rank and dims order; they are
  * interior values nothing reads the sharding of) and the weight reshape is
- * left without one.
+ * left without one.  The one place this pass adds a collective: the
+ * depthwise weight gradient whose operands the partitioner gathered along a
+ * split batch is reduced over the local images and all-reduced over the
+ * gathers' axes (rewrite_depthwise_dw), the gathers left unread.
  */
 #include <stdlib.h>
 #include <string.h>
