@@ -250,6 +250,9 @@ kdc_status cg_body_emit_accumulate(cg_plan *P, const cg_kernel *k, const char *n
  * reduction) or back (a row reduction) returns the split s (operand dims
  * [0, s) | [s, rank)), else 0. */
 int cg_kernel_reduce_split(const cg_kernel *k, bool *leading);
+/* ... or one run [*|lo|, hi) of middle dims (0 < lo, hi < rank): returns hi,
+ * else 0 (kernel_body.c). */
+int cg_kernel_reduce_middle(const cg_kernel *k, int *lo);
 /* The reduce root's operand is read in its own row-major order (loads at
  * its index, broadcasts, reshapes, elementwise ops; no transpose): its
  * trailing dims are contiguous. */
@@ -346,6 +349,8 @@ typedef enum cg_gpu_kind {
 typedef struct cg_gpu_form {
   cg_gpu_kind kind;
   int split;           /* operand dims [0, split) | [split, rank) */
+  int lo;              /* COLUMN over middle dims: the terms are dims [lo, split),
+                          the outputs dims [0, lo) and [split, rank); 0 = leading */
   kdc_type x;          /* the reduce's operand */
   kdc_reduce_kind red;
   int64_t outputs, terms;  /* kept elements, reduced elements per output */

@@ -942,7 +942,7 @@ kdc_status cg_body_emit_accumulate(cg_plan *P, const cg_kernel *k, const char *n
 kdc_status cg_body_emit_operand(cg_plan *P, const cg_kernel *k, const char *name,
                                 LLVMValueRef *out_body) {
   const kdc_node *nd = &k->f->nodes[k->root];
-  if (!cg_kernel_reduce_split(k, NULL) || k->n_args > 64)
+  if ((!cg_kernel_reduce_split(k, NULL) && !cg_kernel_reduce_middle(k, NULL)) || k->n_args > 64)
     return KDC_ERR(KDC_INTERNAL, "codegen: kernel %%%u has no reduction operand", k->root);
   const kdc_type *xt = &k->f->nodes[nd->in[0]].type;
   emitter E;
@@ -984,6 +984,28 @@ int cg_kernel_reduce_split(const cg_kernel *k, bool *leading) {
   }
   if (leading) *leading = front;
   return front ? n : back ? xt->rank - n : 0;
+}
+
+/* The reduced dims of a reduce root with no other output when they are one
+ * contiguous run [*|lo|, hi) strictly inside the operand's dims (0 < lo,
+ * hi < rank: a mean over the sequence of [batch, seq, features]); returns
+ * hi (0: no such run). */
+int cg_kernel_reduce_middle(const cg_kernel *k, int *lo) {
+  if (k->transpose || k->n_extra) return 0;
+  const kdc_node *nd = &k->f->nodes[k->root];
+  if (nd->op != KDC_OP_REDUCE || kdc_dtype_is_half(nd->type.dtype)) return 0;
+  const kdc_type *xt = &k->f->nodes[nd->in[0]].type;
+  int n = nd->attr.reduce.dims.n;
+  if (n < 1 || n >= xt->rank || kdc_type_numel(xt) <= 0) return 0;
+  bool red[KDC_MAX_RANK] = {false};
+  for (int i = 0; i < n; i++) red[nd->attr.reduce.dims.v[i]] = true;
+  int first = 0;
+  while (first < xt->rank && !red[first]) first++;
+  for (int d = first; d < first + n; d++)
+    if (d >= xt->rank || !red[d]) return 0;
+  if (first == 0 || first + n == xt->rank) return 0;
+  if (lo) *lo = first;
+  return first + n;
 }
 
 /* Is the reduce root's operand read along its own row-major order, every

@@ -220,15 +220,32 @@ kdc_status cg_ptx_plan_kernel(cg_plan *P, const cg_kernel *k, uint32_t idx) {
   cg_gpu_form *g = &P->kform[idx];
   memset(g, 0, sizeof *g);
   bool leading = false;
-  int s = cg_kernel_reduce_split(k, &leading);
-  if (!s) return NULL;
+  int lo = 0, s = cg_kernel_reduce_split(k, &leading);
+  if (!s) {
+    /* a run of middle dims reduced, [lo, s): a column reduction per index of
+     * the outer dims [0, lo), when the inner dims [s, rank) hold enough
+     * adjacent outputs for a tile (a warp reads whole sectors) */
+    s = cg_kernel_reduce_middle(k, &lo);
+    if (!s) return NULL;
+    const kdc_type *xt = &k->f->nodes[k->f->nodes[k->root].in[0]].type;
+    int64_t inner = 1;
+    for (int d = s; d < xt->rank; d++) inner *= xt->dims[d];
+    if (inner < 32) return NULL;
+    leading = true;
+  }
   const kdc_node *nd = &k->f->nodes[k->root];
   g->x = k->f->nodes[nd->in[0]].type;
   g->split = s;
+  g->lo = lo;
   g->red = nd->attr.reduce.kind;
   int64_t front = 1;
-  for (int d = 0; d < s; d++) front *= g->x.dims[d];
+  for (int d = lo; d < s; d++) front *= g->x.dims[d];  /* the terms of a column */
   int64_t back = kdc_type_numel(&g->x) / front;
+  if (!leading) { /* a row: outputs [0, s), terms [s, rank) */
+    front = 1;
+    for (int d = 0; d < s; d++) front *= g->x.dims[d];
+    back = kdc_type_numel(&g->x) / front;
+  }
   g->kind = leading ? CG_GPU_COLUMN : CG_GPU_ROW;
   g->outputs = leading ? back : front;
   g->terms = leading ? front : back;
@@ -410,7 +427,13 @@ static LLVMValueRef wrap_reduce(cg_plan *P, LLVMModuleRef mod, LLVMValueRef opnd
   const kdc_type *x = &g->x;
   LLVMValueRef idx[KDC_MAX_RANK];
   bool col = g->kind == CG_GPU_COLUMN;
-  if (col) unravel(P, x, g->split, x->rank, o, idx);
+  if (col && g->lo) {  /* outputs over the outer dims [0, lo) and the inner [split, rank) */
+    int64_t inner = 1;
+    for (int d = g->split; d < x->rank; d++) inner *= x->dims[d];
+    LLVMValueRef in = LLVMConstInt(P->i64, (unsigned long long)inner, 0);
+    unravel(P, x, g->split, x->rank, LLVMBuildURem(B, o, in, ""), idx);
+    unravel(P, x, 0, g->lo, LLVMBuildUDiv(B, o, in, ""), idx);
+  } else if (col) unravel(P, x, g->split, x->rank, o, idx);
   else unravel(P, x, 0, g->split, o, idx);
   LLVMBuildStore(B, LLVMBuildAdd(B, j0, lane, ""), jv);
   LLVMBuildBr(B, head);
@@ -418,7 +441,7 @@ static LLVMValueRef wrap_reduce(cg_plan *P, LLVMModuleRef mod, LLVMValueRef opnd
   LLVMValueRef j = LLVMBuildLoad2(B, P->i64, jv, "");
   LLVMBuildCondBr(B, LLVMBuildICmp(B, LLVMIntULT, j, j1, ""), body, tree);
   LLVMPositionBuilderAtEnd(B, body);
-  if (col) unravel(P, x, 0, g->split, j, idx);
+  if (col) unravel(P, x, g->lo, g->split, j, idx);
   else unravel(P, x, g->split, x->rank, j, idx);
   LLVMValueRef cargs[65 + KDC_MAX_RANK];
   unsigned nc = 0;
