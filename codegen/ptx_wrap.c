@@ -72,6 +72,24 @@ static void annotate(cg_plan *P, LLVMModuleRef mod, LLVMValueRef fn, const char 
 
 /* The PTX entry kdc_cuda_<index>(ptr a_0, ..., ptr a_{n_args-1}, ptr coords
  * [, ptr scratch]), every pointer noalias. */
+/* Whether every step that launches kernel |k| passes it 16-byte aligned
+ * buffers: the device's buffers start 256-byte aligned (runtime/cuda/exec.c)
+ * and the plan's offsets are static, except inside a scan body, whose
+ * buffers move by the loop's strides each iteration. */
+static bool args_aligned(const cg_plan *P, uint32_t k) {
+  for (uint32_t f = 0; f < P->prog.n_funcs; f++) {
+    const kdc_prog_func *fn = &P->prog.funcs[f];
+    for (uint32_t s = 0; s < fn->n_steps; s++) {
+      const kdc_prog_step *st = &fn->steps[s];
+      if (st->kind != KDC_STEP_KERNEL || st->kernel.kernel != k) continue;
+      if (fn->is_body) return false;
+      for (uint32_t a = 0; a < st->kernel.n_args; a++)
+        if (st->kernel.args[a].offset % 16) return false;
+    }
+  }
+  return true;
+}
+
 static LLVMValueRef entry_fn(cg_plan *P, LLVMModuleRef mod, uint32_t n_args, uint32_t index,
                              bool scratch) {
   LLVMTypeRef params[66];
@@ -84,12 +102,38 @@ static LLVMValueRef entry_fn(cg_plan *P, LLVMModuleRef mod, uint32_t n_args, uin
   unsigned noalias = LLVMGetEnumAttributeKindForName("noalias", 7);
   for (uint32_t i = 0; i < n; i++)
     LLVMAddAttributeAtIndex(fn, i + 1, LLVMCreateEnumAttribute(P->ctx, noalias, 0));
+  if (args_aligned(P, index)) {  /* lets LLVM merge a thread's adjacent loads and stores */
+    unsigned align = LLVMGetEnumAttributeKindForName("align", 5);
+    for (uint32_t i = 0; i < n_args; i++)
+      LLVMAddAttributeAtIndex(fn, i + 1, LLVMCreateEnumAttribute(P->ctx, align, 16));
+  }
   return fn;
 }
 
-/* Emits kdc_cuda_<index> calling |body| into |mod|. */
+/* Elements per thread of an ELEMENT kernel over |t|: 4 (or 2) adjacent
+ * elements of the last dim when it divides and enough threads remain to
+ * fill the GPU (>= 64K), else 1.  Each thread computes its elements one
+ * after the other: the index arithmetic is done once, the loads of the
+ * elements are independent (more bytes in flight per thread, where a bf16
+ * kernel moves only 2 bytes per load), and LLVM may merge adjacent ones.
+ * KDC_CUDA_UNROLL=1|2|4 at compile time caps it (a benchmarking knob:
+ * docs/gpu.md, "Kernel forms"). */
+static uint32_t element_unroll(const kdc_type *t) {
+  uint32_t cap = 4;
+  const char *env = getenv("KDC_CUDA_UNROLL");
+  if (env && (!strcmp(env, "1") || !strcmp(env, "2") || !strcmp(env, "4")))
+    cap = (uint32_t)atoi(env);
+  if (t->rank < 1) return 1;
+  int64_t last = t->dims[t->rank - 1], numel = kdc_type_numel(t);
+  for (uint32_t v = cap; v > 1; v /= 2)
+    if (last % v == 0 && numel / v >= 65536) return v;
+  return 1;
+}
+
+/* Emits kdc_cuda_<index> calling |body| into |mod|, |unroll| adjacent
+ * elements per thread (element_unroll). */
 static LLVMValueRef wrap(cg_plan *P, LLVMModuleRef mod, LLVMValueRef body, const kdc_type *t,
-                         uint32_t n_args, uint32_t index) {
+                         uint32_t n_args, uint32_t index, uint32_t unroll) {
   LLVMValueRef fn = entry_fn(P, mod, n_args, index, false);
   LLVMBasicBlockRef entry = LLVMAppendBasicBlockInContext(P->ctx, fn, "entry");
   LLVMBasicBlockRef run = LLVMAppendBasicBlockInContext(P->ctx, fn, "run");
@@ -103,20 +147,29 @@ static LLVMValueRef wrap(cg_plan *P, LLVMModuleRef mod, LLVMValueRef body, const
   int64_t numel = kdc_type_numel(t);
   LLVMBuildCondBr(P->b,
                   LLVMBuildICmp(P->b, LLVMIntULT, tid,
-                                LLVMConstInt(P->i64, (unsigned long long)numel, 0), ""),
+                                LLVMConstInt(P->i64, (unsigned long long)(numel / unroll), 0),
+                                ""),
                   run, done);
   LLVMPositionBuilderAtEnd(P->b, run);
   LLVMValueRef cargs[65 + KDC_MAX_RANK];
   unsigned nc = 0;
   for (uint32_t i = 0; i <= n_args; i++) cargs[nc++] = LLVMGetParam(fn, i);  /* + coords */
-  LLVMValueRef idx[KDC_MAX_RANK], rest = tid;
-  for (int d = t->rank - 1; d >= 0; d--) {  /* unravel the element index */
+  LLVMValueRef idx[KDC_MAX_RANK] = {0};
+  LLVMValueRef rest = unroll > 1 ? LLVMBuildMul(P->b, tid, LLVMConstInt(P->i64, unroll, 0), "")
+                                 : tid;
+  for (int d = t->rank - 1; d >= 0; d--) {  /* unravel the (first) element index */
     LLVMValueRef n = LLVMConstInt(P->i64, (unsigned long long)t->dims[d], 0);
     idx[d] = d == 0 ? rest : LLVMBuildURem(P->b, rest, n, "");
     if (d > 0) rest = LLVMBuildUDiv(P->b, rest, n, "");
   }
-  for (int d = 0; d < t->rank; d++) cargs[nc++] = idx[d];
-  LLVMBuildCall2(P->b, LLVMGlobalGetValueType(body), body, cargs, nc, "");
+  for (uint32_t e = 0; e < unroll; e++) {  /* the thread's adjacent elements of the last dim */
+    unsigned m = nc;
+    for (int d = 0; d < t->rank; d++)
+      cargs[m++] = d == t->rank - 1 && e > 0
+                       ? LLVMBuildNUWAdd(P->b, idx[d], LLVMConstInt(P->i64, e, 0), "")
+                       : idx[d];
+    LLVMBuildCall2(P->b, LLVMGlobalGetValueType(body), body, cargs, m, "");
+  }
   LLVMBuildBr(P->b, done);
   LLVMPositionBuilderAtEnd(P->b, done);
   LLVMBuildRetVoid(P->b);
@@ -554,7 +607,9 @@ static kdc_status lower(cg_plan *P, LLVMModuleRef mod, LLVMTargetMachineRef tm, 
       form = (uint32_t)g->kind;
       scratch = g->scratch;
     } else {
-      wrap(P, mod, body, &P->ktype[k], P->prog.kernels[k].n_args, k);
+      uint32_t unroll = element_unroll(&P->ktype[k]);
+      wrap(P, mod, body, &P->ktype[k], P->prog.kernels[k].n_args, k, unroll);
+      threads /= unroll;
     }
     snprintf(name, sizeof name, "kdc_cuda_%u", k);
     kdc_buf_put_str(launch, name);

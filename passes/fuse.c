@@ -59,7 +59,7 @@
  * when a producer would join a full group it becomes the root of a new
  * kernel instead (its value is materialized).  A 100,000-layer elementwise
  * chain is thus ~400 kernels of 256 ops, not one body LLVM needs minutes
- * for; the cap also bounds the code generator's walk over one kernel.
+ * for (codegen itself takes any size: its walk has an explicit stack).
  * Likewise a group reads at most KDC_KERNEL_MAX_INPUTS values from outside
  * (the kernel's argument array): a producer whose operands would push it
  * over starts a new kernel (counted as an upper bound, see new_reads()).
