@@ -108,6 +108,24 @@ typedef struct cg_global {
   LLVMValueRef g;
 } cg_global;
 
+/* dedup.c's table of the kernels emitted so far. */
+typedef struct cg_dedup_entry {
+  uint64_t sig;          /* cheap signature of the kernel's functions */
+  uint32_t kernel;       /* its index */
+  size_t first_fn, n_fn; /* its functions: cg_dedup.fn[first_fn ..] */
+  uint32_t next;         /* the next entry of the bucket + 1, 0 = none */
+} cg_dedup_entry;
+
+typedef struct cg_dedup {
+  cg_dedup_entry *entries;
+  size_t n, cap_entries;
+  LLVMValueRef *fn;
+  size_t n_fn, cap_fn;
+  uint32_t *buckets;     /* entry index + 1, 0 = empty; a power of 2 of them */
+  size_t n_buckets;
+  size_t n_merged;       /* kernels emitted as an earlier one */
+} cg_dedup;
+
 /* The whole compilation: one LLVM module and the program being built. */
 typedef struct cg_plan {
   const kdc_module *m;
@@ -136,6 +154,7 @@ typedef struct cg_plan {
   uint32_t n_entries;
   kdc_prog_func *bodies;
   size_t n_bodies, cap_bodies;
+  cg_dedup dedup;             /* identical kernels emitted once (dedup.c) */
 } cg_plan;
 
 /* ---- lower.c: one function -> steps, storage, kernels ------------------ */
@@ -147,6 +166,15 @@ typedef struct cg_plan {
 kdc_status cg_lower_func(cg_plan *P, const kdc_func *f, uint64_t *out_arena);
 /* kdc_dtype -> the plan's kdc_io_dtype. */
 kdc_io_dtype cg_io_dtype(kdc_dtype d);
+
+/* ---- dedup.c: identical kernels once --------------------------------------- */
+
+/* Kernel |idx|'s functions were just emitted after function |mark| (NULL:
+ * from the module's first).  If an earlier kernel's functions are the same
+ * code (the same LLVM text, names aside), deletes the new ones and returns
+ * the earlier kernel's index; else remembers kernel |idx| and returns it. */
+uint32_t cg_dedup_kernel(cg_plan *P, LLVMValueRef mark, uint32_t idx);
+void cg_dedup_free(cg_dedup *D);
 
 /* ---- lower_spmd.c: the SPMD parts of lowering --------------------------- */
 

@@ -233,7 +233,7 @@ static bool same_place(const kdc_prog_loc *a, const kdc_prog_loc *b) {
 static kdc_status emit_kernel(lowerer *L, cg_kernel *k, const kdc_prog_loc *args) {
   cg_plan *P = L->P;
   uint32_t idx = P->prog.n_kernels;
-  LLVMValueRef body;
+  LLVMValueRef mark = LLVMGetLastFunction(P->mod), body;
   KDC_RETURN_IF_ERROR(cg_body_emit(P, k, idx, &body));
   char name[48];
   snprintf(name, sizeof name, "kdc_kernel_%u", idx);
@@ -258,8 +258,12 @@ static kdc_status emit_kernel(lowerer *L, cg_kernel *k, const kdc_prog_loc *args
       s.kernel.in_place |= 1ull << k->slot[v];
   }
   s.kernel.args = kdc_arena_memdup(P->a, args, k->n_args * sizeof *args);
-  KDC_GROW(P->prog.kernels, P->cap_kernels, P->prog.n_kernels + 1);
-  P->prog.kernels[P->prog.n_kernels++] = (kdc_prog_kernel){kdc_arena_strdup(P->a, name), k->n_args};
+  s.kernel.kernel = cg_dedup_kernel(P, mark, idx);  /* an earlier identical kernel, or idx */
+  if (s.kernel.kernel == idx) {
+    KDC_GROW(P->prog.kernels, P->cap_kernels, P->prog.n_kernels + 1);
+    P->prog.kernels[P->prog.n_kernels++] =
+        (kdc_prog_kernel){kdc_arena_strdup(P->a, name), k->n_args};
+  }
   add_step(L, &s);
   return NULL;
 }

@@ -57,6 +57,7 @@ static void plan_free(cg_plan *P) {
   free(P->globals);
   free(P->ktype);
   free(P->kform);
+  cg_dedup_free(&P->dedup);
 }
 
 /* A JSON string literal (names come from the model: escape everything). */

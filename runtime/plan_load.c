@@ -68,12 +68,43 @@ static uint64_t arena_used(const kdc_program *p) {
   return used;
 }
 
+/* Each kernel's work per run: extent x unit cost of its largest step, a
+ * scan body's steps counted once per iteration of its LOOP (bodies follow
+ * the entry functions and hold no LOOP). */
+static double *kernel_work(const kdc_program *prog) {
+  double *mult = kdc_xmalloc((prog->n_funcs + 1) * sizeof *mult);
+  for (uint32_t f = 0; f < prog->n_funcs; f++) mult[f] = 1;
+  for (uint32_t f = 0; f < prog->n_funcs; f++)
+    for (uint32_t s = 0; s < prog->funcs[f].n_steps; s++) {
+      const kdc_prog_step *st = &prog->funcs[f].steps[s];
+      if (st->kind == KDC_STEP_LOOP && st->loop.body < prog->n_funcs &&
+          mult[f] * (double)st->loop.length > mult[st->loop.body])
+        mult[st->loop.body] = mult[f] * (double)st->loop.length;
+    }
+  double *work = kdc_xcalloc(prog->n_kernels + 1, sizeof *work);
+  for (uint32_t f = 0; f < prog->n_funcs; f++)
+    for (uint32_t s = 0; s < prog->funcs[f].n_steps; s++) {
+      const kdc_prog_step *st = &prog->funcs[f].steps[s];
+      if (st->kind != KDC_STEP_KERNEL || st->kernel.kernel >= prog->n_kernels) continue;
+      int64_t unit = st->kernel.unit_cost > 0 ? st->kernel.unit_cost : 1;
+      double w = (double)st->kernel.extent * (double)unit * mult[f];
+      if (w > work[st->kernel.kernel]) work[st->kernel.kernel] = w;
+    }
+  free(mult);
+  return work;
+}
+
 static kdc_status load_code(kdc_rt_plan *p, const kdc_rt_options *opt) {
   for (size_t i = 0; i < kdc_plan_file_count(p->file); i++) {
     kdc_plan_section_info si = kdc_plan_file_info(p->file, i);
     if (si.kind != KDC_PLAN_SECTION_CODE) continue;
-    KDC_RETURN_IF_ERROR(rt_jit_create(si.data, si.size, p->path, si.offset,
-                                      rt_jit_cache_dir(opt), &p->jit));
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    rt_jit_hints hints = {kernel_work(&p->prog), p->prog.n_kernels,
+                          opt && opt->n_threads > 0 ? opt->n_threads : cores > 0 ? (int)cores : 1};
+    kdc_status st = rt_jit_create(si.data, si.size, p->path, si.offset, rt_jit_cache_dir(opt),
+                                  &hints, &p->jit);
+    free((void *)hints.work);
+    KDC_RETURN_IF_ERROR(st);
     p->kernels = kdc_xcalloc(p->prog.n_kernels + 1, sizeof *p->kernels);
     for (uint32_t k = 0; k < p->prog.n_kernels; k++)
       if (!(p->kernels[k] = rt_jit_lookup(p->jit, p->prog.kernels[k].name)))
