@@ -249,6 +249,12 @@ kdc_status kdc_pass_propagate_shardings(kdc_module *m, const kdc_pass_options *o
  * line on opt->warnings. */
 kdc_status kdc_pass_partition(kdc_module *m, const kdc_pass_options *opt);
 
+/* ---- drop_trivial_collectives (passes/drop_trivial_collectives.c) -----------
+ * After partition: all_reduce, all_gather, reduce_scatter, all_to_all and
+ * shard_slice over axes whose sizes multiply to 1 (size-1 mesh axes) are the
+ * identity: their uses take the operand (which takes their sharding). */
+kdc_status kdc_pass_drop_trivial_collectives(kdc_module *m, const kdc_pass_options *opt);
+
 /* ---- widen_dots (passes/widen_dots.c) -------------------------------------
  * CPU plans (before the sharding passes): every bf16/f16 dot_general
  * becomes an f32 one between converts (an f32 GEMM step), with one warning
