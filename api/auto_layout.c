@@ -155,11 +155,14 @@ kdc_status kdc_api_machine_load(const char *path, kdc_machine *mc) {
         st = num_field(path, k, v, &mc->bytes_per_s);
       } else if (!strcmp(k, "step_s")) {
         st = num_field(path, k, v, &mc->step_s);
-      } else if (!strcmp(k, "sync_s")) {  /* 0 allowed: no segment cost */
+      } else if (!strcmp(k, "sync_s") || !strcmp(k, "gemm_m0") || !strcmp(k, "gemm_n0")) {
+        /* 0 allowed: no segment cost, no narrow-GEMM penalty */
+        double *f = !strcmp(k, "sync_s") ? &mc->sync_s : !strcmp(k, "gemm_m0") ? &mc->gemm_m0
+                                                                                : &mc->gemm_n0;
         if (json_object_is_type(v, json_type_int) && json_object_get_int64(v) == 0)
-          mc->sync_s = 0;
+          *f = 0;
         else
-          st = num_field(path, k, v, &mc->sync_s);
+          st = num_field(path, k, v, f);
       } else if (!strcmp(k, "shared_gathers")) {
         if (!json_object_is_type(v, json_type_boolean))
           st = KDC_ERR(KDC_INVALID_INPUT, "%s: shared_gathers: expected true or false", path);
@@ -196,7 +199,7 @@ kdc_status kdc_api_machine_load(const char *path, kdc_machine *mc) {
         }
       } else {
         st = KDC_ERR(KDC_INVALID_INPUT, "%s: %s: unknown key (name, gemm_flops_per_s, bytes_per_s, "
-                     "step_s, lanes, sync_s, shared_gathers, axes)", path, k);
+                     "step_s, gemm_m0, gemm_n0, lanes, sync_s, shared_gathers, axes)", path, k);
       }
       (void)d;
     }
@@ -546,6 +549,16 @@ static bool fits(const search *S, const cand *c) {
   return c->compiled && (S->ao->memory_limit <= 0 || c->cost.peak_bytes <= S->ao->memory_limit);
 }
 
+/* A layout is faster than DataParallel only when predicted faster by more
+ * than this: below it the cost model cannot tell them apart (the virtual
+ * mesh's MNIST training step on mesh 8, DataParallel against d2's rows,
+ * predicted 0.3% apart, measured 12% one way and 30% the other in two runs
+ * minutes apart, docs/sharding.md), and DataParallel is no LayoutMap and
+ * the runtime's most shared path (stacked GEMMs, gathers made in place). */
+#define DP_MARGIN 0.01
+
+static bool is_dp(const cand *c) { return !strcmp(c->name, "data_parallel"); }
+
 /* a better than b under the objective (both compiled) */
 static bool better(const search *S, const cand *a, const cand *b) {
   if (!b) return true;
@@ -553,7 +566,8 @@ static bool better(const search *S, const cand *a, const cand *b) {
     if (a->cost.peak_bytes != b->cost.peak_bytes) return a->cost.peak_bytes < b->cost.peak_bytes;
     return a->cost.step_s < b->cost.step_s;
   }
-  return a->cost.step_s < b->cost.step_s * (1 - 1e-9);
+  double margin = is_dp(b) && !is_dp(a) ? DP_MARGIN : is_dp(a) && !is_dp(b) ? -DP_MARGIN : 1e-9;
+  return a->cost.step_s < b->cost.step_s * (1 - margin);
 }
 
 /* The same predicted cost: another layout that compiles to the same plan

@@ -5,13 +5,15 @@
  * ids of kdc_run_options, else the environment (KDC_*, an MPI launcher,
  * Slurm), else one process.  The job is process-wide (MPI
  * is): every later load shares it.  Also the target check: a CUDA plan on a
- * machine that cannot run it is refused by name.
+ * machine that cannot run it is refused by name (the driver's cuInit,
+ * while the libraries the plan's steps need load on a second thread).
  */
 #include <string.h>
 #include <unistd.h>
 
 #include "api/api.h"
 #include "common/io.h"
+#include "common/trace.h"
 #include "kdc/arena.h"
 #include "runtime/program.h"
 #include "runtime/cuda/cuda_rt.h"
@@ -52,10 +54,26 @@ kdc_status kdc_api_place(const kdc_run_options *o, const char *plan, kdc_rt_opti
     st = kdc_prog_decode_mesh(&r, arena, &prog);
   }
   int64_t n_devices = prog.mesh.n_devices;
+  bool gpu = cuda && ro->target != KDC_RT_TARGET_CPU && !ro->describe_only;
+  unsigned libs = 0;
+  if (!st && gpu) {  /* which of cuBLAS / NCCL the steps need (a bad plan: the load says why) */
+    kdc_reader w;
+    const void *wd;
+    size_t ws;
+    if (kdc_plan_file_find(pf, KDC_PLAN_SECTION_WEIGHTS, &wd, &ws)) {
+      kdc_reader_init(&w, wd, ws, plan, "weights");
+      kdc_status_free(kdc_prog_decode_weights(&w, arena, &prog));
+    }
+    kdc_status e = kdc_prog_decode(&r, arena, &prog);
+    libs = e ? RT_CUDA_LIB_BLAS : kdc_rt_cuda_plan_libs(&prog);
+    kdc_status_free(e);
+  }
   kdc_arena_destroy(arena);
   kdc_plan_file_close(pf);
   if (ro->describe_only || st) return st;
-  if (cuda && ro->target != KDC_RT_TARGET_CPU) KDC_RETURN_IF_ERROR(kdc_rt_cuda_available(plan));
+  kdc_trace("plan checked for placement (mapped, checksum, program decoded%s)",
+            gpu ? "; a CUDA plan" : "");
+  if (gpu) KDC_RETURN_IF_ERROR(kdc_rt_cuda_available(plan, libs));
   if (!placed) {
     kdc_rt_place_flags fl = {o ? o->coordinator : NULL, o ? o->num_processes : -1,
                              o ? o->process_id : -1, o ? o->local_device_ids : NULL};

@@ -34,8 +34,8 @@
  *             measured (median of 5) step time; per model and mesh,
  *             auto's measured time over the best other one;
  *   table_train_step  the same for one training step (categorical
- *             cross-entropy, SGD) of the two MLPs (--train-only: this table
- *             alone, after the calibration and the search).
+ *             cross-entropy, SGD) of the four models (--train-only: this
+ *             table alone, after the calibration and the search).
  * usage: bench_auto DIR [--fit-only | --fitted | --train-only]   (DIR: big_mlp.py's big_mlp.json and big_models.py's
  * transformer_512.json, cnn_64.json; bench/run.sh makes them)
  * Threads: all cores (KDC_BENCH_THREADS overrides).
@@ -436,7 +436,7 @@ static void table(const char *dir, const char *machine, int threads, bool train)
   train_loss = train ? "categorical_crossentropy" : NULL;
   printf("  \"%s\": [", train ? "table_train_step" : "table");
   int first = 1;
-  for (size_t m = 0; m < (train ? 2 : sizeof models / sizeof models[0]); m++) {
+  for (size_t m = 0; m < sizeof models / sizeof models[0]; m++) {
     kdc_keras_model *km = NULL;
     die(kdc_frontend_load(models[m].file, &km));
     for (size_t k = 0; k < 4; k++) {

@@ -8,7 +8,8 @@ cores), in one run.  One JSON line per model:
    "<peer>_forward_ms", "<peer>_step_ms", ...,
    "forward_kdc_over_best", "step_kdc_over_best"  (< 1: kdc is faster than
        the fastest peer; the targets ask <= 1/1.2),
-   "kdc_compile_first_run_s", "xla_first_step_s", "compile_xla_over_kdc"}
+   "kdc_compile_first_run_s", "xla_first_step_s", "compile_xla_over_kdc",
+   "kdc_compile_first_run_cpu_s", "xla_first_step_cpu_s", "compile_cpu_xla_over_kdc"}
 
 kdc's figures come from bench_plan (the plan loaded once, medians of
 repeated steps); the peers' from bench/peers.py in a process of their own,
@@ -16,12 +17,16 @@ never at the same time as kdc.  Cold start: `kdc compile` + `kdc run` of
 one batch (two new processes, the whole commands) against the first call
 of the jitted training step in a new Python process (tracing + XLA
 compile + one step; the interpreter's start and imports are not counted).
+The *_cpu_s figures are the same spans in CPU seconds (user + system, every
+thread: getrusage of the two kdc processes, process_time in JAX's), which a
+loaded machine distorts less than wall time.
 
 usage: compare.py BUILD_DIR [--models a,b] [--no-cold] [--peers ...]
 """
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -104,10 +109,13 @@ for name, model, batch, mesh, layout in MODELS:
             row[f"{what}_kdc_over_best"] = round(row[f"kdc_{what}_ms"] / min(peer_ms), 3)
     if not args.no_cold:
         x = os.path.join(work, "x.npy")
-        t0 = time.perf_counter()
+        def cpu_children():
+            r = resource.getrusage(resource.RUSAGE_CHILDREN)
+            return r.ru_utime + r.ru_stime
+        t0, c0 = time.perf_counter(), cpu_children()
         cold = plan + ".cold"
         compile_plan(model, batch, mesh, layout, cold)
-        t_compile = time.perf_counter() - t0
+        t_compile, c_compile = time.perf_counter() - t0, cpu_children() - c0
         # one batch of inputs for `kdc run`, made by bench_plan's rules
         subprocess.run([sys.executable, "-c", (
             "import json,sys,numpy as np\n"
@@ -117,11 +125,12 @@ for name, model, batch, mesh, layout in MODELS:
             "x=((i*7)%10).astype(l['dtype']) if 'int' in l['dtype'] else "
             "(((i*2654435761)%1000)/1000.0).astype(np.float32)\n"
             "np.save(sys.argv[2],x.reshape(s))"), model, x, str(batch)], check=True)
-        t1 = time.perf_counter()
+        t1, c1 = time.perf_counter(), cpu_children()
         subprocess.run([kdc, "run", cold, "--input", x, "--output", x + ".out.npy"], check=True,
                        env={k2: v for k2, v in os.environ.items() if k2 != "KDC_CACHE_DIR"})
-        t2 = time.perf_counter()
+        t2, c2 = time.perf_counter(), cpu_children()
         row["kdc_compile_first_run_s"] = round(t_compile + (t2 - t1), 3)
+        row["kdc_compile_first_run_cpu_s"] = round(c_compile + (c2 - c1), 3)
         try:
             c = json_of([sys.executable, os.path.join(here, "peers.py"), model, "--batch",
                          str(batch), "--name", name, "--peers", "jax", "--cold"] +
@@ -129,6 +138,9 @@ for name, model, batch, mesh, layout in MODELS:
             row["xla_first_step_s"] = round(c["jax_first_step_s"], 3)
             row["compile_xla_over_kdc"] = round(c["jax_first_step_s"] /
                                                 row["kdc_compile_first_run_s"], 2)
+            row["xla_first_step_cpu_s"] = round(c["jax_first_step_cpu_s"], 3)
+            row["compile_cpu_xla_over_kdc"] = round(c["jax_first_step_cpu_s"] /
+                                                    row["kdc_compile_first_run_cpu_s"], 2)
         except subprocess.CalledProcessError as e:
             row["cold_error"] = (e.stderr or "")[-300:]
     print(json.dumps(row), flush=True)

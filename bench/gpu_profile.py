@@ -64,7 +64,8 @@ def plan_inputs(kdc, plan, out):
 
 
 def forms(plan):
-    """Launch form per kernel from the CUDA section (docs/gpu.md, version 2)."""
+    """Launch form per kernel from the CUDA section (docs/gpu.md, versions 2
+    and 3: the same per-kernel entries; 3 appends the cubin)."""
     import struct
     d = open(plan, "rb").read()
     sec = {}
@@ -82,7 +83,7 @@ def forms(plan):
     off, size = sec[9]
     b = d[off:off + size]
     ver, _, n = struct.unpack_from("<III", b, 0)
-    if ver != 2:
+    if ver not in (2, 3):
         return {}
     p, out = 12, {}
     for k in range(n):

@@ -108,6 +108,24 @@ typedef struct cg_global {
   LLVMValueRef g;
 } cg_global;
 
+/* dedup.c's table of the kernels emitted so far. */
+typedef struct cg_dedup_entry {
+  uint64_t sig;          /* cheap signature of the kernel's functions */
+  uint32_t kernel;       /* its index */
+  size_t first_fn, n_fn; /* its functions: cg_dedup.fn[first_fn ..] */
+  uint32_t next;         /* the next entry of the bucket + 1, 0 = none */
+} cg_dedup_entry;
+
+typedef struct cg_dedup {
+  cg_dedup_entry *entries;
+  size_t n, cap_entries;
+  LLVMValueRef *fn;
+  size_t n_fn, cap_fn;
+  uint32_t *buckets;     /* entry index + 1, 0 = empty; a power of 2 of them */
+  size_t n_buckets;
+  size_t n_merged;       /* kernels emitted as an earlier one */
+} cg_dedup;
+
 /* The whole compilation: one LLVM module and the program being built. */
 typedef struct cg_plan {
   const kdc_module *m;
@@ -136,6 +154,7 @@ typedef struct cg_plan {
   uint32_t n_entries;
   kdc_prog_func *bodies;
   size_t n_bodies, cap_bodies;
+  cg_dedup dedup;             /* identical kernels emitted once (dedup.c) */
 } cg_plan;
 
 /* ---- lower.c: one function -> steps, storage, kernels ------------------ */
@@ -147,6 +166,15 @@ typedef struct cg_plan {
 kdc_status cg_lower_func(cg_plan *P, const kdc_func *f, uint64_t *out_arena);
 /* kdc_dtype -> the plan's kdc_io_dtype. */
 kdc_io_dtype cg_io_dtype(kdc_dtype d);
+
+/* ---- dedup.c: identical kernels once --------------------------------------- */
+
+/* Kernel |idx|'s functions were just emitted after function |mark| (NULL:
+ * from the module's first).  If an earlier kernel's functions are the same
+ * code (the same LLVM text, names aside), deletes the new ones and returns
+ * the earlier kernel's index; else remembers kernel |idx| and returns it. */
+uint32_t cg_dedup_kernel(cg_plan *P, LLVMValueRef mark, uint32_t idx);
+void cg_dedup_free(cg_dedup *D);
 
 /* ---- lower_spmd.c: the SPMD parts of lowering --------------------------- */
 
@@ -224,6 +252,9 @@ kdc_status cg_body_emit_accumulate(cg_plan *P, const cg_kernel *k, const char *n
  * reduction) or back (a row reduction) returns the split s (operand dims
  * [0, s) | [s, rank)), else 0. */
 int cg_kernel_reduce_split(const cg_kernel *k, bool *leading);
+/* ... or one run [*|lo|, hi) of middle dims (0 < lo, hi < rank): returns hi,
+ * else 0 (kernel_body.c). */
+int cg_kernel_reduce_middle(const cg_kernel *k, int *lo);
 /* The reduce root's operand is read in its own row-major order (loads at
  * its index, broadcasts, reshapes, elementwise ops; no transpose): its
  * trailing dims are contiguous. */
@@ -320,6 +351,8 @@ typedef enum cg_gpu_kind {
 typedef struct cg_gpu_form {
   cg_gpu_kind kind;
   int split;           /* operand dims [0, split) | [split, rank) */
+  int lo;              /* COLUMN over middle dims: the terms are dims [lo, split),
+                          the outputs dims [0, lo) and [split, rank); 0 = leading */
   kdc_type x;          /* the reduce's operand */
   kdc_reduce_kind red;
   int64_t outputs, terms;  /* kept elements, reduced elements per output */
@@ -343,5 +376,28 @@ kdc_status cg_ptx_plan_kernel(cg_plan *P, const cg_kernel *k, uint32_t idx);
  * (docs/gpu.md: version, sm, then per kernel its entry name, thread count,
  * block size and form). */
 kdc_status cg_ptx_emit(cg_plan *P, int sm, char **ptx, size_t *ptx_len, kdc_buf *launch);
+
+/* ---- SASS in the plan (ptxas.c; docs/gpu.md) ---- */
+
+typedef struct cg_cubin {
+  int sm;                 /* the cubin's architecture (0: none) */
+  uint8_t *data;          /* the ELF image (malloc'd) */
+  size_t size;
+  char note[96];          /* "ptxas 13.0 (V13.0.88)" */
+} cg_cubin;
+
+/* The ptxas to use (KDC_PTXAS, else $CUDA_HOME/bin, /usr/local/cuda/bin,
+ * PATH) into |path|; "" with the reason in |why| when there is none or
+ * KDC_PTXAS is "none" or "".  A KDC_PTXAS that is not an executable file is
+ * KDC_INVALID_INPUT. */
+kdc_status cg_ptxas_find(char *path, size_t n, char *why, size_t why_n);
+/* Runs |ptxas| -arch=sm_<sm> on the PTX text: *|out| the cubin.  A ptxas
+ * that fails is KDC_INTERNAL quoting its first error with the PTX line. */
+kdc_status cg_ptxas_assemble(const char *ptxas, const char *ptx, size_t len, int sm,
+                             cg_cubin *out);
+/* Appends the CUDA section's version-3 tail to |launch|: u32 cubin sm (0:
+ * none), str note (ptxas's version, or |why| there is no cubin), u64
+ * bytes, zero padding to 64, the cubin. */
+void cg_cubin_put(kdc_buf *launch, const cg_cubin *c, const char *why);
 
 #endif

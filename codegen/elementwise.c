@@ -182,6 +182,7 @@ static LLVMValueRef unary_f32(cg_plan *P, kdc_op op, LLVMValueRef x) {
   case KDC_OP_FLOOR: return intr(P, "llvm.floor", t, &x, 1);
   case KDC_OP_CEIL: return intr(P, "llvm.ceil", t, &x, 1);
   case KDC_OP_ROUND: return intr(P, "llvm.roundeven", t, &x, 1);
+  case KDC_OP_STOP_GRADIENT: return x;
   default: return NULL;
   }
 }

@@ -6,8 +6,8 @@
  *       i64 i_0, ..., i64 i_{r-1})
  *
  * computes the kernel's root at index (i_0..i_{r-1}) of its output and
- * stores it at out[linear].  Operand chains are emitted recursively from the
- * root: elementwise members at the same index, data movement
+ * stores it at out[linear].  Operand chains are emitted from the root (a
+ * walk with an explicit stack of frames, below; no size bound): elementwise members at the same index, data movement
  * (broadcast_in_dim, transpose, reshape, slice, pad, concatenate) as index
  * arithmetic, iota from the index, splat constants as immediates, dense
  * constants as global data, values outside the group as loads from their
@@ -59,6 +59,10 @@ typedef struct emitter {
   LLVMValueRef coords; /* the device's mesh coordinates (i64 per axis) */
   memo *memo;
   size_t n_memo, cap_memo;
+  int64_t *hash;              /* memo index by (v, ctx); -1 empty */
+  size_t cap_hash;            /* a power of two, or 0 */
+  struct frame **frames;      /* the walk's frames (emit), reused */
+  size_t n_frames, cap_frames, depth;
   int next_ctx;
   int64_t cost, trips;  /* ops per element, current loop trip product */
   int root_piece;       /* >= 0: the root is a concatenate and the index lies in this
@@ -225,164 +229,14 @@ static void close_loop(emitter *E, loop *L) {
   LLVMPositionBuilderAtEnd(E->b, L->exit);
 }
 
-static LLVMValueRef emit_reduce(emitter *E, kdc_value_id v, ix *x, kdc_status *st) {
-  const kdc_node *nd = &E->f->nodes[v];
-  const kdc_type *xt = &E->f->nodes[nd->in[0]].type;
-  kdc_dtype d = xt->dtype;
-  bool red[KDC_MAX_RANK] = {false};
-  for (int i = 0; i < nd->attr.reduce.dims.n; i++) red[nd->attr.reduce.dims.v[i]] = true;
-  multi_of(E, x);
-  LLVMValueRef acc = entry_alloca(E, cg_reg_type(E->P, d));
-  LLVMBuildStore(E->b, cg_reduce_init(E->P, nd->attr.reduce.kind, d), acc);
-  loop L[KDC_MAX_RANK];
-  ix in;
-  ix_init(E, &in, xt->rank, xt->dims);
-  in.have_m = true;
-  int nl = 0, r = 0;
-  int64_t trips = 1;
-  for (int dd = 0; dd < xt->rank; dd++)  /* outermost loop = lowest reduced dim */
-    if (red[dd]) in.m[dd] = open_loop(E, &L[nl++], xt->dims[dd]), trips *= xt->dims[dd];
-    else in.m[dd] = x->m[r++];
-  int64_t saved = E->trips;
-  E->trips *= trips;
-  LLVMValueRef val = emit(E, nd->in[0], &in, st);
-  if (!val) return NULL;
-  LLVMValueRef a = LLVMBuildLoad2(E->b, cg_reg_type(E->P, d), acc, "");
-  LLVMBuildStore(E->b, cg_reduce_step(E->P, nd->attr.reduce.kind, d, a, val), acc);
-  E->cost += E->trips;
-  E->trips = saved;
-  while (nl > 0) close_loop(E, &L[--nl]);
-  return LLVMBuildLoad2(E->b, cg_reg_type(E->P, d), acc, "");
-}
-
 static bool in_list(const kdc_dimlist *l, int64_t d) {
   for (int i = 0; i < l->n; i++)
     if (l->v[i] == d) return true;
   return false;
 }
 
-/* dot_general inside a kernel (non-f32 dots, or a DOT a fusion put in a
- * group): contracting pairs looped in list order, like the interpreter. */
-static LLVMValueRef emit_dot(emitter *E, kdc_value_id v, ix *x, kdc_status *st) {
-  const kdc_node *nd = &E->f->nodes[v];
-  const kdc_attr_dot *a = &nd->attr.dot;
-  const kdc_type *lt = &E->f->nodes[nd->in[0]].type, *rt = &E->f->nodes[nd->in[1]].type;
-  kdc_dtype d = nd->type.dtype;
-  multi_of(E, x);
-  ix li, ri;
-  ix_init(E, &li, lt->rank, lt->dims);
-  ix_init(E, &ri, rt->rank, rt->dims);
-  li.have_m = ri.have_m = true;
-  int r = 0;
-  for (int i = 0; i < a->lhs_batch.n; i++, r++) {
-    li.m[a->lhs_batch.v[i]] = x->m[r];
-    ri.m[a->rhs_batch.v[i]] = x->m[r];
-  }
-  for (int dd = 0; dd < lt->rank; dd++)
-    if (!in_list(&a->lhs_batch, dd) && !in_list(&a->lhs_contract, dd)) li.m[dd] = x->m[r++];
-  for (int dd = 0; dd < rt->rank; dd++)
-    if (!in_list(&a->rhs_batch, dd) && !in_list(&a->rhs_contract, dd)) ri.m[dd] = x->m[r++];
-  LLVMValueRef acc = entry_alloca(E, cg_reg_type(E->P, d));
-  LLVMBuildStore(E->b, cg_reduce_init(E->P, KDC_RED_SUM, d), acc);
-  loop L[KDC_MAX_RANK];
-  int64_t trips = 1;
-  for (int c = 0; c < a->lhs_contract.n; c++) {
-    int64_t n = lt->dims[a->lhs_contract.v[c]];
-    LLVMValueRef i = open_loop(E, &L[c], n);
-    li.m[a->lhs_contract.v[c]] = ri.m[a->rhs_contract.v[c]] = i;
-    trips *= n;
-  }
-  int64_t saved = E->trips;
-  E->trips *= trips;
-  LLVMValueRef lv = emit(E, nd->in[0], &li, st);
-  LLVMValueRef rv = lv ? emit(E, nd->in[1], &ri, st) : NULL;
-  if (!rv) return NULL;
-  if (d == KDC_DTYPE_BOOL) {  /* interpreter: integer math, stored != 0 */
-    lv = LLVMBuildZExt(E->b, lv, E->P->i64, "");
-    rv = LLVMBuildZExt(E->b, rv, E->P->i64, "");
-  }
-  kdc_dtype md = d == KDC_DTYPE_BOOL ? KDC_DTYPE_I64 : d;
-  LLVMValueRef prod = cg_emit_binop(E->P, KDC_OP_MUL, md, lv, rv);
-  if (d == KDC_DTYPE_BOOL) prod = LLVMBuildICmp(E->b, LLVMIntNE, prod, C(E, 0), "");
-  LLVMValueRef s = LLVMBuildLoad2(E->b, cg_reg_type(E->P, d), acc, "");
-  LLVMBuildStore(E->b, cg_reduce_step(E->P, KDC_RED_SUM, d, s, prod), acc);
-  E->cost += 2 * E->trips;
-  E->trips = saved;
-  for (int c = a->lhs_contract.n; c > 0;) close_loop(E, &L[--c]);
-  return LLVMBuildLoad2(E->b, cg_reg_type(E->P, d), acc, "");
-}
-
-/* pad: result i <- operand (i - low) / (interior + 1) when that lands on an
- * element, else the pad value.  Out-of-range lanes read a clamped index. */
-static LLVMValueRef emit_pad(emitter *E, kdc_value_id v, ix *x, kdc_status *st) {
-  const kdc_node *nd = &E->f->nodes[v];
-  const kdc_attr_pad *p = &nd->attr.pad;
-  const kdc_type *xt = &E->f->nodes[nd->in[0]].type;
-  LLVMBuilderRef B = E->b;
-  ix scalar;
-  ix_init(E, &scalar, 0, NULL);
-  LLVMValueRef pv = emit(E, nd->in[1], &scalar, st);
-  if (!pv || kdc_type_numel(xt) == 0) return pv;  /* all padding: never read x */
-  multi_of(E, x);
-  ix in;
-  ix_init(E, &in, xt->rank, xt->dims);
-  in.have_m = true;
-  LLVMValueRef ok = LLVMConstInt(E->P->i1, 1, 0);
-  for (int d = 0; d < xt->rank; d++) {
-    LLVMValueRef t = LLVMBuildNSWSub(B, x->m[d], C(E, p->low.v[d]), "");
-    LLVMValueRef q = t, good = LLVMBuildICmp(B, LLVMIntSGE, t, C(E, 0), "");
-    int64_t s = p->interior.v[d] + 1;
-    if (s > 1) {
-      LLVMValueRef tc = LLVMBuildSelect(B, good, t, C(E, 0), "");
-      q = LLVMBuildUDiv(B, tc, C(E, s), "");
-      LLVMValueRef rem = LLVMBuildURem(B, tc, C(E, s), "");
-      good = LLVMBuildAnd(B, good, LLVMBuildICmp(B, LLVMIntEQ, rem, C(E, 0), ""), "");
-    }
-    good = LLVMBuildAnd(B, good, LLVMBuildICmp(B, LLVMIntSLT, q, C(E, xt->dims[d]), ""), "");
-    in.m[d] = LLVMBuildSelect(B, good, q, C(E, 0), "");
-    ok = LLVMBuildAnd(B, ok, good, "");
-  }
-  LLVMValueRef xv = emit(E, nd->in[0], &in, st);
-  return xv ? LLVMBuildSelect(B, ok, xv, pv, "") : NULL;
-}
-
-static LLVMValueRef emit_concat(emitter *E, kdc_value_id v, ix *x, kdc_status *st) {
-  const kdc_node *nd = &E->f->nodes[v];
-  int64_t dim = nd->attr.dim, off = 0;
-  multi_of(E, x);
-  if (v == E->k->root && E->root_piece >= 0) {  /* the caller knows the piece */
-    for (int k = 0; k < E->root_piece; k++) off += E->f->nodes[nd->in[k]].type.dims[dim];
-    const kdc_type *pt = &E->f->nodes[nd->in[E->root_piece]].type;
-    ix in;
-    ix_init(E, &in, pt->rank, pt->dims);
-    memcpy(in.m, x->m, sizeof in.m);
-    in.have_m = true;
-    in.m[dim] = LLVMBuildNSWSub(E->b, x->m[dim], C(E, off), "");
-    return emit(E, nd->in[E->root_piece], &in, st);
-  }
-  LLVMValueRef r = NULL;
-  for (int k = 0; k < nd->n_in; k++) {
-    const kdc_type *pt = &E->f->nodes[nd->in[k]].type;
-    int64_t n = pt->dims[dim];
-    if (n == 0) continue;
-    ix in;
-    ix_init(E, &in, pt->rank, pt->dims);
-    memcpy(in.m, x->m, sizeof in.m);
-    in.have_m = true;
-    LLVMValueRef t = LLVMBuildNSWSub(E->b, x->m[dim], C(E, off), "");
-    LLVMValueRef lo = LLVMBuildICmp(E->b, LLVMIntSGE, t, C(E, 0), "");
-    LLVMValueRef hi = LLVMBuildICmp(E->b, LLVMIntSLT, t, C(E, n), "");
-    t = LLVMBuildSelect(E->b, lo, t, C(E, 0), "");
-    in.m[dim] = LLVMBuildSelect(E->b, hi, t, C(E, n - 1), "");
-    LLVMValueRef pv = emit(E, nd->in[k], &in, st);
-    if (!pv) return NULL;
-    r = r ? LLVMBuildSelect(E->b, lo, pv, r, "") : pv;  /* later pieces win at t >= 0 */
-    off += n;
-  }
-  return r;
-}
-
-/* Operand loads for codegen/body_window.c: element |lin| of operand |k|. */
+/* Operand loads for codegen/body_window.c: element |lin| of operand |k|
+ * (a nested walk, see below). */
 typedef struct window_ctx { emitter *E; kdc_value_id v; } window_ctx;
 
 static LLVMValueRef window_load(void *ctx, int k, LLVMValueRef lin, kdc_status *st) {
@@ -418,38 +272,239 @@ static LLVMValueRef group_index(emitter *E, int n, const uint8_t *axes) {
   return g;
 }
 
+/* ---- the walk: an explicit stack of frames -------------------------------
+ * emit(v, x) is a loop over frames, one per (value, index) being computed.
+ * A member's step either finishes its value or asks for one operand at an
+ * index the frame owns (a, b, or its own x) and resumes at its next phase
+ * with that operand's value: operands come out in order, each before the
+ * code that uses it, the order of the recursive walk this replaced (same
+ * plans, byte for byte), and the depth of a chain costs heap frames, not
+ * native stack.  Only body_window.c's operand loads re-enter emit() (a
+ * nested walk on the same frame stack): native recursion is as deep as
+ * windowed ops nest inside one kernel. */
+
+typedef struct frame {
+  kdc_value_id v;
+  ix *x;                        /* the index this value is computed at */
+  int phase;
+  ix a, b;                      /* operand indices (frames never move) */
+  LLVMValueRef acc, t0, t1;     /* accumulator, values kept across operands */
+  LLVMValueRef ops[3];          /* an elementwise op's operands */
+  loop L[KDC_MAX_RANK];
+  int nl, k;
+  int64_t off, saved_trips;
+} frame;
+
+typedef enum step_r { STEP_DONE, STEP_NEED } step_r;
+
+enum { PHASE_PASS = 1000 };  /* the operand's value is the result */
+
+/* Asks for operand |ov| at |oi|; the step resumes at phase |ph|. */
+#define NEED(ov, oi, ph) \
+  return (F->phase = (ph), *need_v = (ov), *need_x = (oi), STEP_NEED)
+#define DONE(val) return (*out = (val), STEP_DONE)
+
+static step_r step_reduce(emitter *E, frame *F, LLVMValueRef val, kdc_value_id *need_v,
+                          ix **need_x, LLVMValueRef *out) {
+  const kdc_node *nd = &E->f->nodes[F->v];
+  const kdc_type *xt = &E->f->nodes[nd->in[0]].type;
+  kdc_dtype d = xt->dtype;
+  if (F->phase == 0) {
+    bool red[KDC_MAX_RANK] = {false};
+    for (int i = 0; i < nd->attr.reduce.dims.n; i++) red[nd->attr.reduce.dims.v[i]] = true;
+    multi_of(E, F->x);
+    F->acc = entry_alloca(E, cg_reg_type(E->P, d));
+    LLVMBuildStore(E->b, cg_reduce_init(E->P, nd->attr.reduce.kind, d), F->acc);
+    ix_init(E, &F->a, xt->rank, xt->dims);
+    F->a.have_m = true;
+    int nl = 0, r = 0;
+    int64_t trips = 1;
+    for (int dd = 0; dd < xt->rank; dd++)  /* outermost loop = lowest reduced dim */
+      if (red[dd]) F->a.m[dd] = open_loop(E, &F->L[nl++], xt->dims[dd]), trips *= xt->dims[dd];
+      else F->a.m[dd] = F->x->m[r++];
+    F->nl = nl;
+    F->saved_trips = E->trips;
+    E->trips *= trips;
+    NEED(nd->in[0], &F->a, 1);
+  }
+  LLVMValueRef a = LLVMBuildLoad2(E->b, cg_reg_type(E->P, d), F->acc, "");
+  LLVMBuildStore(E->b, cg_reduce_step(E->P, nd->attr.reduce.kind, d, a, val), F->acc);
+  E->cost += E->trips;
+  E->trips = F->saved_trips;
+  while (F->nl > 0) close_loop(E, &F->L[--F->nl]);
+  DONE(LLVMBuildLoad2(E->b, cg_reg_type(E->P, d), F->acc, ""));
+}
+
+/* dot_general inside a kernel (non-f32 dots, or a DOT a fusion put in a
+ * group): contracting pairs looped in list order, like the interpreter. */
+static step_r step_dot(emitter *E, frame *F, LLVMValueRef val, kdc_value_id *need_v,
+                       ix **need_x, LLVMValueRef *out) {
+  const kdc_node *nd = &E->f->nodes[F->v];
+  const kdc_attr_dot *a = &nd->attr.dot;
+  kdc_dtype d = nd->type.dtype;
+  if (F->phase == 0) {
+    const kdc_type *lt = &E->f->nodes[nd->in[0]].type, *rt = &E->f->nodes[nd->in[1]].type;
+    ix *x = F->x, *li = &F->a, *ri = &F->b;
+    multi_of(E, x);
+    ix_init(E, li, lt->rank, lt->dims);
+    ix_init(E, ri, rt->rank, rt->dims);
+    li->have_m = ri->have_m = true;
+    int r = 0;
+    for (int i = 0; i < a->lhs_batch.n; i++, r++) {
+      li->m[a->lhs_batch.v[i]] = x->m[r];
+      ri->m[a->rhs_batch.v[i]] = x->m[r];
+    }
+    for (int dd = 0; dd < lt->rank; dd++)
+      if (!in_list(&a->lhs_batch, dd) && !in_list(&a->lhs_contract, dd)) li->m[dd] = x->m[r++];
+    for (int dd = 0; dd < rt->rank; dd++)
+      if (!in_list(&a->rhs_batch, dd) && !in_list(&a->rhs_contract, dd)) ri->m[dd] = x->m[r++];
+    F->acc = entry_alloca(E, cg_reg_type(E->P, d));
+    LLVMBuildStore(E->b, cg_reduce_init(E->P, KDC_RED_SUM, d), F->acc);
+    int64_t trips = 1;
+    for (int c = 0; c < a->lhs_contract.n; c++) {
+      int64_t n = lt->dims[a->lhs_contract.v[c]];
+      LLVMValueRef i = open_loop(E, &F->L[c], n);
+      li->m[a->lhs_contract.v[c]] = ri->m[a->rhs_contract.v[c]] = i;
+      trips *= n;
+    }
+    F->saved_trips = E->trips;
+    E->trips *= trips;
+    NEED(nd->in[0], li, 1);
+  }
+  if (F->phase == 1) {
+    F->t0 = val;
+    NEED(nd->in[1], &F->b, 2);
+  }
+  LLVMValueRef lv = F->t0, rv = val;
+  if (d == KDC_DTYPE_BOOL) {  /* interpreter: integer math, stored != 0 */
+    lv = LLVMBuildZExt(E->b, lv, E->P->i64, "");
+    rv = LLVMBuildZExt(E->b, rv, E->P->i64, "");
+  }
+  kdc_dtype md = d == KDC_DTYPE_BOOL ? KDC_DTYPE_I64 : d;
+  LLVMValueRef prod = cg_emit_binop(E->P, KDC_OP_MUL, md, lv, rv);
+  if (d == KDC_DTYPE_BOOL) prod = LLVMBuildICmp(E->b, LLVMIntNE, prod, C(E, 0), "");
+  LLVMValueRef s = LLVMBuildLoad2(E->b, cg_reg_type(E->P, d), F->acc, "");
+  LLVMBuildStore(E->b, cg_reduce_step(E->P, KDC_RED_SUM, d, s, prod), F->acc);
+  E->cost += 2 * E->trips;
+  E->trips = F->saved_trips;
+  for (int c = a->lhs_contract.n; c > 0;) close_loop(E, &F->L[--c]);
+  DONE(LLVMBuildLoad2(E->b, cg_reg_type(E->P, d), F->acc, ""));
+}
+
+/* pad: result i <- operand (i - low) / (interior + 1) when that lands on an
+ * element, else the pad value.  Out-of-range lanes read a clamped index. */
+static step_r step_pad(emitter *E, frame *F, LLVMValueRef val, kdc_value_id *need_v,
+                       ix **need_x, LLVMValueRef *out) {
+  const kdc_node *nd = &E->f->nodes[F->v];
+  const kdc_attr_pad *p = &nd->attr.pad;
+  const kdc_type *xt = &E->f->nodes[nd->in[0]].type;
+  LLVMBuilderRef B = E->b;
+  if (F->phase == 0) {
+    ix_init(E, &F->a, 0, NULL);
+    NEED(nd->in[1], &F->a, 1);
+  }
+  if (F->phase == 2) DONE(LLVMBuildSelect(B, F->t1, val, F->t0, ""));
+  LLVMValueRef pv = val;
+  if (kdc_type_numel(xt) == 0) DONE(pv);  /* all padding: never read x */
+  ix *x = F->x, *in = &F->b;
+  multi_of(E, x);
+  ix_init(E, in, xt->rank, xt->dims);
+  in->have_m = true;
+  LLVMValueRef ok = LLVMConstInt(E->P->i1, 1, 0);
+  for (int d = 0; d < xt->rank; d++) {
+    LLVMValueRef t = LLVMBuildNSWSub(B, x->m[d], C(E, p->low.v[d]), "");
+    LLVMValueRef q = t, good = LLVMBuildICmp(B, LLVMIntSGE, t, C(E, 0), "");
+    int64_t s = p->interior.v[d] + 1;
+    if (s > 1) {
+      LLVMValueRef tc = LLVMBuildSelect(B, good, t, C(E, 0), "");
+      q = LLVMBuildUDiv(B, tc, C(E, s), "");
+      LLVMValueRef rem = LLVMBuildURem(B, tc, C(E, s), "");
+      good = LLVMBuildAnd(B, good, LLVMBuildICmp(B, LLVMIntEQ, rem, C(E, 0), ""), "");
+    }
+    good = LLVMBuildAnd(B, good, LLVMBuildICmp(B, LLVMIntSLT, q, C(E, xt->dims[d]), ""), "");
+    in->m[d] = LLVMBuildSelect(B, good, q, C(E, 0), "");
+    ok = LLVMBuildAnd(B, ok, good, "");
+  }
+  F->t0 = pv, F->t1 = ok;
+  NEED(nd->in[0], in, 2);
+}
+
+static step_r step_concat(emitter *E, frame *F, LLVMValueRef val, kdc_value_id *need_v,
+                          ix **need_x, LLVMValueRef *out) {
+  const kdc_node *nd = &E->f->nodes[F->v];
+  int64_t dim = nd->attr.dim;
+  ix *x = F->x, *in = &F->a;
+  if (F->phase == 0) {
+    multi_of(E, x);
+    if (F->v == E->k->root && E->root_piece >= 0) {  /* the caller knows the piece */
+      int64_t off = 0;
+      for (int k = 0; k < E->root_piece; k++) off += E->f->nodes[nd->in[k]].type.dims[dim];
+      const kdc_type *pt = &E->f->nodes[nd->in[E->root_piece]].type;
+      ix_init(E, in, pt->rank, pt->dims);
+      memcpy(in->m, x->m, sizeof in->m);
+      in->have_m = true;
+      in->m[dim] = LLVMBuildNSWSub(E->b, x->m[dim], C(E, off), "");
+      NEED(nd->in[E->root_piece], in, PHASE_PASS);
+    }
+    F->k = 0, F->off = 0, F->t0 = NULL;
+  } else {  /* piece k's value: later pieces win at t >= 0 */
+    F->t0 = F->t0 ? LLVMBuildSelect(E->b, F->t1, val, F->t0, "") : val;
+    F->off += E->f->nodes[nd->in[F->k]].type.dims[dim];
+    F->k++;
+  }
+  for (; F->k < nd->n_in; F->k++) {
+    const kdc_type *pt = &E->f->nodes[nd->in[F->k]].type;
+    int64_t n = pt->dims[dim];
+    if (n == 0) continue;
+    ix_init(E, in, pt->rank, pt->dims);
+    memcpy(in->m, x->m, sizeof in->m);
+    in->have_m = true;
+    LLVMValueRef t = LLVMBuildNSWSub(E->b, x->m[dim], C(E, F->off), "");
+    LLVMValueRef lo = LLVMBuildICmp(E->b, LLVMIntSGE, t, C(E, 0), "");
+    LLVMValueRef hi = LLVMBuildICmp(E->b, LLVMIntSLT, t, C(E, n), "");
+    t = LLVMBuildSelect(E->b, lo, t, C(E, 0), "");
+    in->m[dim] = LLVMBuildSelect(E->b, hi, t, C(E, n - 1), "");
+    F->t1 = lo;
+    NEED(nd->in[F->k], in, 1);
+  }
+  DONE(F->t0);
+}
+
 /* shard_slice: piece <group index over axes> of the operand along |dim|. */
-static LLVMValueRef emit_shard_slice(emitter *E, kdc_value_id v, ix *x, kdc_status *st) {
-  const kdc_node *nd = &E->f->nodes[v];
+static step_r step_shard_slice(emitter *E, frame *F, kdc_value_id *need_v, ix **need_x) {
+  const kdc_node *nd = &E->f->nodes[F->v];
   const kdc_attr_coll *c = &nd->attr.coll;
   const kdc_type *xt = &E->f->nodes[nd->in[0]].type;
+  ix *x = F->x, *in = &F->a;
   multi_of(E, x);
-  ix in;
-  ix_init(E, &in, xt->rank, xt->dims);
-  memcpy(in.m, x->m, sizeof in.m);
+  ix_init(E, in, xt->rank, xt->dims);
+  memcpy(in->m, x->m, sizeof in->m);
   LLVMValueRef off = LLVMBuildNSWMul(E->b, group_index(E, c->naxes, c->axes),
                                      C(E, nd->type.dims[c->dim]), "");
-  in.m[c->dim] = LLVMBuildNSWAdd(E->b, x->m[c->dim], off, "");
-  in.have_m = true;
-  return emit(E, nd->in[0], &in, st);
+  in->m[c->dim] = LLVMBuildNSWAdd(E->b, x->m[c->dim], off, "");
+  in->have_m = true;
+  NEED(nd->in[0], in, PHASE_PASS);
 }
 
 /* rng_uniform at the element's global index: the local multi-index plus
  * the piece offsets of the value's sharding, raveled over the global dims. */
-static LLVMValueRef emit_rng(emitter *E, kdc_value_id v, ix *x, kdc_status *st) {
-  const kdc_node *nd = &E->f->nodes[v];
+static step_r step_rng(emitter *E, frame *F, LLVMValueRef val, kdc_value_id *need_v,
+                       ix **need_x, LLVMValueRef *out, kdc_status *st) {
+  const kdc_node *nd = &E->f->nodes[F->v];
   const kdc_sharding *s = &nd->sharding;
   const kdc_type *stt = &E->f->nodes[nd->in[0]].type;
-  if (stt->dtype == KDC_DTYPE_F32) {
-    *st = KDC_ERR(KDC_UNSUPPORTED, "codegen: func %s: %%%u: rng_uniform with an f32 step",
-                  E->f->name, v);
-    return NULL;
+  ix *x = F->x;
+  if (F->phase == 0) {
+    if (stt->dtype == KDC_DTYPE_F32) {
+      *st = KDC_ERR(KDC_UNSUPPORTED, "codegen: func %s: %%%u: rng_uniform with an f32 step",
+                    E->f->name, F->v);
+      DONE(NULL);
+    }
+    ix_init(E, &F->a, 0, NULL);
+    F->a.have_m = true;
+    NEED(nd->in[0], &F->a, 1);
   }
-  ix scalar;
-  ix_init(E, &scalar, 0, NULL);
-  scalar.have_m = true;
-  LLVMValueRef step = emit(E, nd->in[0], &scalar, st);
-  if (!step) return NULL;
+  LLVMValueRef step = val;
   if (stt->dtype != KDC_DTYPE_I64)
     step = stt->dtype == KDC_DTYPE_BOOL ? LLVMBuildZExt(E->b, step, E->P->i64, "")
                                         : LLVMBuildSExt(E->b, step, E->P->i64, "");
@@ -473,7 +528,7 @@ static LLVMValueRef emit_rng(emitter *E, kdc_value_id v, ix *x, kdc_status *st) 
     }
   }
   E->cost += 40 * E->trips;  /* ten Philox rounds */
-  return cg_emit_rng_uniform(E->P, nd->attr.seed, step, index);
+  DONE(cg_emit_rng_uniform(E->P, nd->attr.seed, step, index));
 }
 
 /* Does a reshape from |a| to |b| only insert or drop unit dims (the same
@@ -489,118 +544,204 @@ static bool unit_reshape(const kdc_type *a, const kdc_type *b) {
   }
 }
 
-static LLVMValueRef emit_member(emitter *E, kdc_value_id v, ix *x, kdc_status *st) {
-  const kdc_node *nd = &E->f->nodes[v];
+/* One step of member F->v (phase 0: start; later: |val| is the operand
+ * asked for last).  DONE with NULL (and *|st|) on failure. */
+static step_r step_member(emitter *E, frame *F, LLVMValueRef val, kdc_value_id *need_v,
+                          ix **need_x, LLVMValueRef *out, kdc_status *st) {
+  const kdc_node *nd = &E->f->nodes[F->v];
   LLVMBuilderRef B = E->b;
   const kdc_type *xt = nd->n_in ? &E->f->nodes[nd->in[0]].type : NULL;
-  ix in;
+  ix *x = F->x, *in = &F->a;
+  if (F->phase == PHASE_PASS) DONE(val);
   switch (nd->op) {
   case KDC_OP_IOTA: {
     multi_of(E, x);
     LLVMValueRef i = x->m[nd->attr.dim];
-    if (kdc_dtype_is_float(nd->type.dtype)) return LLVMBuildSIToFP(B, i, E->P->f32, "");
-    return LLVMBuildIntCast2(B, i, cg_reg_type(E->P, nd->type.dtype), 1, "");
+    if (kdc_dtype_is_float(nd->type.dtype)) DONE(LLVMBuildSIToFP(B, i, E->P->f32, ""));
+    DONE(LLVMBuildIntCast2(B, i, cg_reg_type(E->P, nd->type.dtype), 1, ""));
   }
   case KDC_OP_BROADCAST:
     multi_of(E, x);
-    ix_init(E, &in, xt->rank, xt->dims);
+    ix_init(E, in, xt->rank, xt->dims);
     for (int i = 0; i < xt->rank; i++)
-      in.m[i] = xt->dims[i] == 1 ? C(E, 0) : x->m[nd->attr.dims.v[i]];
-    in.have_m = true;
-    return emit(E, nd->in[0], &in, st);
+      in->m[i] = xt->dims[i] == 1 ? C(E, 0) : x->m[nd->attr.dims.v[i]];
+    in->have_m = true;
+    NEED(nd->in[0], in, PHASE_PASS);
   case KDC_OP_TRANSPOSE:
     multi_of(E, x);
-    ix_init(E, &in, xt->rank, xt->dims);
-    for (int i = 0; i < xt->rank; i++) in.m[nd->attr.dims.v[i]] = x->m[i];
-    in.have_m = true;
-    return emit(E, nd->in[0], &in, st);
+    ix_init(E, in, xt->rank, xt->dims);
+    for (int i = 0; i < xt->rank; i++) in->m[nd->attr.dims.v[i]] = x->m[i];
+    in->have_m = true;
+    NEED(nd->in[0], in, PHASE_PASS);
   case KDC_OP_RESHAPE:
-    ix_init(E, &in, xt->rank, xt->dims);
-    kdc_type at = {.dtype = nd->type.dtype, .rank = x->rank}; /* the index's own dims */
-    memcpy(at.dims, x->dims, sizeof at.dims);
-    if (x->have_m && unit_reshape(xt, &at)) {
-      for (int d = 0, j = 0; d < xt->rank; d++) {
-        if (xt->dims[d] == 1) {
-          in.m[d] = C(E, 0);
-          continue;
+    ix_init(E, in, xt->rank, xt->dims);
+    {
+      kdc_type at = {.dtype = nd->type.dtype, .rank = x->rank}; /* the index's own dims */
+      memcpy(at.dims, x->dims, sizeof at.dims);
+      if (x->have_m && unit_reshape(xt, &at)) {
+        for (int d = 0, j = 0; d < xt->rank; d++) {
+          if (xt->dims[d] == 1) {
+            in->m[d] = C(E, 0);
+            continue;
+          }
+          while (x->dims[j] == 1) j++;
+          in->m[d] = x->m[j++];
         }
-        while (x->dims[j] == 1) j++;
-        in.m[d] = x->m[j++];
+        in->have_m = true;
+        in->lin = x->lin; /* the same offset, when known */
+      } else {
+        in->lin = lin_of(E, x);
       }
-      in.have_m = true;
-      in.lin = x->lin; /* the same offset, when known */
-    } else {
-      in.lin = lin_of(E, x);
     }
-    return emit(E, nd->in[0], &in, st);
+    NEED(nd->in[0], in, PHASE_PASS);
   case KDC_OP_SLICE:
     multi_of(E, x);
-    ix_init(E, &in, xt->rank, xt->dims);
+    ix_init(E, in, xt->rank, xt->dims);
     for (int d = 0; d < xt->rank; d++) {
       LLVMValueRef step = LLVMBuildNSWMul(B, x->m[d], C(E, nd->attr.slice.stride.v[d]), "");
-      in.m[d] = LLVMBuildNSWAdd(B, C(E, nd->attr.slice.start.v[d]), step, "");
+      in->m[d] = LLVMBuildNSWAdd(B, C(E, nd->attr.slice.start.v[d]), step, "");
     }
-    in.have_m = true;
-    return emit(E, nd->in[0], &in, st);
-  case KDC_OP_SHARDING_CONSTRAINT: return emit(E, nd->in[0], x, st);  /* identity */
-  case KDC_OP_PAD: return emit_pad(E, v, x, st);
-  case KDC_OP_CONCAT: return emit_concat(E, v, x, st);
-  case KDC_OP_REDUCE: return emit_reduce(E, v, x, st);
-  case KDC_OP_DOT: return emit_dot(E, v, x, st);
-  case KDC_OP_SHARD_SLICE: return emit_shard_slice(E, v, x, st);
-  case KDC_OP_RNG_UNIFORM: return emit_rng(E, v, x, st);
+    in->have_m = true;
+    NEED(nd->in[0], in, PHASE_PASS);
+  case KDC_OP_SHARDING_CONSTRAINT: NEED(nd->in[0], x, PHASE_PASS);  /* identity */
+  case KDC_OP_PAD: return step_pad(E, F, val, need_v, need_x, out);
+  case KDC_OP_CONCAT: return step_concat(E, F, val, need_v, need_x, out);
+  case KDC_OP_REDUCE: return step_reduce(E, F, val, need_v, need_x, out);
+  case KDC_OP_DOT: return step_dot(E, F, val, need_v, need_x, out);
+  case KDC_OP_SHARD_SLICE: return step_shard_slice(E, F, need_v, need_x);
+  case KDC_OP_RNG_UNIFORM: return step_rng(E, F, val, need_v, need_x, out, st);
   case KDC_OP_CONVOLUTION: case KDC_OP_REDUCE_WINDOW: case KDC_OP_SELECT_AND_SCATTER:
   case KDC_OP_GATHER: case KDC_OP_SCATTER_ADD:
-    return emit_window(E, v, x, st);  /* codegen/body_window.c */
+    DONE(emit_window(E, F->v, x, st));  /* codegen/body_window.c */
   case KDC_OP_REVERSE:
     multi_of(E, x);
-    ix_init(E, &in, xt->rank, xt->dims);
-    memcpy(in.m, x->m, sizeof in.m);
+    ix_init(E, in, xt->rank, xt->dims);
+    memcpy(in->m, x->m, sizeof in->m);
     for (int i = 0; i < nd->attr.dims.n; i++) {
       int64_t d = nd->attr.dims.v[i];
-      in.m[d] = LLVMBuildNSWSub(B, C(E, xt->dims[d] - 1), x->m[d], "");
+      in->m[d] = LLVMBuildNSWSub(B, C(E, xt->dims[d] - 1), x->m[d], "");
     }
-    in.have_m = true;
-    return emit(E, nd->in[0], &in, st);
+    in->have_m = true;
+    NEED(nd->in[0], in, PHASE_PASS);
   default: break;
   }
-  if (kdc_op_flags(nd->op) & OPF_COLL) {
-    *st = KDC_ERR(KDC_INTERNAL, "codegen: func %s: %%%u: %s is a COLLECTIVE step and cannot be "
-                  "part of a kernel", E->f->name, v, kdc_op_name(nd->op));
-    return NULL;
+  /* elementwise: operands in order at the same index, then the op */
+  if (F->phase == 0) {
+    if (kdc_op_flags(nd->op) & OPF_COLL) {
+      *st = KDC_ERR(KDC_INTERNAL, "codegen: func %s: %%%u: %s is a COLLECTIVE step and cannot "
+                    "be part of a kernel", E->f->name, F->v, kdc_op_name(nd->op));
+      DONE(NULL);
+    }
+    if (!(kdc_op_flags(nd->op) & OPF_EW)) {
+      *st = KDC_ERR(KDC_UNSUPPORTED, "codegen: func %s: %%%u: %s cannot be part of a kernel",
+                    E->f->name, F->v, kdc_op_name(nd->op));
+      DONE(NULL);
+    }
+    F->k = 0;
+  } else {
+    F->ops[F->k++] = val;
   }
-  if (!(kdc_op_flags(nd->op) & OPF_EW)) {
-    *st = KDC_ERR(KDC_UNSUPPORTED, "codegen: func %s: %%%u: %s cannot be part of a kernel",
-                  E->f->name, v, kdc_op_name(nd->op));
-    return NULL;
-  }
-  LLVMValueRef ops[3];
-  for (int i = 0; i < nd->n_in; i++)
-    if (!(ops[i] = emit(E, nd->in[i], x, st))) return NULL;
+  if (F->k < nd->n_in) NEED(nd->in[F->k], x, 1);
   LLVMValueRef r;
-  if ((*st = cg_emit_elementwise(E->P, E->f, nd, ops, &r))) return NULL;
+  if ((*st = cg_emit_elementwise(E->P, E->f, nd, F->ops, &r))) DONE(NULL);
   E->cost += E->trips;
-  return r;
+  DONE(r);
 }
 
-static LLVMValueRef emit(emitter *E, kdc_value_id v, ix *x, kdc_status *st) {
-  for (size_t i = E->n_memo; i-- > 0;)
-    if (E->memo[i].v == v && E->memo[i].ctx == x->id) return E->memo[i].val;
-  const kdc_node *nd = &E->f->nodes[v];
-  LLVMValueRef r;
-  if (nd->op == KDC_OP_CONSTANT) r = emit_const(E, v, x);
-  else if (!is_member(E, v)) r = emit_external(E, v, x, st);
-  else r = emit_member(E, v, x, st);
-  if (!r) return NULL;
-  /* a bf16/f16 value is rounded where it is computed (data movement only
-   * moves values that are rounded already) */
-  if (kdc_dtype_is_half(nd->type.dtype) && nd->op != KDC_OP_CONSTANT && is_member(E, v) &&
-      !(kdc_op_flags(nd->op) & OPF_SHAPE) && nd->op != KDC_OP_SHARDING_CONSTRAINT &&
-      nd->op != KDC_OP_SHARD_SLICE && nd->op != KDC_OP_BROADCAST)
-    r = cg_round(E->P, nd->type.dtype, r);
+#undef NEED
+#undef DONE
+
+/* The memo: (value, index context) -> emitted value, open addressing. */
+static size_t memo_slot(const emitter *E, kdc_value_id v, int ctx) {
+  uint64_t h = ((uint64_t)v * 0x9E3779B97F4A7C15ull) ^ ((uint64_t)(uint32_t)ctx * 0xC2B2AE3D27D4EB4Full);
+  size_t i = (size_t)(h ^ (h >> 29)) & (E->cap_hash - 1);
+  while (E->hash[i] >= 0) {
+    const memo *m = &E->memo[E->hash[i]];
+    if (m->v == v && m->ctx == ctx) break;
+    i = (i + 1) & (E->cap_hash - 1);
+  }
+  return i;
+}
+
+static LLVMValueRef memo_get(const emitter *E, kdc_value_id v, int ctx) {
+  if (!E->cap_hash) return NULL;
+  int64_t j = E->hash[memo_slot(E, v, ctx)];
+  return j >= 0 ? E->memo[j].val : NULL;
+}
+
+static void memo_put(emitter *E, kdc_value_id v, int ctx, LLVMValueRef val) {
+  if (2 * (E->n_memo + 1) > E->cap_hash) {  /* rehash at half full */
+    free(E->hash);
+    E->cap_hash = E->cap_hash ? 2 * E->cap_hash : 64;
+    E->hash = kdc_xmalloc(E->cap_hash * sizeof *E->hash);
+    for (size_t i = 0; i < E->cap_hash; i++) E->hash[i] = -1;
+    for (size_t j = 0; j < E->n_memo; j++)
+      E->hash[memo_slot(E, E->memo[j].v, E->memo[j].ctx)] = (int64_t)j;
+  }
   KDC_GROW(E->memo, E->cap_memo, E->n_memo + 1);
-  E->memo[E->n_memo++] = (memo){v, x->id, r};
-  return r;
+  E->memo[E->n_memo] = (memo){v, ctx, val};
+  E->hash[memo_slot(E, v, ctx)] = (int64_t)E->n_memo++;
+}
+
+static void emitter_free(emitter *E) {
+  for (size_t i = 0; i < E->n_frames; i++) free(E->frames[i]);
+  free(E->frames), free(E->memo), free(E->hash);
+}
+
+/* Value |v| at index |x|: memoised; constants and values outside the
+ * kernel directly, members through the frame stack.  NULL (with *|st|) on
+ * failure. */
+static LLVMValueRef emit(emitter *E, kdc_value_id v, ix *x, kdc_status *st) {
+  size_t base = E->depth;
+  LLVMValueRef val = NULL;  /* the value just computed, for the frame below */
+  for (;;) {
+    /* (v, x) is wanted: memo, leaf, or a new frame */
+    LLVMValueRef r = memo_get(E, v, x->id);
+    bool leaf = true;
+    if (!r) {
+      const kdc_node *nd = &E->f->nodes[v];
+      if (nd->op == KDC_OP_CONSTANT) r = emit_const(E, v, x);
+      else if (!is_member(E, v)) r = emit_external(E, v, x, st);
+      else {
+        if (E->depth == E->n_frames) {
+          KDC_GROW(E->frames, E->cap_frames, E->n_frames + 1);
+          E->frames[E->n_frames++] = kdc_xmalloc(sizeof(frame));
+        }
+        frame *F = E->frames[E->depth++];
+        F->v = v, F->x = x, F->phase = 0;
+        leaf = false;
+      }
+      if (leaf) {
+        if (!r) break;
+        memo_put(E, v, x->id, r);
+      }
+    }
+    if (leaf) {
+      val = r;
+      if (E->depth == base) return val;
+    }
+    /* run the top frame until it needs an operand, popping finished ones */
+    for (;;) {
+      frame *F = E->frames[E->depth - 1];
+      LLVMValueRef out = NULL;
+      if (step_member(E, F, val, &v, &x, &out, st) == STEP_NEED) break;
+      if (!out) goto fail;
+      const kdc_node *nd = &E->f->nodes[F->v];
+      /* a bf16/f16 value is rounded where it is computed (data movement
+       * only moves values that are rounded already) */
+      if (kdc_dtype_is_half(nd->type.dtype) && !(kdc_op_flags(nd->op) & OPF_SHAPE) &&
+          nd->op != KDC_OP_SHARDING_CONSTRAINT && nd->op != KDC_OP_SHARD_SLICE &&
+          nd->op != KDC_OP_BROADCAST)
+        out = cg_round(E->P, nd->type.dtype, out);
+      memo_put(E, F->v, F->x->id, out);
+      E->depth--;
+      val = out;
+      if (E->depth == base) return val;
+    }
+  }
+fail:
+  E->depth = base;
+  return NULL;
 }
 
 /* Leading reduced dims p of a column reduction: the root is a reduce over
@@ -618,32 +759,57 @@ int cg_kernel_column_reduce(const cg_kernel *k) {
   return p;
 }
 
-/* cg_kernel_flat: can member |v|, reached at the kernel's output index,
+/* What a member walk (members_all) does at one member. */
+typedef enum walk_r { WALK_FAIL, WALK_INTO, WALK_STOP } walk_r;
+
+/* True when |check| passes every member reachable from |from| through
+ * members it walks into (constants and values outside the group end a
+ * path; |seen| marks visited members).  An explicit stack, no recursion. */
+static bool members_all(const cg_kernel *k, kdc_value_id from, uint8_t *seen,
+                        walk_r (*check)(const cg_kernel *, const kdc_node *)) {
+  size_t n = 0, cap = 0;
+  kdc_value_id *stack = NULL;
+  KDC_GROW(stack, cap, 1);
+  stack[n++] = from;
+  bool ok = true;
+  while (n && ok) {
+    kdc_value_id v = stack[--n];
+    const kdc_node *nd = &k->f->nodes[v];
+    if (nd->op == KDC_OP_CONSTANT || !in_kernel(k, v) || seen[v]) continue;
+    seen[v] = 1;
+    walk_r r = check(k, nd);
+    ok = r != WALK_FAIL;
+    if (r != WALK_INTO) continue;
+    KDC_GROW(stack, cap, n + (size_t)nd->n_in);
+    for (int i = 0; i < nd->n_in; i++) stack[n++] = nd->in[i];
+  }
+  free(stack);
+  return ok;
+}
+
+/* cg_kernel_flat: can member |nd|, reached at the kernel's output index,
  * be emitted from the linear index alone?  A reshape starts its operand's
  * own index (the linear offset passes through), so below it anything goes
  * -- except below one of unit dims only, which passes the row's
  * multi-index on unchanged: an LSTM gate, reshape(slice(z)), in rows is
  * unit-stride loads, flat it is a div/mod and a gather per element;
  * values outside the group are loads at the linear offset. */
-static bool flat_from(const cg_kernel *k, kdc_value_id v, uint8_t *seen) {
-  const kdc_node *nd = &k->f->nodes[v];
-  if (nd->op == KDC_OP_CONSTANT || !in_kernel(k, v) || seen[v]) return true;
-  seen[v] = 1;
+static walk_r flat_check(const cg_kernel *k, const kdc_node *nd) {
   switch (nd->op) {
-  case KDC_OP_RESHAPE: /* a unit-dim one passes the row's multi-index on (emit_member) */
-    return !unit_reshape(&k->f->nodes[nd->in[0]].type, &nd->type) || flat_from(k, nd->in[0], seen);
-  case KDC_OP_SHARDING_CONSTRAINT: return flat_from(k, nd->in[0], seen);
-  case KDC_OP_BROADCAST: return kdc_type_numel(&k->f->nodes[nd->in[0]].type) == 1;
+  case KDC_OP_RESHAPE: /* a unit-dim one passes the row's multi-index on (step_member) */
+    return unit_reshape(&k->f->nodes[nd->in[0]].type, &nd->type) ? WALK_INTO : WALK_STOP;
+  case KDC_OP_SHARDING_CONSTRAINT: return WALK_INTO;
+  case KDC_OP_BROADCAST:
+    return kdc_type_numel(&k->f->nodes[nd->in[0]].type) == 1 ? WALK_STOP : WALK_FAIL;
   default: break;
   }
-  if (!(kdc_op_flags(nd->op) & OPF_EW)) return false;
+  if (!(kdc_op_flags(nd->op) & OPF_EW)) return WALK_FAIL;
   for (int i = 0; i < nd->n_in; i++) {
     const kdc_type *t = &k->f->nodes[nd->in[i]].type;
     if (t->rank != nd->type.rank || memcmp(t->dims, nd->type.dims, sizeof(int64_t) * (size_t)t->rank))
-      return false;
-    if (!flat_from(k, nd->in[i], seen)) return false;
+      return WALK_FAIL;
   }
-  return true;
+  return WALK_INTO;
 }
 
 bool cg_kernel_flat(const cg_kernel *k) {
@@ -652,8 +818,8 @@ bool cg_kernel_flat(const cg_kernel *k) {
       cg_kernel_concat_pieces(k))
     return false;
   uint8_t *seen = kdc_xcalloc(k->f->n_nodes + 1, 1);
-  bool ok = flat_from(k, k->root, seen);
-  for (uint32_t j = 0; j < k->n_extra && ok; j++) ok = flat_from(k, k->extra[j], seen);
+  bool ok = members_all(k, k->root, seen, flat_check);
+  for (uint32_t j = 0; j < k->n_extra && ok; j++) ok = members_all(k, k->extra[j], seen, flat_check);
   free(seen);
   return ok;
 }
@@ -737,7 +903,7 @@ static kdc_status body_emit(cg_plan *P, const cg_kernel *k, const char *name, in
     vals[j + 1] = vals[j] ? emit(&E, k->extra[j], &out, &st) : NULL;
     dts[j + 1] = k->f->nodes[k->extra[j]].type.dtype;
   }
-  free(E.memo);
+  emitter_free(&E);
   for (uint32_t j = 0; j <= k->n_extra; j++)
     if (!vals[j]) {
       LLVMDeleteFunction(fn);
@@ -780,7 +946,7 @@ static void bind_args(emitter *E, LLVMValueRef fn, LLVMValueRef *args) {
 static kdc_status emit_operand(emitter *E, LLVMValueRef fn, ix *in, LLVMValueRef *val) {
   kdc_status st = NULL;
   *val = emit(E, E->f->nodes[E->k->root].in[0], in, &st);
-  free(E->memo);
+  emitter_free(E);
   if (*val) return NULL;
   LLVMDeleteFunction(fn);
   return st ? st : KDC_ERR(KDC_INTERNAL, "codegen: kernel %%%u: no value", E->k->root);
@@ -831,7 +997,7 @@ kdc_status cg_body_emit_accumulate(cg_plan *P, const cg_kernel *k, const char *n
 kdc_status cg_body_emit_operand(cg_plan *P, const cg_kernel *k, const char *name,
                                 LLVMValueRef *out_body) {
   const kdc_node *nd = &k->f->nodes[k->root];
-  if (!cg_kernel_reduce_split(k, NULL) || k->n_args > 64)
+  if ((!cg_kernel_reduce_split(k, NULL) && !cg_kernel_reduce_middle(k, NULL)) || k->n_args > 64)
     return KDC_ERR(KDC_INTERNAL, "codegen: kernel %%%u has no reduction operand", k->root);
   const kdc_type *xt = &k->f->nodes[nd->in[0]].type;
   emitter E;
@@ -875,43 +1041,59 @@ int cg_kernel_reduce_split(const cg_kernel *k, bool *leading) {
   return front ? n : back ? xt->rank - n : 0;
 }
 
+/* The reduced dims of a reduce root with no other output when they are one
+ * contiguous run [*|lo|, hi) strictly inside the operand's dims (0 < lo,
+ * hi < rank: a mean over the sequence of [batch, seq, features]); returns
+ * hi (0: no such run). */
+int cg_kernel_reduce_middle(const cg_kernel *k, int *lo) {
+  if (k->transpose || k->n_extra) return 0;
+  const kdc_node *nd = &k->f->nodes[k->root];
+  if (nd->op != KDC_OP_REDUCE || kdc_dtype_is_half(nd->type.dtype)) return 0;
+  const kdc_type *xt = &k->f->nodes[nd->in[0]].type;
+  int n = nd->attr.reduce.dims.n;
+  if (n < 1 || n >= xt->rank || kdc_type_numel(xt) <= 0) return 0;
+  bool red[KDC_MAX_RANK] = {false};
+  for (int i = 0; i < n; i++) red[nd->attr.reduce.dims.v[i]] = true;
+  int first = 0;
+  while (first < xt->rank && !red[first]) first++;
+  for (int d = first; d < first + n; d++)
+    if (d >= xt->rank || !red[d]) return 0;
+  if (first == 0 || first + n == xt->rank) return 0;
+  if (lo) *lo = first;
+  return first + n;
+}
+
 /* Is the reduce root's operand read along its own row-major order, every
  * external value loaded at the operand's index (or a broadcast of part of
  * it, or a reshape: the linear offset passes through)?  Then the trailing
  * dims of the operand are contiguous in memory, and a row reduction's
  * lanes read adjacent addresses.  A transpose, slice, gather, ... on the
  * way makes the answer no. */
-static bool plain_from(const cg_kernel *k, kdc_value_id v, uint8_t *seen) {
-  const kdc_node *nd = &k->f->nodes[v];
-  if (nd->op == KDC_OP_CONSTANT || !in_kernel(k, v) || seen[v]) return true;
-  seen[v] = 1;
+static walk_r plain_check(const cg_kernel *k, const kdc_node *nd) {
   switch (nd->op) {
-  case KDC_OP_RESHAPE: return true;
-  case KDC_OP_SHARDING_CONSTRAINT: return plain_from(k, nd->in[0], seen);
+  case KDC_OP_RESHAPE: return WALK_STOP;
+  case KDC_OP_SHARDING_CONSTRAINT: return WALK_INTO;
   case KDC_OP_BROADCAST: {  /* operand dims map in order (broadcast_in_dim) */
     const kdc_dimlist *m = &nd->attr.dims;
     const kdc_type *xt = &k->f->nodes[nd->in[0]].type;
     int64_t last = -1;
     for (int i = 0; i < m->n; i++) {
       if (xt->dims[i] == 1) continue;
-      if (m->v[i] <= last) return false;
+      if (m->v[i] <= last) return WALK_FAIL;
       last = m->v[i];
     }
-    return plain_from(k, nd->in[0], seen);
+    return WALK_INTO;
   }
   default: break;
   }
-  if (!(kdc_op_flags(nd->op) & OPF_EW)) return false;
-  for (int i = 0; i < nd->n_in; i++)
-    if (!plain_from(k, nd->in[i], seen)) return false;
-  return true;
+  return kdc_op_flags(nd->op) & OPF_EW ? WALK_INTO : WALK_FAIL;
 }
 
 bool cg_kernel_operand_plain(const cg_kernel *k) {
   const kdc_node *nd = &k->f->nodes[k->root];
   if (nd->op != KDC_OP_REDUCE) return false;
   uint8_t *seen = kdc_xcalloc(k->f->n_nodes + 1, 1);
-  bool ok = plain_from(k, nd->in[0], seen);
+  bool ok = members_all(k, nd->in[0], seen, plain_check);
   free(seen);
   return ok;
 }

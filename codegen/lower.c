@@ -140,21 +140,8 @@ static kdc_status bind(lowerer *L, kdc_prog_func *pf) {
   if (max_group > (int64_t)(16 * L->n + 1024))
     return KDC_ERR(KDC_INTERNAL, "codegen: func %s: group ids are not dense", f->name);
   kdc_value_id *groot = kdc_xmalloc(((size_t)max_group + 2) * sizeof *groot);
-  uint32_t *gsize = kdc_xcalloc((size_t)max_group + 2, sizeof *gsize);
   for (size_t v = 0; v < L->n; v++)
-    if (f->nodes[v].group >= 0) {
-      groot[f->nodes[v].group] = (kdc_value_id)v;  /* last wins */
-      gsize[f->nodes[v].group]++;
-    }
-  for (int32_t g = 0; g <= max_group; g++)  /* bounds the body's walk (kernel_body.c) */
-    if (gsize[g] > KDC_GROUP_MAX_MEMBERS) {
-      kdc_status st = KDC_ERR(KDC_UNSUPPORTED, "codegen: func %s: kernel %%%u has %u nodes "
-                              "(at most %d; passes/fuse.c splits larger groups)", f->name,
-                              groot[g], gsize[g], KDC_GROUP_MAX_MEMBERS);
-      free(gsize), free(groot);
-      return st;
-    }
-  free(gsize);
+    if (f->nodes[v].group >= 0) groot[f->nodes[v].group] = (kdc_value_id)v;  /* last wins */
   for (size_t v = 0; v < L->n; v++) {
     const kdc_node *nd = &f->nodes[v];
     L->root[v] = nd->group >= 0 ? groot[nd->group] : (kdc_value_id)v;
@@ -246,7 +233,7 @@ static bool same_place(const kdc_prog_loc *a, const kdc_prog_loc *b) {
 static kdc_status emit_kernel(lowerer *L, cg_kernel *k, const kdc_prog_loc *args) {
   cg_plan *P = L->P;
   uint32_t idx = P->prog.n_kernels;
-  LLVMValueRef body;
+  LLVMValueRef mark = LLVMGetLastFunction(P->mod), body;
   KDC_RETURN_IF_ERROR(cg_body_emit(P, k, idx, &body));
   char name[48];
   snprintf(name, sizeof name, "kdc_kernel_%u", idx);
@@ -271,8 +258,12 @@ static kdc_status emit_kernel(lowerer *L, cg_kernel *k, const kdc_prog_loc *args
       s.kernel.in_place |= 1ull << k->slot[v];
   }
   s.kernel.args = kdc_arena_memdup(P->a, args, k->n_args * sizeof *args);
-  KDC_GROW(P->prog.kernels, P->cap_kernels, P->prog.n_kernels + 1);
-  P->prog.kernels[P->prog.n_kernels++] = (kdc_prog_kernel){kdc_arena_strdup(P->a, name), k->n_args};
+  s.kernel.kernel = cg_dedup_kernel(P, mark, idx);  /* an earlier identical kernel, or idx */
+  if (s.kernel.kernel == idx) {
+    KDC_GROW(P->prog.kernels, P->cap_kernels, P->prog.n_kernels + 1);
+    P->prog.kernels[P->prog.n_kernels++] =
+        (kdc_prog_kernel){kdc_arena_strdup(P->a, name), k->n_args};
+  }
   add_step(L, &s);
   return NULL;
 }

@@ -57,6 +57,7 @@ static void plan_free(cg_plan *P) {
   free(P->globals);
   free(P->ktype);
   free(P->kform);
+  cg_dedup_free(&P->dedup);
 }
 
 /* A JSON string literal (names come from the model: escape everything). */
@@ -174,6 +175,15 @@ static kdc_status write_plan(cg_plan *P, const kdc_codegen_options *opt, const c
   kdc_status st = NULL;
   /* first: it drops the GPU-only operand bodies from the CPU module */
   if (opt && opt->cuda_sm) st = cg_ptx_emit(P, opt->cuda_sm, &ptx, &ptx_len, &launch);
+  if (!st && ptx) {  /* SASS next to the PTX when a ptxas is at hand (ptxas.c) */
+    char ptxas[4096], why[200] = "";
+    cg_cubin cubin;
+    memset(&cubin, 0, sizeof cubin);
+    st = cg_ptxas_find(ptxas, sizeof ptxas, why, sizeof why);
+    if (!st && *ptxas) st = cg_ptxas_assemble(ptxas, ptx, ptx_len, opt->cuda_sm, &cubin);
+    if (!st) cg_cubin_put(&launch, &cubin, why);
+    free(cubin.data);
+  }
   LLVMMemoryBufferRef bc = LLVMWriteBitcodeToMemoryBuffer(P->mod);
   if (!st && !meta) st = KDC_ERR(KDC_OUT_OF_MEMORY, "codegen: metadata");
   if (!st) st = kdc_plan_writer_add(w, KDC_PLAN_SECTION_METADATA, "metadata", meta, meta_len);

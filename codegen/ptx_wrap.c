@@ -42,7 +42,7 @@
 
 #include "codegen/codegen.h"
 
-enum { CUDA_BLOCK = 256, CUDA_SECTION_VERSION = 2, PTX_KERNEL_CC = 71, SHARED_AS = 3 };
+enum { CUDA_BLOCK = 256, CUDA_SECTION_VERSION = 3, PTX_KERNEL_CC = 71, SHARED_AS = 3 };
 
 static const char TRIPLE[] = "nvptx64-nvidia-cuda";
 static const char LIBDEVICE[] = "/usr/local/cuda/nvvm/libdevice/libdevice.10.bc";
@@ -72,6 +72,24 @@ static void annotate(cg_plan *P, LLVMModuleRef mod, LLVMValueRef fn, const char 
 
 /* The PTX entry kdc_cuda_<index>(ptr a_0, ..., ptr a_{n_args-1}, ptr coords
  * [, ptr scratch]), every pointer noalias. */
+/* Whether every step that launches kernel |k| passes it 16-byte aligned
+ * buffers: the device's buffers start 256-byte aligned (runtime/cuda/exec.c)
+ * and the plan's offsets are static, except inside a scan body, whose
+ * buffers move by the loop's strides each iteration. */
+static bool args_aligned(const cg_plan *P, uint32_t k) {
+  for (uint32_t f = 0; f < P->prog.n_funcs; f++) {
+    const kdc_prog_func *fn = &P->prog.funcs[f];
+    for (uint32_t s = 0; s < fn->n_steps; s++) {
+      const kdc_prog_step *st = &fn->steps[s];
+      if (st->kind != KDC_STEP_KERNEL || st->kernel.kernel != k) continue;
+      if (fn->is_body) return false;
+      for (uint32_t a = 0; a < st->kernel.n_args; a++)
+        if (st->kernel.args[a].offset % 16) return false;
+    }
+  }
+  return true;
+}
+
 static LLVMValueRef entry_fn(cg_plan *P, LLVMModuleRef mod, uint32_t n_args, uint32_t index,
                              bool scratch) {
   LLVMTypeRef params[66];
@@ -84,12 +102,38 @@ static LLVMValueRef entry_fn(cg_plan *P, LLVMModuleRef mod, uint32_t n_args, uin
   unsigned noalias = LLVMGetEnumAttributeKindForName("noalias", 7);
   for (uint32_t i = 0; i < n; i++)
     LLVMAddAttributeAtIndex(fn, i + 1, LLVMCreateEnumAttribute(P->ctx, noalias, 0));
+  if (args_aligned(P, index)) {  /* lets LLVM merge a thread's adjacent loads and stores */
+    unsigned align = LLVMGetEnumAttributeKindForName("align", 5);
+    for (uint32_t i = 0; i < n_args; i++)
+      LLVMAddAttributeAtIndex(fn, i + 1, LLVMCreateEnumAttribute(P->ctx, align, 16));
+  }
   return fn;
 }
 
-/* Emits kdc_cuda_<index> calling |body| into |mod|. */
+/* Elements per thread of an ELEMENT kernel over |t|: 4 (or 2) adjacent
+ * elements of the last dim when it divides and enough threads remain to
+ * fill the GPU (>= 64K), else 1.  Each thread computes its elements one
+ * after the other: the index arithmetic is done once, the loads of the
+ * elements are independent (more bytes in flight per thread, where a bf16
+ * kernel moves only 2 bytes per load), and LLVM may merge adjacent ones.
+ * KDC_CUDA_UNROLL=1|2|4 at compile time caps it (a benchmarking knob:
+ * docs/gpu.md, "Kernel forms"). */
+static uint32_t element_unroll(const kdc_type *t) {
+  uint32_t cap = 4;
+  const char *env = getenv("KDC_CUDA_UNROLL");
+  if (env && (!strcmp(env, "1") || !strcmp(env, "2") || !strcmp(env, "4")))
+    cap = (uint32_t)atoi(env);
+  if (t->rank < 1) return 1;
+  int64_t last = t->dims[t->rank - 1], numel = kdc_type_numel(t);
+  for (uint32_t v = cap; v > 1; v /= 2)
+    if (last % v == 0 && numel / v >= 65536) return v;
+  return 1;
+}
+
+/* Emits kdc_cuda_<index> calling |body| into |mod|, |unroll| adjacent
+ * elements per thread (element_unroll). */
 static LLVMValueRef wrap(cg_plan *P, LLVMModuleRef mod, LLVMValueRef body, const kdc_type *t,
-                         uint32_t n_args, uint32_t index) {
+                         uint32_t n_args, uint32_t index, uint32_t unroll) {
   LLVMValueRef fn = entry_fn(P, mod, n_args, index, false);
   LLVMBasicBlockRef entry = LLVMAppendBasicBlockInContext(P->ctx, fn, "entry");
   LLVMBasicBlockRef run = LLVMAppendBasicBlockInContext(P->ctx, fn, "run");
@@ -103,20 +147,29 @@ static LLVMValueRef wrap(cg_plan *P, LLVMModuleRef mod, LLVMValueRef body, const
   int64_t numel = kdc_type_numel(t);
   LLVMBuildCondBr(P->b,
                   LLVMBuildICmp(P->b, LLVMIntULT, tid,
-                                LLVMConstInt(P->i64, (unsigned long long)numel, 0), ""),
+                                LLVMConstInt(P->i64, (unsigned long long)(numel / unroll), 0),
+                                ""),
                   run, done);
   LLVMPositionBuilderAtEnd(P->b, run);
   LLVMValueRef cargs[65 + KDC_MAX_RANK];
   unsigned nc = 0;
   for (uint32_t i = 0; i <= n_args; i++) cargs[nc++] = LLVMGetParam(fn, i);  /* + coords */
-  LLVMValueRef idx[KDC_MAX_RANK], rest = tid;
-  for (int d = t->rank - 1; d >= 0; d--) {  /* unravel the element index */
+  LLVMValueRef idx[KDC_MAX_RANK] = {0};
+  LLVMValueRef rest = unroll > 1 ? LLVMBuildMul(P->b, tid, LLVMConstInt(P->i64, unroll, 0), "")
+                                 : tid;
+  for (int d = t->rank - 1; d >= 0; d--) {  /* unravel the (first) element index */
     LLVMValueRef n = LLVMConstInt(P->i64, (unsigned long long)t->dims[d], 0);
     idx[d] = d == 0 ? rest : LLVMBuildURem(P->b, rest, n, "");
     if (d > 0) rest = LLVMBuildUDiv(P->b, rest, n, "");
   }
-  for (int d = 0; d < t->rank; d++) cargs[nc++] = idx[d];
-  LLVMBuildCall2(P->b, LLVMGlobalGetValueType(body), body, cargs, nc, "");
+  for (uint32_t e = 0; e < unroll; e++) {  /* the thread's adjacent elements of the last dim */
+    unsigned m = nc;
+    for (int d = 0; d < t->rank; d++)
+      cargs[m++] = d == t->rank - 1 && e > 0
+                       ? LLVMBuildNUWAdd(P->b, idx[d], LLVMConstInt(P->i64, e, 0), "")
+                       : idx[d];
+    LLVMBuildCall2(P->b, LLVMGlobalGetValueType(body), body, cargs, m, "");
+  }
   LLVMBuildBr(P->b, done);
   LLVMPositionBuilderAtEnd(P->b, done);
   LLVMBuildRetVoid(P->b);
@@ -140,6 +193,10 @@ static void reduce_geometry(cg_gpu_form *g) {
   if (g->kind == CG_GPU_COLUMN) {
     g->tile = g->outputs >= 4096 ? 32 : pow2_at_least(g->outputs, 8);
     g->lanes = pow2_at_least(g->terms / 16, 1024 / g->tile);
+    /* at least a warp per block (the launch table's rule): few outputs with
+     * short columns (text_classifier's training plan: 1 output, 128 terms)
+     * get more lanes, the extra ones folding no term (the identity) */
+    while (g->tile * g->lanes < 32) g->lanes *= 2;
   } else {
     g->lanes = g->outputs < 512 && g->terms >= 4096 ? pow2_at_least(g->terms / 16, 1024) : 32;
     g->tile = g->lanes >= 256 ? 1 : 256 / g->lanes;
@@ -163,15 +220,32 @@ kdc_status cg_ptx_plan_kernel(cg_plan *P, const cg_kernel *k, uint32_t idx) {
   cg_gpu_form *g = &P->kform[idx];
   memset(g, 0, sizeof *g);
   bool leading = false;
-  int s = cg_kernel_reduce_split(k, &leading);
-  if (!s) return NULL;
+  int lo = 0, s = cg_kernel_reduce_split(k, &leading);
+  if (!s) {
+    /* a run of middle dims reduced, [lo, s): a column reduction per index of
+     * the outer dims [0, lo), when the inner dims [s, rank) hold enough
+     * adjacent outputs for a tile (a warp reads whole sectors) */
+    s = cg_kernel_reduce_middle(k, &lo);
+    if (!s) return NULL;
+    const kdc_type *xt = &k->f->nodes[k->f->nodes[k->root].in[0]].type;
+    int64_t inner = 1;
+    for (int d = s; d < xt->rank; d++) inner *= xt->dims[d];
+    if (inner < 32) return NULL;
+    leading = true;
+  }
   const kdc_node *nd = &k->f->nodes[k->root];
   g->x = k->f->nodes[nd->in[0]].type;
   g->split = s;
+  g->lo = lo;
   g->red = nd->attr.reduce.kind;
   int64_t front = 1;
-  for (int d = 0; d < s; d++) front *= g->x.dims[d];
+  for (int d = lo; d < s; d++) front *= g->x.dims[d];  /* the terms of a column */
   int64_t back = kdc_type_numel(&g->x) / front;
+  if (!leading) { /* a row: outputs [0, s), terms [s, rank) */
+    front = 1;
+    for (int d = 0; d < s; d++) front *= g->x.dims[d];
+    back = kdc_type_numel(&g->x) / front;
+  }
   g->kind = leading ? CG_GPU_COLUMN : CG_GPU_ROW;
   g->outputs = leading ? back : front;
   g->terms = leading ? front : back;
@@ -353,7 +427,13 @@ static LLVMValueRef wrap_reduce(cg_plan *P, LLVMModuleRef mod, LLVMValueRef opnd
   const kdc_type *x = &g->x;
   LLVMValueRef idx[KDC_MAX_RANK];
   bool col = g->kind == CG_GPU_COLUMN;
-  if (col) unravel(P, x, g->split, x->rank, o, idx);
+  if (col && g->lo) {  /* outputs over the outer dims [0, lo) and the inner [split, rank) */
+    int64_t inner = 1;
+    for (int d = g->split; d < x->rank; d++) inner *= x->dims[d];
+    LLVMValueRef in = LLVMConstInt(P->i64, (unsigned long long)inner, 0);
+    unravel(P, x, g->split, x->rank, LLVMBuildURem(B, o, in, ""), idx);
+    unravel(P, x, 0, g->lo, LLVMBuildUDiv(B, o, in, ""), idx);
+  } else if (col) unravel(P, x, g->split, x->rank, o, idx);
   else unravel(P, x, 0, g->split, o, idx);
   LLVMBuildStore(B, LLVMBuildAdd(B, j0, lane, ""), jv);
   LLVMBuildBr(B, head);
@@ -361,7 +441,7 @@ static LLVMValueRef wrap_reduce(cg_plan *P, LLVMModuleRef mod, LLVMValueRef opnd
   LLVMValueRef j = LLVMBuildLoad2(B, P->i64, jv, "");
   LLVMBuildCondBr(B, LLVMBuildICmp(B, LLVMIntULT, j, j1, ""), body, tree);
   LLVMPositionBuilderAtEnd(B, body);
-  if (col) unravel(P, x, 0, g->split, j, idx);
+  if (col) unravel(P, x, g->lo, g->split, j, idx);
   else unravel(P, x, g->split, x->rank, j, idx);
   LLVMValueRef cargs[65 + KDC_MAX_RANK];
   unsigned nc = 0;
@@ -550,7 +630,9 @@ static kdc_status lower(cg_plan *P, LLVMModuleRef mod, LLVMTargetMachineRef tm, 
       form = (uint32_t)g->kind;
       scratch = g->scratch;
     } else {
-      wrap(P, mod, body, &P->ktype[k], P->prog.kernels[k].n_args, k);
+      uint32_t unroll = element_unroll(&P->ktype[k]);
+      wrap(P, mod, body, &P->ktype[k], P->prog.kernels[k].n_args, k, unroll);
+      threads /= unroll;
     }
     snprintf(name, sizeof name, "kdc_cuda_%u", k);
     kdc_buf_put_str(launch, name);

@@ -390,6 +390,7 @@ const char *kdc_plan_file_name(const kdc_plan_file *pf);
 const char *kdc_plan_file_kdc_version(const kdc_plan_file *pf);  /* the writer's */
 uint32_t kdc_plan_file_flags(const kdc_plan_file *pf);
 uint64_t kdc_plan_file_checksum(const kdc_plan_file *pf);
+uint64_t kdc_plan_file_size(const kdc_plan_file *pf);    /* bytes */
 size_t kdc_plan_file_count(const kdc_plan_file *pf);
 kdc_plan_section_info kdc_plan_file_info(const kdc_plan_file *pf, size_t i);
 /* The first section of |kind| / called |name|: false when there is none. */

@@ -341,6 +341,7 @@ const char *kdc_plan_file_name(const kdc_plan_file *pf) { return pf->name; }
 const char *kdc_plan_file_kdc_version(const kdc_plan_file *pf) { return pf->kdc_version; }
 uint32_t kdc_plan_file_flags(const kdc_plan_file *pf) { return pf->flags; }
 uint64_t kdc_plan_file_checksum(const kdc_plan_file *pf) { return pf->checksum; }
+uint64_t kdc_plan_file_size(const kdc_plan_file *pf) { return pf->file.size; }
 size_t kdc_plan_file_count(const kdc_plan_file *pf) { return pf->n; }
 
 kdc_plan_section_info kdc_plan_file_info(const kdc_plan_file *pf, size_t i) {

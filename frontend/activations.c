@@ -132,7 +132,9 @@ kdc_value_id kdc_fe_softmax(kdc_func *f, kdc_value_id x, int n_axes, const int64
   int k = 0;
   for (int d = 0; d < t.rank; d++)
     if (!red[d]) map[k++] = d;
-  kdc_value_id m = kdc_ir_reduce(f, KDC_RED_MAX, x, n_axes, ax);
+  /* the shift is constant to the gradient, as jax.nn.softmax's
+   * stop_gradient(x_max): no cotangent flows through the max */
+  kdc_value_id m = kdc_ir_unary(f, KDC_OP_STOP_GRADIENT, kdc_ir_reduce(f, KDC_RED_MAX, x, n_axes, ax));
   kdc_value_id z = bin(f, KDC_OP_SUB, x, kdc_ir_broadcast(f, m, t.rank, t.dims, map));
   kdc_value_id e = un(f, KDC_OP_EXP, z);
   kdc_value_id s = kdc_ir_broadcast(f, kdc_ir_reduce(f, KDC_RED_SUM, e, n_axes, ax), t.rank,

@@ -113,22 +113,21 @@ static kdc_value_id sum_private(kdc_func *f, kdc_value_id x, int8_t *lab, int *n
   return nd ? kdc_ir_reduce(f, KDC_RED_SUM, x, nd, dims) : x;
 }
 
-kdc_value_id kdc_fe_einsum_lower(kdc_func *f, const kdc_fe_einsum *e, kdc_value_id a,
-                                 kdc_value_id b) {
-  int8_t la[KDC_MAX_RANK], lb[KDC_MAX_RANK], lr[2 * KDC_MAX_RANK];
-  int na = e->n[0], nb = e->n[1], no = e->n[2], nr = 0;
-  memcpy(la, e->lab[0], sizeof la);
-  memcpy(lb, e->lab[1], sizeof lb);
-  a = sum_private(f, a, la, &na, lb, nb, e->lab[2], no);
-  b = sum_private(f, b, lb, &nb, la, na, e->lab[2], no);
-  kdc_attr_dot d;
-  memset(&d, 0, sizeof d);
+/* The dot_general of |a| (labels |la|, |na|) and |b| for the einsum's
+ * output labels: its dims; *|lr| gets the result's labels (batch dims in
+ * |a|'s order, then |a|'s free dims, then |b|'s), *|ident| whether they are
+ * the output's order already. */
+static void einsum_dot(const kdc_fe_einsum *e, const int8_t *la, int na, const int8_t *lb,
+                       int nb, kdc_attr_dot *d, int64_t *perm, bool *ident) {
+  int8_t lr[2 * KDC_MAX_RANK];
+  int nr = 0, no = e->n[2];
+  memset(d, 0, sizeof *d);
   for (int i = 0; i < na; i++) {
     int j = find(lb, nb, la[i]);
     if (j < 0) continue;
     bool batch = find(e->lab[2], no, la[i]) >= 0;
-    kdc_dimlist *ld = batch ? &d.lhs_batch : &d.lhs_contract;
-    kdc_dimlist *rd = batch ? &d.rhs_batch : &d.rhs_contract;
+    kdc_dimlist *ld = batch ? &d->lhs_batch : &d->lhs_contract;
+    kdc_dimlist *rd = batch ? &d->rhs_batch : &d->rhs_contract;
     ld->v[ld->n++] = i;
     rd->v[rd->n++] = j;
     if (batch) lr[nr++] = la[i];
@@ -137,13 +136,37 @@ kdc_value_id kdc_fe_einsum_lower(kdc_func *f, const kdc_fe_einsum *e, kdc_value_
     if (find(lb, nb, la[i]) < 0) lr[nr++] = la[i];
   for (int i = 0; i < nb; i++)
     if (find(la, na, lb[i]) < 0) lr[nr++] = lb[i];
-  kdc_value_id y = kdc_ir_dot(f, a, b, &d);
-  int64_t perm[KDC_MAX_RANK];
-  bool ident = true;
+  *ident = true;
   for (int i = 0; i < no; i++) {
     perm[i] = find(lr, nr, e->lab[2][i]);
-    ident = ident && perm[i] == i;
+    *ident = *ident && perm[i] == i;
   }
+}
+
+kdc_value_id kdc_fe_einsum_lower(kdc_func *f, const kdc_fe_einsum *e, kdc_value_id a,
+                                 kdc_value_id b) {
+  int8_t la[KDC_MAX_RANK], lb[KDC_MAX_RANK];
+  int na = e->n[0], nb = e->n[1];
+  memcpy(la, e->lab[0], sizeof la);
+  memcpy(lb, e->lab[1], sizeof lb);
+  a = sum_private(f, a, la, &na, lb, nb, e->lab[2], e->n[2]);
+  b = sum_private(f, b, lb, &nb, la, na, e->lab[2], e->n[2]);
+  kdc_attr_dot d;
+  int64_t perm[KDC_MAX_RANK];
+  bool ident;
+  einsum_dot(e, la, na, lb, nb, &d, perm, &ident);
+  if (!ident) {
+    /* The operands the other way round give the output's order without a
+     * transpose (MultiHeadAttention's scores "aecd,abcd->acbe" take the
+     * query's dims before the key's): each element is the same sum of the
+     * same products, and no consumer reads the scores across their rows. */
+    kdc_attr_dot d2;
+    int64_t perm2[KDC_MAX_RANK];
+    bool ident2;
+    einsum_dot(e, lb, nb, la, na, &d2, perm2, &ident2);
+    if (ident2) return kdc_ir_dot(f, b, a, &d2);
+  }
+  kdc_value_id y = kdc_ir_dot(f, a, b, &d);
   return ident ? y : kdc_ir_transpose(f, y, perm);
 }
 

@@ -938,6 +938,7 @@ static kdc_value_id moments(kdc_func *f, int kind, kdc_value_id x, int na, const
     kdc_value_id fin = kdc_ir_compare(f, KDC_CMP_LT, kdc_ir_unary(f, KDC_OP_ABS, m),
                                       kdc_ir_splat(f, KDC_DTYPE_F32, mt.rank, mt.dims, INFINITY));
     m = kdc_ir_select(f, fin, m, kdc_ir_splat(f, KDC_DTYPE_F32, mt.rank, mt.dims, 0));
+    m = kdc_ir_unary(f, KDC_OP_STOP_GRADIENT, m); /* as JAX's logsumexp */
     kdc_value_id e = kdc_ir_unary(f, KDC_OP_EXP, minus_reduced(f, x, m, na, ax));
     kdc_value_id s = kdc_ir_unary(f, KDC_OP_LOG, kdc_ir_reduce(f, KDC_RED_SUM, e, na, ax));
     return kdc_ir_binary(f, KDC_OP_ADD, s, m);

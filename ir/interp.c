@@ -119,6 +119,7 @@ static bool un_f32(kdc_op op, float x, float *out) {
   case KDC_OP_FLOOR: *out = floorf(x); return true;
   case KDC_OP_CEIL: *out = ceilf(x); return true;
   case KDC_OP_ROUND: *out = round_half_even(x); return true;
+  case KDC_OP_STOP_GRADIENT: *out = x; return true;
   default: return false;
   }
 }

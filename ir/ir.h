@@ -287,12 +287,11 @@ extern const size_t kdc_ir_n_attr_kws;
 
 /* ---- nodes, functions, modules (ir/module.c) ------------------------------ */
 
-/* The most nodes one fusion group (one kernel) may hold.  passes/fuse.c
- * starts a new kernel when a group is full; codegen refuses a larger group
- * (from IR text).  It bounds the code generator's walk over a kernel (its
- * recursion depth is at most twice this) and LLVM's time per kernel, which
- * grows faster than linearly with the size of one basic block
- * (docs/codegen.md). */
+/* The most nodes passes/fuse.c puts in one fusion group (one kernel): it
+ * starts a new kernel when a group is full.  A performance choice, not a
+ * safety bound: LLVM's time per kernel grows faster than linearly with the
+ * size of one basic block (docs/codegen.md).  Codegen takes larger groups
+ * (from IR text): its walk over a kernel has an explicit stack. */
 #define KDC_GROUP_MAX_MEMBERS 256
 
 /* The most distinct buffers one kernel reads (its output is one more):
@@ -319,8 +318,9 @@ typedef struct kdc_node {
    * the same index as the root, so it must have the root's dims
    * (kdc_ir_group_output).  group -1: not a kernel (PARAMETER, CONSTANT,
    * DOT = a GEMM call, RESHAPE of a materialized row-major value = an alias,
-   * collectives).  A group has at most KDC_GROUP_MAX_MEMBERS members and
-   * reads at most KDC_KERNEL_MAX_INPUTS distinct values from outside. */
+   * collectives).  A group reads at most KDC_KERNEL_MAX_INPUTS distinct
+   * values from outside; fusion makes groups of at most
+   * KDC_GROUP_MAX_MEMBERS members. */
   int32_t group;
   /* Memory plan (passes/plan_memory.c): byte offset of this value in the
    * device's scratch arena, -1 if not a planned temporary (parameters,

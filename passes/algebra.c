@@ -7,6 +7,8 @@
  *   x + (-0.0), (-0.0) + x, x - (+0.0) -> x   (f32; for integers any 0)
  *     (x + (+0.0) is NOT x: -0.0 + +0.0 = +0.0)
  *   neg(neg(x))                      -> x
+ *   stop_gradient(x)                 -> x  (the pipeline differentiates before
+ *     it simplifies: pipeline.c, build_training)
  *   reshape(reshape(x))              -> reshape(x), or x if the types match
  *   transpose(transpose(x, p), q)    -> transpose(x, p∘q), or x if identity
  *   broadcast(broadcast(x, a), b)    -> broadcast(x, b∘a)
@@ -77,6 +79,8 @@ static kdc_value_id simplify_node(kdc_func *f, kdc_value_id v) {
   case KDC_OP_NEG:
     if (an->op == KDC_OP_NEG) return an->in[0];
     break;
+  case KDC_OP_STOP_GRADIENT: /* its work is done: autodiff runs before simplify */
+    return a;
   case KDC_OP_CONVERT:
     if (same_type) return a;
     /* convert(convert(x, W), T) with x of type T and W wider (bf16/f16 ->

@@ -79,7 +79,10 @@
  * before fuse.  The dot takes the convolution's sharding and origin; the new
  * data-movement nodes take x's sharding (same rank and dims order; they are
  * interior values nothing reads the sharding of) and the weight reshape is
- * left without one.
+ * left without one.  The one place this pass adds a collective: the
+ * depthwise weight gradient whose operands the partitioner gathered along a
+ * split batch is reduced over the local images and all-reduced over the
+ * gathers' axes (rewrite_depthwise_dw), the gathers left unread.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -124,12 +127,35 @@ static bool natural_operands(const kdc_func *f, const kdc_node *cv, kdc_value_id
   return is_transpose(f, cv->in[0], r, pl, x) && is_transpose(f, cv->in[1], r, pr, g);
 }
 
+/* |v| itself, or, where |v| is an all_gather along |dim| (the partitioner's
+ * gather of a batch-split operand), its operand, the gather's attributes
+ * in *coll (naxes 0 when there is none). */
+static kdc_value_id ungathered(const kdc_func *f, kdc_value_id v, int64_t dim,
+                               kdc_attr_coll *coll) {
+  const kdc_node *nd = kdc_ir_node(f, v);
+  memset(coll, 0, sizeof *coll);
+  if (nd->op != KDC_OP_ALL_GATHER || nd->n_in != 1 || nd->attr.coll.dim != dim) return v;
+  *coll = nd->attr.coll;
+  return nd->in[0];
+}
+
+static bool same_axes(const kdc_attr_coll *a, const kdc_attr_coll *b) {
+  if (a->naxes != b->naxes) return false;
+  for (int i = 0; i < a->naxes; i++)
+    if (a->axes[i] != b->axes[i]) return false;
+  return true;
+}
+
 /* The depthwise weight gradient as conv_dw spells it (groups G, one input
  * channel per group): lhs = x [N, S.., G] reshaped to [N, S.., G, 1],
  * transposed to [1, S.., G, N] and reshaped to [1, S.., G*N]; rhs = g
- * [N, O.., G*M] transposed to [O.., N, G*M].  x and g in *x, *g. */
+ * [N, O.., G*M] transposed to [O.., N, G*M].  x and g in *x, *g.  After a
+ * batch split the partitioner gathers both transposes along N (the grouped
+ * lhs cannot run split): then x and g are the LOCAL operands (local N) and
+ * *coll the gathers' axes (the same for both), the weight gradient a sum of
+ * per-device partial sums; *coll has naxes 0 otherwise. */
 static bool depthwise_operands(const kdc_func *f, const kdc_node *cv, kdc_value_id *x,
-                               kdc_value_id *g) {
+                               kdc_value_id *g, kdc_attr_coll *coll) {
   int r = cv->type.rank, n = r - 2;
   int64_t G = cv->attr.conv.groups, pt[KDC_MAX_RANK], pr[KDC_MAX_RANK];
   const kdc_node *l = kdc_ir_node(f, cv->in[0]);
@@ -138,16 +164,20 @@ static bool depthwise_operands(const kdc_func *f, const kdc_node *cv, kdc_value_
   for (int d = 0; d < n; d++) pt[d + 1] = d + 1, pr[d] = d + 1;
   pr[n] = 0, pr[n + 1] = n + 1;
   kdc_value_id t, rs;
-  if (!is_transpose(f, l->in[0], r + 1, pt, &t)) return false;
+  kdc_attr_coll cl, cr;
+  if (!is_transpose(f, ungathered(f, l->in[0], r, &cl), r + 1, pt, &t)) return false;
   const kdc_node *rn = kdc_ir_node(f, t);
   if (rn->op != KDC_OP_RESHAPE || rn->type.dims[n + 2] != 1 || rn->type.dims[n + 1] != G)
     return false;
   rs = rn->in[0];
   const kdc_type *xt = kdc_ir_type(f, rs);
-  if (xt->rank != r || xt->dims[r - 1] != G || !is_transpose(f, cv->in[1], r, pr, g))
+  if (xt->rank != r || xt->dims[r - 1] != G ||
+      !is_transpose(f, ungathered(f, cv->in[1], n, &cr), r, pr, g) || !same_axes(&cl, &cr))
     return false;
   *x = rs;
-  return kdc_ir_type(f, *g)->dims[r - 1] % G == 0;
+  *coll = cl;
+  const kdc_type *gt = kdc_ir_type(f, *g);
+  return gt->dims[r - 1] % G == 0 && gt->dims[0] == xt->dims[0];
 }
 
 static form eligible(const kdc_func *f, kdc_value_id v) {
@@ -164,8 +194,9 @@ static form eligible(const kdc_func *f, kdc_value_id v) {
     for (int d = 0; d + 2 < nd->type.rank; d++)
       outs *= nd->type.dims[d + 1], flat &= a->lhs_dilation.v[d] == 1;
     kdc_value_id x, g;
+    kdc_attr_coll coll;
     return flat && outs <= KDC_C2G_MAX_TAPS && kdc_type_numel(&nd->type) > 0 &&
-                   depthwise_operands(f, nd, &x, &g)
+                   depthwise_operands(f, nd, &x, &g, &coll)
                ? FORM_DEPTHWISE_DW
                : FORM_NONE;
   }
@@ -417,12 +448,17 @@ static kdc_value_id rewrite_outputs_natural(kdc_func *f, kdc_value_id v) {
  *
  * each one pass over its slice of x and over g, vectorised over the
  * channels (codegen's column reductions), where the grouped convolution
- * walks g with the stride of a channel row per multiply. */
+ * walks g with the stride of a channel row per multiply.  When the
+ * partitioner gathered both operands along a split batch (see
+ * depthwise_operands), the reductions run over the local images and one
+ * all_reduce over the gathers' axes sums the [O, G*M] partial results
+ * (the runtime's fixed order: deterministic); the gathers go unread. */
 static kdc_value_id rewrite_depthwise_dw(kdc_func *f, kdc_value_id v) {
   kdc_node cv = *kdc_ir_node(f, v);
   const kdc_attr_conv *a = &cv.attr.conv;
   kdc_value_id x = KDC_NO_VALUE, g = KDC_NO_VALUE;
-  depthwise_operands(f, &cv, &x, &g);
+  kdc_attr_coll coll;
+  depthwise_operands(f, &cv, &x, &g, &coll);
   kdc_type xt = *kdc_ir_type(f, x), gt = *kdc_ir_type(f, g), yt = cv.type;
   kdc_sharding xs = kdc_ir_node(f, x)->sharding;
   const char *org = cv.origin;
@@ -486,6 +522,14 @@ static kdc_value_id rewrite_depthwise_dw(kdc_func *f, kdc_value_id v) {
     y = add(f, KDC_OP_CONCAT, &ct, (int)outs, rows, &ca, NULL, org);
   }
   free(rows);
+  if (coll.naxes > 0) { /* per-device partial sums over the local images */
+    kdc_attrs aa;
+    memset(&aa, 0, sizeof aa);
+    aa.coll = coll;
+    aa.coll.dim = 0;
+    kdc_type yt2 = *kdc_ir_type(f, y); /* a copy: the append may move the nodes */
+    y = add(f, KDC_OP_ALL_REDUCE, &yt2, 1, &y, &aa, NULL, org);
+  }
   return add(f, KDC_OP_RESHAPE, &yt, 1, &y, &za, &cv.sharding, org);
 }
 

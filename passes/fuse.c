@@ -38,7 +38,10 @@
  * unless it is cheap: its recompute tree -- itself plus the fusible
  * producers it would pull in, down to materialized values and free leaves
  * (iota; a broadcast that grows the element count counts one op, it never
- * pulls its operand in) -- has at most fuse_max_recompute ops (default 4),
+ * pulls its operand in) -- has at most fuse_max_recompute ops (default 4;
+ * 16 for a CUDA plan, where a kernel is bound by its memory traffic and
+ * recomputing, e.g., an activation's gradient in each of the two kernels
+ * that read it costs less than writing it and reading it back twice),
  * it is not a function result, and every user is in some kernel.  A cheap value is
  * then duplicated, one copy per consumer kernel (softmax's exp(x - max) is
  * the textbook case: one copy feeds the sum, one the division).
@@ -56,7 +59,7 @@
  * when a producer would join a full group it becomes the root of a new
  * kernel instead (its value is materialized).  A 100,000-layer elementwise
  * chain is thus ~400 kernels of 256 ops, not one body LLVM needs minutes
- * for; the cap also bounds the code generator's walk over one kernel.
+ * for (codegen itself takes any size: its walk has an explicit stack).
  * Likewise a group reads at most KDC_KERNEL_MAX_INPUTS values from outside
  * (the kernel's argument array): a producer whose operands would push it
  * over starts a new kernel (counted as an upper bound, see new_reads()).

@@ -451,6 +451,7 @@ static void vjp_sharding_constraint(kdc_grad_ctx *c, const kdc_node *n, kdc_valu
   G(ROUND, ZERO(ROUND, "piecewise constant"))                                          \
   G(NOT, ZERO(NOT, "bool/integer"))                                                    \
   G(CONVERT, RULE(CONVERT, vjp_convert, "converted back between floats, else none"))             \
+  G(STOP_GRADIENT, ZERO(STOP_GRADIENT, "jax.lax.stop_gradient"))                      \
   G(ADD, RULE(ADD, vjp_add, "g, g"))                                                   \
   G(SUB, RULE(SUB, vjp_sub, "g, -g"))                                                  \
   G(MUL, RULE(MUL, vjp_mul, "g b, a g"))                                               \

@@ -123,9 +123,11 @@ static kdc_value_id log_sigmoid(kdc_func *f, kdc_value_id x) {
   return un(f, KDC_OP_NEG, kdc_ir_select(f, pos, hi, lo));
 }
 
-/* jax.nn.log_softmax over the last dim. */
+/* jax.nn.log_softmax over the last dim (its shift by the max carries no
+ * gradient: lax.stop_gradient). */
 static kdc_value_id log_softmax(kdc_func *f, kdc_value_id x) {
-  kdc_value_id shifted = bin(f, KDC_OP_SUB, x, reduce_last(f, KDC_RED_MAX, x, true));
+  kdc_value_id m = un(f, KDC_OP_STOP_GRADIENT, reduce_last(f, KDC_RED_MAX, x, true));
+  kdc_value_id shifted = bin(f, KDC_OP_SUB, x, m);
   kdc_value_id e = un(f, KDC_OP_EXP, shifted);
   kdc_value_id lse = un(f, KDC_OP_LOG, reduce_last(f, KDC_RED_SUM, e, true));
   return bin(f, KDC_OP_SUB, shifted, lse);

@@ -29,7 +29,8 @@ typedef struct kdc_pass_options {
   const char *dump_dir;      /* --dump-ir DIR: DIR/00-input.kir, 01-verify.kir, ...; NULL = off */
   FILE *print_after_all;     /* --print-ir-after-all: IR after every pass; NULL = off */
   int64_t fold_max_elements; /* largest constant fold folds (elements); 0 = 1M */
-  int fuse_max_recompute;    /* ops a cheap value may recompute per kernel; 0 = 4, <0 = never */
+  int fuse_max_recompute;    /* ops a cheap value may recompute per kernel; 0 = 4 (CUDA:
+                              16, see fuse.c), <0 = never */
   int simplify_max_rounds;   /* simplify's fixpoint bound; 0 = 8 */
   FILE *warnings;            /* partition's warnings (full-replication fallbacks); NULL = none */
   /* Training (passes/train_step.c): when set, the build_training pass adds
@@ -248,6 +249,12 @@ kdc_status kdc_pass_propagate_shardings(kdc_module *m, const kdc_pass_options *o
  * line on opt->warnings. */
 kdc_status kdc_pass_partition(kdc_module *m, const kdc_pass_options *opt);
 
+/* ---- drop_trivial_collectives (passes/drop_trivial_collectives.c) -----------
+ * After partition: all_reduce, all_gather, reduce_scatter, all_to_all and
+ * shard_slice over axes whose sizes multiply to 1 (size-1 mesh axes) are the
+ * identity: their uses take the operand (which takes their sharding). */
+kdc_status kdc_pass_drop_trivial_collectives(kdc_module *m, const kdc_pass_options *opt);
+
 /* ---- widen_dots (passes/widen_dots.c) -------------------------------------
  * CPU plans (before the sharding passes): every bf16/f16 dot_general
  * becomes an f32 one between converts (an f32 GEMM step), with one warning
@@ -352,6 +359,10 @@ typedef struct kdc_machine {
   double gemm_flops_per_s;  /* one device's GEMM rate */
   double bytes_per_s;       /* one device's memory traffic rate (kernels) */
   double step_s;            /* per kernel / GEMM launch */
+  double gemm_m0, gemm_n0;  /* a GEMM of m rows and n columns runs at
+                               gemm_flops_per_s x (1 + m0/512 + n0/512) /
+                               (1 + m0/m + n0/n): narrow ones run slower
+                               (0: no such penalty) */
   int lanes;                /* devices that compute at once (0: all; the virtual
                                mesh: the host's cores) */
   double sync_s;            /* per collective that ends a device-parallel segment

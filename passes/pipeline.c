@@ -46,6 +46,7 @@ static const kdc_pass all_passes[] = {
     {"seed_shardings", kdc_pass_seed_shardings},
     {"propagate_shardings", kdc_pass_propagate_shardings},
     {"partition", kdc_pass_partition},
+    {"drop_trivial_collectives", kdc_pass_drop_trivial_collectives},
     {"combine_collectives", kdc_pass_combine_collectives},
     {"conv_to_gemm", kdc_pass_conv_to_gemm},
     {"widen_dots", kdc_pass_widen_dots},
@@ -64,6 +65,7 @@ static const char *const pipeline[] = {
     "seed_shardings",      /* provenance of the frontend's user shardings; others open */
     "propagate_shardings", /* forward/backward factor fixpoint */
     "partition",           /* local shapes and collectives: one SPMD program */
+    "drop_trivial_collectives", /* collectives over size-1 axes are the identity */
     "combine_collectives", /* small independent all_reduces as one (combine_collectives.c) */
     "conv_to_gemm",        /* convolutions as im2col + one GEMM (local shapes) */
     "fuse",
@@ -75,7 +77,7 @@ int64_t kdc_pass_opt_fold_max(const kdc_pass_options *opt) {
 }
 
 int kdc_pass_opt_fuse_recompute(const kdc_pass_options *opt) {
-  if (!opt || opt->fuse_max_recompute == 0) return 4;
+  if (!opt || opt->fuse_max_recompute == 0) return opt && opt->cuda ? 16 : 4;
   return opt->fuse_max_recompute < 0 ? 0 : opt->fuse_max_recompute;
 }
 

@@ -47,8 +47,10 @@
  *      heuristic): classes in decreasing size order each take the smallest
  *      gap between already-placed classes whose intervals overlap theirs, or
  *      the end of the arena.  Sizes and offsets are multiples of 64 bytes.
- * Everything is O(n^2) in the number of stored values at worst, fine for the
- * graphs kdc compiles (hundreds to a few thousand kernels).
+ * Step 1 is linear in the nodes; step 2 looks at each kernel's members once
+ * per candidate operand (kernels are capped in size); step 3 is
+ * O((n + K) log n) for n classes and K pairs of overlapping intervals
+ * (placed_tree), not O(n^2): a chain plans in O(n log n).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -240,10 +242,22 @@ static void inplace(planner *p) {
 
 typedef struct slot { kdc_value_id cls; int64_t def, last, size, off; } slot;
 
-static int cmp_slot_size(const void *a, const void *b) {
-  const slot *x = a, *y = b;
+/* Placement order: decreasing size, then increasing def (a total order). */
+static int cmp_slot_ptr_size(const void *a, const void *b) {
+  const slot *x = *(const slot *const *)a, *y = *(const slot *const *)b;
   if (x->size != y->size) return x->size > y->size ? -1 : 1;
   return x->def < y->def ? -1 : x->def > y->def;
+}
+
+/* The number of slots of |byd| (increasing def) with def <= |l|. */
+static size_t upper_def(const slot *byd, size_t n, int64_t l) {
+  size_t lo = 0, hi = n;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (byd[mid].def <= l) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
 }
 
 static int cmp_slot_off(const void *a, const void *b) {
@@ -251,39 +265,96 @@ static int cmp_slot_off(const void *a, const void *b) {
   return x->off < y->off ? -1 : x->off > y->off;
 }
 
-/* Step 3: greedy by size, best fit.  Returns the arena size. */
+/* The placed slots, found by interval overlap: a max tree over the slots
+ * in increasing def order (def = node id, so that order is the slots'
+ * creation order), leaf i holding slot i's last use once it is placed and
+ * -1 before.  The slots overlapping [d, l] are those of the prefix def <= l
+ * whose last >= d: a descent visits only subtrees holding one, so a query
+ * costs O((k + 1) log n) for k answers, and placing a slot O(log n). */
+typedef struct placed_tree { int64_t *mx; size_t leaves; } placed_tree;
+
+static void placed_init(placed_tree *t, size_t n) {
+  t->leaves = 1;
+  while (t->leaves < n) t->leaves *= 2;
+  t->mx = kdc_xmalloc(2 * t->leaves * sizeof *t->mx);
+  for (size_t i = 0; i < 2 * t->leaves; i++) t->mx[i] = -1;
+}
+
+static void placed_set(placed_tree *t, size_t i, int64_t last) {
+  size_t j = t->leaves + i;
+  t->mx[j] = last;
+  for (j /= 2; j >= 1; j /= 2) t->mx[j] = t->mx[2 * j] > t->mx[2 * j + 1] ? t->mx[2 * j] : t->mx[2 * j + 1];
+}
+
+/* Appends to |out| the placed slots among leaves [0, |end|) with last >=
+ * |d|, in def order; an explicit stack of at most log2(leaves) + 1 pending
+ * right siblings (no recursion). */
+static size_t placed_query(const placed_tree *t, slot *by_def, size_t end, int64_t d,
+                           slot **out) {
+  typedef struct span { size_t node, lo, hi; } span;  /* node covers leaves [lo, hi) */
+  span stack[66];
+  size_t n = 0, sp = 0;
+  stack[sp++] = (span){1, 0, t->leaves};
+  while (sp) {
+    span s = stack[--sp];
+    if (s.lo >= end || t->mx[s.node] < d) continue;
+    if (s.node >= t->leaves) {
+      out[n++] = &by_def[s.lo];
+      continue;
+    }
+    size_t mid = s.lo + (s.hi - s.lo) / 2;
+    stack[sp++] = (span){2 * s.node + 1, mid, s.hi};  /* left on top: def order */
+    stack[sp++] = (span){2 * s.node, s.lo, mid};
+  }
+  return n;
+}
+
+/* Step 3: greedy by size, best fit.  Returns the arena size.  Each slot
+ * looks only at the placed slots whose intervals overlap its own
+ * (placed_tree), sorted by offset: O((n + K) log n) for K overlapping
+ * pairs, instead of a scan of every placed slot.  The choice is the one
+ * defined by the gaps between those slots (smallest gap that fits, the
+ * lowest such; else the end of the highest), whatever their order. */
 static int64_t assign(planner *p) {
   kdc_func *f = p->f;
-  slot *sl = kdc_xmalloc((p->n + 1) * sizeof *sl);
+  slot *byd = kdc_xmalloc((p->n + 1) * sizeof *byd);
   size_t ns = 0;
   for (size_t v = 0; v < p->n; v++) {
     if (p->kind[v] != ST_ARENA || p->own[v] || find(p->cls, (kdc_value_id)v) != v) continue;
-    sl[ns++] = (slot){(kdc_value_id)v, (int64_t)v, p->last[v], p->size[v], -1};
+    byd[ns++] = (slot){(kdc_value_id)v, (int64_t)v, p->last[v], p->size[v], -1};
   }
-  qsort(sl, ns, sizeof *sl, cmp_slot_size);
+  /* the placement order, as indices into byd (in def order) */
+  slot **order = kdc_xmalloc((ns + 1) * sizeof *order);
+  for (size_t i = 0; i < ns; i++) order[i] = &byd[i];
+  qsort(order, ns, sizeof *order, cmp_slot_ptr_size);
+  placed_tree t;
+  placed_init(&t, ns);
   slot **live = kdc_xmalloc((ns + 1) * sizeof *live);
   int64_t total = 0;
   for (size_t i = 0; i < ns; i++) {
-    size_t nl = 0;
-    for (size_t k = 0; k < i; k++)
-      if (sl[k].def <= sl[i].last && sl[i].def <= sl[k].last) live[nl++] = &sl[k];
+    slot *s = order[i];
+    size_t end = upper_def(byd, ns, s->last);  /* the slots with def <= s->last */
+    size_t nl = placed_query(&t, byd, end, s->def, live);
     qsort(live, nl, sizeof *live, cmp_slot_off);
     int64_t best = -1, best_gap = INT64_MAX, at = 0;
     for (size_t k = 0; k < nl; k++) {
       int64_t gap = live[k]->off - at;
-      if (gap >= sl[i].size && gap < best_gap) best = at, best_gap = gap;
+      if (gap >= s->size && gap < best_gap) best = at, best_gap = gap;
       if (live[k]->off + live[k]->size > at) at = live[k]->off + live[k]->size;
     }
-    sl[i].off = best >= 0 ? best : at;
-    if (sl[i].off + sl[i].size > total) total = sl[i].off + sl[i].size;
+    s->off = best >= 0 ? best : at;
+    if (s->off + s->size > total) total = s->off + s->size;
+    placed_set(&t, (size_t)(s - byd), s->last);
   }
   for (size_t v = 0; v < p->n; v++) f->nodes[v].mem_offset = -1;
-  for (size_t i = 0; i < ns; i++) f->nodes[sl[i].cls].mem_offset = sl[i].off;
+  for (size_t i = 0; i < ns; i++) f->nodes[byd[i].cls].mem_offset = byd[i].off;
   for (size_t v = 0; v < p->n; v++)
     if (p->kind[v] == ST_ARENA && !p->own[v])
       f->nodes[v].mem_offset = f->nodes[find(p->cls, (kdc_value_id)v)].mem_offset;
+  free(t.mx);
   free(live);
-  free(sl);
+  free(order);
+  free(byd);
   return total;
 }
 

@@ -4,22 +4,28 @@
  * model of `--layout auto`, docs/sharding.md "Cost model").
  *
  * Per step of the function, as the runtime runs it:
- *   - a GEMM (DOT outside a group): a roofline, max(flops / gemm_flops_per_s,
- *     bytes of operands and result / bytes_per_s), plus step_s; with
- *     shared_gathers a GEMM the runtime stacks over the local devices reads
- *     its weight once for all of them (1/devices of its bytes per device);
+ *   - a GEMM (DOT outside a group): a roofline, max(flops / rate, bytes of
+ *     operands and result / bytes_per_s), plus step_s, the rate
+ *     gemm_flops_per_s scaled down for narrow GEMMs (m rows, n columns:
+ *     (1 + m0/512 + n0/512) / (1 + m0/m + n0/n), OpenBLAS's small blocks);
+ *     with shared_gathers a GEMM the runtime stacks over the local devices
+ *     reads its weight once for all of them (1/devices of its bytes per
+ *     device) and has all their rows;
  *   - a convolution kept as a direct kernel: its flops at gemm rate / 8
  *     (codegen's direct loops run far from the GEMM's rate);
  *   - a fusion group (one kernel): the bytes it reads from outside the group
- *     (splat constants are immediates) plus the bytes its root writes, at
- *     bytes_per_s, plus step_s;
+ *     (splat constants are immediates; a slice in the group reads only its
+ *     piece) plus the bytes its root writes, at bytes_per_s, plus step_s;
  *   - a collective: latency_s of its slowest axis + its bytes per device
  *     (SHARDING.md 4, kdc_coll_bytes) at that axis's bytes_per_s for the
  *     ones that sum (all_reduce, reduce_scatter) or move_bytes_per_s for the
  *     ones that only move data (on the virtual mesh those read the other
  *     devices' pieces in place, runtime/gather_inplace.c: far faster);
  *     plus sync_s when it ends a device-parallel segment of the run (every
- *     device waits for the others there);
+ *     device waits for the others there); with shared_gathers the links are
+ *     the host's memory: every local device's operand read and every
+ *     distinct result written (shared_moved) at bytes_per_s, once for the
+ *     whole mesh (the pool moves them for all devices);
  *   - with shared_gathers (one process, the virtual mesh), what the runtime
  *     makes free (runtime/gather_inplace.c): an all_gather whose result is
  *     only a function result (a weight's update) and whose operand a GEMM
@@ -54,6 +60,11 @@ void kdc_machine_defaults(kdc_machine *mc) {
   mc->gemm_flops_per_s = 5.5e10;
   mc->bytes_per_s = 2.4e10;
   mc->step_s = 1.5e-6;
+  /* single-thread OpenBLAS sgemm on this VM (best of 15, k 64-784): 151
+   * GFLOP/s at 128x200, 112 at 128x50, 87 at 128x25, 95 at 16x200, 105 at
+   * 64x50, 144 at 98x200; 1 + 12/m + 21.5/n fits them within 15% */
+  mc->gemm_m0 = 12;
+  mc->gemm_n0 = 21.5;
   mc->lanes = 2;
   mc->default_axis.latency_s = 1.0e-6;
   mc->default_axis.bytes_per_s = 2.7e9;
@@ -135,6 +146,7 @@ static bool stacked_gemm(const kdc_func *f, kdc_value_id v, double flops) {
 static bool shared_free(const kdc_func *f, const kdc_users *us, kdc_value_id v) {
   const kdc_node *nd = &f->nodes[v];
   const kdc_node *o = &f->nodes[nd->in[0]];
+  while (o->op == KDC_OP_RESHAPE && o->group < 0) o = &f->nodes[o->in[0]]; /* a view */
   if (nd->op == KDC_OP_ALL_TO_ALL)
     return o->op == KDC_OP_PARAMETER && o->attr.param.kind != KDC_PARAM_WEIGHT;
   if (nd->op != KDC_OP_ALL_GATHER || !us->is_result[v] || us->start[v] != us->start[v + 1])
@@ -142,10 +154,49 @@ static bool shared_free(const kdc_func *f, const kdc_users *us, kdc_value_id v) 
   return gemm_written(f, nd->in[0], 2);
 }
 
+/* The bytes a collective reads and writes in one process's memory, all its
+ * local devices together (runtime/coll_shm.c: the pool reads every
+ * device's operand once and writes every distinct result once, so the time
+ * is the whole mesh's bytes, not one device's).  A function result (a
+ * weight rebuilt after its sharded update) is one buffer per distinct
+ * piece (runtime/state.c, "Shared replicas"); an all_gather or all_reduce
+ * into the arena one per group (a shared result, runtime/gather_inplace.c);
+ * anything else one per device. */
+static double shared_moved(const kdc_module *m, const kdc_func *f, const kdc_users *us,
+                           kdc_value_id v) {
+  const kdc_node *nd = &f->nodes[v];
+  double devices = (double)kdc_mesh_devices(&m->mesh), writers = devices;
+  if (us->is_result[v]) {
+    uint32_t used = 0;
+    for (int d = 0; d < nd->sharding.rank; d++)
+      for (int k = 0; k < nd->sharding.naxes[d]; k++) used |= 1u << nd->sharding.axes[d][k];
+    writers = 1;
+    for (int a = 0; a < m->mesh.naxes; a++)
+      if (used & (1u << a)) writers *= (double)m->mesh.sizes[a];
+  } else if (nd->op == KDC_OP_ALL_GATHER || nd->op == KDC_OP_ALL_REDUCE) {
+    double group = 1;
+    for (int i = 0; i < nd->attr.coll.naxes; i++)
+      if (nd->attr.coll.axes[i] < m->mesh.naxes)
+        group *= (double)m->mesh.sizes[nd->attr.coll.axes[i]];
+    writers = devices / group;
+  }
+  return devices * (double)kdc_type_bytes(kdc_ir_type(f, nd->in[0])) +
+         writers * (double)kdc_type_bytes(&nd->type);
+}
+
 static double prod(const kdc_type *t, const kdc_dimlist *dims) {
   double p = 1;
   for (int i = 0; i < dims->n; i++) p *= (double)t->dims[dims->v[i]];
   return p;
+}
+
+/* The GEMM rate of a product of |m| rows by |n| columns: gemm_flops_per_s
+ * (measured at 512^3) scaled by the machine's narrow-GEMM penalty. */
+static double gemm_rate(const kdc_machine *mc, double m, double n) {
+  if (m < 1) m = 1;
+  if (n < 1) n = 1;
+  return mc->gemm_flops_per_s * (1 + mc->gemm_m0 / 512 + mc->gemm_n0 / 512) /
+         (1 + mc->gemm_m0 / m + mc->gemm_n0 / n);
 }
 
 static kdc_status func_cost(const kdc_module *m, const kdc_func *f, const kdc_machine *mc,
@@ -170,7 +221,11 @@ static kdc_status func_cost(const kdc_module *m, const kdc_func *f, const kdc_ma
         const kdc_node *o = &f->nodes[nd->in[i]];
         if (o->group == nd->group || (o->op == KDC_OP_CONSTANT && o->attr.constant.splat))
           continue;  /* fused, or an immediate */
-        gbytes[nd->group] += (double)kdc_type_bytes(&o->type);
+        double ob = (double)kdc_type_bytes(&o->type);
+        /* a slice in the group (a sharded update's piece of a replicated
+         * weight) reads only its piece of the operand */
+        if (nd->op == KDC_OP_SHARD_SLICE || nd->op == KDC_OP_SLICE) ob = fmin(ob, out_b);
+        gbytes[nd->group] += ob;
       }
       if (nd->op == KDC_OP_CONVOLUTION) {
         const kdc_type *k = kdc_ir_type(f, nd->in[1]);
@@ -199,12 +254,20 @@ static kdc_status func_cost(const kdc_module *m, const kdc_func *f, const kdc_ma
       const kdc_type *l = kdc_ir_type(f, nd->in[0]), *r = kdc_ir_type(f, nd->in[1]);
       double fl = 2.0 * (double)kdc_type_numel(&nd->type) * prod(l, &nd->attr.dot.lhs_contract);
       double rb = (double)kdc_type_bytes(r);
-      if (mc->shared_gathers && stacked_gemm(f, (kdc_value_id)v, fl))
+      /* rows: the lhs's free dims (per batch entry); columns: the rhs's */
+      double rows = (double)kdc_type_numel(l) / prod(l, &nd->attr.dot.lhs_contract) /
+                    prod(l, &nd->attr.dot.lhs_batch);
+      double cols = (double)kdc_type_numel(&nd->type) / prod(l, &nd->attr.dot.lhs_batch) / rows;
+      if (mc->shared_gathers && stacked_gemm(f, (kdc_value_id)v, fl)) {
+        /* one GEMM over every local device's rows */
         rb /= (double)kdc_mesh_devices(&m->mesh);
+        rows *= (double)kdc_mesh_devices(&m->mesh);
+      }
       double b = (double)kdc_type_bytes(l) + rb + out_b;
       c->flops += fl * times;
       c->mem_bytes += b * times;
-      c->compute_s += (fmax(fl / mc->gemm_flops_per_s, b / mc->bytes_per_s) + mc->step_s) * times;
+      double t = fmax(fl / gemm_rate(mc, rows, cols), b / mc->bytes_per_s);
+      c->compute_s += (t + mc->step_s) * times;
       c->n_steps += (int64_t)times;
       break;
     }
@@ -220,8 +283,9 @@ static kdc_status func_cost(const kdc_module *m, const kdc_func *f, const kdc_ma
       c->n_collectives += (int64_t)times;
       if (mc->shared_gathers && shared_free(f, &us, (kdc_value_id)v)) break;
       c->coll_bytes += b * times;
-      c->coll_s += (l.latency_s + mc->sync_s + b / (sums ? l.bytes_per_s : l.move_bytes_per_s)) *
-                   times;
+      double move_s = b / (sums ? l.bytes_per_s : l.move_bytes_per_s);
+      if (mc->shared_gathers) move_s = shared_moved(m, f, &us, (kdc_value_id)v) / mc->bytes_per_s;
+      c->coll_s += (l.latency_s + mc->sync_s + move_s) * times;
       c->n_syncs += (int64_t)times;
       break;
     }

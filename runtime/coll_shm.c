@@ -17,6 +17,14 @@
  *   all_to_all       tasks = devices x members x row parts; piece <my group
  *                    index> of member j's operand along |dim| copied to
  *                    offset j along |dim2|;
+ *                    both, when the runs are short (a gather along an inner
+ *                    dim: at most SHORT_RUN bytes, 16 for cnn_64's depthwise
+ *                    gradient), interleave the members instead: tasks =
+ *                    devices x row parts, and per block of rows (about
+ *                    BLOCK_BYTES of the result) every member's runs, so
+ *                    each cache line of the result is filled by one task
+ *                    while it is in L1, not revisited by k tasks (3x
+ *                    faster on 8 members' 16-byte runs);
  *   collective_permute  tasks = devices x parts; a copy from the source
  *                    device, or zeros where the source is off the mesh.
  * A NULL |dst[d]| is a shared replica (comm.h): device d's result is an
@@ -38,6 +46,9 @@ enum {
   PART_BYTES = 64 << 10,     /* target bytes per task */
   SERIAL_BYTES = 256 << 10,  /* below this a collective runs on the calling thread */
   STREAM_BYTES = 16 << 20,   /* all_reduce results beyond this (all devices) bypass the cache */
+  SHORT_RUN = 256,           /* gather / all_to_all runs up to this interleave the members */
+  BLOCK_BYTES = 4096,        /* result bytes per interleaved block */
+  MAX_INTERLEAVED = 64,      /* members an interleaved task holds boxes for */
 };
 
 typedef struct coll_job {
@@ -49,6 +60,7 @@ typedef struct coll_job {
   int64_t per_group; /* all_reduce: tasks per group */
   int64_t q;         /* box kinds: row parts per transfer */
   bool stream;       /* all_reduce: non-temporal stores of the results */
+  bool interleave;   /* all_gather / all_to_all: a task copies every member's runs */
 } coll_job;
 
 /* Stores |n| bytes of |src| (64-byte aligned) at |dst|: non-temporal
@@ -185,6 +197,22 @@ static void box_task(const coll_job *j, int64_t t) {
   }
 }
 
+/* Interleaved (file comment): device |who|'s row part |part|, block by
+ * block, every member's runs.  Every member's box has the same rows. */
+static void interleaved_task(const coll_job *j, int64_t t) {
+  int64_t k = j->call->groups->k, who = t / j->q, part = t % j->q, sdev[MAX_INTERLEAVED], ddev;
+  rt_box b[MAX_INTERLEAVED];
+  for (int64_t m = 0; m < k; m++) transfer(j, who, m, &b[m], &sdev[m], &ddev);
+  if (!j->dst[ddev]) return; /* a shared replica: an earlier device writes it */
+  int64_t r0 = b[0].rows * part / j->q, r1 = b[0].rows * (part + 1) / j->q;
+  int64_t blk = BLOCK_BYTES / ((int64_t)b[0].run * k);
+  if (blk < 1) blk = 1;
+  for (int64_t r = r0; r < r1; r += blk) {
+    int64_t e = r + blk < r1 ? r + blk : r1;
+    for (int64_t m = 0; m < k; m++) rt_box_copy(&b[m], j->dst[ddev], j->src[sdev[m]], r, e);
+  }
+}
+
 static void permute_task(const coll_job *j, int64_t t) {
   int64_t dev = t / j->q, part = t % j->q, peer = j->call->groups->peer[dev];
   int64_t bytes = (int64_t)j->call->step->dst.bytes;
@@ -200,7 +228,10 @@ static void coll_task(void *ctx, int64_t t) {
   switch (j->call->step->kind) {
   case KDC_COLL_ALL_REDUCE: all_reduce_task(j, t); break;
   case KDC_COLL_PERMUTE: permute_task(j, t); break;
-  default: box_task(j, t); break;
+  default:
+    if (j->interleave) interleaved_task(j, t);
+    else box_task(j, t);
+    break;
   }
 }
 
@@ -210,7 +241,7 @@ void rt_coll_shm_run(rt_pool *pool, const rt_coll_call *call, const void *const 
                      void *const *dst) {
   const kdc_prog_coll_step *c = call->step;
   const rt_coll_groups *g = call->groups;
-  coll_job j = {call, src, dst, kdc_prog_dtype_size(c->dtype), 0, 1, 1, false};
+  coll_job j = {call, src, dst, kdc_prog_dtype_size(c->dtype), 0, 1, 1, false, false};
   int64_t n_dev = g->n_groups * g->k, nd = n_dev, tasks, moved;
   for (int64_t d = 0; d < n_dev; d++) nd -= !dst[d]; /* results actually written */
   uint64_t in_bytes = c->src.bytes;
@@ -235,8 +266,16 @@ void rt_coll_shm_run(rt_pool *pool, const rt_coll_call *call, const void *const 
     int64_t sd, dd, who_n = c->kind == KDC_COLL_REDUCE_SCATTER ? g->n_groups : n_dev;
     transfer(&j, 0, 0, &b, &sd, &dd);
     int64_t piece = b.rows * (int64_t)b.run, most = RT_POOL_MAX_TASKS / (who_n * g->k);
-    j.q = clamp(piece / PART_BYTES, 1, clamp(b.rows, 1, most > 1 ? most : 1));
-    tasks = who_n * g->k * j.q;
+    j.interleave = c->kind != KDC_COLL_REDUCE_SCATTER && b.run <= SHORT_RUN && g->k > 1 &&
+                   g->k <= MAX_INTERLEAVED && b.rows > 1;
+    if (j.interleave) {
+      most = RT_POOL_MAX_TASKS / who_n;
+      j.q = clamp(piece * g->k / PART_BYTES, 1, clamp(b.rows, 1, most > 1 ? most : 1));
+      tasks = who_n * j.q;
+    } else {
+      j.q = clamp(piece / PART_BYTES, 1, clamp(b.rows, 1, most > 1 ? most : 1));
+      tasks = who_n * g->k * j.q;
+    }
     moved = 2 * nd * (int64_t)(c->dst.bytes > in_bytes ? c->dst.bytes : in_bytes);
     break;
   }

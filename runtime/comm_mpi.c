@@ -5,15 +5,17 @@
  * Messages are MPI_Isend / MPI_Irecv of MPI_BYTE on a duplicate of
  * MPI_COMM_WORLD (our tags never meet anyone else's), cut into pieces of
  * at most 1 GiB (MPI counts are int); MPI's non-overtaking rule matches
- * them in posting order.  wait() polls MPI_Testall with 20 us naps until
- * every request completed or the timeout passed: MPI's blocking calls have
- * no timeout, and a rank that died must not leave us waiting.  A request
- * still pending at the deadline names its peer (and device).  No
+ * them in posting order.  wait() polls MPI_Testall -- busy for 2 ms (unless
+ * this host runs more processes than it has CPUs), then with 20 us naps --
+ * until every request completed or the timeout passed: MPI's blocking calls
+ * have no timeout, and a rank that died must not leave us waiting.  A
+ * request still pending at the deadline names its peer (and device).  No
  * collective of MPI's own is used: MPI does not specify MPI_Allreduce's
  * summation order, and kdc's must be the virtual mesh's.
  */
 #include <stdlib.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <mpi.h>
 
@@ -26,11 +28,15 @@ typedef struct mpi_net {
   int64_t *req_dev;  /* per request: the device it carries (receives), or -1 */
   int *req_peer;
   bool *req_send;
+  double spin_s;  /* SPIN_S, or 0 with more processes on this host than CPUs */
   int n_req;
   size_t cap;
 } mpi_net;
 
 enum { CHUNK = 1 << 30 };  /* bytes per message */
+/* wait(): poll without pause for SPIN_S (unless oversubscribed), then with
+ * 20 us naps (docs/processes.md). */
+#define SPIN_S 2e-3
 
 static double now_s(void) {
   struct timespec ts;
@@ -70,13 +76,13 @@ static void mpi_post(rt_net *base, bool send, void *buf, uint64_t bytes, int pee
 
 static bool mpi_wait(rt_net *base, double timeout_s, rt_net_miss *out) {
   mpi_net *m = (mpi_net *)base;
-  double deadline = now_s() + timeout_s;
+  double start = now_s(), deadline = start + timeout_s, t = start;
   int done = 0;
   struct timespec nap = {0, 20000};
   for (;;) {
     MPI_Testall(m->n_req, m->req, &done, MPI_STATUSES_IGNORE);
     if (done) break;
-    if (now_s() > deadline) {
+    if (t > deadline) {
       int first = -1;  /* a pending receive names the device; else a send */
       for (int i = 0; i < m->n_req; i++) {
         int one = 1;
@@ -89,7 +95,16 @@ static bool mpi_wait(rt_net *base, double timeout_s, rt_net_miss *out) {
                            m->req_send[first], -1};
       return false;
     }
-    nanosleep(&nap, NULL);
+    /* Spin first: a small collective completes within microseconds of
+     * both sides posting, far below a nap's real length (timer slack and
+     * rescheduling: ~0.1-0.2 ms), which dominated 64-256 KiB all_reduces.
+     * Open MPI's blocking calls spin too.  Not when oversubscribed: a
+     * spinning process would take the CPU of the peer it waits for (8
+     * processes on 2 cores ran test_mpi_collectives_np8 1.6x slower, even
+     * with sched_yield).  After SPIN_S (a late peer: it is still
+     * computing), nap. */
+    t = now_s();
+    if (t - start >= m->spin_s) nanosleep(&nap, NULL);
   }
   m->n_req = 0;
   return true;
@@ -110,6 +125,16 @@ kdc_status rt_net_mpi_create(rt_net **out) {
   mpi_net *m = kdc_xcalloc(1, sizeof *m);
   m->base = (rt_net){.vt = &mpi_vtable, .n = size, .id = rank, .rank_word = "MPI rank", .blame = -1};
   MPI_Comm_dup(MPI_COMM_WORLD, &m->world);
+  MPI_Comm local;  /* the processes sharing this host */
+  int n_local = 1;
+  if (MPI_Comm_split_type(m->world, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &local) ==
+      MPI_SUCCESS) {
+    MPI_Comm_size(local, &n_local);
+    MPI_Comm_free(&local);
+  }
+  /* the host's CPUs, not this process's affinity: mpirun binds each rank
+   * to a core when they fit */
+  m->spin_s = n_local > sysconf(_SC_NPROCESSORS_ONLN) ? 0 : SPIN_S;
   *out = &m->base;
   return NULL;
 }

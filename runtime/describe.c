@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "runtime/cuda/graph.h"
+#include "runtime/cuda/host.h"
 #include "runtime/runtime.h"
 
 static void put_dims(FILE *o, kdc_io_dtype dt, int rank, const int64_t *dims) {
@@ -308,6 +309,24 @@ static void put_cuda(FILE *o, const kdc_rt_plan *plan) {
   size_t size;
   if (!kdc_plan_file_find(plan->file, KDC_PLAN_SECTION_PTX, &data, &size)) return;
   const kdc_program *p = &plan->prog;
+  /* the code the GPU loads: the cubin of a plan compiled where ptxas was, else PTX */
+  kdc_reader r;
+  rt_cuda_table t;
+  kdc_arena *a = kdc_arena_create();
+  kdc_status st = kdc_plan_file_reader(plan->file, KDC_PLAN_SECTION_CUDA, &r);
+  if (!st) r.section = "cuda", st = rt_cuda_table_decode(&r, a, p->n_kernels, &t);
+  if (st)
+    fprintf(o, "cuda: %s\n", kdc_status_message(st));
+  else if (t.cubin_bytes)
+    fprintf(o, "cuda: sm_%u: cubin %" PRIu64 " bytes (%s; loaded on sm_%u.x GPUs of minor >= %u) "
+            "+ PTX %zu bytes (other GPUs: the driver compiles it)\n", t.sm, t.cubin_bytes,
+            t.cubin_note, t.cubin_sm / 10, t.cubin_sm % 10, size);
+  else
+    fprintf(o, "cuda: sm_%u: PTX only, %zu bytes (%s): the driver compiles it at load (cached "
+            "per user); compile where ptxas is to ship SASS\n", t.sm, size,
+            t.version < 3 ? "a version-2 plan" : t.cubin_note);
+  kdc_status_free(st);
+  kdc_arena_destroy(a);
   fprintf(o, "cuda: matmul precision %s\ncuda graphs (one process, KDC_CUDA_GRAPHS=0 turns them "
           "off):\n", kdc_rt_plan_matmul_precision(plan));
   for (uint32_t i = 0; i < p->n_funcs; i++) {

@@ -18,6 +18,7 @@
 
 #include <json-c/json.h>
 
+#include "common/trace.h"
 #include "runtime/comm.h"
 #include "runtime/cuda/cuda_rt.h"
 #include "runtime/runtime.h"
@@ -67,12 +68,43 @@ static uint64_t arena_used(const kdc_program *p) {
   return used;
 }
 
+/* Each kernel's work per run: extent x unit cost of its largest step, a
+ * scan body's steps counted once per iteration of its LOOP (bodies follow
+ * the entry functions and hold no LOOP). */
+static double *kernel_work(const kdc_program *prog) {
+  double *mult = kdc_xmalloc((prog->n_funcs + 1) * sizeof *mult);
+  for (uint32_t f = 0; f < prog->n_funcs; f++) mult[f] = 1;
+  for (uint32_t f = 0; f < prog->n_funcs; f++)
+    for (uint32_t s = 0; s < prog->funcs[f].n_steps; s++) {
+      const kdc_prog_step *st = &prog->funcs[f].steps[s];
+      if (st->kind == KDC_STEP_LOOP && st->loop.body < prog->n_funcs &&
+          mult[f] * (double)st->loop.length > mult[st->loop.body])
+        mult[st->loop.body] = mult[f] * (double)st->loop.length;
+    }
+  double *work = kdc_xcalloc(prog->n_kernels + 1, sizeof *work);
+  for (uint32_t f = 0; f < prog->n_funcs; f++)
+    for (uint32_t s = 0; s < prog->funcs[f].n_steps; s++) {
+      const kdc_prog_step *st = &prog->funcs[f].steps[s];
+      if (st->kind != KDC_STEP_KERNEL || st->kernel.kernel >= prog->n_kernels) continue;
+      int64_t unit = st->kernel.unit_cost > 0 ? st->kernel.unit_cost : 1;
+      double w = (double)st->kernel.extent * (double)unit * mult[f];
+      if (w > work[st->kernel.kernel]) work[st->kernel.kernel] = w;
+    }
+  free(mult);
+  return work;
+}
+
 static kdc_status load_code(kdc_rt_plan *p, const kdc_rt_options *opt) {
   for (size_t i = 0; i < kdc_plan_file_count(p->file); i++) {
     kdc_plan_section_info si = kdc_plan_file_info(p->file, i);
     if (si.kind != KDC_PLAN_SECTION_CODE) continue;
-    KDC_RETURN_IF_ERROR(rt_jit_create(si.data, si.size, p->path, si.offset,
-                                      rt_jit_cache_dir(opt), &p->jit));
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    rt_jit_hints hints = {kernel_work(&p->prog), p->prog.n_kernels,
+                          opt && opt->n_threads > 0 ? opt->n_threads : cores > 0 ? (int)cores : 1};
+    kdc_status st = rt_jit_create(si.data, si.size, p->path, si.offset, rt_jit_cache_dir(opt),
+                                  &hints, &p->jit);
+    free((void *)hints.work);
+    KDC_RETURN_IF_ERROR(st);
     p->kernels = kdc_xcalloc(p->prog.n_kernels + 1, sizeof *p->kernels);
     for (uint32_t k = 0; k < p->prog.n_kernels; k++)
       if (!(p->kernels[k] = rt_jit_lookup(p->jit, p->prog.kernels[k].name)))
@@ -86,7 +118,9 @@ static kdc_status load_code(kdc_rt_plan *p, const kdc_rt_options *opt) {
 }
 
 static kdc_status load(kdc_rt_plan *p, const kdc_rt_options *opt) {
+  kdc_trace("plan load: %s", p->path);
   KDC_RETURN_IF_ERROR(kdc_plan_file_open(p->path, &p->file));
+  kdc_trace("plan mapped + checksum (%.1f MB)", (double)kdc_plan_file_size(p->file) / 1e6);
   kdc_reader r, rw;
   const void *data;
   size_t size;
@@ -101,6 +135,8 @@ static kdc_status load(kdc_rt_plan *p, const kdc_rt_options *opt) {
   KDC_RETURN_IF_ERROR(kdc_prog_decode(&r, p->arena, &p->prog));
   p->metadata = section_text(p->file, KDC_PLAN_SECTION_METADATA);
   p->ir_text = section_text(p->file, KDC_PLAN_SECTION_IR_TEXT);
+  kdc_trace("program + weights decoded (%u functions, %u weights)", p->prog.n_funcs,
+            p->prog.n_weights);
   /* A CUDA plan runs on GPUs (cuda/exec.c) unless the caller asks for the
    * CPU code it also carries; the GPUs need no JIT and no host arenas. */
   bool cuda = (!opt || opt->target != KDC_RT_TARGET_CPU) &&
@@ -122,11 +158,17 @@ static kdc_status load(kdc_rt_plan *p, const kdc_rt_options *opt) {
                        "on CUDA only (NCCL)", p->path, p->prog.funcs[f].name, s,
                        kdc_io_dtype_name(st->coll.dtype));
     }
-  if (!cuda && !p->describe_only) KDC_RETURN_IF_ERROR(load_code(p, opt));
+  if (!cuda && !p->describe_only) {
+    KDC_RETURN_IF_ERROR(load_code(p, opt));
+    kdc_trace("CPU JIT: LLVM init + %u kernels compiled or read from the cache", p->prog.n_kernels);
+  } else if (cuda) {
+    kdc_trace("no LLVM, no CPU JIT (a CUDA plan)");
+  }
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   p->n_threads = opt && opt->n_threads > 0 ? opt->n_threads : cores > 0 ? (int)cores : 1;
   KDC_RETURN_IF_ERROR(rt_pool_create(p->n_threads, &p->pool));
   KDC_RETURN_IF_ERROR(rt_devices_create(p, cuda ? 0 : arena_used(&p->prog)));
+  kdc_trace("thread pool (%d threads) + host devices", p->n_threads);
   p->device_parallel = p->nd > 1 && p->nd >= p->n_threads;
   p->timeout_s = opt && opt->collective_timeout_s > 0 ? opt->collective_timeout_s : 60;
   p->profile = opt && opt->profile > 0;

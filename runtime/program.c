@@ -15,6 +15,22 @@
 #include <stdlib.h>
 #include <string.h>
 
+int64_t kdc_prog_kernel_family(const char *name, size_t *digits_at, size_t *digits_end) {
+  static const char *const prefix[] = {"kdc_kernel_", "kdc_body_", "kdc_opnd_"};
+  for (size_t i = 0; i < sizeof prefix / sizeof *prefix; i++) {
+    size_t n = strlen(prefix[i]);
+    if (strncmp(name, prefix[i], n) || name[n] < '0' || name[n] > '9') continue;
+    int64_t k = 0;
+    size_t e = n;
+    for (; name[e] >= '0' && name[e] <= '9' && k < (int64_t)1 << 40; e++)
+      k = k * 10 + (name[e] - '0');
+    if (digits_at) *digits_at = n;
+    if (digits_end) *digits_end = e;
+    return k;
+  }
+  return -1;
+}
+
 size_t kdc_prog_dtype_size(kdc_io_dtype dt) {
   switch (dt) {
   case KDC_IO_DTYPE_F32: return 4;

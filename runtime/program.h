@@ -226,6 +226,12 @@ char *kdc_prog_sharding_str(const kdc_prog_mesh *mesh, const kdc_prog_sharding *
                             char *buf, size_t n);
 /* "all_reduce" ... for a collective kind ("?" when unknown). */
 const char *kdc_prog_coll_name(kdc_prog_coll_kind k);
+/* The kernel index an LLVM function name of the CODE section carries:
+ * every function of kernel k is named kdc_kernel_<k>... (the wrapper the
+ * program names and its variants), kdc_body_<k>... or kdc_opnd_<k>
+ * (codegen).  -1 for other names (shared functions: kdc_math_*); with a
+ * kernel, the digits are name[*digits_at, *digits_end) (both may be NULL). */
+int64_t kdc_prog_kernel_family(const char *name, size_t *digits_at, size_t *digits_end);
 
 /* ---- encode (codegen) ------------------------------------------------------ */
 

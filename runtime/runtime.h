@@ -368,13 +368,33 @@ typedef void (*kdc_rt_kernel_fn)(void **args, const int64_t *coords, int64_t beg
 /* ---- jit.c: LLVM ORC LLJIT over the CODE section ----------------------------- */
 
 typedef struct rt_jit rt_jit;
-/* Parses, verifies, optimises (MergeFunctions, then O3 for the host CPU),
- * compiles to an object file and JITs |bitcode|.  With |cache_dir| (NULL =
- * none) the object comes from, or goes to, the compiled-code cache
- * (jit_cache.c); the code is the same either way.
+/* What the program says about the code: each kernel's work (element-ops
+ * of its largest step, times the iterations of a LOOP that runs it), which
+ * picks its pipeline, and the threads the compilation may use. */
+typedef struct rt_jit_hints {
+  const double *work;       /* [kernel index], n_kernels entries */
+  uint32_t n_kernels;
+  int n_threads;            /* compile threads, caller included (< 1: 1) */
+} rt_jit_hints;
+/* Kernels of at least this much work per run get O3 with unrolling; the
+ * others O2 without unrolling (docs/runtime.md, "Compile time"). */
+#define RT_JIT_HOT_WORK (1 << 18)
+/* Where a load's compilation went (thread CPU seconds, summed over the
+ * compile threads; wall_s: the whole of rt_jit_create). */
+typedef struct rt_jit_times {
+  double check_s, parse_s, opt_s, codegen_s, link_s, wall_s;
+  size_t functions, parts, hot_parts;
+} rt_jit_times;
+/* Parses and verifies |bitcode|, then compiles it for the host CPU as a
+ * fixed list of partitions (hot kernels with O3, the rest with O2 without
+ * unrolling; MergeFunctions inside each), on hints->n_threads threads, and
+ * JITs the objects.  The objects depend on the bitcode and the hints' work,
+ * never on the thread count.  With |cache_dir| (NULL = none) the objects
+ * come from, or go to, the compiled-code cache (jit_cache.c); the code is
+ * the same either way.  |hints| may be NULL (every kernel cold, 1 thread).
  * Errors name |file|, the "code" section and its byte |offset|. */
 kdc_status rt_jit_create(const void *bitcode, size_t size, const char *file, uint64_t offset,
-                         const char *cache_dir, rt_jit **out);
+                         const char *cache_dir, const rt_jit_hints *hints, rt_jit **out);
 /* The address of kernel |name|, or NULL. */
 kdc_rt_kernel_fn rt_jit_lookup(rt_jit *j, const char *name);
 /* Vector stores the optimiser made non-temporal (streaming kernels). */
@@ -384,6 +404,8 @@ size_t rt_jit_nontemporal_stores(const rt_jit *j);
 size_t rt_jit_merged_functions(const rt_jit *j);
 /* true if the object came from the compiled-code cache (nothing compiled). */
 bool rt_jit_from_cache(const rt_jit *j);
+/* The load's compile times (zero but wall_s and check_s from the cache). */
+const rt_jit_times *rt_jit_get_times(const rt_jit *j);
 void rt_jit_destroy(rt_jit *j);
 
 /* ---- jit_cache.c: the persistent compiled-code cache ------------------------ */

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "common/io.h"
+#include "common/trace.h"
 #include "kdc/kdc.h"
 #include "tools/cli.h"
 #include "tools/run_place.h"
@@ -144,7 +145,9 @@ static kdc_status predict(kdc_plan *plan, const char *path, const char *const *i
       return KDC_ERR(KDC_OUT_OF_MEMORY, "%s: output \"%s\": cannot allocate %llu bytes", path,
                      t.name, (unsigned long long)all);
   }
+  kdc_trace("inputs read (%zu .npy)", s->n_in);
   KDC_RETURN_IF_ERROR(kdc_plan_predict(plan, s->ain, s->n_in, s->aout, s->n_out));
+  kdc_trace("predict done");
   for (size_t k = 0; k < s->n_out; k++) {
     kdc_tensor_info t;
     KDC_RETURN_IF_ERROR(kdc_plan_output(plan, k, &t));
@@ -206,8 +209,10 @@ int kdc_cmd_run(int argc, char **argv) {
   }
   if (!st) st = run(&o, &s, &plan, &train);
   st = cli_outputs_end(st);
+  kdc_trace(st ? "failed" : "outputs written (.npy, renamed into place)");
   run_state_free(&s);
   kdc_trainer_free(train);
   kdc_plan_free(plan);
+  kdc_trace("plan freed");
   return run_place_end(st);
 }

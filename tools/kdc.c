@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "common/trace.h"
 #include "runtime/runtime.h"  /* kdc_rt_blas_select_core */
 #include "tools/cli.h"
 
@@ -125,6 +126,7 @@ static const char usage[] =
 
 int main(int argc, char **argv) {
   kdc_rt_blas_select_core(argv); /* runtime/blas_core.c: may execute kdc again */
+  kdc_trace("main entered (%s)", argc > 1 ? argv[1] : "");
   if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
       strcmp(argv[1], "help") == 0) {
     fputs(usage, argc < 2 ? stderr : stdout);
@@ -135,7 +137,11 @@ int main(int argc, char **argv) {
     return 0;
   }
   if (strcmp(argv[1], "compile") == 0) return kdc_cmd_compile(argc - 2, argv + 2);
-  if (strcmp(argv[1], "run") == 0) return kdc_cmd_run(argc - 2, argv + 2);
+  if (strcmp(argv[1], "run") == 0) {
+    int rc = kdc_cmd_run(argc - 2, argv + 2);
+    kdc_trace("exit (status %d)", rc);
+    return rc;
+  }
   if (strcmp(argv[1], "inspect") == 0) return kdc_cmd_inspect(argc - 2, argv + 2);
   if (strcmp(argv[1], "devices") == 0) return kdc_cmd_devices(argc - 2, argv + 2);
   return cli_fail(KDC_ERR(KDC_INVALID_INPUT, "unknown command \"%s\" (see kdc --help)", argv[1]));

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/trace.h"
 #include "runtime/cuda/api.h"
 #include "runtime/cuda/libdirs.h"
 
@@ -90,10 +91,53 @@ kdc_status rt_cuda_api_resolve(const char *driver, const char *blas, const char 
   return NULL;
 }
 
-static void load(void) {
+static const char *const blas_names[] = {"libcublas.so.13", "libcublas.so.12", "libcublas.so",
+                                         NULL};
+static const char *const nccl_names[] = {"libnccl.so.2", "libnccl.so", NULL};
+
+/* cuBLAS and NCCL are opened only for a plan that needs them
+ * (rt_cuda_api_libs): libcublas with its libcublasLt and libnccl are
+ * hundreds of MB to map and relocate.  |tried| says which were tried. */
+static unsigned tried;
+static pthread_t preload;
+static bool preloading;
+
+static void load_libs(unsigned libs, bool bg) {
+  char err[400] = "";
+  if ((libs & RT_CUDA_LIB_BLAS) && !(tried & RT_CUDA_LIB_BLAS)) {
+    tried |= RT_CUDA_LIB_BLAS;
+    void *b = open_lib(blas_names, err, sizeof err);
+    if (!b) snprintf(blas_why, sizeof blas_why, "cuBLAS cannot be loaded: %s", err);
+    else if (!(api.has_blas = load_blas(&api, b, "libcublas", err, sizeof err)))
+      snprintf(blas_why, sizeof blas_why, "%s", err);
+    kdc_trace("cuBLAS %s (dlopen libcublas + libcublasLt%s)", api.has_blas ? "loaded" : "missing",
+              bg ? ", on a second thread during cuInit" : "");
+  }
+  if ((libs & RT_CUDA_LIB_NCCL) && !(tried & RT_CUDA_LIB_NCCL)) {
+    tried |= RT_CUDA_LIB_NCCL;
+    void *c = open_lib(nccl_names, err, sizeof err);
+    if (!c) snprintf(nccl_why, sizeof nccl_why, "NCCL cannot be loaded: %s", err);
+    else if (!(api.has_nccl = load_nccl(&api, c, "libnccl", err, sizeof err)))
+      snprintf(nccl_why, sizeof nccl_why, "%s", err);
+    kdc_trace("NCCL %s (dlopen libnccl%s)", api.has_nccl ? "loaded" : "missing",
+              bg ? ", on a second thread during cuInit" : "");
+  }
+}
+
+static void *preload_main(void *libs) {
+  load_libs((unsigned)(uintptr_t)libs, true);
+  return NULL;
+}
+
+/* Waits for the libraries opened during cuInit (under |lock|). */
+static void preload_join(void) {
+  if (!preloading) return;
+  pthread_join(preload, NULL);
+  preloading = false;
+}
+
+static void load(unsigned libs) {
   static const char *const cu[] = {"libcuda.so.1", NULL};
-  static const char *const blas[] = {"libcublas.so.13", "libcublas.so.12", "libcublas.so", NULL};
-  static const char *const nccl[] = {"libnccl.so.2", "libnccl.so", NULL};
   char err[400] = "";
   void *h = open_lib(cu, err, sizeof err);
   if (!h) {
@@ -106,34 +150,41 @@ static void load(void) {
     state = -1;
     return;
   }
+  kdc_trace("CUDA driver loaded (dlopen libcuda.so.1)");
+  /* the plan's libraries load while the driver initialises (cuInit is
+   * mostly the kernel driver's work; a dlopen needs no CUDA call) */
+  preloading = libs && !pthread_create(&preload, NULL, preload_main, (void *)(uintptr_t)libs);
   CUresult rc = api.cuInit(0);
+  kdc_trace("cuInit (%s)", rc == CUDA_SUCCESS ? "ok" : "failed");
   if (rc != CUDA_SUCCESS) {
+    preload_join();
     const char *s = NULL;
     api.cuGetErrorString(rc, &s);
     snprintf(why, sizeof why, "%s (error %d)", s ? s : "unknown error", (int)rc);
     state = -1;
     return;
   }
-  void *b = open_lib(blas, err, sizeof err);
-  if (!b) snprintf(blas_why, sizeof blas_why, "cuBLAS cannot be loaded: %s", err);
-  else if (!(api.has_blas = load_blas(&api, b, "libcublas", err, sizeof err)))
-    snprintf(blas_why, sizeof blas_why, "%s", err);
-  void *c = open_lib(nccl, err, sizeof err);
-  if (!c) snprintf(nccl_why, sizeof nccl_why, "NCCL cannot be loaded: %s", err);
-  else if (!(api.has_nccl = load_nccl(&api, c, "libnccl", err, sizeof err)))
-    snprintf(nccl_why, sizeof nccl_why, "%s", err);
   state = 1;
 }
 
-kdc_status rt_cuda_api_get(const char *path, const rt_cuda_api **out) {
+kdc_status rt_cuda_api_get(const char *path, unsigned libs, const rt_cuda_api **out) {
   *out = NULL;
   pthread_mutex_lock(&lock);
-  if (state == 0) load();
+  if (state == 0) load(libs);
   pthread_mutex_unlock(&lock);
   if (state < 0)
     return KDC_ERR(KDC_UNAVAILABLE, "%s: no CUDA device: cuInit failed: %s", path, why);
   *out = &api;
   return NULL;
+}
+
+void rt_cuda_api_libs(unsigned libs) {
+  pthread_mutex_lock(&lock);
+  bool waited = preloading;
+  preload_join();
+  if (waited) kdc_trace("second thread joined (the libraries it opened are ready)");
+  if (state == 1) load_libs(libs, false);
+  pthread_mutex_unlock(&lock);
 }
 
 const char *rt_cuda_api_blas_error(void) { return blas_why; }

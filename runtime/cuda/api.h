@@ -19,6 +19,7 @@
 #include <nccl.h>
 
 #include "kdc/status.h"
+#include "runtime/cuda/cuda_rt.h"  /* RT_CUDA_LIB_* */
 
 #define RT_CU_DRIVER(X)                                                                       \
   X(cuInit) X(cuGetErrorString) X(cuDeviceGetCount) X(cuDeviceGet) X(cuDeviceGetAttribute)    \
@@ -51,12 +52,18 @@ typedef struct rt_cuda_api {
   bool has_blas, has_nccl;
 } rt_cuda_api;
 
-/* The process-wide table (loaded once, never unloaded).  The driver is
- * required; cuBLAS and NCCL are looked up too, and a plan that needs one
- * that is missing fails at load naming it (|has_blas|, |has_nccl|).
- * KDC_UNAVAILABLE "no CUDA device: cuInit failed: ..." when the driver
- * cannot be opened or cuInit fails; |path| names the plan. */
-kdc_status rt_cuda_api_get(const char *path, const rt_cuda_api **out);
+/* The process-wide table (loaded once, never unloaded): the driver, opened
+ * and cuInit'ed by the first call.  KDC_UNAVAILABLE "no CUDA device: cuInit
+ * failed: ..." when the driver cannot be opened or cuInit fails; |path|
+ * names the plan.  |libs| (RT_CUDA_LIB_*): the libraries the caller will
+ * ask rt_cuda_api_libs for; the first call opens them on a second thread
+ * while cuInit runs (docs/gpu.md, "Start-up"). */
+kdc_status rt_cuda_api_get(const char *path, unsigned libs, const rt_cuda_api **out);
+/* Makes sure cuBLAS / NCCL (|libs|) were tried, after rt_cuda_api_get
+ * succeeded: |has_blas|, |has_nccl| say whether they loaded, _blas_error /
+ * _nccl_error why not.  A plan that needs a missing one fails at load
+ * naming it; nothing else opens them (`kdc devices` needs neither). */
+void rt_cuda_api_libs(unsigned libs);
 /* Test hook: opens the three libraries at these paths and looks up every
  * entry point kdc uses, as the loader does, without calling any (no
  * cuInit: the toolkit's link-time libcuda.so will do);

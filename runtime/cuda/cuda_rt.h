@@ -23,12 +23,21 @@
 struct kdc_rt_plan;
 struct rt_net;
 
+/* The libraries a CUDA plan needs besides the driver: cuBLAS for GEMM
+ * steps, NCCL for collectives. */
+enum { RT_CUDA_LIB_BLAS = 1, RT_CUDA_LIB_NCCL = 2 };
+
 /* NULL when this kdc can run the CUDA plan |path| here; otherwise why not:
  *   built without CUDA   KDC_UNSUPPORTED "plan.bin: this plan targets CUDA;
  *                        this kdc was built without CUDA (toolkit not found)"
  *   no driver / device   KDC_UNAVAILABLE "no CUDA device: cuInit failed: ..."
- *                        (`kdc run` exits 3). */
-kdc_status kdc_rt_cuda_available(const char *path);
+ *                        (`kdc run` exits 3).
+ * The first call initialises the driver; |libs| (RT_CUDA_LIB_*, from
+ * kdc_rt_cuda_plan_libs) are opened meanwhile on a second thread. */
+kdc_status kdc_rt_cuda_available(const char *path, unsigned libs);
+/* RT_CUDA_LIB_* that the steps of |prog| need. */
+struct kdc_program;
+unsigned kdc_rt_cuda_plan_libs(const struct kdc_program *prog);
 
 /* ---- the GPUs this process can see (cuda/gpus.c; `kdc devices`) ------------------ */
 

@@ -38,6 +38,7 @@
 
 #include <json-c/json.h>
 
+#include "common/trace.h"
 #include "runtime/cuda/api.h"
 #include "runtime/cuda/cuda_rt.h"
 #include "runtime/cuda/graph.h"
@@ -86,8 +87,10 @@ struct rt_cuda {
   bool tf32;                  /* METADATA "matmul_precision": "tf32" (kdc compile
                                  --matmul-precision): cuBLAS may use TF32 tensor cores */
   bool graphs;                /* KDC_CUDA_GRAPHS is not 0 */
+  bool blas;                  /* the plan has GEMM steps: cuBLAS loaded, a handle per device */
   struct cu_graph *graph;     /* [func] */
   uint64_t *key;              /* one run's graph key (graph_key) */
+  uint64_t runs;              /* runs so far (the start-up trace follows the first) */
 };
 
 /* A function's CUDA graphs (docs/gpu.md, "Graphs"): its steps captured on
@@ -235,13 +238,37 @@ static kdc_status plan_collectives(kdc_rt_plan *p, rt_cuda *c, cu_dev *d) {
   return NULL;
 }
 
-static kdc_status load_module(kdc_rt_plan *p, rt_cuda *c, cu_dev *d) {
+/* The plan's cubin when it runs on this GPU (compute capability
+ * |major|.|minor|, host.h), else its PTX through the driver's JIT (and
+ * the driver's cache of it); a cubin the driver refuses (older than its
+ * toolkit) falls back to the PTX.  The trace says which. */
+static kdc_status load_module(kdc_rt_plan *p, rt_cuda *c, cu_dev *d, int major, int minor) {
   const rt_cuda_api *api = c->api;
   char *elog = kdc_xcalloc(1, LOG_BYTES), *ilog = kdc_xcalloc(1, LOG_BYTES);
   CUjit_option opt[4] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
                          CU_JIT_INFO_LOG_BUFFER, CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES};
   void *val[4] = {elog, (void *)(uintptr_t)LOG_BYTES, ilog, (void *)(uintptr_t)LOG_BYTES};
-  CUresult rc = api->cuModuleLoadDataEx(&d->mod, c->ptx, 4, opt, val);
+  CUresult rc = CUDA_ERROR_NO_BINARY_FOR_GPU;
+  const rt_cuda_table *t = &c->table;
+  if (t->cubin_bytes && rt_cuda_cubin_runs(t->cubin_sm, major, minor)) {
+    rc = api->cuModuleLoadDataEx(&d->mod, t->cubin, 4, opt, val);
+    if (rc == CUDA_SUCCESS)
+      kdc_trace("module loaded: cubin sm_%u (%.1f KB, %s) on GPU %d (sm_%d%d)", t->cubin_sm,
+                (double)t->cubin_bytes / 1e3, t->cubin_note, d->ordinal, major, minor);
+    else
+      kdc_trace("cubin sm_%u refused by the driver: %s (error %d): loading the PTX", t->cubin_sm,
+                cu_str(api, rc), (int)rc);
+  }
+  if (rc != CUDA_SUCCESS) {
+    elog[0] = ilog[0] = 0;
+    rc = api->cuModuleLoadDataEx(&d->mod, c->ptx, 4, opt, val);
+    if (rc == CUDA_SUCCESS)
+      kdc_trace("module loaded: PTX (driver JIT or its cache%s; %s) on GPU %d (sm_%d%d)",
+                getenv("CUDA_CACHE_DISABLE") ? ", CUDA_CACHE_DISABLE set" : "",
+                !t->cubin_bytes ? (*t->cubin_note ? t->cubin_note : "no cubin in the plan")
+                                : "the cubin is for another GPU",
+                d->ordinal, major, minor);
+  }
   kdc_status st = NULL;
   if (rc != CUDA_SUCCESS)
     st = KDC_ERR(KDC_UNAVAILABLE, "%s: section ptx: device %lld (GPU %d): cuModuleLoadDataEx "
@@ -294,15 +321,17 @@ static kdc_status open_device(kdc_rt_plan *p, rt_cuda *c, cu_dev *d, uint64_t ar
   CU(p, d, "cuDevicePrimaryCtxRetain", api->cuDevicePrimaryCtxRetain(&d->ctx, d->dev));
   CU(p, d, "cuCtxSetCurrent", api->cuCtxSetCurrent(d->ctx));
   CU(p, d, "cuStreamCreate", api->cuStreamCreate(&d->stream, CU_STREAM_NON_BLOCKING));
-  KDC_RETURN_IF_ERROR(load_module(p, c, d));
+  kdc_trace("context + stream on GPU %d", d->ordinal);
+  KDC_RETURN_IF_ERROR(load_module(p, c, d, major, minor));
   /* cuBLAS gets its workspace from us (NVIDIA's sizes: 32 MiB on Hopper, 4
    * MiB before), so a captured GEMM never allocates */
-  if (c->api->has_blas && has_step(&p->prog, KDC_STEP_GEMM))
+  if (c->blas)
     d->blas_ws_bytes = (size_t)(major >= 9 ? 32 : 4) << 20;
   uint64_t coords_bytes = align_up(KDC_PROG_MAX_AXES * sizeof(int64_t));
   uint64_t total = arena_bytes + weights_bytes + io_bytes + coords_bytes +
                    align_up(c->scratch_bytes) + align_up(c->red_bytes) + d->blas_ws_bytes;
   CU(p, d, "cuMemAlloc", api->cuMemAlloc(&d->mem, total ? total : ALIGN));
+  kdc_trace("device memory (%.1f MB)", (double)total / 1e6);
   d->arena = d->mem;
   CUdeviceptr w = d->arena + arena_bytes;
   d->io = w + weights_bytes;
@@ -312,7 +341,11 @@ static kdc_status open_device(kdc_rt_plan *p, rt_cuda *c, cu_dev *d, uint64_t ar
   if (c->red_bytes)
     CU(p, d, "cuMemsetD8Async", api->cuMemsetD8Async(d->red, 0, c->red_bytes, d->stream));
   d->blas_ws = d->red + align_up(c->red_bytes);
-  if (c->api->has_blas) {
+  if (c->blas) {
+    rt_cuda_api_libs(RT_CUDA_LIB_BLAS);
+    if (!api->has_blas)
+      return KDC_ERR(KDC_UNAVAILABLE, "%s: the plan has GEMM steps but %s", p->path,
+                     rt_cuda_api_blas_error());
     BL(p, d, "cublasCreate", api->cublasCreate(&d->blas));
     BL(p, d, "cublasSetStream", api->cublasSetStream(d->blas, (cudaStream_t)d->stream));
     if (d->blas_ws_bytes) /* after SetStream, which resets the workspace */
@@ -320,6 +353,7 @@ static kdc_status open_device(kdc_rt_plan *p, rt_cuda *c, cu_dev *d, uint64_t ar
                                                              d->blas_ws_bytes));
     BL(p, d, "cublasSetMathMode",
        api->cublasSetMathMode(d->blas, c->tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+    kdc_trace("cuBLAS handle");
   }
   CU(p, d, "cuMemcpyHtoDAsync",
      api->cuMemcpyHtoDAsync(d->coords, p->coords + d->id * KDC_PROG_MAX_AXES,
@@ -334,11 +368,13 @@ static kdc_status open_device(kdc_rt_plan *p, rt_cuda *c, cu_dev *d, uint64_t ar
     w += align_up(bytes);
   }
   CU(p, d, "cuStreamSynchronize", api->cuStreamSynchronize(d->stream));
+  kdc_trace("weights uploaded (%.1f MB)", (double)weights_bytes / 1e6);
   return NULL;
 }
 
 static kdc_status open_nccl(kdc_rt_plan *p, rt_cuda *c, rt_net *net) {
   const rt_cuda_api *api = c->api;
+  rt_cuda_api_libs(RT_CUDA_LIB_NCCL);
   if (!api->has_nccl)
     return KDC_ERR(KDC_UNAVAILABLE, "%s: the plan has collectives but %s", p->path,
                    rt_cuda_api_nccl_error());
@@ -422,15 +458,17 @@ static void destroy_graph(void *user, void *g) {
 }
 
 static kdc_status create(kdc_rt_plan *p, rt_cuda *c, uint64_t arena_bytes, rt_net *net) {
-  KDC_RETURN_IF_ERROR(rt_cuda_api_get(p->path, &c->api));
+  /* cuBLAS only for GEMM steps, NCCL only for collectives: opened on a
+   * second thread while the driver initialises (api.h) and waited for
+   * where they are first used (the cuBLAS handle, the communicators) */
+  rt_cuda_comms_plan(&p->prog, &c->comms);
+  unsigned libs = kdc_rt_cuda_plan_libs(&p->prog);
+  c->blas = libs & RT_CUDA_LIB_BLAS;
+  KDC_RETURN_IF_ERROR(rt_cuda_api_get(p->path, libs, &c->api));
   KDC_RETURN_IF_ERROR(read_sections(p, c));
-  if (has_step(&p->prog, KDC_STEP_GEMM) && !c->api->has_blas)
-    return KDC_ERR(KDC_UNAVAILABLE, "%s: the plan has GEMM steps but %s", p->path,
-                   rt_cuda_api_blas_error());
   kdc_status st = NULL;
   uint64_t io_bytes = align_up(plan_steps(p, c, &st));
   KDC_RETURN_IF_ERROR(st);
-  rt_cuda_comms_plan(&p->prog, &c->comms);
   c->tf32 = !strcmp(kdc_rt_plan_matmul_precision(p), "tf32");
   plan_graphs(p, c);
   int count = 0;
@@ -942,6 +980,7 @@ static kdc_status run(const cu_run *r) {
   const rt_cuda_api *api = c->api;
   const kdc_prog_func *f = r->f;
   const rt_func *rf = r->rf;
+  bool first = c->runs++ == 0;
   for (int64_t i = 0; i < c->n; i++) { /* inputs the caller bound on the host */
     const cu_dev *d = &c->dev[i];
     CU(r->p, d, "cuCtxSetCurrent", api->cuCtxSetCurrent(d->ctx));
@@ -953,15 +992,18 @@ static kdc_status run(const cu_run *r) {
                                 f->inputs[k].local_bytes, d->stream));
     }
   }
+  if (first) kdc_trace("first run: inputs queued (%s)", f->name);
   bool graphed = false;
   KDC_RETURN_IF_ERROR(run_graphed(r, &graphed));
   if (!graphed) KDC_RETURN_IF_ERROR(run_steps(r));
+  if (first) kdc_trace("first run: %u steps queued (first launch)", f->n_steps);
   /* host work overlapping this run (fit's next batch: its upload goes on the
    * copy stream), before the results' copies: a copy into pageable host
    * memory returns only once it is done, i.e. after every step */
   kdc_status during = r->p->during_run ? r->p->during_run(r->p->during_user) : NULL;
   kdc_status st = copy_results(r);
   if (!st) st = wait_streams(r);
+  if (first && !st) kdc_trace("first run: outputs downloaded (the GPU finished)");
   if (st) {
     kdc_status_free(during);
     return st;

@@ -160,7 +160,7 @@ void kdc_rt_gpus_query(kdc_rt_gpus *out) {
   }
 #ifdef KDC_HAVE_CUDA
   const rt_cuda_api *api = NULL;
-  kdc_status st = rt_cuda_api_get("CUDA", &api);
+  kdc_status st = rt_cuda_api_get("CUDA", 0, &api);
   if (st) {
     const char *m = kdc_status_message(st), *tail = strstr(m, "no CUDA device: ");
     snprintf(why, sizeof why, "%s", tail ? tail + strlen("no CUDA device: ") : m);

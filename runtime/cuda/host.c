@@ -24,9 +24,11 @@ kdc_status rt_cuda_table_decode(kdc_reader *r, kdc_arena *a, uint32_t n_kernels,
   memset(t, 0, sizeof *t);
   uint32_t version;
   KDC_RETURN_IF_ERROR(kdc_reader_u32(r, &version));
-  if (version != RT_CUDA_TABLE_VERSION)
-    return kdc_reader_error(r, "launch table version %u (this kdc reads %u)", version,
+  if (version != 2 && version != RT_CUDA_TABLE_VERSION)
+    return kdc_reader_error(r, "launch table version %u (this kdc reads 2 and %u)", version,
                             RT_CUDA_TABLE_VERSION);
+  t->version = version;
+  t->cubin_note = "";
   KDC_RETURN_IF_ERROR(kdc_reader_u32(r, &t->sm));
   if (t->sm != 80 && t->sm != 90) return kdc_reader_error(r, "sm_%u: expected 80 or 90", t->sm);
   KDC_RETURN_IF_ERROR(kdc_reader_count(r, 4 + 1 + 8 + 4 + 4 + 8, &t->n_kernels));
@@ -58,7 +60,30 @@ kdc_status rt_cuda_table_decode(kdc_reader *r, kdc_arena *a, uint32_t n_kernels,
       return kdc_reader_error(r, "kernel %u: %llu threads need more than %d blocks of %u",
                               k, (unsigned long long)l->threads, RT_CUDA_MAX_GRID, l->block);
   }
+  if (version < 3) return NULL;
+  size_t len;
+  KDC_RETURN_IF_ERROR(kdc_reader_u32(r, &t->cubin_sm));
+  if (t->cubin_sm && t->cubin_sm != t->sm)
+    return kdc_reader_error(r, "a cubin for sm_%u in a plan for sm_%u", t->cubin_sm, t->sm);
+  KDC_RETURN_IF_ERROR(kdc_reader_str(r, &t->cubin_note, &len));
+  KDC_RETURN_IF_ERROR(kdc_reader_u64(r, &t->cubin_bytes));
+  KDC_RETURN_IF_ERROR(kdc_reader_align(r, 64));
+  if (!t->cubin_sm != !t->cubin_bytes)
+    return kdc_reader_error(r, "cubin of %llu bytes for sm_%u", (unsigned long long)t->cubin_bytes,
+                            t->cubin_sm);
+  if (t->cubin_bytes != r->size - r->pos)
+    return kdc_reader_error(r, "cubin of %llu bytes, %zu left in the section",
+                            (unsigned long long)t->cubin_bytes, r->size - r->pos);
+  if (t->cubin_bytes) {
+    if (t->cubin_bytes < 64 || memcmp(r->data + r->pos, "\177ELF", 4))
+      return kdc_reader_error(r, "the cubin is not an ELF image");
+    KDC_RETURN_IF_ERROR(kdc_reader_bytes(r, (size_t)t->cubin_bytes, &t->cubin));
+  }
   return NULL;
+}
+
+bool rt_cuda_cubin_runs(uint32_t cubin_sm, int major, int minor) {
+  return cubin_sm && major == (int)cubin_sm / 10 && minor >= (int)cubin_sm % 10;
 }
 
 /* ---- GEMM -------------------------------------------------------------------- */

@@ -24,7 +24,8 @@
 
 /* ---- the launch table ------------------------------------------------------ */
 
-enum { RT_CUDA_TABLE_VERSION = 2, RT_CUDA_MAX_GRID = 0x7fffffff };
+/* 3: + the cubin (ptxas's SASS for |sm|) after the kernels; 2 is still read */
+enum { RT_CUDA_TABLE_VERSION = 3, RT_CUDA_MAX_GRID = 0x7fffffff };
 #define RT_CUDA_MAX_SCRATCH (1ull << 32)
 
 /* A kernel's launch form (codegen's cg_gpu_kind, docs/gpu.md "Kernel forms"). */
@@ -40,20 +41,32 @@ typedef struct rt_cuda_launch {
 } rt_cuda_launch;
 
 typedef struct rt_cuda_table {
+  uint32_t version;         /* 2 or 3 */
   uint32_t sm;              /* 80 or 90 */
   uint32_t n_kernels;
   rt_cuda_launch *kernels;
+  /* version 3: the PTX assembled by ptxas at compile time (docs/gpu.md) */
+  uint32_t cubin_sm;        /* == sm, or 0: no cubin */
+  const char *cubin_note;   /* the ptxas that made it, or why there is none ("" in v2) */
+  const void *cubin;        /* the ELF image, in the section (64-byte aligned in the file) */
+  uint64_t cubin_bytes;
 } rt_cuda_table;
 
 /* Decodes the CUDA section (docs/gpu.md, "Plan sections") from |r| into |t|
  * (strings stay in the section).  Every count, each kernel's block size
  * (1..1024, a multiple of 32) and form, the sm, each entry name ("kdc_cuda_<k>" for kernel k)
  * and each grid are checked; it must list exactly |n_kernels| kernels (the
- * PROGRAM's).  Errors: KDC_INVALID_INPUT naming file, section and byte. */
+ * PROGRAM's); version 3's cubin must be for the table's sm, an ELF image,
+ * and end the section.  Errors: KDC_INVALID_INPUT naming file, section and
+ * byte. */
 kdc_status rt_cuda_table_decode(kdc_reader *r, kdc_arena *a, uint32_t n_kernels,
                                 rt_cuda_table *t);
 /* ceil(threads / block), at least 1; false when it exceeds the grid limit. */
 bool rt_cuda_grid(uint64_t threads, uint32_t block, uint32_t *grid);
+/* Does a cubin for sm_|cubin_sm| run on a GPU of compute capability
+ * |major|.|minor|?  SASS runs on its own major architecture at the same or
+ * a later minor version (NVIDIA's binary compatibility rule). */
+bool rt_cuda_cubin_runs(uint32_t cubin_sm, int major, int minor);
 
 /* ---- GEMM -------------------------------------------------------------------- */
 

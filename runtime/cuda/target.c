@@ -12,12 +12,23 @@
 #include "runtime/cuda/cuda_rt.h"
 #include "runtime/runtime.h"
 
+unsigned kdc_rt_cuda_plan_libs(const kdc_program *prog) {
+  unsigned libs = 0;
+  for (uint32_t f = 0; f < prog->n_funcs; f++)
+    for (uint32_t s = 0; s < prog->funcs[f].n_steps; s++) {
+      kdc_prog_step_kind k = prog->funcs[f].steps[s].kind;
+      if (k == KDC_STEP_GEMM) libs |= RT_CUDA_LIB_BLAS;
+      if (k == KDC_STEP_COLLECTIVE) libs |= RT_CUDA_LIB_NCCL;
+    }
+  return libs;
+}
+
 #ifdef KDC_HAVE_CUDA
 #include "runtime/cuda/api.h"
 
-kdc_status kdc_rt_cuda_available(const char *path) {
+kdc_status kdc_rt_cuda_available(const char *path, unsigned libs) {
   const rt_cuda_api *api;
-  KDC_RETURN_IF_ERROR(rt_cuda_api_get(path, &api));
+  KDC_RETURN_IF_ERROR(rt_cuda_api_get(path, libs, &api));
   int n = 0;
   if (api->cuDeviceGetCount(&n) != CUDA_SUCCESS || n < 1)
     return KDC_ERR(KDC_UNAVAILABLE, "%s: no CUDA device: cuInit succeeded but the driver reports "
@@ -30,7 +41,10 @@ static kdc_status no_cuda(const char *path) {
                  "(toolkit not found)", path);
 }
 
-kdc_status kdc_rt_cuda_available(const char *path) { return no_cuda(path); }
+kdc_status kdc_rt_cuda_available(const char *path, unsigned libs) {
+  (void)libs;
+  return no_cuda(path);
+}
 
 kdc_status rt_cuda_create(struct kdc_rt_plan *p, uint64_t arena_bytes, struct rt_net *net) {
   (void)arena_bytes, (void)net;

@@ -58,7 +58,8 @@ static void test_unary_f32(void **state) {
   (void)state;
   static const kdc_op exact[] = {KDC_OP_NEG, KDC_OP_ABS, KDC_OP_SQRT, KDC_OP_SIGN, KDC_OP_FLOOR,
                                  KDC_OP_CEIL, KDC_OP_ROUND, KDC_OP_RSQRT, KDC_OP_EXP,
-                                 KDC_OP_TANH, KDC_OP_ERF, KDC_OP_EXPM1, KDC_OP_LOGISTIC};
+                                 KDC_OP_TANH, KDC_OP_ERF, KDC_OP_EXPM1, KDC_OP_LOGISTIC,
+                                 KDC_OP_STOP_GRADIENT};
   for (size_t i = 0; i < sizeof exact / sizeof exact[0]; i++)
     unary_case(exact[i], KDC_DTYPE_F32, NULL);
   cgt_opts pos = {.positive = 1};

@@ -154,6 +154,35 @@ static void test_bad_groups(void **state) {
   kdc_ir_module_destroy(m);
 }
 
+/* A chain of 100,000 transposes beside a value live throughout: planning
+ * is O(n log n) (passes/plan_memory.c, placed_tree; the former all-pairs
+ * scan took minutes here).  Three slots suffice and the chain alternates
+ * between the two above the long-lived one. */
+static void test_long_chain(void **state) {
+  (void)state;
+  enum { N = 100000 };
+  int64_t d[2] = {5, 9}, perm[2] = {1, 0};
+  kdc_module *m = kdc_ir_module_create("t");
+  kdc_func *f = kdc_ir_func_create(m, "predict");
+  kdc_value_id s = kdc_ir_unary(f, KDC_OP_EXP, param(f, 2, d));
+  kdc_value_id v = s, first = 0;
+  for (int i = 0; i < N; i++) {
+    v = kdc_ir_transpose(f, v, perm);
+    if (i == 0) first = v;
+  }
+  kdc_value_id y = kdc_ir_binary(f, KDC_OP_ADD, s, v);
+  kdc_ir_add_result(f, y, "y");
+  int64_t arena;
+  assert_null(kdc_pass_plan_memory_func(f, &arena));
+  assert_int_equal(arena, 3 * 192);
+  assert_int_equal(f->nodes[s].mem_offset, 0);
+  assert_int_equal(f->nodes[y].mem_offset, -1);
+  for (kdc_value_id t = first; t < first + N; t++)
+    assert_int_equal(f->nodes[t].mem_offset, (t - first) % 2 ? 384 : 192);
+  assert_int_equal(kdc_pass_plan_memory_arena_bytes(f), arena);
+  kdc_ir_module_destroy(m);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_inplace_chain),
@@ -163,6 +192,7 @@ int main(void) {
       cmocka_unit_test(test_inplace_fused),
       cmocka_unit_test(test_alias_lifetime),
       cmocka_unit_test(test_bad_groups),
+      cmocka_unit_test(test_long_chain),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

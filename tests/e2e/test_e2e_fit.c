@@ -405,6 +405,63 @@ static void test_inplace_preconditions(void **s) {
   free(p8), free(d24), free(lay);
 }
 
+/* Collectives of |func| in |plan| whose device group has one member (the
+ * sizes of their axes multiply to 1). */
+static int count_trivial_colls(const char *plan, const char *func) {
+  kdc_rt_plan *p = NULL;
+  kdc_rt_options ro = {.describe_only = 1};
+  assert_null(kdc_rt_plan_load_with(plan, &ro, &p));
+  int fi = kdc_rt_plan_find_func(p, func), n = 0;
+  assert_true(fi >= 0);
+  const kdc_prog_func *f = &p->prog.funcs[fi];
+  for (uint32_t s = 0; s < f->n_steps; s++) {
+    const kdc_prog_step *st = &f->steps[s];
+    if (st->kind != KDC_STEP_COLLECTIVE) continue;
+    int64_t g = 1;
+    for (uint32_t a = 0; a < st->coll.naxes; a++) g *= p->prog.mesh.sizes[st->coll.axes[a]];
+    n += g == 1;
+  }
+  kdc_rt_plan_release(p);
+  return n;
+}
+
+/* Mesh axes of size 1 (passes/drop_trivial_collectives.c): DataParallel on
+ * 1x8 (data of size 1) and the guide's layout on 8x1 (model of size 1) and
+ * 2x1x4 (the batch over data, columns over a model of size 1) compile to
+ * no collective over a group of one device -- before the pass, 1x8 had an
+ * all_reduce over data of d1/kernel's gradient piece, which also kept its
+ * all_gather from being made in place -- and 3 epochs give the 1-device
+ * run (|d| <= 1e-5 (1 + |ref|)); on 1x8 the all_gather is made in place,
+ * bitwise the run without it. */
+static void test_size1_axes(void **s) {
+  (void)s;
+  char *guide = e2e_src("examples/mnist_mlp/layout.json");
+  char *p1 = compile("adam", NULL, NULL, NULL, "16");
+  char *p18 = compile("adam", "1x8", "data,model", NULL, "16");
+  char *p81 = compile("adam", "8x1", "data,model", guide, "16");
+  char *p214 = compile("adam", "2x1x4", "data,model,axis2", guide, "16");
+  const char *const plans[] = {p18, p81, p214};
+  for (int i = 0; i < 3; i++) {
+    assert_int_equal(count_trivial_colls(plans[i], "train_step"), 0);
+    assert_int_equal(count_trivial_colls(plans[i], "predict"), 0);
+    assert_int_equal(count_trivial_colls(plans[i], "evaluate"), 0);
+  }
+  /* 1x8: the loss scalars, d1's activations moved (all_to_all, all_gather),
+   * the combined small gradients, the new d1/kernel: nothing over data alone */
+  assert_int_equal(count_colls(p18, KDC_COLL_ALL_REDUCE, "model", false), 2);
+  assert_int_equal(count_colls(p18, -1, NULL, false) + count_colls(p18, -1, NULL, true), 5);
+  run r1, r18, r81;
+  train(p1, EPOCHS, NULL, NULL, &r1);
+  train(p18, EPOCHS, NULL, NULL, &r18);
+  same_run(&r18, &r1, 0, "mesh 1x8");
+  train(p81, EPOCHS, NULL, NULL, &r81);
+  same_run(&r81, &r1, 0, "mesh 8x1 guide layout");
+  share_counts c = same_inplace_on(p18, 0, "mesh 1x8, in-place all_gather");
+  assert_int_equal(c.n[RT_SHARE_INPLACE], 1);
+  e2e_run_free(&r1), e2e_run_free(&r18), e2e_run_free(&r81);
+  free(p1), free(p18), free(p81), free(p214), free(guide);
+}
+
 /* evaluate, and one train_step, of rows [0, n) through |plan| (padded and
  * masked when n < its batch). */
 static void eval_rows(const char *plan, int n, float *eval, float *step) {
@@ -808,7 +865,7 @@ int main(void) {
       cmocka_unit_test(test_compile_config),      cmocka_unit_test(test_keras_reference),
       cmocka_unit_test(test_compile_config_schedule), cmocka_unit_test(test_shared_replicas),
       cmocka_unit_test(test_inplace_gather),
-      cmocka_unit_test(test_inplace_preconditions),
+      cmocka_unit_test(test_inplace_preconditions), cmocka_unit_test(test_size1_axes),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   free(x_npy), free(y_npy);

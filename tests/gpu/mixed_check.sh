@@ -72,12 +72,15 @@ print('%.3g %.3g %s %s %s' % (rc, rf, g, c, f)); sys.exit(0 if rc <= 2e-2 and rf
 else line FAIL "mixed fit: $(tail -1 "$T/e")"; fi
 # ---- time
 if [ -z "$BP" ] || [ ! -x "$BP" ]; then line SKIP "mixed time: no bench_plan"; exit $fail; fi
-for m in transformer_512 transformer_512_bf16; do
-  "$K" compile "$T/$m.json" --random-init --batch 64 --loss categorical_crossentropy \
-    --optimizer adam --target cuda --sm "$SM" -o "$T/t_$m.plan" 2>"$T/e" || { line FAIL "mixed time $m: compile"; continue; }
-  if timeout 150 "$BP" "$T/t_$m.plan" --reps 20 --resident 1 > "$T/t_$m.out" 2>"$T/e"; then
-    line PASS "mixed time $m b64: $(cat "$T/t_$m.out")"
-  else line FAIL "mixed time $m: $(tail -1 "$T/e")"; fi
+# each model also with one element per thread in the ELEMENT kernels
+# (KDC_CUDA_UNROLL=1: the A/B of the unrolled kernels, docs/gpu.md)
+for v in transformer_512 transformer_512_bf16 transformer_512:1 transformer_512_bf16:1; do
+  m=${v%%:*}; u=${v#"$m"}; u=${u#:}; tag=$m${u:+_unroll$u}
+  KDC_CUDA_UNROLL=${u:-4} "$K" compile "$T/$m.json" --random-init --batch 64 --loss categorical_crossentropy \
+    --optimizer adam --target cuda --sm "$SM" -o "$T/t_$tag.plan" 2>"$T/e" || { line FAIL "mixed time $tag: compile"; continue; }
+  if timeout 150 "$BP" "$T/t_$tag.plan" --reps 20 --resident 1 > "$T/t_$tag.out" 2>"$T/e"; then
+    line PASS "mixed time $tag b64: $(cat "$T/t_$tag.out")"
+  else line FAIL "mixed time $tag: $(tail -1 "$T/e")"; fi
 done
 python3 -c "
 import json

@@ -55,7 +55,7 @@ static const char *cuda_plan(void) {
 static void test_refused(void **state) {
   (void)state;
   const char *plan = cuda_plan();
-  kdc_status st = kdc_rt_cuda_available(plan);
+  kdc_status st = kdc_rt_cuda_available(plan, 0);
   if (!st) {
     printf("a CUDA device is usable here: the refusal path is not exercised\n");
     skip();
@@ -152,7 +152,7 @@ static const char *UNITS_LAYOUT =
 
 /* Skips (printing why) unless a CUDA device is usable; never fakes one. */
 static bool gpu_usable(void) {
-  kdc_status st = kdc_rt_cuda_available(cuda_plan());
+  kdc_status st = kdc_rt_cuda_available(cuda_plan(), 0);
   if (!st) return true;
   printf("skipped: %s\n", kdc_status_message(st));
   kdc_status_free(st);
@@ -238,7 +238,7 @@ static void test_gpu_train_matches_cpu(void **state) {
 static void test_fit_refused_cpu_runs(void **state) {
   (void)state;
   const char *plan = cuda_plan();
-  kdc_status st = kdc_rt_cuda_available(plan);
+  kdc_status st = kdc_rt_cuda_available(plan, 0);
   if (!st) {
     printf("a CUDA device is usable here: the refusal path is not exercised\n");
     skip();

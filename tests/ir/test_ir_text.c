@@ -100,6 +100,7 @@ static const char everything[] =
     "    %67 = reverse %40 dims=[0] : f32[2,3]\n"
     "    %68 = constant 0 : f32[3]\n"
     "    %69 = scan @cell %68, %67 length=2 carries=1 xs=1 : f32[2,3]\n"
+    "    %70 = stop_gradient %67 : f32[2,3]\n"
     "    return %53 \"out\", %48, %49 \"max\"\n"
     "  }\n"
     "  func @\"train step\" {\n"
@@ -137,7 +138,7 @@ static void test_round_trip_everything(void **state) {
   kdc_status st = kdc_ir_verify_module(m);
   if (st) fail_msg("%s", kdc_status_message(st));
   kdc_func *f = kdc_ir_module_find_func(m, "predict");
-  assert_int_equal(f->n_nodes, 70);
+  assert_int_equal(f->n_nodes, 71);
   assert_int_equal(f->n_params, 4);
   assert_int_equal(f->n_results, 3);
   assert_null(f->result_names[1]);

@@ -9,7 +9,10 @@
  * transposes; the depthwise weight gradient becomes column reductions;
  * grouped and lhs-dilated ones are left alone; the result fuses into one patch kernel; and one SPMD case
  * (batch and output-channel splits) runs seed, propagate, partition and the
- * pass, then kdc_ir_interpret_spmd against the global reference.
+ * pass, then kdc_ir_interpret_spmd against the global reference; the
+ * batch-split depthwise weight gradient (both operands gathered by the
+ * partitioner) becomes local column reductions + one all_reduce, no
+ * all_gather left, equal to the whole-batch reference on both devices.
  */
 #include <math.h>
 #include <setjmp.h>
@@ -367,6 +370,24 @@ static void test_one_patch_kernel(void **state) {
   kdc_ir_module_destroy(m);
 }
 
+/* The 2-device mesh program m->funcs[0] on the two whole parameters |g|,
+ * each sharded as its parameter says: device d's one result in out[d]. */
+static void spmd_run(const kdc_module *m, const kdc_tensor *g, kdc_tensor *out) {
+  const kdc_func *f = m->funcs[0];
+  kdc_tensor loc[2][2], res[2][1];
+  const kdc_tensor *args[2] = {loc[0], loc[1]};
+  kdc_tensor *outs[2] = {res[0], res[1]};
+  for (int64_t d = 0; d < 2; d++)
+    for (int i = 0; i < 2; i++)
+      assert_null(kdc_sharding_shard(&m->mesh, &f->nodes[f->params[i]].sharding, &g[i], d,
+                                     &loc[d][i]));
+  assert_null(kdc_ir_interpret_spmd(f, &m->mesh, args, outs));
+  for (int d = 0; d < 2; d++) {
+    out[d] = res[d][0];
+    for (int i = 0; i < 2; i++) free(loc[d][i].data);
+  }
+}
+
 /* SPMD: batch split, output-channel split and input-channel split (partial
  * dot, then all_reduce) on a 2-device mesh through the pass. */
 static const char spmd_text[] =
@@ -399,26 +420,66 @@ static void test_spmd(void **state) {
     assert_null(kdc_pass_run_list(m, "seed_shardings,propagate_shardings,partition,conv_to_gemm", NULL));
     kdc_func *f = m->funcs[0];
     assert_int_equal(count(f, KDC_OP_CONVOLUTION), 0);
-    kdc_tensor loc[2][2], out[2][1];
-    const kdc_tensor *args[2] = {loc[0], loc[1]};
-    kdc_tensor *outs[2] = {out[0], out[1]};
-    for (int64_t d = 0; d < 2; d++)
-      for (int i = 0; i < 2; i++)
-        assert_null(kdc_sharding_shard(&m->mesh, &f->nodes[f->params[i]].sharding, &g[i], d,
-                                       &loc[d][i]));
-    assert_null(kdc_ir_interpret_spmd(f, &m->mesh, args, outs));
-    kdc_tensor col[2] = {out[0][0], out[1][0]}, got;
+    kdc_tensor col[2], got;
+    spmd_run(m, g, col);
     assert_null(kdc_sharding_unshard(&m->mesh, &f->nodes[f->results[0]].sharding, &want.type, col,
                                      &got));
     check_close(&got, &want, 36);
-    for (int d = 0; d < 2; d++) {
-      free(out[d][0].data);
-      for (int i = 0; i < 2; i++) free(loc[d][i].data);
-    }
+    free(col[0].data), free(col[1].data);
     free(got.data), free(want.data), free(g[0].data), free(g[1].data);
     kdc_ir_module_destroy(ref);
     kdc_ir_module_destroy(m);
   }
+}
+
+/* The depthwise weight gradient of a batch-split step: the partitioner
+ * gathers both transposed operands along the batch (the grouped lhs cannot
+ * run split); the pass reduces over the local images and all-reduces the
+ * partial [taps, channels] instead, and the gathers go unread.  Reference:
+ * the interpreter on the whole batch (relative 1e-5 scaled). */
+static const char dw_spmd_text[] =
+    "module @s {\n  mesh [d=2]\n"
+    "  func @train_step {\n"
+    "    %x = parameter 0 input \"x\" : f32[4,5,5,3] {d,-,-,-}\n"
+    "    %g = parameter 1 input \"g\" : f32[4,5,5,3] {d,-,-,-}\n"
+    "    %x4 = reshape %x : f32[4,5,5,3,1]\n"
+    "    %xt = transpose %x4 perm=[4,1,2,3,0] : f32[1,5,5,3,4]\n"
+    "    %l = reshape %xt : f32[1,5,5,12]\n"
+    "    %gt = transpose %g perm=[1,2,0,3] : f32[5,5,4,3]\n"
+    "    %dw = convolution %l, %gt stride=[1,1] pad_low=[1,1] pad_high=[1,1]"
+    " lhs_dilation=[1,1] rhs_dilation=[1,1] groups=3 : f32[1,3,3,3]\n"
+    "    return %dw \"dw\"\n  }\n}\n";
+
+static void test_depthwise_gradient_spmd(void **state) {
+  (void)state;
+  kdc_module *ref = NULL, *m = NULL;
+  assert_null(kdc_ir_parse_module(dw_spmd_text, "s.kir", &ref));
+  assert_null(kdc_ir_parse_module(dw_spmd_text, "s.kir", &m));
+  kdc_func *rf = ref->funcs[0];
+  rng_state = 5;
+  kdc_tensor g[2];
+  for (int i = 0; i < 2; i++) {
+    g[i].type = rf->nodes[rf->params[i]].type;
+    fill(&g[i]);
+  }
+  kdc_tensor want = interp(rf, g);
+  assert_null(kdc_pass_run_list(m, "seed_shardings,propagate_shardings,partition", NULL));
+  kdc_func *f = m->funcs[0];
+  assert_int_equal(count(f, KDC_OP_ALL_GATHER), 2); /* the gathers this pass removes */
+  assert_null(kdc_pass_run_one(m, "conv_to_gemm", NULL));
+  assert_int_equal(count(f, KDC_OP_CONVOLUTION), 0);
+  assert_int_equal(count(f, KDC_OP_ALL_GATHER), 0);
+  assert_int_equal(count(f, KDC_OP_ALL_REDUCE), 1);
+  assert_int_equal(count(f, KDC_OP_REDUCE), 9);
+  kdc_tensor out[2];
+  spmd_run(m, g, out);
+  for (int d = 0; d < 2; d++) {
+    check_close(&out[d], &want, 4 * 25);
+    free(out[d].data);
+  }
+  free(want.data), free(g[0].data), free(g[1].data);
+  kdc_ir_module_destroy(ref);
+  kdc_ir_module_destroy(m);
 }
 
 int main(void) {
@@ -430,6 +491,7 @@ int main(void) {
       cmocka_unit_test(test_left_alone),
       cmocka_unit_test(test_one_patch_kernel),
       cmocka_unit_test(test_spmd),
+      cmocka_unit_test(test_depthwise_gradient_spmd),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

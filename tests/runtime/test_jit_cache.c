@@ -8,7 +8,10 @@
  * and the others wait for its lock and read its entry, leaving one valid
  * entry and no temporary files; writers racing below the lock never show a
  * reader a torn entry; the key changes with the code and with the
- * compilation's description.
+ * compilation's description.  The JIT compiles a plan as a fixed list of
+ * partitions (hot kernels with O3, the rest with O2 without unrolling) on
+ * any number of threads: the objects (the cache entry) are the same bytes
+ * for 1 and 4 threads, and the outputs equal the interpreter's.
  */
 #include <dirent.h>
 #include <pthread.h>
@@ -17,6 +20,16 @@
 #include "common/io.h"
 
 static char *plan_path, *plan2_path;
+
+/* Fuses, plans and compiles |m| (destroyed) into the temp dir's |name|. */
+static char *write_plan(kdc_module *m, const char *name) {
+  assert_null(kdc_pass_fuse(m, NULL));
+  assert_null(kdc_pass_plan_memory(m, NULL));
+  char *path = strdup(cgt_path(name));
+  assert_null(kdc_codegen_cpu_plan(m, NULL, path));
+  kdc_ir_module_destroy(m);
+  return path;
+}
 
 /* tanh(x @ k) and exp(x) * 2: two kernels and a GEMM.  |scale| changes the
  * second kernel's constant, so the two plans have different code. */
@@ -33,12 +46,7 @@ static char *build_plan(const char *name, float scale) {
   kdc_ir_add_result(f, kdc_ir_unary(f, KDC_OP_TANH, kdc_ir_matmul(f, x, k)), "y");
   kdc_value_id e = kdc_ir_unary(f, KDC_OP_EXP, x);
   kdc_ir_add_result(f, kdc_ir_binary_scalar(f, KDC_OP_MUL, e, scale), "z");
-  assert_null(kdc_pass_fuse(m, NULL));
-  assert_null(kdc_pass_plan_memory(m, NULL));
-  char *path = strdup(cgt_path(name));
-  assert_null(kdc_codegen_cpu_plan(m, NULL, path));
-  kdc_ir_module_destroy(m);
-  return path;
+  return write_plan(m, name);
 }
 
 typedef struct result {
@@ -279,6 +287,77 @@ static void test_racing_puts(void **state) {
   free(obj);
 }
 
+/* A hot kernel (exp over 1024 x 1024: 2^20 element-ops) and |n| distinct
+ * small ones (tanh(h) * c_i + i, each a result), so that both pipelines
+ * and several partitions are used. */
+static void parts_graph(kdc_func *f, int n) {
+  int64_t bd[2] = {1024, 1024}, sd[2] = {8, 40};
+  kdc_type bt = kdc_type_make(KDC_DTYPE_F32, 2, bd), st = kdc_type_make(KDC_DTYPE_F32, 2, sd);
+  kdc_value_id big = kdc_ir_parameter(f, KDC_PARAM_INPUT, "big", &bt);
+  kdc_value_id h = kdc_ir_parameter(f, KDC_PARAM_INPUT, "x", &st);
+  kdc_ir_add_result(f, kdc_ir_unary(f, KDC_OP_EXP, big), "e");
+  for (int i = 0; i < n; i++) {
+    h = kdc_ir_binary_scalar(f, KDC_OP_MUL, kdc_ir_unary(f, KDC_OP_TANH, h), 1.0 + 0.125 * i);
+    h = kdc_ir_binary_scalar(f, KDC_OP_ADD, h, (double)i);
+    char rn[16];
+    snprintf(rn, sizeof rn, "r%d", i);
+    kdc_ir_add_result(f, h, rn);  /* each step its own kernel */
+  }
+}
+
+static char *build_parts_plan(const char *name) {
+  kdc_module *m = kdc_ir_module_create("parts");
+  parts_graph(kdc_ir_func_create(m, "predict"), 24);
+  return write_plan(m, name);
+}
+
+/* Loads |path| on |threads| threads with cache |dir| (compiling into it);
+ * the entry's bytes in *|entry|, the JIT's times in *|t|. */
+static void load_parts(const char *path, int threads, const char *dir, void **entry, size_t *n,
+                       rt_jit_times *t) {
+  kdc_rt_options ro = {.cache_dir = dir, .n_threads = threads};
+  kdc_rt_plan *p;
+  assert_null(kdc_rt_plan_load_with(path, &ro, &p));
+  assert_false(rt_jit_from_cache(p->jit));
+  *t = *rt_jit_get_times(p->jit);
+  kdc_rt_plan_release(p);
+  char file[700];
+  assert_int_equal(count_files(dir, file, sizeof file), 1);
+  assert_null(kdc_file_read_all(file, entry, n));
+}
+
+static void test_threads_same_objects(void **state) {
+  (void)state;
+  char *path = build_parts_plan("parts.plan");
+  void *e1, *e4;
+  size_t n1, n4;
+  rt_jit_times t1, t4;
+  load_parts(path, 1, fresh_dir("t1"), &e1, &n1, &t1);
+  load_parts(path, 4, fresh_dir("t4"), &e4, &n4, &t4);
+  fprintf(stderr, "partitions %zu (hot %zu), %zu functions\n", t1.parts, t1.hot_parts,
+          t1.functions);
+  assert_true(t1.parts >= 2);
+  assert_int_equal(t1.hot_parts, 1);
+  assert_int_equal(t4.parts, t1.parts);
+  assert_int_equal(n1, n4);
+  assert_memory_equal(e1, e4, n1);
+  free(e1);
+  free(e4);
+  free(path);
+}
+
+/* The outputs of a partitioned plan compiled on 3 threads equal the
+ * interpreter's (cg_test.h's checker; the hot kernel's exp is kdc's own). */
+static void test_parts_results(void **state) {
+  (void)state;
+  kdc_module *m = kdc_ir_module_create("parts2");
+  kdc_func *f = kdc_ir_func_create(m, "predict");
+  parts_graph(f, 6);
+  cgt_opts o = {.threads = 3};
+  cgt_check(m, f, &o);
+  kdc_ir_module_destroy(m);
+}
+
 static void test_key(void **state) {
   (void)state;
   unsigned char code[64] = {1, 2, 3};
@@ -312,6 +391,8 @@ int main(void) {
       cmocka_unit_test(test_unusable_dir),
       cmocka_unit_test(test_concurrent_writers),
       cmocka_unit_test(test_racing_puts),
+      cmocka_unit_test(test_threads_same_objects),
+      cmocka_unit_test(test_parts_results),
   };
   int rc = cmocka_run_group_tests(tests, setup, NULL);
   free(plan_path);
