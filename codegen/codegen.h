@@ -248,13 +248,9 @@ kdc_status cg_body_emit_piece(cg_plan *P, const cg_kernel *k, const char *name, 
 kdc_status cg_body_emit_accumulate(cg_plan *P, const cg_kernel *k, const char *name,
                                    LLVMValueRef *out_body);
 /* GPU reductions (ptx_wrap.c): a reduce root with no other output whose
- * reduced dims are one run at the operand's front (*|leading|: a column
- * reduction) or back (a row reduction) returns the split s (operand dims
- * [0, s) | [s, rank)), else 0. */
-int cg_kernel_reduce_split(const cg_kernel *k, bool *leading);
-/* ... or one run [*|lo|, hi) of middle dims (0 < lo, hi < rank): returns hi,
- * else 0 (kernel_body.c). */
-int cg_kernel_reduce_middle(const cg_kernel *k, int *lo);
+ * reduced dims are one run [*lo, *hi) of its operand's, not all of them
+ * (kernel_body.c). */
+bool cg_kernel_reduce_run(const cg_kernel *k, int *lo, int *hi);
 /* The reduce root's operand is read in its own row-major order (loads at
  * its index, broadcasts, reshapes, elementwise ops; no transpose): its
  * trailing dims are contiguous. */

@@ -990,14 +990,15 @@ kdc_status cg_body_emit_accumulate(cg_plan *P, const cg_kernel *k, const char *n
   return NULL;
 }
 
-/* A reduce root's operand (cg_kernel_reduce_split): |name|(args.., coords,
+/* A reduce root's operand (cg_kernel_reduce_run): |name|(args.., coords,
  * j_0, .., j_{r-1}) returns the operand's value (register type) at operand
  * multi-index j, the term the reduction folds; the GPU's parallel
  * reduction wrappers (ptx_wrap.c) call it and combine the terms. */
 kdc_status cg_body_emit_operand(cg_plan *P, const cg_kernel *k, const char *name,
                                 LLVMValueRef *out_body) {
   const kdc_node *nd = &k->f->nodes[k->root];
-  if ((!cg_kernel_reduce_split(k, NULL) && !cg_kernel_reduce_middle(k, NULL)) || k->n_args > 64)
+  int lo, hi;
+  if (!cg_kernel_reduce_run(k, &lo, &hi) || k->n_args > 64)
     return KDC_ERR(KDC_INTERNAL, "codegen: kernel %%%u has no reduction operand", k->root);
   const kdc_type *xt = &k->f->nodes[nd->in[0]].type;
   emitter E;
@@ -1016,51 +1017,29 @@ kdc_status cg_body_emit_operand(cg_plan *P, const cg_kernel *k, const char *name
 }
 
 /* The reduced dims of a reduce root with no other output, when they are
- * one contiguous run at the operand's front ([0, s): a column reduction,
- * *|leading| = true) or back ([s, r): a row reduction); returns s (0: no
- * such form).  An operand of rank 1 reduced whole is a row reduction with
- * s = 0 reported as... not handled: the caller needs kept elements. */
-int cg_kernel_reduce_split(const cg_kernel *k, bool *leading) {
-  if (k->transpose || k->n_extra) return 0;
+ * one contiguous run [*|lo|, *|hi|) of the operand's dims, not all of them:
+ * at the front (lo = 0: a column reduction), at the back (hi = rank: a
+ * row reduction) or in the middle (a column reduction per index of the
+ * outer dims: a mean over the sequence of [batch, seq, features]).  False
+ * for anything else, and for bf16/f16 results: their element form rounds
+ * once, as the interpreter does, where partials and trees held in the
+ * storage type would round every partial sum. */
+bool cg_kernel_reduce_run(const cg_kernel *k, int *lo, int *hi) {
+  if (k->transpose || k->n_extra) return false;
   const kdc_node *nd = &k->f->nodes[k->root];
-  if (nd->op != KDC_OP_REDUCE) return 0;
-  /* bf16/f16: the element form (its partials and trees hold the storage
-   * type, which would round every partial sum; the interpreter rounds once) */
-  if (kdc_dtype_is_half(nd->type.dtype)) return 0;
+  if (nd->op != KDC_OP_REDUCE || kdc_dtype_is_half(nd->type.dtype)) return false;
   const kdc_type *xt = &k->f->nodes[nd->in[0]].type;
   int n = nd->attr.reduce.dims.n;
-  if (n < 1 || n >= xt->rank || kdc_type_numel(xt) <= 0) return 0;
-  bool red[KDC_MAX_RANK] = {false};
-  for (int i = 0; i < n; i++) red[nd->attr.reduce.dims.v[i]] = true;
-  bool front = true, back = true;
-  for (int d = 0; d < xt->rank; d++) {
-    if (red[d] != (d < n)) front = false;
-    if (red[d] != (d >= xt->rank - n)) back = false;
-  }
-  if (leading) *leading = front;
-  return front ? n : back ? xt->rank - n : 0;
-}
-
-/* The reduced dims of a reduce root with no other output when they are one
- * contiguous run [*|lo|, hi) strictly inside the operand's dims (0 < lo,
- * hi < rank: a mean over the sequence of [batch, seq, features]); returns
- * hi (0: no such run). */
-int cg_kernel_reduce_middle(const cg_kernel *k, int *lo) {
-  if (k->transpose || k->n_extra) return 0;
-  const kdc_node *nd = &k->f->nodes[k->root];
-  if (nd->op != KDC_OP_REDUCE || kdc_dtype_is_half(nd->type.dtype)) return 0;
-  const kdc_type *xt = &k->f->nodes[nd->in[0]].type;
-  int n = nd->attr.reduce.dims.n;
-  if (n < 1 || n >= xt->rank || kdc_type_numel(xt) <= 0) return 0;
+  if (n < 1 || n >= xt->rank || kdc_type_numel(xt) <= 0) return false;
   bool red[KDC_MAX_RANK] = {false};
   for (int i = 0; i < n; i++) red[nd->attr.reduce.dims.v[i]] = true;
   int first = 0;
-  while (first < xt->rank && !red[first]) first++;
+  while (!red[first]) first++;
   for (int d = first; d < first + n; d++)
-    if (d >= xt->rank || !red[d]) return 0;
-  if (first == 0 || first + n == xt->rank) return 0;
-  if (lo) *lo = first;
-  return first + n;
+    if (d >= xt->rank || !red[d]) return false;
+  *lo = first;
+  *hi = first + n;
+  return true;
 }
 
 /* Is the reduce root's operand read along its own row-major order, every

@@ -72,22 +72,33 @@ static void annotate(cg_plan *P, LLVMModuleRef mod, LLVMValueRef fn, const char 
 
 /* The PTX entry kdc_cuda_<index>(ptr a_0, ..., ptr a_{n_args-1}, ptr coords
  * [, ptr scratch]), every pointer noalias. */
-/* Whether every step that launches kernel |k| passes it 16-byte aligned
- * buffers: the device's buffers start 256-byte aligned (runtime/cuda/exec.c)
- * and the plan's offsets are static, except inside a scan body, whose
- * buffers move by the loop's strides each iteration. */
-static bool args_aligned(const cg_plan *P, uint32_t k) {
+/* Per kernel, whether some step launches it with a buffer that may not be
+ * 16-byte aligned (one pass over the program): the device's buffers start
+ * 256-byte aligned (runtime/cuda/exec.c) and the plan's offsets are static,
+ * except inside a scan body, whose buffers move by the loop's strides each
+ * iteration.  Caller frees. */
+static bool *unaligned_kernels(const cg_plan *P) {
+  bool *u = kdc_xcalloc(P->prog.n_kernels + 1, sizeof *u);
   for (uint32_t f = 0; f < P->prog.n_funcs; f++) {
     const kdc_prog_func *fn = &P->prog.funcs[f];
     for (uint32_t s = 0; s < fn->n_steps; s++) {
       const kdc_prog_step *st = &fn->steps[s];
-      if (st->kind != KDC_STEP_KERNEL || st->kernel.kernel != k) continue;
-      if (fn->is_body) return false;
-      for (uint32_t a = 0; a < st->kernel.n_args; a++)
-        if (st->kernel.args[a].offset % 16) return false;
+      if (st->kind != KDC_STEP_KERNEL || st->kernel.kernel >= P->prog.n_kernels) continue;
+      bool bad = fn->is_body;
+      for (uint32_t a = 0; a < st->kernel.n_args && !bad; a++)
+        bad = st->kernel.args[a].offset % 16 != 0;
+      if (bad) u[st->kernel.kernel] = true;
     }
   }
-  return true;
+  return u;
+}
+
+/* Marks the first |n_args| parameters of |fn| 16-byte aligned: LLVM then
+ * merges a thread's adjacent loads and stores. */
+static void mark_aligned(cg_plan *P, LLVMValueRef fn, uint32_t n_args) {
+  unsigned align = LLVMGetEnumAttributeKindForName("align", 5);
+  for (uint32_t i = 0; i < n_args; i++)
+    LLVMAddAttributeAtIndex(fn, i + 1, LLVMCreateEnumAttribute(P->ctx, align, 16));
 }
 
 static LLVMValueRef entry_fn(cg_plan *P, LLVMModuleRef mod, uint32_t n_args, uint32_t index,
@@ -102,11 +113,6 @@ static LLVMValueRef entry_fn(cg_plan *P, LLVMModuleRef mod, uint32_t n_args, uin
   unsigned noalias = LLVMGetEnumAttributeKindForName("noalias", 7);
   for (uint32_t i = 0; i < n; i++)
     LLVMAddAttributeAtIndex(fn, i + 1, LLVMCreateEnumAttribute(P->ctx, noalias, 0));
-  if (args_aligned(P, index)) {  /* lets LLVM merge a thread's adjacent loads and stores */
-    unsigned align = LLVMGetEnumAttributeKindForName("align", 5);
-    for (uint32_t i = 0; i < n_args; i++)
-      LLVMAddAttributeAtIndex(fn, i + 1, LLVMCreateEnumAttribute(P->ctx, align, 16));
-  }
   return fn;
 }
 
@@ -219,36 +225,27 @@ kdc_status cg_ptx_plan_kernel(cg_plan *P, const cg_kernel *k, uint32_t idx) {
   KDC_GROW(P->kform, P->cap_kform, (size_t)idx + 1);
   cg_gpu_form *g = &P->kform[idx];
   memset(g, 0, sizeof *g);
-  bool leading = false;
-  int lo = 0, s = cg_kernel_reduce_split(k, &leading);
-  if (!s) {
-    /* a run of middle dims reduced, [lo, s): a column reduction per index of
-     * the outer dims [0, lo), when the inner dims [s, rank) hold enough
-     * adjacent outputs for a tile (a warp reads whole sectors) */
-    s = cg_kernel_reduce_middle(k, &lo);
-    if (!s) return NULL;
-    const kdc_type *xt = &k->f->nodes[k->f->nodes[k->root].in[0]].type;
-    int64_t inner = 1;
-    for (int d = s; d < xt->rank; d++) inner *= xt->dims[d];
-    if (inner < 32) return NULL;
-    leading = true;
-  }
+  int lo, s;
+  if (!cg_kernel_reduce_run(k, &lo, &s)) return NULL;
   const kdc_node *nd = &k->f->nodes[k->root];
   g->x = k->f->nodes[nd->in[0]].type;
-  g->split = s;
-  g->lo = lo;
+  /* a run at the back is a row reduction: outputs [0, lo), terms [lo, rank);
+   * any other run [lo, s) a column reduction: terms [lo, s), outputs the
+   * outer dims [0, lo) times the inner [s, rank) */
+  bool row = s == g->x.rank;
+  int64_t terms = 1;
+  for (int d = lo; d < s; d++) terms *= g->x.dims[d];
+  int64_t inner = kdc_type_numel(&g->x) / terms;
+  for (int d = 0; d < lo; d++) inner /= g->x.dims[d];
+  /* a middle run needs enough adjacent outputs for a tile (a warp reads
+   * whole sectors) */
+  if (!row && lo > 0 && inner < 32) return NULL;
+  g->split = row ? lo : s;
+  g->lo = row ? 0 : lo;
   g->red = nd->attr.reduce.kind;
-  int64_t front = 1;
-  for (int d = lo; d < s; d++) front *= g->x.dims[d];  /* the terms of a column */
-  int64_t back = kdc_type_numel(&g->x) / front;
-  if (!leading) { /* a row: outputs [0, s), terms [s, rank) */
-    front = 1;
-    for (int d = 0; d < s; d++) front *= g->x.dims[d];
-    back = kdc_type_numel(&g->x) / front;
-  }
-  g->kind = leading ? CG_GPU_COLUMN : CG_GPU_ROW;
-  g->outputs = leading ? back : front;
-  g->terms = leading ? front : back;
+  g->kind = row ? CG_GPU_ROW : CG_GPU_COLUMN;
+  g->terms = terms;
+  g->outputs = kdc_type_numel(&g->x) / terms;
   /* short rows: one thread per output reads its row from cache lines it
    * owns anyway; a parallel form pays a tree for nothing */
   if (g->terms < (g->kind == CG_GPU_ROW ? 32 : 64) ||
@@ -606,6 +603,7 @@ static kdc_status lower(cg_plan *P, LLVMModuleRef mod, LLVMTargetMachineRef tm, 
   kdc_buf_put_u32(launch, CUDA_SECTION_VERSION);
   kdc_buf_put_u32(launch, (uint32_t)sm);
   kdc_buf_put_u32(launch, P->prog.n_kernels);
+  bool *unaligned = unaligned_kernels(P);
   for (uint32_t k = 0; k < P->prog.n_kernels; k++) {
     char name[48];
     snprintf(name, sizeof name, "kdc_kernel_%u", k);
@@ -615,6 +613,7 @@ static kdc_status lower(cg_plan *P, LLVMModuleRef mod, LLVMTargetMachineRef tm, 
     LLVMValueRef body = LLVMGetNamedFunction(mod, name);
     if (!body || k >= P->cap_ktype) {
       LLVMDisposeMessage(dl);
+      free(unaligned);
       return KDC_ERR(KDC_INTERNAL, "codegen: --target cuda: kernel %u has no body", k);
     }
     const cg_gpu_form *g = k < P->cap_kform ? &P->kform[k] : NULL;
@@ -623,17 +622,19 @@ static kdc_status lower(cg_plan *P, LLVMModuleRef mod, LLVMTargetMachineRef tm, 
     uint64_t scratch = 0;
     snprintf(name, sizeof name, "kdc_opnd_%u", k);
     LLVMValueRef opnd = LLVMGetNamedFunction(mod, name);
+    LLVMValueRef entry;
     if (g && g->kind != CG_GPU_ELEMENT && opnd) {
-      wrap_reduce(P, mod, opnd, g, g->x.dtype, P->prog.kernels[k].n_args, k);
+      entry = wrap_reduce(P, mod, opnd, g, g->x.dtype, P->prog.kernels[k].n_args, k);
       block = g->tile * g->lanes;
       threads = (uint64_t)((g->outputs + g->tile - 1) / g->tile) * g->splits * block;
       form = (uint32_t)g->kind;
       scratch = g->scratch;
     } else {
       uint32_t unroll = element_unroll(&P->ktype[k]);
-      wrap(P, mod, body, &P->ktype[k], P->prog.kernels[k].n_args, k, unroll);
+      entry = wrap(P, mod, body, &P->ktype[k], P->prog.kernels[k].n_args, k, unroll);
       threads /= unroll;
     }
+    if (!unaligned[k]) mark_aligned(P, entry, P->prog.kernels[k].n_args);
     snprintf(name, sizeof name, "kdc_cuda_%u", k);
     kdc_buf_put_str(launch, name);
     kdc_buf_put_u64(launch, threads);
@@ -641,6 +642,7 @@ static kdc_status lower(cg_plan *P, LLVMModuleRef mod, LLVMTargetMachineRef tm, 
     kdc_buf_put_u32(launch, form);
     kdc_buf_put_u64(launch, scratch);
   }
+  free(unaligned);
   LLVMAddModuleFlag(mod, LLVMModuleFlagBehaviorOverride, "nvvm-reflect-ftz", 16,
                     LLVMValueAsMetadata(LLVMConstInt(P->i32, 0, 0)));
   kdc_status st = map_math(P, mod) ? link_libdevice(P, mod, dl) : NULL;
