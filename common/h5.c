@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/h5_heap.h"
 #include "common/kfiles.h"
 #include "kdc/arena.h"
 
@@ -33,6 +34,8 @@ typedef H5O_info_t kdc_h5_oinfo;
 struct kdc_h5 {
   hid_t f;
   char *file;
+  const void *img; /* the caller's image, alive while the handle is open */
+  size_t img_len;
 };
 
 struct kdc_h5w {
@@ -70,6 +73,8 @@ kdc_status kdc_h5_open_image(const char *file, const void *img, size_t len, kdc_
   kdc_h5 *h = kdc_xcalloc(1, sizeof *h);
   h->f = f;
   h->file = kdc_xstrdup(file);
+  h->img = img;
+  h->img_len = len;
   *out = h;
   return NULL;
 }
@@ -242,6 +247,9 @@ static kdc_status read_strings(kdc_h5 *h, const char *where, hid_t a, hid_t t, s
                                size_t cap, char **out) {
   kdc_status st = NULL;
   if (H5Tis_variable_str(t) > 0) {
+    /* the heap references first: HDF5 1.10 follows them unchecked */
+    KDC_RETURN_IF_ERROR(kdc_h5_check_vlen_strings(h->f, h->img, h->img_len, a, n, cap, h->file,
+                                                  where));
     char **v = kdc_xcalloc(n + 1, sizeof *v);
     hid_t mt = H5Tcopy(H5T_C_S1);
     H5Tset_size(mt, H5T_VARIABLE);
@@ -250,12 +258,12 @@ static kdc_status read_strings(kdc_h5 *h, const char *where, hid_t a, hid_t t, s
       st = KDC_ERR(KDC_INVALID_INPUT, "%s: %s: unreadable string attribute", h->file, where);
     } else {
       for (size_t i = 0; i < n && !st; i++) {
-        if (!v[i]) v[i] = "";
-        if (strlen(v[i]) > cap)
+        const char *si = v[i] ? v[i] : ""; /* a null string (v[i] stays NULL for the reclaim) */
+        if (strlen(si) > cap)
           st = KDC_ERR(KDC_INVALID_INPUT, "%s: %s: a string of more than %zu bytes", h->file,
                        where, cap);
         else
-          out[i] = kdc_xstrdup(v[i]);
+          out[i] = kdc_xstrdup(si);
       }
       hid_t sp = H5Aget_space(a);
       KDC_H5_RECLAIM(mt, sp, v);
@@ -269,6 +277,9 @@ static kdc_status read_strings(kdc_h5 *h, const char *where, hid_t a, hid_t t, s
   if (sz == 0 || sz > cap)
     return KDC_ERR(KDC_INVALID_INPUT, "%s: %s: strings of %zu bytes (at most %zu read)", h->file,
                    where, sz, cap);
+  if (H5Aget_storage_size(a) < (hsize_t)n * sz) /* HDF5 1.10 would copy past its data */
+    return KDC_ERR(KDC_INVALID_INPUT, "%s: %s: %zu strings of %zu bytes in %llu bytes of data "
+                   "(damaged)", h->file, where, n, sz, (unsigned long long)H5Aget_storage_size(a));
   char *buf = kdc_xcalloc(n * sz + 1, 1);
   hid_t mt = H5Tcopy(H5T_C_S1);
   H5Tset_size(mt, sz);

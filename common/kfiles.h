@@ -60,7 +60,9 @@ bool kdc_is_zip(const void *data, size_t len);
 typedef struct kdc_h5 kdc_h5;
 bool kdc_is_hdf5(const void *data, size_t len);
 /* Opens the HDF5 image |img| read-only (copied by HDF5); |file| names it in
- * messages ("m.keras: model.weights.h5"). */
+ * messages ("m.keras: model.weights.h5").  |img| must stay alive until
+ * kdc_h5_close: string attributes are checked against it before HDF5 reads
+ * them (common/h5_heap.c). */
 kdc_status kdc_h5_open_image(const char *file, const void *img, size_t len, kdc_h5 **out);
 void kdc_h5_close(kdc_h5 *h);
 const char *kdc_h5_file(const kdc_h5 *h);

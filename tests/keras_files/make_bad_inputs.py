@@ -41,6 +41,36 @@ def h5_from(src, edit):
     return bio.getvalue()
 
 
+def gheap_edit(src, prefix, how):
+    """The file |src| with the global heap object whose string starts with
+    |prefix| edited: ("size", d) adds d to its recorded size, "index"
+    renumbers it, "free0" sets its collection's free-space object to size 0."""
+    b = bytearray(open(src, "rb").read())
+    at = b.find(b"GCOL")
+    while at >= 0:
+        size = struct.unpack_from("<Q", b, at + 8)[0]
+        p, hit, free = at + 16, None, None
+        while p + 16 <= at + size:
+            idx, osz = struct.unpack_from("<H", b, p)[0], struct.unpack_from("<Q", b, p + 8)[0]
+            if idx == 0:
+                free = p
+                break
+            if b[p + 16:p + 16 + len(prefix)] == prefix:
+                hit = p
+            p += 16 + ((osz + 7) & ~7)
+        if hit is not None:
+            if how == "index":
+                struct.pack_into("<H", b, hit, 0xfff0)
+            elif how == "free0":
+                assert free is not None, "no free space in the collection"
+                struct.pack_into("<Q", b, free + 8, 0)
+            else:
+                struct.pack_into("<Q", b, hit + 8, struct.unpack_from("<Q", b, hit + 8)[0] + how[1])
+            return bytes(b)
+        at = b.find(b"GCOL", at + 4)
+    raise SystemExit(f"{src}: no heap object starting {prefix!r}")
+
+
 def case(name, ext, data, expect, args, comment):
     fn = f"{name}.{ext}"
     if data is not None:
@@ -149,6 +179,19 @@ def main():
     case("legacy_h5_missing_layer", "h5", h5_from(os.path.join(DATA, "legacy.h5"), legacy_drop2),
          ["legacy_h5_missing_layer.h5", "model_weights", last],
          compile_args("@DIR/legacy_h5_missing_layer.h5"), "layer_names lists a layer whose group is gone")
+    # the global heap behind model_config (a variable-length string attribute): HDF5 1.10
+    # follows these references unchecked; kdc checks them first (common/h5_heap.c)
+    for nm, prefix, how, attr, exp, why in (
+            ("longer", b"maximum", ("size", 1), "layer_names", "another length",
+             "a layer name's heap object a byte longer than its string (an overflowing copy)"),
+            ("past", b'{"class_name":', ("size", 4096), "model_config", "larger than its collection",
+             "model_config's heap object runs 4096 bytes past its collection"),
+            ("index", b'{"class_name":', "index", "model_config", "does not exist",
+             "model_config's heap object renumbered: the reference names no object"),
+            ("free0", b"maximum", "free0", "layer_names", "free space",
+             "a free-space heap object of size 0 (HDF5 1.10's parser loops forever)")):
+        case(f"legacy_h5_heap_{nm}", "h5", gheap_edit(os.path.join(DATA, "legacy.h5"), prefix, how),
+             [f"legacy_h5_heap_{nm}.h5", attr, exp], compile_args(f"@DIR/legacy_h5_heap_{nm}.h5"), why)
     case("weights_h5_as_model", "weights.h5", None, ["weights_h5_extra.weights.h5", "--weights"],
          compile_args("@DIR/weights_h5_extra.weights.h5"), "a weights file given as the model")
     case("tfjs_graph_model", "json",
