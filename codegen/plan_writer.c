@@ -170,7 +170,20 @@ static kdc_status write_plan(cg_plan *P, const kdc_codegen_options *opt, const c
   size_t meta_len = 0;
   char *meta = metadata_text(P, opt ? opt->metadata_auto : NULL, &meta_len);
   kdc_prog_encode(&P->prog, &prog);
-  kdc_prog_encode_weights(P->w, P->wdata, P->nw, &weights);
+  /* the weights go out as table + the initialisers' own buffers, uncopied */
+  static const uint8_t zeros[KDC_PLAN_ALIGN];
+  uint64_t *data_at = kdc_xcalloc((size_t)P->nw + 1, sizeof *data_at);
+  kdc_prog_encode_weights_table(P->w, P->nw, &weights, data_at);
+  kdc_plan_part *wparts = kdc_xcalloc(2 * (size_t)P->nw + 1, sizeof *wparts);
+  size_t n_wparts = 0;
+  uint64_t wpos = weights.size;
+  wparts[n_wparts++] = (kdc_plan_part){weights.data, weights.size};
+  for (uint32_t i = 0; i < P->nw; i++) {
+    if (data_at[i] > wpos) wparts[n_wparts++] = (kdc_plan_part){zeros, data_at[i] - wpos};
+    if (P->w[i].bytes) wparts[n_wparts++] = (kdc_plan_part){P->wdata[i], P->w[i].bytes};
+    wpos = data_at[i] + P->w[i].bytes;
+  }
+  free(data_at);
   char *ir = opt && opt->no_ir_text ? NULL : kdc_ir_module_to_string(P->m);
   kdc_status st = NULL;
   /* first: it drops the GPU-only operand bodies from the CPU module */
@@ -189,10 +202,11 @@ static kdc_status write_plan(cg_plan *P, const kdc_codegen_options *opt, const c
   if (!st) st = kdc_plan_writer_add(w, KDC_PLAN_SECTION_METADATA, "metadata", meta, meta_len);
   if (!st) st = kdc_plan_writer_add(w, KDC_PLAN_SECTION_PROGRAM, "program", prog.data, prog.size);
   if (!st)
-    st = kdc_plan_writer_add(w, KDC_PLAN_SECTION_WEIGHTS, "weights", weights.data, weights.size);
+    st = kdc_plan_writer_add_parts(w, KDC_PLAN_SECTION_WEIGHTS, "weights", wparts, n_wparts);
   if (!st)
-    st = kdc_plan_writer_add(w, KDC_PLAN_SECTION_CODE, "code", LLVMGetBufferStart(bc),
-                             LLVMGetBufferSize(bc));
+    st = kdc_plan_writer_add_parts(
+        w, KDC_PLAN_SECTION_CODE, "code",
+        &(kdc_plan_part){LLVMGetBufferStart(bc), LLVMGetBufferSize(bc)}, 1);
   if (!st && ir) st = kdc_plan_writer_add(w, KDC_PLAN_SECTION_IR_TEXT, "ir", ir, strlen(ir));
   if (!st && ptx) st = kdc_plan_writer_add(w, KDC_PLAN_SECTION_PTX, "ptx", ptx, ptx_len);
   if (!st && ptx)
@@ -210,6 +224,7 @@ static kdc_status write_plan(cg_plan *P, const kdc_codegen_options *opt, const c
   LLVMDisposeMemoryBuffer(bc);
   kdc_buf_free(&prog);
   kdc_buf_free(&weights);
+  free(wparts);
   kdc_buf_free(&launch);
   free(ptx);
   free(meta);

@@ -357,14 +357,24 @@ const char *kdc_plan_section_kind_name(uint32_t kind);
 /* The kdc version written into plan headers ("0.1.0"). */
 const char *kdc_plan_kdc_version(void);
 
-/* Writer: sections are copied at add() and written in add() order. */
+/* Writer: sections are written in add() order; add() copies its bytes,
+ * add_parts() borrows them. */
 typedef struct kdc_plan_writer kdc_plan_writer;
+typedef struct kdc_plan_part {
+  const void *data;
+  size_t size;
+} kdc_plan_part;
 
 kdc_plan_writer *kdc_plan_writer_create(void);
 /* Copies |size| bytes of |data| as a section.  |name| must be 1..23 bytes
  * and unique in the plan (else KDC_INTERNAL: names are chosen by codegen). */
 kdc_status kdc_plan_writer_add(kdc_plan_writer *w, uint32_t kind, const char *name,
                                const void *data, size_t size);
+/* A section made of |n_parts| pieces written back to back, not copied: each
+ * piece's bytes must stay unchanged until kdc_plan_writer_write returns (no
+ * copy of a large WEIGHTS section: issue 18).  Same name rules as add(). */
+kdc_status kdc_plan_writer_add_parts(kdc_plan_writer *w, uint32_t kind, const char *name,
+                                     const kdc_plan_part *parts, size_t n_parts);
 void kdc_plan_writer_set_flags(kdc_plan_writer *w, uint32_t flags);
 /* Lays out, checksums and atomically writes the plan to |path|. */
 kdc_status kdc_plan_writer_write(kdc_plan_writer *w, const char *path);

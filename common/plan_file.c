@@ -58,8 +58,10 @@ static uint64_t align64(uint64_t x) {
 typedef struct {
   uint32_t kind;
   char name[24];
-  uint8_t *data;
-  size_t size;
+  kdc_plan_part *parts; /* borrowed, except |owned| (a copy made by add()) */
+  size_t n_parts;
+  uint8_t *owned;
+  size_t size;          /* the sum of the parts' sizes */
 } wsection;
 
 struct kdc_plan_writer {
@@ -72,15 +74,18 @@ kdc_plan_writer *kdc_plan_writer_create(void) { return kdc_xcalloc(1, sizeof(kdc
 
 void kdc_plan_writer_destroy(kdc_plan_writer *w) {
   if (!w) return;
-  for (size_t i = 0; i < w->n; i++) free(w->s[i].data);
+  for (size_t i = 0; i < w->n; i++) {
+    free(w->s[i].owned);
+    free(w->s[i].parts);
+  }
   free(w->s);
   free(w);
 }
 
 void kdc_plan_writer_set_flags(kdc_plan_writer *w, uint32_t flags) { w->flags = flags; }
 
-kdc_status kdc_plan_writer_add(kdc_plan_writer *w, uint32_t kind, const char *name,
-                               const void *data, size_t size) {
+static kdc_status new_section(kdc_plan_writer *w, uint32_t kind, const char *name,
+                              wsection **out) {
   size_t len = name ? strlen(name) : 0;
   if (len == 0 || len > KDC_PLAN_NAME_MAX)
     return KDC_ERR(KDC_INTERNAL, "plan section name \"%s\" must be 1..%d bytes",
@@ -93,9 +98,31 @@ kdc_status kdc_plan_writer_add(kdc_plan_writer *w, uint32_t kind, const char *na
   memset(s, 0, sizeof *s);
   s->kind = kind;
   memcpy(s->name, name, len);
-  s->data = kdc_xmalloc(size ? size : 1);
-  if (size) memcpy(s->data, data, size);
+  *out = s;
+  return NULL;
+}
+
+kdc_status kdc_plan_writer_add(kdc_plan_writer *w, uint32_t kind, const char *name,
+                               const void *data, size_t size) {
+  wsection *s;
+  KDC_RETURN_IF_ERROR(new_section(w, kind, name, &s));
+  s->owned = kdc_xmalloc(size ? size : 1);
+  if (size) memcpy(s->owned, data, size);
+  s->parts = kdc_xmalloc(sizeof *s->parts);
+  s->parts[0] = (kdc_plan_part){s->owned, size};
+  s->n_parts = 1;
   s->size = size;
+  return NULL;
+}
+
+kdc_status kdc_plan_writer_add_parts(kdc_plan_writer *w, uint32_t kind, const char *name,
+                                     const kdc_plan_part *parts, size_t n_parts) {
+  wsection *s;
+  KDC_RETURN_IF_ERROR(new_section(w, kind, name, &s));
+  s->parts = kdc_xmalloc((n_parts ? n_parts : 1) * sizeof *s->parts);
+  if (n_parts) memcpy(s->parts, parts, n_parts * sizeof *parts);
+  s->n_parts = n_parts;
+  for (size_t i = 0; i < n_parts; i++) s->size += parts[i].size;
   return NULL;
 }
 
@@ -131,7 +158,8 @@ kdc_status kdc_plan_writer_write(kdc_plan_writer *w, const char *path) {
   uint64_t pos = table_end;
   for (size_t i = 0; i < w->n; i++) {
     kdc_hash64_update(&h, zeros, (size_t)(offsets[i] - pos));
-    kdc_hash64_update(&h, w->s[i].data, w->s[i].size);
+    for (size_t j = 0; j < w->s[i].n_parts; j++)
+      kdc_hash64_update(&h, w->s[i].parts[j].data, w->s[i].parts[j].size);
     pos = offsets[i] + w->s[i].size;
   }
   kdc_store_le64(head + CHECKSUM_AT, kdc_hash64_digest(&h));
@@ -142,7 +170,8 @@ kdc_status kdc_plan_writer_write(kdc_plan_writer *w, const char *path) {
   pos = table_end;
   for (size_t i = 0; i < w->n && !err; i++) {
     err = kdc_atomic_file_write(f, zeros, (size_t)(offsets[i] - pos));
-    if (!err) err = kdc_atomic_file_write(f, w->s[i].data, w->s[i].size);
+    for (size_t j = 0; j < w->s[i].n_parts && !err; j++)
+      err = kdc_atomic_file_write(f, w->s[i].parts[j].data, w->s[i].parts[j].size);
     pos = offsets[i] + w->s[i].size;
   }
   free(head);

@@ -204,8 +204,9 @@ void kdc_prog_encode(const kdc_program *p, kdc_buf *out) {
   }
 }
 
-void kdc_prog_encode_weights(const kdc_prog_tensor *t, const void *const *data, uint32_t n,
-                             kdc_buf *out) {
+void kdc_prog_encode_weights_table(const kdc_prog_tensor *t, uint32_t n, kdc_buf *out,
+                                   uint64_t *data_at) {
+  KDC_ASSERT(out->size == 0);
   kdc_buf_put_u32(out, KDC_PROG_VERSION);
   kdc_buf_put_u32(out, n);
   /* The table first (offsets back-patched), then 64-aligned data. */
@@ -216,10 +217,12 @@ void kdc_prog_encode_weights(const kdc_prog_tensor *t, const void *const *data, 
     kdc_buf_put_u64(out, 0);
     kdc_buf_put_u64(out, t[i].bytes);
   }
+  uint64_t pos = out->size;
   for (uint32_t i = 0; i < n; i++) {
-    kdc_buf_align(out, KDC_PLAN_ALIGN);
-    kdc_store_le64(out->data + at[i], out->size);
-    kdc_buf_put_bytes(out, data[i], t[i].bytes);
+    pos = (pos + KDC_PLAN_ALIGN - 1) / KDC_PLAN_ALIGN * KDC_PLAN_ALIGN;
+    data_at[i] = pos;
+    kdc_store_le64(out->data + at[i], pos);
+    pos += t[i].bytes;
   }
   free(at);
 }

@@ -241,10 +241,12 @@ int64_t kdc_prog_kernel_family(const char *name, size_t *digits_at, size_t *digi
 /* Appends the PROGRAM payload for |p| (weights are not part of it; tensors
  * are written with their global dims and sharding). */
 void kdc_prog_encode(const kdc_program *p, kdc_buf *out);
-/* Appends the WEIGHTS payload: |n| tensors with their data (|data[i]| holds
- * tensors[i].bytes bytes), each 64-byte aligned from the section start. */
-void kdc_prog_encode_weights(const kdc_prog_tensor *tensors, const void *const *data,
-                             uint32_t n, kdc_buf *out);
+/* The head of the WEIGHTS payload: into the empty |out|, the version, count
+ * and table; |data_at[i]| gets the section offset where tensors[i]'s bytes
+ * follow (64-byte aligned from the section start, zeros between).  The
+ * writer appends the data itself without copying it (codegen/plan_writer.c). */
+void kdc_prog_encode_weights_table(const kdc_prog_tensor *tensors, uint32_t n, kdc_buf *out,
+                                   uint64_t *data_at);
 
 /* ---- decode (runtime) ------------------------------------------------------
  * Both decoders check every count, dtype, shape, string and reference and
