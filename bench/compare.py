@@ -8,18 +8,22 @@ cores), in one run.  One JSON line per model:
    "<peer>_forward_ms", "<peer>_step_ms", ...,
    "forward_kdc_over_best", "step_kdc_over_best"  (< 1: kdc is faster than
        the fastest peer; the targets ask <= 1/1.2),
-   "kdc_compile_first_run_s", "xla_first_step_s", "compile_xla_over_kdc",
-   "kdc_compile_first_run_cpu_s", "xla_first_step_cpu_s", "compile_cpu_xla_over_kdc"}
+   "kdc_compile_s", "kdc_first_step_s", "xla_first_step_s", "step_xla_over_kdc",
+   "kdc_first_predict_s", "xla_first_predict_s", "predict_xla_over_kdc",
+   and each of those with _cpu_s (CPU seconds) / "_cpu_xla_over_kdc"}
 
 kdc's figures come from bench_plan (the plan loaded once, medians of
 repeated steps); the peers' from bench/peers.py in a process of their own,
-never at the same time as kdc.  Cold start: `kdc compile` + `kdc run` of
-one batch (two new processes, the whole commands) against the first call
-of the jitted training step in a new Python process (tracing + XLA
-compile + one step; the interpreter's start and imports are not counted).
-The *_cpu_s figures are the same spans in CPU seconds (user + system, every
-thread: getrusage of the two kdc processes, process_time in JAX's), which a
-loaded machine distorts less than wall time.
+never at the same time as kdc.  Cold start, like for like (cold_row):
+kdc_first_step_s is `kdc compile` + `kdc run --fit` of one batch (two new
+processes, the whole commands) against the first call of the jitted
+training step in a new Python process (tracing + XLA compile + one step;
+the interpreter's start and imports are not counted); kdc_first_predict_s
+is `kdc compile` + `kdc run` (predict) of one batch against the first
+jitted predict in another new process.  The *_cpu_s figures are the same
+spans in CPU seconds (user + system, every thread: getrusage of the kdc
+processes, process_time in JAX's), which a loaded machine distorts less
+than wall time.
 
 usage: compare.py BUILD_DIR [--models a,b] [--no-cold] [--peers ...]
 """
@@ -64,17 +68,83 @@ MODELS = [
 want = set(args.models.split(",")) if args.models else None
 
 
-def compile_plan(model, batch, mesh, layout, out):
+def compile_cmd(model, batch, mesh, layout, out):
     cmd = [kdc, "compile", model, "--batch", str(batch), "--seed", "1",
            "--loss", "categorical_crossentropy", "--optimizer", "adam", "-o", out]
     if mesh:
         cmd += ["--mesh", mesh] + (["--layout", layout] if layout else [])
-    subprocess.run(cmd, check=True)
+    return cmd
+
+
+def compile_plan(model, batch, mesh, layout, out):
+    subprocess.run(compile_cmd(model, batch, mesh, layout, out), check=True)
 
 
 def json_of(cmd, env=None):
     out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
     return json.loads(out.strip().splitlines()[-1])
+
+
+def cpu_children():
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def timed(cmd, env=None):
+    """(wall s, CPU s of the child) of one command run to completion."""
+    t0, c0 = time.perf_counter(), cpu_children()
+    subprocess.run(cmd, check=True, env=env)
+    return time.perf_counter() - t0, cpu_children() - c0
+
+
+def cold_row(row, name, model, batch, mesh, layout, plan, env):
+    """Cold start, like for like: `kdc compile` + the first training step
+    (`kdc run --fit` of one batch) against XLA's first jitted training step,
+    and `kdc compile` + `kdc run` (predict) of one batch against XLA's first
+    jitted predict in a process that compiled nothing before.  Each kdc
+    command is a new process without a JIT cache (KDC_CACHE_DIR unset)."""
+    x, y = os.path.join(work, "x.npy"), os.path.join(work, "y.npy")
+    nocache = {k2: v for k2, v in os.environ.items() if k2 != "KDC_CACHE_DIR"}
+    cold = plan + ".cold"
+    t_c, c_c = timed(compile_cmd(model, batch, mesh, layout, cold), nocache)
+    # one batch of inputs for `kdc run`, made by bench_plan's rules
+    subprocess.run([sys.executable, "-c", (
+        "import json,sys,numpy as np\n"
+        "m=json.load(open(sys.argv[1]));l=m['config']['layers'][0]['config']\n"
+        "s=[int(sys.argv[3])]+l['batch_shape'][1:];n=int(np.prod(s))\n"
+        "i=np.arange(n,dtype=np.uint64)\n"
+        "x=((i*7)%10).astype(l['dtype']) if 'int' in l['dtype'] else "
+        "(((i*2654435761)%1000)/1000.0).astype(np.float32)\n"
+        "np.save(sys.argv[2],x.reshape(s))"), model, x, str(batch)], check=True)
+    t_p, c_p = timed([kdc, "run", cold, "--input", x, "--output", x + ".out.npy"], nocache)
+    # one-hot labels of the output's width, as bench_plan's targets
+    subprocess.run([sys.executable, "-c", (
+        "import sys,numpy as np\n"
+        "o=np.load(sys.argv[1]);c=o.shape[-1]\n"
+        "np.save(sys.argv[2],np.eye(c,dtype=np.float32)[np.arange(o.shape[0])%c])"),
+        x + ".out.npy", y], check=True)
+    t_f, c_f = timed([kdc, "run", cold, "--fit", "--x", x, "--y", y, "--epochs", "1",
+                      "--batch-size", str(batch), "--quiet"], nocache)
+    row["kdc_compile_s"], row["kdc_compile_cpu_s"] = round(t_c, 3), round(c_c, 3)
+    row["kdc_first_step_s"], row["kdc_first_step_cpu_s"] = round(t_c + t_f, 3), round(c_c + c_f, 3)
+    row["kdc_first_predict_s"] = round(t_c + t_p, 3)
+    row["kdc_first_predict_cpu_s"] = round(c_c + c_p, 3)
+    dist = ["--distribution", f"{mesh}:{layout}"] if mesh else []
+    base = [sys.executable, os.path.join(here, "peers.py"), model, "--batch", str(batch),
+            "--name", name, "--peers", "jax", "--cold"] + dist
+    try:
+        c = json_of(base, env)
+        p = json_of(base + ["--cold-predict"], env)
+    except subprocess.CalledProcessError as e:
+        row["cold_error"] = (e.stderr or "")[-300:]
+        return
+    for what, peer in (("step", c), ("predict", p)):
+        row[f"xla_first_{what}_s"] = round(peer[f"jax_first_{what}_s"], 3)
+        row[f"xla_first_{what}_cpu_s"] = round(peer[f"jax_first_{what}_cpu_s"], 3)
+        row[f"{what}_xla_over_kdc"] = round(peer[f"jax_first_{what}_s"] /
+                                           row[f"kdc_first_{what}_s"], 2)
+        row[f"{what}_cpu_xla_over_kdc"] = round(peer[f"jax_first_{what}_cpu_s"] /
+                                               row[f"kdc_first_{what}_cpu_s"], 2)
 
 
 for name, model, batch, mesh, layout in MODELS:
@@ -108,39 +178,5 @@ for name, model, batch, mesh, layout in MODELS:
         if peer_ms and row.get(f"kdc_{what}_ms"):
             row[f"{what}_kdc_over_best"] = round(row[f"kdc_{what}_ms"] / min(peer_ms), 3)
     if not args.no_cold:
-        x = os.path.join(work, "x.npy")
-        def cpu_children():
-            r = resource.getrusage(resource.RUSAGE_CHILDREN)
-            return r.ru_utime + r.ru_stime
-        t0, c0 = time.perf_counter(), cpu_children()
-        cold = plan + ".cold"
-        compile_plan(model, batch, mesh, layout, cold)
-        t_compile, c_compile = time.perf_counter() - t0, cpu_children() - c0
-        # one batch of inputs for `kdc run`, made by bench_plan's rules
-        subprocess.run([sys.executable, "-c", (
-            "import json,sys,numpy as np\n"
-            "m=json.load(open(sys.argv[1]));l=m['config']['layers'][0]['config']\n"
-            "s=[int(sys.argv[3])]+l['batch_shape'][1:];n=int(np.prod(s))\n"
-            "i=np.arange(n,dtype=np.uint64)\n"
-            "x=((i*7)%10).astype(l['dtype']) if 'int' in l['dtype'] else "
-            "(((i*2654435761)%1000)/1000.0).astype(np.float32)\n"
-            "np.save(sys.argv[2],x.reshape(s))"), model, x, str(batch)], check=True)
-        t1, c1 = time.perf_counter(), cpu_children()
-        subprocess.run([kdc, "run", cold, "--input", x, "--output", x + ".out.npy"], check=True,
-                       env={k2: v for k2, v in os.environ.items() if k2 != "KDC_CACHE_DIR"})
-        t2, c2 = time.perf_counter(), cpu_children()
-        row["kdc_compile_first_run_s"] = round(t_compile + (t2 - t1), 3)
-        row["kdc_compile_first_run_cpu_s"] = round(c_compile + (c2 - c1), 3)
-        try:
-            c = json_of([sys.executable, os.path.join(here, "peers.py"), model, "--batch",
-                         str(batch), "--name", name, "--peers", "jax", "--cold"] +
-                        (["--distribution", f"{mesh}:{layout}"] if mesh else []), env)
-            row["xla_first_step_s"] = round(c["jax_first_step_s"], 3)
-            row["compile_xla_over_kdc"] = round(c["jax_first_step_s"] /
-                                                row["kdc_compile_first_run_s"], 2)
-            row["xla_first_step_cpu_s"] = round(c["jax_first_step_cpu_s"], 3)
-            row["compile_cpu_xla_over_kdc"] = round(c["jax_first_step_cpu_s"] /
-                                                    row["kdc_compile_first_run_cpu_s"], 2)
-        except subprocess.CalledProcessError as e:
-            row["cold_error"] = (e.stderr or "")[-300:]
+        cold_row(row, name, model, batch, mesh, layout, plan, env)
     print(json.dumps(row), flush=True)

@@ -19,8 +19,10 @@ usage: peers.py MODEL.json --batch B [--name NAME] [--peers a,b,...]
                 [--distribution MESH:LAYOUT.json] [--cold] [--reps N]
   --distribution 2x4:layout.json  Keras ModelParallel on that mesh (set
       XLA_FLAGS=--xla_force_host_platform_device_count=N before running)
-  --cold   only the first jitted call of the step and of predict (a new
-      process per figure: compile time as a user sees it)
+  --cold   only the first jitted call of the training step (then, in the
+      same process, of predict): compile time as a user sees it
+  --cold-predict   with --cold (jax only): the first jitted predict alone, in
+      a process that compiled nothing before it
 """
 import argparse
 import json
@@ -37,6 +39,7 @@ ap.add_argument("--name", default="")
 ap.add_argument("--peers", default="keras_jax,jax,torch,torch_compile")
 ap.add_argument("--distribution", default="")
 ap.add_argument("--cold", action="store_true")
+ap.add_argument("--cold-predict", action="store_true")
 ap.add_argument("--reps", type=int, default=11)
 args = ap.parse_args()
 
@@ -142,14 +145,21 @@ def run_jax(res):
     def one_fwd():
         fwd(tr, ntr, xd).block_until_ready()
 
+    if args.cold and args.cold_predict:
+        t0, c0 = time.perf_counter(), time.process_time()
+        one_fwd()
+        res["jax_first_predict_s"] = time.perf_counter() - t0
+        res["jax_first_predict_cpu_s"] = time.process_time() - c0
+        return
     if args.cold:
         t0, c0 = time.perf_counter(), time.process_time()
         one_step()
         res["jax_first_step_s"] = time.perf_counter() - t0
         res["jax_first_step_cpu_s"] = time.process_time() - c0  # every thread of the process
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         one_fwd()
         res["jax_first_predict_s"] = time.perf_counter() - t0
+        res["jax_first_predict_cpu_s"] = time.process_time() - c0
         return
     res["jax_step_ms"] = median_ms(one_step, args.reps)
     res["jax_forward_ms"] = median_ms(one_fwd, args.reps)
