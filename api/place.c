@@ -32,6 +32,7 @@ void kdc_api_rt_options(const kdc_run_options *o, kdc_rt_options *ro) {
   ro->collective_timeout_s = o->collective_timeout_s;
   ro->cache_dir = o->cache_dir;
   ro->describe_only = o->describe_only;
+  ro->only_func = o->predict_only ? "predict" : NULL;
   if (o->cpu_only || o->describe_only) ro->target = KDC_RT_TARGET_CPU;
 }
 

@@ -582,6 +582,9 @@ kdc_status rt_exec_steps(kdc_rt_plan *p, size_t func) {
   if (p->prog.n_kernels && !p->kernels)
     return KDC_ERR(KDC_INVALID_INPUT, "%s: loaded to be described only (no code): it cannot "
                    "run", p->path);
+  if (p->func_compiled && !p->func_compiled[func])
+    return KDC_ERR(KDC_INVALID_INPUT, "%s: loaded to run one function only: the code of %s "
+                   "was not compiled", p->path, p->prog.funcs[func].name);
   runner r = {.p = p, .f = &p->prog.funcs[func], .rf = &p->funcs[func], .unstack = UINT32_MAX};
   rt_inplace_bind(p, r.f, r.rf);
   unsigned long fp = kdc_fp_flush_enter(); /* kdc/fpenv.h; the workers are in it already */

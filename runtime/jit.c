@@ -211,9 +211,12 @@ static size_t defined_functions(LLVMModuleRef mod) {
  * whatever the number of threads.  Functions of no kernel (kdc_math_*)
  * belong to partition 0, and so do functions named after a kernel index the
  * program does not have (only a forged plan has them; the index does not
- * size anything); the others see them as declarations. */
+ * size anything); the others see them as declarations.  The families of
+ * kernels the load does not need (rt_jit_hints.needed: a plan loaded for
+ * one function) are in no partition. */
 
 enum { MAX_PARTS = 8, PART_MIN_INSTRUCTIONS = 3000 };
+#define PART_NONE UINT32_MAX /* a family not compiled (rt_jit_hints.needed) */
 
 /* The kernel a function belongs to (runtime/program.h), or -1. */
 static int64_t kernel_of(LLVMValueRef fn) {
@@ -250,7 +253,8 @@ static void partition(LLVMModuleRef mod, const rt_jit_hints *hints, plan_parts *
   size_t total[2] = {0, 0};
   for (LLVMValueRef fn = LLVMGetFirstFunction(mod); fn; fn = LLVMGetNextFunction(fn)) {
     int64_t k = LLVMIsDeclaration(fn) ? -1 : kernel_of(fn);
-    if (k >= 0 && k < (int64_t)pp->n_fam) size[k] += instructions(fn);
+    if (k >= 0 && k < (int64_t)pp->n_fam && !(hints && hints->needed && !hints->needed[k]))
+      size[k] += instructions(fn);
   }
   bool *hot = kdc_xcalloc(pp->n_fam + 1, sizeof *hot);
   for (uint32_t k = 0; k < pp->n_fam; k++) {
@@ -258,6 +262,8 @@ static void partition(LLVMModuleRef mod, const rt_jit_hints *hints, plan_parts *
     total[hot[k]] += size[k];
   }
   pp->part_of = kdc_xcalloc(pp->n_fam + 1, sizeof *pp->part_of);
+  for (uint32_t k = 0; k < pp->n_fam; k++)
+    if (hints && hints->needed && !hints->needed[k]) pp->part_of[k] = PART_NONE;
   /* hot first: partition 0 holds the shared functions (kdc_math_*), which
    * the cold pipeline made slower everywhere they are called */
   for (int side = 1; side >= 0; side--) {

@@ -94,23 +94,57 @@ static double *kernel_work(const kdc_program *prog) {
   return work;
 }
 
+/* kdc_rt_options.only_func: marks that function and the scan bodies its
+ * LOOPs run as compiled, and returns the kernels their steps call (NULL
+ * when every function is wanted). */
+static kdc_status only_func(kdc_rt_plan *p, const char *name, bool **out_needed) {
+  *out_needed = NULL;
+  if (!name) return NULL;
+  const kdc_program *prog = &p->prog;
+  uint32_t fi = 0;
+  while (fi < prog->n_funcs && strcmp(prog->funcs[fi].name, name) != 0) fi++;
+  if (fi == prog->n_funcs)
+    return KDC_ERR(KDC_INVALID_INPUT, "%s: the plan has no %s function", p->path, name);
+  p->func_compiled = kdc_arena_alloc(p->arena, (prog->n_funcs + 1) * sizeof *p->func_compiled);
+  memset(p->func_compiled, 0, (prog->n_funcs + 1) * sizeof *p->func_compiled);
+  p->func_compiled[fi] = true;
+  for (uint32_t s = 0; s < prog->funcs[fi].n_steps; s++) { /* bodies hold no LOOP */
+    const kdc_prog_step *st = &prog->funcs[fi].steps[s];
+    if (st->kind == KDC_STEP_LOOP && st->loop.body < prog->n_funcs)
+      p->func_compiled[st->loop.body] = true;
+  }
+  bool *needed = kdc_xcalloc(prog->n_kernels + 1, sizeof *needed);
+  for (uint32_t f = 0; f < prog->n_funcs; f++)
+    for (uint32_t s = 0; p->func_compiled[f] && s < prog->funcs[f].n_steps; s++) {
+      const kdc_prog_step *st = &prog->funcs[f].steps[s];
+      if (st->kind == KDC_STEP_KERNEL && st->kernel.kernel < prog->n_kernels)
+        needed[st->kernel.kernel] = true;
+    }
+  *out_needed = needed;
+  return NULL;
+}
+
 static kdc_status load_code(kdc_rt_plan *p, const kdc_rt_options *opt) {
   for (size_t i = 0; i < kdc_plan_file_count(p->file); i++) {
     kdc_plan_section_info si = kdc_plan_file_info(p->file, i);
     if (si.kind != KDC_PLAN_SECTION_CODE) continue;
+    bool *needed;
+    KDC_RETURN_IF_ERROR(only_func(p, opt ? opt->only_func : NULL, &needed));
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    rt_jit_hints hints = {kernel_work(&p->prog), p->prog.n_kernels,
+    rt_jit_hints hints = {kernel_work(&p->prog), p->prog.n_kernels, needed,
                           opt && opt->n_threads > 0 ? opt->n_threads : cores > 0 ? (int)cores : 1};
     kdc_status st = rt_jit_create(si.data, si.size, p->path, si.offset, rt_jit_cache_dir(opt),
                                   &hints, &p->jit);
     free((void *)hints.work);
     KDC_RETURN_IF_ERROR(st);
     p->kernels = kdc_xcalloc(p->prog.n_kernels + 1, sizeof *p->kernels);
-    for (uint32_t k = 0; k < p->prog.n_kernels; k++)
-      if (!(p->kernels[k] = rt_jit_lookup(p->jit, p->prog.kernels[k].name)))
-        return KDC_ERR(KDC_INVALID_INPUT, "%s: section code: byte %llu: kernel %s is not "
-                       "defined", p->path, (unsigned long long)si.offset, p->prog.kernels[k].name);
-    return NULL;
+    for (uint32_t k = 0; k < p->prog.n_kernels && !st; k++)
+      if ((!needed || needed[k]) &&
+          !(p->kernels[k] = rt_jit_lookup(p->jit, p->prog.kernels[k].name)))
+        st = KDC_ERR(KDC_INVALID_INPUT, "%s: section code: byte %llu: kernel %s is not "
+                     "defined", p->path, (unsigned long long)si.offset, p->prog.kernels[k].name);
+    free(needed);
+    return st;
   }
   if (p->prog.n_kernels == 0) return NULL;
   return KDC_ERR(KDC_INVALID_INPUT, "%s: no code section (the program has %u kernels)", p->path,

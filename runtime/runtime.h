@@ -57,6 +57,8 @@ typedef struct kdc_rt_options {
   int describe_only;           /* 1: read and check the plan without JIT-compiling its
                                   code (`kdc inspect`, tests that count steps): every
                                   run of it fails */
+  const char *only_func;       /* non-NULL: JIT only this entry function's kernels (and its
+                                  scan bodies'); running any other function fails */
   const char *cache_dir;       /* the compiled-code cache (jit_cache.c): NULL = the
                                   environment variable KDC_CACHE_DIR, "" or unset =
                                   no cache; `kdc run/fit --cache-dir DIR` */
@@ -374,6 +376,8 @@ typedef struct rt_jit rt_jit;
 typedef struct rt_jit_hints {
   const double *work;       /* [kernel index], n_kernels entries */
   uint32_t n_kernels;
+  const bool *needed;       /* [kernel index]: compile it (NULL: every kernel); the
+                               others are left out of every partition */
   int n_threads;            /* compile threads, caller included (< 1: 1) */
 } rt_jit_hints;
 /* Kernels of at least this much work per run get O3 with unrolling; the
@@ -604,6 +608,7 @@ struct kdc_rt_plan {
   int n_threads;
   bool device_parallel;     /* devices >= threads: one task per device, BLAS 1 thread */
   bool describe_only;       /* loaded to be described: no code, nothing runs */
+  bool *func_compiled;      /* [func]: its kernels are compiled (NULL: every function) */
   bool check_replicas;
   bool profile;             /* kdc_rt_options.profile (exec.c times every step) */
   bool profile_cpu;         /* ... by the thread's CPU clock (profile 2) */

@@ -178,7 +178,11 @@ kdc_status cli_predict(kdc_plan *plan, const char *path, const char *const *inpu
 }
 
 static kdc_status run(const run_opts *o, run_state *s, kdc_plan **plan, kdc_trainer **train) {
-  KDC_RETURN_IF_ERROR(kdc_plan_load(o->plan, &o->ro, plan));
+  /* predict is all this command runs: only its kernels are compiled (with
+   * --initial-weights the trainer re-points the weights, so all of them) */
+  kdc_run_options ro = o->ro;
+  ro.predict_only = !o->initial;
+  KDC_RETURN_IF_ERROR(kdc_plan_load(o->plan, &ro, plan));
   if (o->initial) {  /* the checkpoint's weights replace the plan's (state.c re-points them) */
     if (!kdc_plan_has_training(*plan))
       return KDC_ERR(KDC_INVALID_INPUT, "%s: --initial-weights needs a training plan (compiled "

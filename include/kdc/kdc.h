@@ -156,6 +156,10 @@ typedef struct kdc_run_options {
    * a file only its owner may read (NULL: KDC_JOB_TOKEN_FILE, else
    * KDC_JOB_TOKEN, else none: loopback coordinators only) */
   const char *job_token_file;
+  /* 1: compile only the kernels of predict (and its scan bodies): `kdc run`
+   * of a training plan JITs a third of its code; train_step and evaluate
+   * then fail to run (docs/runtime.md, "Compile time") */
+  int predict_only;
 } kdc_run_options;
 
 KDC_API void kdc_compile_options_init(kdc_compile_options *o);
