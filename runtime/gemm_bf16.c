@@ -37,17 +37,6 @@
 #include "common/io.h"
 #include "runtime/gemm_bf16.h"
 
-/* Round-to-nearest-even f32 -> bf16 bits (NaN stays a quiet NaN), as
- * vcvtneps2bf16 does. */
-static inline uint32_t bf16_bits(float x) {
-  uint32_t u;
-  memcpy(&u, &x, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return (u >> 16) | 0x40;
-  return (u + 0x7fffu + ((u >> 16) & 1)) >> 16;
-}
-
-static inline uint32_t pair(float lo, float hi) { return bf16_bits(lo) | bf16_bits(hi) << 16; }
-
 #if defined(__x86_64__) && defined(__GNUC__) && (__GNUC__ >= 11 || defined(__clang__))
 #include <immintrin.h>
 #define KDC_HAVE_BF16_KERNEL 1
@@ -64,6 +53,32 @@ typedef struct {
   uint16_t colsb[16];
   uint8_t rows[16];
 } tile_config;
+
+/* Sixteen f32 pairs (lo[l], hi[l]) rounded to bf16, lane l one u32 pair. */
+TARGET static inline __m512i pairs16(__m512 lo, __m512 hi) {
+  __m512i l = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(lo));
+  __m512i u = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(hi));
+  return _mm512_or_si512(l, _mm512_slli_epi32(u, 16));
+}
+
+/* v[a][b] becomes v[b][a] (16 x 16 u32): at each block size s, an element
+ * whose row and lane differ in bit s moves to row ^ s, lane ^ s. */
+TARGET static inline void transpose16(__m512i v[16]) {
+  for (int s = 8; s >= 1; s /= 2) {
+    uint32_t lo_idx[16], hi_idx[16];
+    for (int l = 0; l < 16; l++) {
+      lo_idx[l] = (uint32_t)((l & s) ? 16 + l - s : l); /* row i: its own low lanes, row j's */
+      hi_idx[l] = (uint32_t)((l & s) ? 16 + l : l + s); /* row j: row i's high lanes, its own */
+    }
+    __m512i il = _mm512_loadu_si512(lo_idx), ih = _mm512_loadu_si512(hi_idx);
+    for (int i = 0; i < 16; i++)
+      if (!(i & s)) {
+        __m512i a = v[i], b = v[i + s];
+        v[i] = _mm512_permutex2var_epi32(a, il, b);
+        v[i + s] = _mm512_permutex2var_epi32(a, ih, b);
+      }
+  }
+}
 
 /* Packed A block: for each TM-row panel and each chunk of TKP pairs, TM rows
  * of TKP u32 pairs (rows past mc and pairs past k are zero). */
@@ -87,13 +102,19 @@ TARGET static void pack_a(const float *A, int64_t lda, bool ta, int64_t i0, int6
           __mmask16 m1 = kn >= 32 ? 0xffff : kn <= 16 ? 0 : (__mmask16)((1u << (kn - 16)) - 1);
           __m512 lo = _mm512_maskz_loadu_ps(m0, a), hi = _mm512_maskz_loadu_ps(m1, a + 16);
           _mm512_storeu_si512(row, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
-        } else { /* op(A)(i, k) = A[k][i] */
-          for (int64_t p = 0; p < TKP; p++) {
-            int64_t k = k0 + 2 * p;
-            float lo = 2 * p < kn ? A[k * lda + i0 + i] : 0.0f;
-            float hi = 2 * p + 1 < kn ? A[(k + 1) * lda + i0 + i] : 0.0f;
-            row[p] = pair(lo, hi);
+        } else if (r % T == 0) { /* op(A)(i, k) = A[k][i]: rows r..r+15 at once */
+          int64_t left = mc - i;
+          __mmask16 mi = left >= 16 ? 0xffff : (__mmask16)((1u << left) - 1);
+          __m512i v[T];
+          for (int64_t p = 0; p < TKP; p++) { /* lane: row i + lane, the pair p */
+            const float *a = A + (k0 + 2 * p) * lda + i0 + i;
+            __m512 lo = 2 * p < kn ? _mm512_maskz_loadu_ps(mi, a) : _mm512_setzero_ps();
+            __m512 hi = 2 * p + 1 < kn ? _mm512_maskz_loadu_ps(mi, a + lda) : _mm512_setzero_ps();
+            v[p] = pairs16(lo, hi);
           }
+          transpose16(v); /* v[lane]: row i + lane, the pairs */
+          for (int t = 0; t < T; t++) _mm512_storeu_si512(row + t * TKP, v[t]);
+          r += T - 1; /* rows past mc were loaded as zeros */
         }
       }
     }
@@ -123,15 +144,24 @@ TARGET static void pack_b(const float *B, int64_t ldb, bool tb, int64_t p0, int6
           __m512 lo = _mm512_maskz_loadu_ps(m, B + k * ldb + jb + c0);
           __m512 hi = has_hi ? _mm512_maskz_loadu_ps(m, B + (k + 1) * ldb + jb + c0)
                              : _mm512_setzero_ps();
-          __m512i l = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(lo));
-          __m512i u = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(hi));
-          _mm512_storeu_si512(dst + c0, _mm512_or_si512(l, _mm512_slli_epi32(u, 16)));
+          _mm512_storeu_si512(dst + c0, pairs16(lo, hi));
         }
-      } else { /* op(B)(k, j) = B[j][k]: the pair is contiguous */
-        for (int64_t c = 0; c < TN; c++) {
-          const float *b = B + (jb + c) * ldb + k;
-          dst[c] = c < cols ? pair(b[0], has_hi ? b[1] : 0.0f) : 0;
+      } else if (p % TKP == 0) { /* op(B)(k, j) = B[j][k]: TKP pairs of 16 columns at once */
+        int64_t kn = kc - 2 * p; /* k left from k */
+        __mmask16 m0 = kn >= 16 ? 0xffff : (__mmask16)((1u << kn) - 1);
+        __mmask16 m1 = kn >= 32 ? 0xffff : kn <= 16 ? 0 : (__mmask16)((1u << (kn - 16)) - 1);
+        for (int h = 0; h < TN / T; h++) {
+          __m512i v[T];
+          for (int c = 0; c < T; c++) { /* lane: the pair p + lane of column h T + c */
+            const float *b = B + (jb + h * T + c) * ldb + k;
+            v[c] = h * T + c < cols ? (__m512i)_mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(m1, b + 16),
+                                                                   _mm512_maskz_loadu_ps(m0, b))
+                                    : _mm512_setzero_si512();
+          }
+          transpose16(v); /* v[lane]: the pair p + lane of columns h T .. h T + 15 */
+          for (int t = 0; t < T; t++) _mm512_storeu_si512(dst + t * TN + h * T, v[t]);
         }
+        p += TKP - 1; /* pairs past kc were loaded as zeros */
       }
     }
   }
