@@ -23,7 +23,10 @@
  * per pair, each element (k even, k odd)); M in MC-row blocks whose A block
  * is packed as TM-row panels of TKP-pair chunks; a TM x TN (32 x 32) block
  * of C in four accumulator tiles per panel pair.  Edges are zero-padded in
- * the panels and written with masked stores.  One call is single-threaded
+ * the panels and written with masked stores.  A transposed operand (op(A)
+ * = A^T: rows of A are k; op(B) = B^T: rows of B are columns) is packed
+ * sixteen rows or columns at a time, converted to pairs in vectors and
+ * transposed 16 x 16 in registers (transpose16).  One call is single-threaded
  * (exec.c splits a step over the pool); each call loads its tile
  * configuration and releases the tiles.
  */
