@@ -1,6 +1,6 @@
 /*
- * runtime/gemm_bf16.c: the GEMMs of bf16 dots on CPUs with AMX-BF16
- * (docs/codegen.md, "bf16 and f16").
+ * runtime/gemm_bf16.c: the GEMMs of bf16 dots on CPUs with AMX-BF16, or
+ * AVX-512 BF16 where asked for (docs/codegen.md, "bf16 and f16").
  *
  * A CPU plan keeps a mixed-precision layer's dot as an f32 GEMM step whose
  * operands hold bf16 values exactly (passes/widen_dots.c, the step's
@@ -15,8 +15,11 @@
  *
  * Why AMX and not AVX-512 BF16's vdpbf16ps: on this project's CPUs (Xeon
  * with AMX; docs/codegen.md has the figures) vdpbf16ps peaks at 106 GFLOP/s
- * on one core against 222 for f32 FMAs, so a vdpbf16ps GEMM (measured: 80
- * GFLOP/s) loses to OpenBLAS' sgemm (140-155); the tiles reach 620-770.
+ * on one core against 222 for f32 FMAs, so a vdpbf16ps GEMM loses to
+ * OpenBLAS' sgemm; the tiles reach 500-800.  The vdpbf16ps microkernel
+ * (vector_product, on the same packed panels) runs only where asked for
+ * (KDC_CPU_BF16=avx512, common/cpu.c): for CPUs without AMX where it may
+ * pay, and to test it.
  *
  * Blocking: C in NC-column slices; K in KC-element blocks whose B block is
  * packed once as TN-column panels of k pairs (the tiles' VNNI layout: a row
@@ -208,14 +211,52 @@ TARGET static void tile_product(int64_t chunks, const uint32_t *Ap, const uint32
   }
 }
 
-TARGET static void gemm_amx(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *A,
-                            int64_t lda, const float *B, int64_t ldb, float *C, int64_t ldc,
-                            uint32_t *Ap, uint32_t *Bp) {
-  tile_config cfg;
-  memset(&cfg, 0, sizeof cfg);
-  cfg.palette = 1;
-  for (int t = 0; t < 8; t++) cfg.rows[t] = T, cfg.colsb[t] = 64;
-  _tile_loadconfig(&cfg);
+/* The same block of C as tile_product, by AVX-512 BF16's vdpbf16ps: eight
+ * rows x TN columns (sixteen accumulators) at a time, each packed A pair
+ * broadcast against the B panel's two vectors of pairs. */
+TARGET static void vector_product(int64_t chunks, const uint32_t *Ap, const uint32_t *Bp, float *C,
+                                  int64_t ldc, int64_t rows, int64_t cols, bool add) {
+  enum { R = 8 };
+  __mmask16 m0 = cols >= 16 ? 0xffff : (__mmask16)((1u << cols) - 1);
+  __mmask16 m1 = cols >= 32 ? 0xffff : cols <= 16 ? 0 : (__mmask16)((1u << (cols - 16)) - 1);
+  for (int64_t g = 0; g < rows; g += R) {
+    __m512 acc[R][2];
+    for (int r = 0; r < R; r++) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+    for (int64_t c = 0; c < chunks; c++) {
+      const uint32_t *a = Ap + c * TM * TKP + g * TKP, *b = Bp + c * TKP * TN;
+      for (int p = 0; p < TKP; p++) {
+        __m512bh b0 = (__m512bh)_mm512_loadu_si512(b + p * TN);
+        __m512bh b1 = (__m512bh)_mm512_loadu_si512(b + p * TN + T);
+        for (int r = 0; r < R; r++) {
+          __m512bh x = (__m512bh)_mm512_set1_epi32((int)a[r * TKP + p]);
+          acc[r][0] = _mm512_dpbf16_ps(acc[r][0], x, b0);
+          acc[r][1] = _mm512_dpbf16_ps(acc[r][1], x, b1);
+        }
+      }
+    }
+    for (int64_t r = 0; r < R && g + r < rows; r++) { /* rows past |rows| are padding */
+      float *o = C + (g + r) * ldc;
+      __m512 v0 = acc[r][0], v1 = acc[r][1];
+      if (add) {
+        v0 = _mm512_add_ps(v0, _mm512_maskz_loadu_ps(m0, o));
+        v1 = _mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, o + 16));
+      }
+      _mm512_mask_storeu_ps(o, m0, v0);
+      _mm512_mask_storeu_ps(o + 16, m1, v1);
+    }
+  }
+}
+
+TARGET static void gemm_blocked(bool amx, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                                const float *A, int64_t lda, const float *B, int64_t ldb, float *C,
+                                int64_t ldc, uint32_t *Ap, uint32_t *Bp) {
+  if (amx) {
+    tile_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int t = 0; t < 8; t++) cfg.rows[t] = T, cfg.colsb[t] = 64;
+    _tile_loadconfig(&cfg);
+  }
   for (int64_t jc = 0; jc < n; jc += NC) {
     int64_t nc = n - jc < NC ? n - jc : NC;
     for (int64_t pc = 0; pc < k; pc += KC) {
@@ -226,16 +267,17 @@ TARGET static void gemm_amx(bool ta, bool tb, int64_t m, int64_t n, int64_t k, c
         pack_a(A, lda, ta, ic, mc, pc, kc, chunks, Ap);
         for (int64_t jr = 0; jr < nc; jr += TN)
           for (int64_t ir = 0; ir < mc; ir += TM)
-            tile_product(chunks, Ap + ir / TM * chunks * TM * TKP, Bp + jr / TN * chunks * TKP * TN,
-                         C + (ic + ir) * ldc + jc + jr, ldc, mc - ir < TM ? mc - ir : TM,
-                         nc - jr < TN ? nc - jr : TN, pc > 0);
+            (amx ? tile_product : vector_product)(
+                chunks, Ap + ir / TM * chunks * TM * TKP, Bp + jr / TN * chunks * TKP * TN,
+                C + (ic + ir) * ldc + jc + jr, ldc, mc - ir < TM ? mc - ir : TM,
+                nc - jr < TN ? nc - jr : TN, pc > 0);
       }
     }
   }
-  _tile_release();
+  if (amx) _tile_release();
 }
 
-static void gemm_bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *A,
+static void gemm_bf16(bool amx, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *A,
                       int64_t lda, const float *B, int64_t ldb, float *C, int64_t ldc) {
   int64_t kcap = k < KC ? k : KC, chunks = (kcap + 2 * TKP - 1) / (2 * TKP);
   int64_t ncap = n < NC ? n : NC, mcap = m < MC ? m : MC;
@@ -244,7 +286,7 @@ static void gemm_bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const f
   uint32_t *Bp = aligned_alloc(64, (nb * 4 + 63) / 64 * 64);
   uint32_t *Ap = aligned_alloc(64, (na * 4 + 63) / 64 * 64);
   if (Bp && Ap && k > 0) {
-    gemm_amx(ta, tb, m, n, k, A, lda, B, ldb, C, ldc, Ap, Bp);
+    gemm_blocked(amx, ta, tb, m, n, k, A, lda, B, ldb, C, ldc, Ap, Bp);
   } else { /* k == 0, or no memory for the panels: the f32 GEMM needs none */
     cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
                 (blasint)m, (blasint)n, (blasint)k, 1.0f, A, (blasint)lda, B, (blasint)ldb, 0.0f,
@@ -258,8 +300,9 @@ static void gemm_bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const f
 void rt_sgemm(bool bf16_inputs, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *A,
               int64_t lda, const float *B, int64_t ldb, float *C, int64_t ldc) {
 #ifdef KDC_HAVE_BF16_KERNEL
-  if (bf16_inputs && m > 0 && n > 0 && kdc_cpu_bf16()) {
-    gemm_bf16(ta, tb, m, n, k, A, lda, B, ldb, C, ldc);
+  kdc_cpu_bf16_kind kind = bf16_inputs ? kdc_cpu_bf16_kernel() : KDC_CPU_BF16_NONE;
+  if (kind != KDC_CPU_BF16_NONE && m > 0 && n > 0) {
+    gemm_bf16(kind == KDC_CPU_BF16_AMX, ta, tb, m, n, k, A, lda, B, ldb, C, ldc);
     return;
   }
 #endif
