@@ -130,3 +130,82 @@ def test_loss_scale_state_round_trip(way, opt, tmp_path):
     # and kdc's epoch moved them (a file that kept the archive's slots would fail here)
     moved = [float(np.abs(a - c).max()) for a, c in zip(got_slots, inner_slots(mine))]
     assert not moved or max(moved) > 0, moved
+
+
+def rewrite_weights(src, dst, edit):
+    """Copy the .keras archive src to dst with edit(h5py.File) applied to its model.weights.h5."""
+    import zipfile
+    import h5py
+    with zipfile.ZipFile(src) as z:
+        members = {n: z.read(n) for n in z.namelist()}
+    w = dst.parent / "edit.weights.h5"
+    w.write_bytes(members["model.weights.h5"])
+    with h5py.File(w, "r+") as f:
+        edit(f)
+    members["model.weights.h5"] = w.read_bytes()
+    with zipfile.ZipFile(dst, "w") as z:
+        for n, b in members.items():
+            z.writestr(n, b)
+
+
+def fail(*args):
+    r = subprocess.run([KDC, *map(str, args)], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("kdc: error: "), r.stderr
+    return lines[0]
+
+
+def test_loss_scale_bad_state(tmp_path):
+    """A dynamic_scale that is not a power of two, and a missing optimizer/vars/3: one
+    located line, exit 2, no plan left behind."""
+    model = build()
+    rng = np.random.default_rng(2)
+    model.fit(rng.normal(size=(BATCH, 8)).astype(np.float32), np.zeros(BATCH, np.int32),
+              batch_size=BATCH, epochs=1, verbose=0)  # builds the optimizer's variables
+    model.save(tmp_path / "k.keras")
+
+    def scale3(f):
+        f["optimizer/vars/3"][()] = np.float32(3.0)
+    rewrite_weights(tmp_path / "k.keras", tmp_path / "s3.keras", scale3)
+    line = fail("compile", tmp_path / "k.keras", "--weights", tmp_path / "s3.keras", "--batch",
+                BATCH, "-o", tmp_path / "a.plan")
+    assert "s3.keras" in line and "optimizer/vars/3" in line and "power of two" in line, line
+    assert not (tmp_path / "a.plan").exists()
+
+    def drop3(f):
+        del f["optimizer/vars/3"]
+    rewrite_weights(tmp_path / "k.keras", tmp_path / "no3.keras", drop3)
+    line = fail("compile", tmp_path / "k.keras", "--weights", tmp_path / "no3.keras", "--batch",
+                BATCH, "-o", tmp_path / "b.plan")
+    assert "no3.keras" in line and "optimizer/vars" in line, line
+    assert not (tmp_path / "b.plan").exists()
+
+
+def test_f32_plan_reads_mixed_file(tmp_path):
+    """An f32 plan given a mixed_float16 file reads the weights and the inner optimizer's
+    variables (optimizer/vars/4+) and skips the loss scale's four."""
+    model = build("adam")
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(ROWS, 8)).astype(np.float32)
+    y = rng.integers(0, 4, size=(ROWS,)).astype(np.int32)
+    model.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0)
+    model.save(tmp_path / "mixed.keras")
+    keras.utils.set_random_seed(3)
+    f32 = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="relu"),
+                            keras.layers.Dense(4, activation="softmax")])
+    f32.compile(optimizer=keras.optimizers.Adam(0.001), loss="sparse_categorical_crossentropy")
+    f32.save(tmp_path / "f32.keras")
+    kdc("compile", tmp_path / "f32.keras", "--weights", tmp_path / "mixed.keras", "--batch",
+        BATCH, "-o", tmp_path / "p.plan")
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "y.npy", y)
+    kdc("run", tmp_path / "p.plan", "--fit", "--x", tmp_path / "x.npy", "--y", tmp_path / "y.npy",
+        "--batch-size", BATCH, "--epochs", 0, "--quiet", "--save-model", tmp_path / "out.keras")
+    back = keras.saving.load_model(tmp_path / "out.keras")
+    for a, b in zip(back.get_weights(), model.get_weights()):
+        np.testing.assert_array_equal(np.asarray(a, np.float32), np.asarray(b, np.float32))
+    inner = model.optimizer.inner_optimizer
+    assert int(back.optimizer.iterations.numpy()) == int(inner.iterations.numpy()) > 0
+    for a, b in zip(back.optimizer.variables[2:], inner.variables[2:]):
+        np.testing.assert_array_equal(np.asarray(a.numpy()), np.asarray(b.numpy()))
