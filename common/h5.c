@@ -1,8 +1,9 @@
 /*
  * common/h5.c: HDF5 through the HDF5 C library (common/kfiles.h).
  *
- * Reading: the whole file is an in-memory image opened with the core driver
- * (H5Pset_file_image), so a `.keras` member never touches the disk.  The
+ * Reading: the whole file is an in-memory image opened with kdc's read-only
+ * image driver (common/h5_vfd.c: no copy, every read bounded by the image),
+ * so a `.keras` member never touches the disk.  The
  * library's automatic error printing is turned off (H5Eset_auto2): every
  * failure becomes one located kdc error.  Sizes are checked before any read:
  * a dataset is read only into a buffer of the element count the caller
@@ -44,7 +45,7 @@ struct kdc_h5w {
 
 static void quiet(void) { H5Eset_auto2(H5E_DEFAULT, NULL, NULL); }
 
-/* A unique name per image: the core driver keys open files by name. */
+/* A unique name per file: the core driver (writing) keys open files by name. */
 static void image_name(char *buf, size_t n) {
   static unsigned long counter;
   snprintf(buf, n, "kdc-image-%lu.h5", __atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED));
@@ -59,13 +60,11 @@ kdc_status kdc_h5_open_image(const char *file, const void *img, size_t len, kdc_
   quiet();
   if (!kdc_is_hdf5(img, len))
     return KDC_ERR(KDC_INVALID_INPUT, "%s: not an HDF5 file (no HDF5 signature)", file);
-  hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+  hid_t fapl = kdc_h5_image_fapl(img, len);
   if (fapl < 0) return KDC_ERR(KDC_INTERNAL, "%s: HDF5: cannot make a file access list", file);
   char name[64];
   image_name(name, sizeof name);
-  hid_t f = -1;
-  if (H5Pset_fapl_core(fapl, 1 << 16, 0) >= 0 && H5Pset_file_image(fapl, (void *)img, len) >= 0)
-    f = H5Fopen(name, H5F_ACC_RDONLY, fapl);
+  hid_t f = H5Fopen(name, H5F_ACC_RDONLY, fapl);
   H5Pclose(fapl);
   if (f < 0)
     return KDC_ERR(KDC_INVALID_INPUT, "%s: not a readable HDF5 file (truncated or damaged: "

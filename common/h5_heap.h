@@ -2,7 +2,8 @@
  * common/h5_heap.h: the checks of raw file bytes HDF5 1.10 would trust,
  * used by common/h5.c only: the global-heap check of variable-length string
  * attributes (common/h5_heap.c) and the attribute messages of an object
- * header (common/h5_ohdr.c).
+ * header (common/h5_ohdr.c); and the read-only driver images are opened
+ * with (common/h5_vfd.c).
  */
 #ifndef KDC_COMMON_H5_HEAP_H
 #define KDC_COMMON_H5_HEAP_H
@@ -20,6 +21,10 @@
  * at most |cap| bytes; else a located error naming |file| and |where|. */
 kdc_status kdc_h5_check_vlen_strings(hid_t f, const void *img, size_t img_len, hid_t attr,
                                      size_t n, size_t cap, const char *file, const char *where);
+
+/* A file access list for H5Fopen(name, H5F_ACC_RDONLY, fapl) of the |len|
+ * bytes at |img| (not copied: they must outlive the file), or -1. */
+hid_t kdc_h5_image_fapl(const void *img, size_t len);
 
 /* NULL when every attribute message in the header of object |obj| of file
  * |f| (opened from |img|, |img_len| bytes) can be decoded by HDF5 1.10

@@ -87,7 +87,9 @@ static const char *check_attr(const walk *w, const uint8_t *d, uint64_t s) {
   const uint8_t *dt = d + off;
   unsigned cls = dt[0] & 0x0f;
   if (dt_size < type_bytes(dt, dt_size, 0)) return "an attribute datatype kdc does not read";
-  uint64_t elem = cls == 9 ? 4 + w->sz_addr + 4 : kdc_h5_le(dt + 4, 4); /* vlen: its descriptor */
+  uint64_t elem = kdc_h5_le(dt + 4, 4); /* HDF5 1.10 copies npoints x this */
+  if (cls == 9 && elem != 4 + w->sz_addr + 4) /* a vlen element is its descriptor */
+    return "a variable-length attribute whose elements are not descriptors";
   off += pad8(dt_size, old);
   if (off > s || ds_size < 4 || ds_size > s - off) return "an attribute dataspace outside its message";
   const uint8_t *ds = d + off;
