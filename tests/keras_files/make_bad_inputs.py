@@ -227,6 +227,15 @@ def main():
         case(f"legacy_h5_attr_{nm}", "h5", attr_edit(os.path.join(DATA, "legacy.h5"), attr, how),
              [f"legacy_h5_attr_{nm}.h5", "damaged attributes", exp],
              compile_args(f"@DIR/legacy_h5_attr_{nm}.h5"), why)
+    # the root group's header continues at the undefined address: HDF5 1.10's metadata
+    # accumulator wraps addr + size and copies from a null pointer; kdc's image driver
+    # (common/h5_vfd.c) has no accumulator and refuses reads outside the image
+    b = bytearray(open(os.path.join(DATA, "legacy.h5"), "rb").read())
+    assert struct.unpack_from("<BxHII", b, 96)[0] == 1 and struct.unpack_from("<H", b, 112)[0] == 0x10
+    struct.pack_into("<Q", b, 120, 2**64 - 1)
+    case("legacy_h5_cont_undef", "h5", bytes(b), ["legacy_h5_cont_undef.h5", "not a readable HDF5"],
+         compile_args("@DIR/legacy_h5_cont_undef.h5"),
+         "the root group's header continued at the undefined address (a SIGSEGV in HDF5 1.10.8)")
     case("weights_h5_as_model", "weights.h5", None, ["weights_h5_extra.weights.h5", "--weights"],
          compile_args("@DIR/weights_h5_extra.weights.h5"), "a weights file given as the model")
     case("tfjs_graph_model", "json",
