@@ -60,6 +60,7 @@ kdc_status kdc_h5_open_image(const char *file, const void *img, size_t len, kdc_
   quiet();
   if (!kdc_is_hdf5(img, len))
     return KDC_ERR(KDC_INVALID_INPUT, "%s: not an HDF5 file (no HDF5 signature)", file);
+  KDC_RETURN_IF_ERROR(kdc_h5_check_local_heaps(img, len, file)); /* H5Fopen reads the root's */
   hid_t fapl = kdc_h5_image_fapl(img, len);
   if (fapl < 0) return KDC_ERR(KDC_INTERNAL, "%s: HDF5: cannot make a file access list", file);
   char name[64];

@@ -156,3 +156,38 @@ kdc_status kdc_h5_check_vlen_strings(hid_t f, const void *img, size_t img_len, h
   H5Tclose(raw);
   return st;
 }
+
+/* Local heaps ("HEAP", version 0: data size, free-list head, data address)
+ * hold the link names of old-style groups.  HDF5 1.10.8 reads a heap's free
+ * list when it loads the heap (opening the root group, every lookup and
+ * walk) and follows it without noticing a cycle: a crafted list loops
+ * forever, allocating a node per step (tests/fuzz/fuzz_hdf5.c).  Each
+ * candidate in the image is checked before H5Fopen: its free list must end
+ * within as many steps as its data can hold blocks, each block inside the
+ * data.  A "HEAP" that does not look like a heap (its data outside the
+ * image) is not one the library could load, and is skipped. */
+kdc_status kdc_h5_check_local_heaps(const void *img_, size_t len, const char *file) {
+  const uint8_t *img = img_;
+  if (len < 15) return NULL;
+  size_t sa = img[8] >= 2 ? img[9] : img[13], sl = img[8] >= 2 ? img[10] : img[14];
+  if (sa < 2 || sa > 8 || sl < 2 || sl > 8) return NULL; /* HDF5 refuses the superblock */
+  size_t pre = 8 + 2 * sl + sa;
+  for (const uint8_t *p = img; (p = memmem(p, len - (size_t)(p - img), "HEAP", 4)); p++) {
+    size_t at = (size_t)(p - img);
+    if (len - at < pre || p[4] || p[5] || p[6] || p[7]) continue;
+    uint64_t dsize = kdc_h5_le(p + 8, sl), head = kdc_h5_le(p + 8 + sl, sl),
+             daddr = kdc_h5_le(p + 8 + 2 * sl, sa);
+    if (daddr >= len || dsize > len - daddr) continue;
+    const uint8_t *d = img + daddr;
+    uint64_t steps = 0, max = dsize / (2 * sl) + 1;
+    for (uint64_t off = head; off != 1; steps++) { /* H5HL_FREE_NULL */
+      if (off >= dsize || dsize - off < 2 * sl) break; /* HDF5 refuses it */
+      if (steps == max)
+        return KDC_ERR(KDC_INVALID_INPUT, "%s: the local heap at %zu: a free list that loops "
+                       "(damaged)", file, at);
+      off = kdc_h5_le(d + off, sl);
+      if (!off) break;
+    }
+  }
+  return NULL;
+}

@@ -22,6 +22,10 @@
 kdc_status kdc_h5_check_vlen_strings(hid_t f, const void *img, size_t img_len, hid_t attr,
                                      size_t n, size_t cap, const char *file, const char *where);
 
+/* NULL when every local heap in the |len| bytes at |img| has a free list
+ * that ends; else a located error naming |file|. */
+kdc_status kdc_h5_check_local_heaps(const void *img, size_t len, const char *file);
+
 /* A file access list for H5Fopen(name, H5F_ACC_RDONLY, fapl) of the |len|
  * bytes at |img| (not copied: they must outlive the file), or -1. */
 hid_t kdc_h5_image_fapl(const void *img, size_t len);
