@@ -157,7 +157,8 @@ static kdc_status open_dataset(kdc_h5 *h, const char *path, hid_t *d) {
   if (!kdc_h5_exists(h, path))
     return KDC_ERR(KDC_INVALID_INPUT, "%s: %s: no such dataset", h->file, path);
   *d = H5Dopen2(h->f, path, H5P_DEFAULT);
-  if (*d < 0) return KDC_ERR(KDC_INVALID_INPUT, "%s: %s: not a dataset (or unreadable)", h->file, path);
+  if (*d < 0)
+    return KDC_ERR(KDC_INVALID_INPUT, "%s: %s: not a dataset (or unreadable)", h->file, path);
   return NULL;
 }
 

@@ -83,7 +83,8 @@ static const char *check_attr(const walk *w, const uint8_t *d, uint64_t s) {
   if (name_len == 0 || name_len > s - off || !memchr(d + off, 0, name_len))
     return "an attribute name not terminated inside its stored length";
   off += pad8(name_len, old);
-  if (off > s || dt_size < 8 || dt_size > s - off) return "an attribute datatype outside its message";
+  if (off > s || dt_size < 8 || dt_size > s - off)
+    return "an attribute datatype outside its message";
   const uint8_t *dt = d + off;
   unsigned cls = dt[0] & 0x0f;
   if (dt_size < type_bytes(dt, dt_size, 0)) return "an attribute datatype kdc does not read";
@@ -91,7 +92,8 @@ static const char *check_attr(const walk *w, const uint8_t *d, uint64_t s) {
   if (cls == 9 && elem != 4 + w->sz_addr + 4) /* a vlen element is its descriptor */
     return "a variable-length attribute whose elements are not descriptors";
   off += pad8(dt_size, old);
-  if (off > s || ds_size < 4 || ds_size > s - off) return "an attribute dataspace outside its message";
+  if (off > s || ds_size < 4 || ds_size > s - off)
+    return "an attribute dataspace outside its message";
   const uint8_t *ds = d + off;
   unsigned dsv = ds[0], rank = ds[1];
   uint64_t npoints = 1, dims_at = dsv == 1 ? 8 : 4;
@@ -147,7 +149,8 @@ static const char *walk_chunk(walk *w, const uint8_t *c, uint64_t n, unsigned v,
       if (addr_at(w, d + at) != UNDEF_ADDR) return "attributes in dense storage";
     } else if (type == 0x10) { /* continuation */
       if (size < w->sz_addr + w->sz_len) return "a damaged continuation message";
-      const char *why = add_chunk(w, kdc_h5_le(d, w->sz_addr), kdc_h5_le(d + w->sz_addr, w->sz_len));
+      const char *why =
+          add_chunk(w, kdc_h5_le(d, w->sz_addr), kdc_h5_le(d + w->sz_addr, w->sz_len));
       if (why) return why;
     }
     p += mh + size;
