@@ -9,11 +9,14 @@
  * fuse into the neighbouring kernels.  The products of bf16/f16 values are
  * exact in f32 and both forms accumulate in f32 and round once, so only the
  * summation order differs from the interpreter (as for every f32 GEMM).
- * OpenBLAS' cblas_sbgemm would read bf16 directly (AVX-512 BF16), but
- * Debian 12's OpenBLAS 0.3.21 declares it in cblas.h without exporting it
- * (built without BUILD_BFLOAT16: `nm -D libopenblasp-r0.3.21.so` has no
- * sbgemm), so the CPU path is "computed in float32"; compile says so once
- * (a warning naming the dtype and the first such layer).
+ * The f32 GEMM step of a bf16 dot is marked as holding bf16 operands
+ * (codegen/lower.c, the step's bf16_inputs flag): a CPU with AMX-BF16
+ * runs it with kdc's own bf16 kernel (runtime/gemm_bf16.c; Debian 12's
+ * OpenBLAS 0.3.21 does not export cblas_sbgemm), others with cblas_sgemm.
+ * Where the dots are computed in float32 (f16 always; bf16 on a CPU
+ * without AMX-BF16) compile says so once (a warning naming the dtype
+ * and the first such layer), and loading a plan with bf16 GEMMs on such a
+ * CPU says so too (runtime/plan_load.c).
  * It runs before the sharding passes, so a dot split over its contracting
  * dims sums f32 partials across devices (the CPU collectives sum f32).
  * Not run for --target cuda plans: there the dot stays a bf16/f16 GEMM
@@ -22,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/io.h"
 #include "passes/passes.h"
 
 static bool half_dot(const kdc_func *f, kdc_value_id v) {
@@ -75,10 +79,14 @@ kdc_status kdc_pass_widen_dots(kdc_module *m, const kdc_pass_options *opt) {
   kdc_dtype seen = KDC_DTYPE_F32;
   const char *where = NULL; /* the first such dot's layer */
   for (size_t i = 0; i < m->n_funcs; i++) run_func(m->funcs[i], &seen, &where);
-  if (seen != KDC_DTYPE_F32 && opt && opt->warnings)
+  /* bf16: the GEMM steps are marked (codegen/lower.c) and run in AMX-BF16 tiles where the CPU
+   * running the plan has it (runtime/gemm_bf16.c; a CPU without it says so at load) */
+  bool bf16_here = seen == KDC_DTYPE_BF16 && kdc_cpu_bf16();
+  if (seen != KDC_DTYPE_F32 && !bf16_here && opt && opt->warnings)
     fprintf(opt->warnings, "kdc: warning: model %s: %s: the %s GEMMs of the mixed-precision "
             "layers are computed in float32 on this CPU (operands and results stay %s, f32 "
-            "accumulation)\n", m->name ? m->name : "?", where ? where : "?",
-            seen == KDC_DTYPE_BF16 ? "bfloat16" : "float16", kdc_dtype_name(seen));
+            "accumulation)%s\n", m->name ? m->name : "?", where ? where : "?",
+            seen == KDC_DTYPE_BF16 ? "bfloat16" : "float16", kdc_dtype_name(seen),
+            seen == KDC_DTYPE_BF16 ? "; a CPU with AMX-BF16 runs them in bf16" : "");
   return NULL;
 }

@@ -97,6 +97,7 @@ static void put_step(FILE *o, const kdc_program *p, const kdc_prog_func *f, uint
     fprintf(o, "gemm batch=%" PRId64 " m=%" PRId64 " n=%" PRId64 " k=%" PRId64 " %c%c", g->batch,
             g->m, g->n, g->k, g->trans_a ? 'T' : 'N', g->trans_b ? 'T' : 'N');
     if (g->dtype != KDC_IO_DTYPE_F32) fprintf(o, " (%s)", kdc_io_dtype_name(g->dtype));
+    if (g->bf16_inputs) fprintf(o, " (bf16 inputs)");
     fprintf(o, " A=");
     put_loc(o, f, p, &g->a);
     fprintf(o, " B=");

@@ -36,6 +36,7 @@
 #include "kdc/fpenv.h"
 #include "runtime/comm.h"
 #include "runtime/cuda/cuda_rt.h"
+#include "runtime/gemm_bf16.h"
 #include "runtime/runtime.h"
 
 /* Below this many element-ops a step (all devices) runs on the calling
@@ -120,9 +121,8 @@ static void gemm_block(const runner *r, int64_t dev, uint32_t s, int64_t i, int6
   A += g->trans_a ? m0 : m0 * lda;  /* op(A) is M x K: A is K x M when transposed */
   B += g->trans_b ? n0 * ldb : n0;  /* op(B) is K x N: B is N x K when transposed */
   C += m0 * g->ldc + n0;
-  cblas_sgemm(CblasRowMajor, g->trans_a ? CblasTrans : CblasNoTrans,
-              g->trans_b ? CblasTrans : CblasNoTrans, (blasint)(m1 - m0), (blasint)(n1 - n0),
-              (blasint)g->k, 1.0f, A, (blasint)lda, B, (blasint)ldb, 0.0f, C, (blasint)g->ldc);
+  rt_sgemm(g->bf16_inputs, g->trans_a, g->trans_b, m1 - m0, n1 - n0, g->k, A, lda, B, ldb, C,
+           g->ldc);
 }
 
 static void run_gemm(const runner *r, int64_t dev, uint32_t s) {

@@ -29,6 +29,7 @@
 
 #include <cblas.h>
 
+#include "runtime/gemm_bf16.h"
 #include "runtime/runtime.h"
 
 /* Candidates: op(A) = A with its rows contiguous, C likewise, B at least
@@ -52,9 +53,8 @@ uint64_t rt_stack_bytes(const kdc_prog_gemm_step *g, int64_t nd) {
 
 static void call(const kdc_prog_gemm_step *g, int64_t rows, int64_t n0, int64_t n1, const float *A,
                  const float *B, float *C) {
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, g->trans_b ? CblasTrans : CblasNoTrans, (blasint)rows,
-              (blasint)(n1 - n0), (blasint)g->k, 1.0f, A, (blasint)g->k,
-              B + (g->trans_b ? n0 * g->ldb : n0), (blasint)g->ldb, 0.0f, C + n0, (blasint)g->n);
+  rt_sgemm(g->bf16_inputs, false, g->trans_b, rows, n1 - n0, g->k, A, g->k,
+           B + (g->trans_b ? n0 * g->ldb : n0), g->ldb, C + n0, g->n);
 }
 
 void rt_stack_gemm_block(const kdc_prog_gemm_step *g, int64_t chunk, int64_t nl, int threads,

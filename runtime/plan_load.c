@@ -142,9 +142,11 @@ static kdc_status load(kdc_rt_plan *p, const kdc_rt_options *opt) {
   bool cuda = (!opt || opt->target != KDC_RT_TARGET_CPU) &&
               kdc_plan_file_find(p->file, KDC_PLAN_SECTION_CUDA, &data, &size);
   p->describe_only = opt && opt->describe_only;
+  bool bf16_gemms = false;
   for (uint32_t f = 0; !cuda && !p->describe_only && f < p->prog.n_funcs; f++)
     for (uint32_t s = 0; s < p->prog.funcs[f].n_steps; s++) {
       const kdc_prog_step *st = &p->prog.funcs[f].steps[s];
+      bf16_gemms |= st->kind == KDC_STEP_GEMM && st->gemm.bf16_inputs;
       if (st->kind == KDC_STEP_GEMM && st->gemm.dtype != KDC_IO_DTYPE_F32)
         return KDC_ERR(KDC_UNSUPPORTED, "%s: function %s, step %u: a %s GEMM runs on CUDA only "
                        "(compile the model without --target cuda for the CPU)", p->path,
@@ -158,6 +160,9 @@ static kdc_status load(kdc_rt_plan *p, const kdc_rt_options *opt) {
                        "on CUDA only (NCCL)", p->path, p->prog.funcs[f].name, s,
                        kdc_io_dtype_name(st->coll.dtype));
     }
+  if (bf16_gemms && !kdc_cpu_bf16()) /* a bf16 policy not honoured here: never silently */
+    fprintf(stderr, "kdc: warning: %s: this CPU has no AMX-BF16 (or KDC_CPU_BF16=off): the "
+            "plan's bfloat16 GEMMs are computed in float32\n", p->path);
   if (!cuda && !p->describe_only) {
     KDC_RETURN_IF_ERROR(load_code(p, opt));
     kdc_trace("CPU JIT: LLVM init + %u kernels compiled or read from the cache", p->prog.n_kernels);

@@ -134,6 +134,7 @@ static void put_step(kdc_buf *b, const kdc_prog_step *s) {
     for (int i = 0; i < 4; i++) kdc_buf_put_i64(b, v[i]);
     kdc_buf_put_u8(b, g->trans_a);
     kdc_buf_put_u8(b, g->trans_b);
+    kdc_buf_put_u8(b, g->bf16_inputs);
     int64_t w[] = {g->lda, g->ldb, g->ldc, g->stride_a, g->stride_b, g->stride_c};
     for (int i = 0; i < 6; i++) kdc_buf_put_i64(b, w[i]);
     put_loc(b, &g->a);
@@ -345,10 +346,13 @@ static kdc_status get_gemm(kdc_reader *r, const kdc_program *p, const kdc_prog_f
   size_t es = kdc_prog_dtype_size(g->dtype);
   int64_t *v[] = {&g->batch, &g->m, &g->n, &g->k};
   for (int i = 0; i < 4; i++) KDC_RETURN_IF_ERROR(kdc_reader_i64(r, v[i]));
-  uint8_t ta, tb;
+  uint8_t ta, tb, fl;
   KDC_RETURN_IF_ERROR(kdc_reader_u8(r, &ta));
   KDC_RETURN_IF_ERROR(kdc_reader_u8(r, &tb));
-  g->trans_a = ta != 0, g->trans_b = tb != 0;
+  KDC_RETURN_IF_ERROR(kdc_reader_u8(r, &fl));
+  if (fl > 1 || (fl && dt != KDC_IO_DTYPE_F32))
+    return BAD_AT(r, pos, "gemm: flags %u (bit 0, bf16 inputs, only for an f32 GEMM)", fl);
+  g->trans_a = ta != 0, g->trans_b = tb != 0, g->bf16_inputs = fl != 0;
   int64_t *w[] = {&g->lda, &g->ldb, &g->ldc, &g->stride_a, &g->stride_b, &g->stride_c};
   for (int i = 0; i < 6; i++) KDC_RETURN_IF_ERROR(kdc_reader_i64(r, w[i]));
   KDC_RETURN_IF_ERROR(get_loc(r, p, f, false, &g->a));

@@ -18,8 +18,10 @@ so results agree to about one bf16 ulp, not bitwise:
 The float32 model's predictions differ from Keras' bf16 ones by less than
 PRED_TOL, so the numbers alone cannot catch a silent float32: the test
 checks that bf16 is really in the plan (the GEMMs of the mixed layers are
-bf16 dot_generals in the compiled IR, and compile warns that the CPU runs
-them in f32; a --target cuda plan runs them as bf16 cuBLAS GEMMs, PTX
+bf16 dot_generals in the compiled IR; their GEMM steps are marked as bf16
+inputs, computed in AMX-BF16 tiles on a CPU that has them (the same plan
+run with KDC_CPU_BF16=off computes them in f32, also within tolerance),
+else compile warns that they run in f32; a --target cuda plan runs them as bf16 cuBLAS GEMMs, PTX
 accepted by ptxas for sm_80 and sm_90 when ptxas is installed).
 """
 import os
@@ -33,6 +35,12 @@ import pytest
 import oracle
 
 PRED_TOL = dict(rtol=0, atol=4e-3)
+# the CPU multiplies bf16 matrices in AMX tiles (runtime/gemm_bf16.c): read here
+# from /proc/cpuinfo, independently of kdc's own check
+AMX_BF16 = False
+if os.path.exists("/proc/cpuinfo"):
+    _flags = open("/proc/cpuinfo").read().split()
+    AMX_BF16 = all(f in _flags for f in ("amx_bf16", "amx_tile", "avx512_bf16"))
 LOSS_TOL = dict(rtol=2e-3, atol=0)
 BATCH, ROWS, EPOCHS = 16, 32, 3
 
@@ -89,12 +97,25 @@ def test_mixed_bfloat16(make, work):
     ir = os.path.join(work, "ir")
     p = oracle.run_kdc("compile", mj, "--weights", wt, "--batch", BATCH, "-o", plan,
                        "--dump-ir", ir)
-    assert "bfloat16 GEMMs" in p.stderr and "computed in float32 on this CPU" in p.stderr
+    warned = "bfloat16 GEMMs" in p.stderr and "computed in float32 on this CPU" in p.stderr
+    assert warned != AMX_BF16, p.stderr
     first = open(os.path.join(ir, "01-verify.kir")).read()
     assert sum("dot_general" in l and ": bf16[" in l for l in first.splitlines()) >= 2
+    steps = oracle.run_kdc("inspect", plan).stdout
+    assert sum(" gemm " in l and "(bf16 inputs)" in l for l in steps.splitlines()) >= 2, steps
     got = oracle.predict(plan, [x[:BATCH]], work, n_out=1)[0]
     want = np.asarray(model.predict(x[:BATCH], verbose=0))
     oracle.assert_close(got, want, what="%s predictions" % make.__name__, **PRED_TOL)
+    # the same plan with the bf16 GEMMs computed in float32 (KDC_CPU_BF16=off): also
+    # within Keras' tolerance (the GEMM results are rounded to bf16 either way, so
+    # the two runs mostly agree bitwise; tests/runtime/test_gemm_bf16 checks the tiles)
+    os.environ["KDC_CPU_BF16"] = "off"
+    try:
+        got_f32 = oracle.predict(plan, [x[:BATCH]], work, tag="off", n_out=1)[0]
+    finally:
+        del os.environ["KDC_CPU_BF16"]
+    oracle.assert_close(got_f32, want, what="%s predictions, f32 GEMMs" % make.__name__,
+                        **PRED_TOL)
     # kdc's bf16 is measurably bf16: its predictions differ from a float32
     # run of the same weights (Keras') by more than float32 rounding would
     m32, _, _ = build(make, "float32")

@@ -227,7 +227,7 @@ static void test_inconsistent_program(void **state) {
   kdc_prog_step g = {.kind = KDC_STEP_GEMM};
   g.gemm = (kdc_prog_gemm_step){1, 2, 2, 2, false, false, 2, 2, 2, 4, 4, 4,
                                 {KDC_PROG_BUF_INPUT, 0, 0, 16}, {KDC_PROG_BUF_INPUT, 0, 0, 16},
-                                {KDC_PROG_BUF_ARENA, 0, 0, 12}, KDC_IO_DTYPE_F32};
+                                {KDC_PROG_BUF_ARENA, 0, 0, 12}, KDC_IO_DTYPE_F32, false};
   fn.steps = &g;
   kdc_buf_init(&b);
   kdc_prog_encode(&p, &b);
