@@ -209,3 +209,36 @@ def test_f32_plan_reads_mixed_file(tmp_path):
     assert int(back.optimizer.iterations.numpy()) == int(inner.iterations.numpy()) > 0
     for a, b in zip(back.optimizer.variables[2:], inner.variables[2:]):
         np.testing.assert_array_equal(np.asarray(a.numpy()), np.asarray(b.numpy()))
+
+
+def test_save_weights_optimizer_into_load_weights(tmp_path):
+    """`--save-weights W.weights.h5 --save-optimizer`: Keras' model.load_weights reads the
+    optimizer from a .weights.h5 too (saving_lib.load_weights_only walks the model's state,
+    its built optimizer included), so a mixed_float16 model that has built its optimizer
+    resumes with kdc's scale, counter, iteration and Adam slots."""
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(ROWS, 8)).astype(np.float32)
+    x[:BATCH] *= 6e4
+    y = rng.integers(0, 4, size=(ROWS,)).astype(np.int32)
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "y.npy", y)
+    model = build("adam")
+    model.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0)
+    model.save(tmp_path / "k1.keras")
+    kdc("compile", tmp_path / "k1.keras", "--weights", tmp_path / "k1.keras", "--batch", BATCH,
+        "-o", tmp_path / "p.plan")
+    kdc("run", tmp_path / "p.plan", "--fit", "--x", tmp_path / "x.npy", "--y", tmp_path / "y.npy",
+        "--batch-size", BATCH, "--epochs", 1, "--quiet", "--save-weights",
+        tmp_path / "w.weights.h5", "--save-optimizer")
+    model.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0)  # Keras goes on
+    fresh = build("adam")
+    fresh.fit(x[BATCH:2 * BATCH], y[BATCH:2 * BATCH], batch_size=BATCH, verbose=0)  # builds it
+    assert lso_state(fresh) != lso_state(model)
+    fresh.load_weights(tmp_path / "w.weights.h5")
+    assert lso_state(fresh) == lso_state(model)
+    for a, b in zip(fresh.get_weights(), model.get_weights()):
+        np.testing.assert_allclose(np.asarray(a, np.float32), np.asarray(b, np.float32),
+                                   **WEIGHT_TOL)
+    for a, b in zip(inner_slots(fresh), inner_slots(model)):
+        np.testing.assert_allclose(a, b, atol=SLOT_ATOL * max(1.0, float(np.abs(b).max())),
+                                   rtol=0)
