@@ -74,17 +74,35 @@ def inner_slots(model):
     return [np.asarray(v.numpy(), np.float32) for v in model.optimizer.inner_optimizer.variables[2:]]
 
 
-@pytest.mark.parametrize("way,opt", [("compile", "sgd"), ("initial_weights", "sgd"),
-                                     ("compile", "sgd_momentum"), ("compile", "adam"),
-                                     ("initial_weights", "adamw"), ("compile", "rmsprop")])
-def test_loss_scale_state_round_trip(way, opt, tmp_path):
+def overflow_data(tmp_path):
+    """Inputs whose first batch overflows float16 (the step is skipped, the scale halves),
+    the rest train; also saved as x.npy, y.npy under tmp_path."""
     rng = np.random.default_rng(5)
-    # the first batch overflows float16 (the step is skipped, the scale halves), the rest train
     x = rng.normal(size=(ROWS, 8)).astype(np.float32)
     x[:BATCH] *= 6e4
     y = rng.integers(0, 4, size=(ROWS,)).astype(np.int32)
     np.save(tmp_path / "x.npy", x)
     np.save(tmp_path / "y.npy", y)
+    return x, y
+
+
+def assert_close_state(got, want):
+    """Weights within WEIGHT_TOL, inner slots within SLOT_ATOL of their largest magnitude."""
+    for a, b in zip(got.get_weights(), want.get_weights()):
+        np.testing.assert_allclose(np.asarray(a, np.float32), np.asarray(b, np.float32),
+                                   **WEIGHT_TOL)
+    gs, ws = inner_slots(got), inner_slots(want)
+    assert [a.shape for a in gs] == [b.shape for b in ws]
+    for a, b in zip(gs, ws):
+        np.testing.assert_allclose(a, b, atol=SLOT_ATOL * max(1.0, float(np.abs(b).max())),
+                                   rtol=0)
+
+
+@pytest.mark.parametrize("way,opt", [("compile", "sgd"), ("initial_weights", "sgd"),
+                                     ("compile", "sgd_momentum"), ("compile", "adam"),
+                                     ("initial_weights", "adamw"), ("compile", "rmsprop")])
+def test_loss_scale_state_round_trip(way, opt, tmp_path):
+    x, y = overflow_data(tmp_path)
     model = build(opt)
     model.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0)
     started = lso_state(model)
@@ -116,17 +134,11 @@ def test_loss_scale_state_round_trip(way, opt, tmp_path):
     assert lso_state(mine) == started  # how Keras reads its own file: the same way
     got = lso_state(back)
     assert got == want, (got, want, started)
-    for a, b in zip(back.get_weights(), model.get_weights()):
-        np.testing.assert_allclose(np.asarray(a, np.float32), np.asarray(b, np.float32),
-                                   **WEIGHT_TOL)
     # the slots (momenta, Adam's m and v, RMSprop's rms/momentum/average gradient) at
     # optimizer/vars/4+ and optimizer/inner_optimizer/vars/2+, as Keras' continued run has them
-    got_slots, want_slots = inner_slots(back), inner_slots(model)
-    assert (len(want_slots) > 0) == (opt != "sgd")
-    assert [a.shape for a in got_slots] == [b.shape for b in want_slots]
-    for a, b in zip(got_slots, want_slots):
-        np.testing.assert_allclose(a, b, atol=SLOT_ATOL * max(1.0, float(np.abs(b).max())),
-                                   rtol=0)
+    got_slots = inner_slots(back)
+    assert (len(got_slots) > 0) == (opt != "sgd")
+    assert_close_state(back, model)
     # and kdc's epoch moved them (a file that kept the archive's slots would fail here)
     moved = [float(np.abs(a - c).max()) for a, c in zip(got_slots, inner_slots(mine))]
     assert not moved or max(moved) > 0, moved
@@ -216,12 +228,7 @@ def test_save_weights_optimizer_into_load_weights(tmp_path):
     optimizer from a .weights.h5 too (saving_lib.load_weights_only walks the model's state,
     its built optimizer included), so a mixed_float16 model that has built its optimizer
     resumes with kdc's scale, counter, iteration and Adam slots."""
-    rng = np.random.default_rng(5)
-    x = rng.normal(size=(ROWS, 8)).astype(np.float32)
-    x[:BATCH] *= 6e4
-    y = rng.integers(0, 4, size=(ROWS,)).astype(np.int32)
-    np.save(tmp_path / "x.npy", x)
-    np.save(tmp_path / "y.npy", y)
+    x, y = overflow_data(tmp_path)
     model = build("adam")
     model.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0)
     model.save(tmp_path / "k1.keras")
@@ -236,9 +243,4 @@ def test_save_weights_optimizer_into_load_weights(tmp_path):
     assert lso_state(fresh) != lso_state(model)
     fresh.load_weights(tmp_path / "w.weights.h5")
     assert lso_state(fresh) == lso_state(model)
-    for a, b in zip(fresh.get_weights(), model.get_weights()):
-        np.testing.assert_allclose(np.asarray(a, np.float32), np.asarray(b, np.float32),
-                                   **WEIGHT_TOL)
-    for a, b in zip(inner_slots(fresh), inner_slots(model)):
-        np.testing.assert_allclose(a, b, atol=SLOT_ATOL * max(1.0, float(np.abs(b).max())),
-                                   rtol=0)
+    assert_close_state(fresh, model)
