@@ -121,6 +121,22 @@ static kdc_status read_var(kdc_h5 *h, int index, const kdc_func *f, kdc_value_id
   return NULL;
 }
 
+/* Reads a LossScaleOptimizer's dynamic_scale (optimizer/vars/<index>) as
+ * the plan's i32 loss-scale exponent state |name|. */
+static kdc_status read_scale(kdc_h5 *h, int index, const char *name, kdc_st_tensor *t) {
+  char h5p[64];
+  snprintf(h5p, sizeof h5p, "optimizer/vars/%d", index);
+  int32_t *e = kdc_xmalloc(sizeof *e);
+  kdc_status st = kdc_rt_keras_read_lso_exponent(h, h5p, e);
+  if (st) {
+    free(e);
+    return st;
+  }
+  *t = (kdc_st_tensor){.name = name, .dtype = KDC_IO_DTYPE_I32, .rank = 0, .data = e,
+                       .nbytes = sizeof *e};
+  return NULL;
+}
+
 kdc_status kdc_api_keras_train_state(const char *weights, const kdc_module *mod,
                                      const char *keras_section, bool train_on,
                                      const kdc_train_options *train, FILE *warnings,
@@ -172,7 +188,10 @@ kdc_status kdc_api_keras_train_state(const char *weights, const kdc_module *mod,
   int lr_index = -1;
   if (!f || !opt || !vars)
     st = KDC_ERR(KDC_INTERNAL, "compile: a training plan without train_step or keras section");
-  if (!st) st = kdc_rt_keras_opt_layout(opt, vars, has_state, (void *)f, &v, &nv, &lr_index);
+  /* Keras' mixed_float16 compile wraps the optimizer in a LossScaleOptimizer, whose file
+   * nests the inner optimizer (its variables after the wrapper's four) */
+  bool lso = kdc_h5_exists(h, "optimizer/inner_optimizer");
+  if (!st) st = kdc_rt_keras_opt_layout(opt, vars, has_state, (void *)f, lso, &v, &nv, &lr_index);
   size_t want = nv + (lr_index >= 0);
   if (!st && want != n_file) {
     if (*file_opt)
@@ -187,7 +206,11 @@ kdc_status kdc_api_keras_train_state(const char *weights, const kdc_module *mod,
   }
   ts = kdc_xcalloc(nv + 1, sizeof *ts);
   for (size_t q = 0; q < nv && !st; q++) {
-    st = read_var(h, v[q].index, f, state_param(f, v[q].state), v[q].state, &ts[n]);
+    if (!v[q].state) continue; /* the LossScaleOptimizer's own iteration and rate, or skipped */
+    if (v[q].kind == KDC_OPT_SCALE)
+      st = read_scale(h, v[q].index, v[q].state, &ts[n]);
+    else
+      st = read_var(h, v[q].index, f, state_param(f, v[q].state), v[q].state, &ts[n]);
     if (!st) n++;
   }
   if (!st) st = kdc_safetensors_encode(weights, ts, n, NULL, out);

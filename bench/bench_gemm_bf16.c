@@ -1,11 +1,11 @@
 /*
  * bench/bench_gemm_bf16.c: the bf16 GEMM of runtime/gemm_bf16.c (AMX-BF16
- * tiles) against OpenBLAS' cblas_sgemm on the same f32 operands, one
+ * tiles, or with KDC_CPU_BF16=avx512 the vdpbf16ps kernel) against OpenBLAS' cblas_sgemm on the same f32 operands, one
  * thread each (a plan's GEMM step runs single-threaded blocks on the pool),
  * at transformer_512's shapes (batch 8 x seq 128 = 1024 rows, d 512, ffn
  * 2048; forward NN, input gradient NT, weight gradient TN).  Best of 7 runs
  * after a warm-up, alternated.  One JSON line per shape, then a summary.
- * usage: bench_gemm_bf16
+ * usage: [KDC_CPU_BF16=avx512] bench_gemm_bf16
  */
 #include <cblas.h>
 #include <stdbool.h>
@@ -32,7 +32,7 @@ int main(void) {
       {"ffn up dW", 512, 2048, 1024, true, false},
       {"attention scores (one head)", 128, 128, 64, false, true},
   };
-  bool amx = kdc_cpu_bf16();
+  const char *kernel = kdc_cpu_bf16_name(kdc_cpu_bf16_kernel());
   double geo = 0;
   int n_c = (int)(sizeof c / sizeof *c);
   for (int i = 0; i < n_c; i++) {
@@ -58,8 +58,8 @@ int main(void) {
     geo += __builtin_log(best[0] / best[1]);
     free(A), free(B), free(C);
   }
-  printf("{\"bench\": \"gemm_bf16\", \"amx_bf16\": %s, \"threads\": 1, "
-         "\"geomean_speedup_over_sgemm\": %.2f}\n", amx ? "true" : "false",
+  printf("{\"bench\": \"gemm_bf16\", \"kernel\": \"%s\", \"threads\": 1, "
+         "\"geomean_speedup_over_sgemm\": %.2f}\n", kernel,
          __builtin_exp(geo / n_c));
   return 0;
 }

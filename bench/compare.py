@@ -61,6 +61,8 @@ MODELS = [
     ("mnist_mlp", f"{ex}/mnist_mlp/model.json", 128, None, None),
     ("mlp_4096", f"{work}/mlp_4096.json", 256, None, None),
     ("transformer_512", f"{work}/transformer_512.json", 8, None, None),
+    # mixed_bfloat16 (the JSON's layer policies): Keras/JAX in bf16, PyTorch under autocast
+    ("transformer_512_bf16", f"{work}/transformer_512_bf16.json", 8, None, None),
     ("cnn_64", f"{work}/cnn_64.json", 32, None, None),
     ("lstm_128", f"{work}/lstm_128.json", 32, None, None),
     ("mnist_mlp", f"{ex}/mnist_mlp/model.json", 128, "2x4", f"{ex}/mnist_mlp/layout.json"),

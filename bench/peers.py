@@ -13,7 +13,10 @@ Keras 3 model JSON (bench/compare.py runs this and bench_plan in one run):
 
 Every step is Adam (Keras defaults, learning rate 1e-3) on categorical
 cross-entropy of the softmax outputs against one-hot labels, as
-bench_plan's targets.  Prints one JSON object of medians in ms.
+bench_plan's targets.  A model named *_bf16 is Keras' mixed_bfloat16 (the
+policies are in its JSON, so Keras/JAX compute in bf16); PyTorch runs its
+f32 counterpart under torch.autocast("cpu", bfloat16).  Prints one JSON
+object of medians in ms.
 
 usage: peers.py MODEL.json --batch B [--name NAME] [--peers a,b,...]
                 [--distribution MESH:LAYOUT.json] [--cold] [--reps N]
@@ -25,6 +28,7 @@ usage: peers.py MODEL.json --batch B [--name NAME] [--peers a,b,...]
       a process that compiled nothing before it
 """
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -197,6 +201,12 @@ def run_torch(res, compiled):
     torch.set_num_threads(os.cpu_count())
     torch.manual_seed(0)
     name = args.name
+    # a "_bf16" model (Keras mixed_bfloat16) runs in torch.autocast(bfloat16): the matmuls
+    # in bf16 (oneDNN, AMX where the CPU has it), the parameters and Adam in f32
+    bf16 = name.endswith("_bf16")
+    name = name[:-len("_bf16")] if bf16 else name
+    cast = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if bf16 else \
+        contextlib.nullcontext
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import torch_blocks
     if name == "transformer_512":
@@ -234,12 +244,14 @@ def run_torch(res, compiled):
     def step():
         model.train()
         opt.zero_grad(set_to_none=True)
-        loss_of(fwd_model(x)).backward()
+        with cast():
+            p = fwd_model(x)
+        loss_of(p.float()).backward()
         opt.step()
 
     def forward():
         model.eval()
-        with torch.no_grad():
+        with torch.no_grad(), cast():
             fwd_model(x)
 
     key = "torch_compile" if compiled else "torch"

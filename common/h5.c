@@ -1,8 +1,9 @@
 /*
  * common/h5.c: HDF5 through the HDF5 C library (common/kfiles.h).
  *
- * Reading: the whole file is an in-memory image opened with the core driver
- * (H5Pset_file_image), so a `.keras` member never touches the disk.  The
+ * Reading: the whole file is an in-memory image opened with kdc's read-only
+ * image driver (common/h5_vfd.c: no copy, every read bounded by the image),
+ * so a `.keras` member never touches the disk.  The
  * library's automatic error printing is turned off (H5Eset_auto2): every
  * failure becomes one located kdc error.  Sizes are checked before any read:
  * a dataset is read only into a buffer of the element count the caller
@@ -44,7 +45,7 @@ struct kdc_h5w {
 
 static void quiet(void) { H5Eset_auto2(H5E_DEFAULT, NULL, NULL); }
 
-/* A unique name per image: the core driver keys open files by name. */
+/* A unique name per file: the core driver (writing) keys open files by name. */
 static void image_name(char *buf, size_t n) {
   static unsigned long counter;
   snprintf(buf, n, "kdc-image-%lu.h5", __atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED));
@@ -59,13 +60,12 @@ kdc_status kdc_h5_open_image(const char *file, const void *img, size_t len, kdc_
   quiet();
   if (!kdc_is_hdf5(img, len))
     return KDC_ERR(KDC_INVALID_INPUT, "%s: not an HDF5 file (no HDF5 signature)", file);
-  hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+  KDC_RETURN_IF_ERROR(kdc_h5_check_local_heaps(img, len, file)); /* H5Fopen reads the root's */
+  hid_t fapl = kdc_h5_image_fapl(img, len);
   if (fapl < 0) return KDC_ERR(KDC_INTERNAL, "%s: HDF5: cannot make a file access list", file);
   char name[64];
   image_name(name, sizeof name);
-  hid_t f = -1;
-  if (H5Pset_fapl_core(fapl, 1 << 16, 0) >= 0 && H5Pset_file_image(fapl, (void *)img, len) >= 0)
-    f = H5Fopen(name, H5F_ACC_RDONLY, fapl);
+  hid_t f = H5Fopen(name, H5F_ACC_RDONLY, fapl);
   H5Pclose(fapl);
   if (f < 0)
     return KDC_ERR(KDC_INVALID_INPUT, "%s: not a readable HDF5 file (truncated or damaged: "
@@ -90,20 +90,11 @@ const char *kdc_h5_file(const kdc_h5 *h) { return h->file; }
 
 bool kdc_h5_exists(kdc_h5 *h, const char *path) {
   quiet();
-  /* every component must exist (H5Lexists fails on a missing parent) */
-  char buf[1024];
-  if (strlen(path) >= sizeof buf) return false;
-  snprintf(buf, sizeof buf, "%s", path);
-  for (char *p = buf;; p++) {
-    if (*p == '/' || !*p) {
-      char c = *p;
-      *p = 0;
-      if (*buf && H5Lexists(h->f, buf, H5P_DEFAULT) <= 0) return false;
-      if (H5Oexists_by_name(h->f, buf, H5P_DEFAULT) <= 0 && *buf) return false;
-      *p = c;
-      if (!c) return true;
-    }
-  }
+  /* H5Lexists fails (< 0) on a missing or non-group parent, so one call
+   * checks every component's link; H5Oexists_by_name then resolves them all
+   * (a dangling soft link is not an object) */
+  if (!*path || !strcmp(path, "/")) return true;
+  return H5Lexists(h->f, path, H5P_DEFAULT) > 0 && H5Oexists_by_name(h->f, path, H5P_DEFAULT) > 0;
 }
 
 static kdc_status type_of(kdc_h5 *h, const char *path, hid_t t, kdc_io_dtype *dt) {
@@ -126,13 +117,9 @@ static kdc_status type_of(kdc_h5 *h, const char *path, hid_t t, kdc_io_dtype *dt
                  (int)c, sz);
 }
 
-kdc_status kdc_h5_dataset_info(kdc_h5 *h, const char *path, int *rank, int64_t *dims,
-                               kdc_io_dtype *dtype) {
-  quiet();
-  if (!kdc_h5_exists(h, path))
-    return KDC_ERR(KDC_INVALID_INPUT, "%s: %s: no such dataset", h->file, path);
-  hid_t d = H5Dopen2(h->f, path, H5P_DEFAULT);
-  if (d < 0) return KDC_ERR(KDC_INVALID_INPUT, "%s: %s: not a dataset (or unreadable)", h->file, path);
+/* Rank, dims and element type of the open dataset |d|. */
+static kdc_status info_of(kdc_h5 *h, const char *path, hid_t d, int *rank, int64_t *dims,
+                          kdc_io_dtype *dtype) {
   hid_t sp = H5Dget_space(d), t = H5Dget_type(d);
   kdc_status st = NULL;
   int r = sp >= 0 ? H5Sget_simple_extent_ndims(sp) : -1;
@@ -160,6 +147,26 @@ kdc_status kdc_h5_dataset_info(kdc_h5 *h, const char *path, int *rank, int64_t *
   }
   if (t >= 0) H5Tclose(t);
   if (sp >= 0) H5Sclose(sp);
+  return st;
+}
+
+/* Opens dataset |path|: *d < 0 with the error when it is not one. */
+static kdc_status open_dataset(kdc_h5 *h, const char *path, hid_t *d) {
+  quiet();
+  *d = -1;
+  if (!kdc_h5_exists(h, path))
+    return KDC_ERR(KDC_INVALID_INPUT, "%s: %s: no such dataset", h->file, path);
+  *d = H5Dopen2(h->f, path, H5P_DEFAULT);
+  if (*d < 0)
+    return KDC_ERR(KDC_INVALID_INPUT, "%s: %s: not a dataset (or unreadable)", h->file, path);
+  return NULL;
+}
+
+kdc_status kdc_h5_dataset_info(kdc_h5 *h, const char *path, int *rank, int64_t *dims,
+                               kdc_io_dtype *dtype) {
+  hid_t d;
+  KDC_RETURN_IF_ERROR(open_dataset(h, path, &d));
+  kdc_status st = info_of(h, path, d, rank, dims, dtype);
   H5Dclose(d);
   return st;
 }
@@ -168,26 +175,25 @@ kdc_status kdc_h5_read(kdc_h5 *h, const char *path, kdc_io_dtype want, void *dst
   int rank;
   int64_t dims[KDC_IO_MAX_RANK];
   kdc_io_dtype dt;
-  KDC_RETURN_IF_ERROR(kdc_h5_dataset_info(h, path, &rank, dims, &dt));
+  hid_t d;
+  KDC_RETURN_IF_ERROR(open_dataset(h, path, &d));
+  kdc_status st = info_of(h, path, d, &rank, dims, &dt);
   size_t have = 1;
-  for (int i = 0; i < rank; i++) {
+  for (int i = 0; i < rank && !st; i++) {
     if (dims[i] && have > SIZE_MAX / (size_t)dims[i]) have = SIZE_MAX;
     else have *= (size_t)dims[i];
   }
-  if (have != n)
-    return KDC_ERR(KDC_INVALID_INPUT, "%s: %s: holds %zu elements, %zu expected", h->file, path,
-                   have, n);
+  if (!st && have != n)
+    st = KDC_ERR(KDC_INVALID_INPUT, "%s: %s: holds %zu elements, %zu expected", h->file, path,
+                 have, n);
   hid_t mt = want == KDC_IO_DTYPE_F32 ? H5T_NATIVE_FLOAT
              : want == KDC_IO_DTYPE_I32 ? H5T_NATIVE_INT32 : H5T_NATIVE_INT64;
-  hid_t d = H5Dopen2(h->f, path, H5P_DEFAULT);
-  if (d < 0) return KDC_ERR(KDC_INVALID_INPUT, "%s: %s: not a dataset", h->file, path);
-  herr_t r = n ? H5Dread(d, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, dst) : 0;
+  if (!st && n && H5Dread(d, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, dst) < 0)
+    st = KDC_ERR(KDC_INVALID_INPUT, "%s: %s: HDF5 cannot read the dataset's data (truncated "
+                 "file, damaged chunk or filter, or values that do not convert to %s)",
+                 h->file, path, kdc_io_dtype_name(want));
   H5Dclose(d);
-  if (r < 0)
-    return KDC_ERR(KDC_INVALID_INPUT, "%s: %s: HDF5 cannot read the dataset's data (truncated "
-                   "file, damaged chunk or filter, or values that do not convert to %s)",
-                   h->file, path, kdc_io_dtype_name(want));
-  return NULL;
+  return st;
 }
 
 typedef struct list_ctx {
@@ -302,6 +308,8 @@ static kdc_status open_attr(kdc_h5 *h, const char *obj, const char *name, hid_t 
   quiet();
   *a = -1;
   if (!kdc_h5_exists(h, obj) && strcmp(obj, "/")) return NULL;
+  /* looking for a name decodes every attribute message: HDF5 1.10 trusts them */
+  KDC_RETURN_IF_ERROR(kdc_h5_check_attr_messages(h->f, h->img, h->img_len, obj, h->file));
   if (H5Aexists_by_name(h->f, obj, name, H5P_DEFAULT) <= 0) return NULL;
   *a = H5Aopen_by_name(h->f, obj, name, H5P_DEFAULT, H5P_DEFAULT);
   if (*a < 0) return KDC_ERR(KDC_INVALID_INPUT, "%s: %s attribute %s: unreadable", h->file, obj, name);

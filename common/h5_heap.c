@@ -62,10 +62,29 @@ static bool register_raw(void) {
   return ok;
 }
 
-static uint64_t le(const uint8_t *p, size_t n) {
-  uint64_t v = 0;
-  for (size_t i = n; i-- > 0;) v = v << 8 | p[i];
-  return v;
+bool kdc_h5_sizes(hid_t f, size_t *sz_addr, size_t *sz_len) {
+  hsize_t ublock = 0;
+  hid_t fcpl = H5Fget_create_plist(f);
+  bool ok = fcpl >= 0 && H5Pget_sizes(fcpl, sz_addr, sz_len) >= 0 &&
+            H5Pget_userblock(fcpl, &ublock) >= 0;
+  if (fcpl >= 0) H5Pclose(fcpl);
+  return ok && !ublock && *sz_addr >= 2 && *sz_addr <= 8 && *sz_len >= 2 && *sz_len <= 8;
+}
+
+bool kdc_h5_object_addr(hid_t f, const char *obj, uint64_t *addr) {
+#if H5_VERSION_GE(1, 12, 0)
+  H5O_info2_t info;
+  haddr_t a;
+  if (H5Oget_info_by_name3(f, obj, &info, H5O_INFO_BASIC, H5P_DEFAULT) < 0 ||
+      H5VLnative_token_to_addr(f, info.token, &a) < 0)
+    return false;
+  *addr = a;
+#else
+  H5O_info_t info;
+  if (H5Oget_info_by_name2(f, obj, &info, H5O_INFO_BASIC, H5P_DEFAULT) < 0) return false;
+  *addr = info.addr;
+#endif
+  return true;
 }
 
 /* Why object |idx| of the collection at |addr| cannot be read as |len|
@@ -77,12 +96,12 @@ static const char *check_object(const uint8_t *img, size_t img_len, uint64_t add
   if (addr >= img_len || img_len - addr < hdr) return "a heap address outside the file";
   const uint8_t *c = img + addr;
   if (memcmp(c, "GCOL", 4) || c[4] != 1) return "no global heap collection at its address";
-  uint64_t size = le(c + 8, sz_len);
+  uint64_t size = kdc_h5_le(c + 8, sz_len);
   if (size < GCOL_MIN || size > img_len - addr) return "a heap collection that does not fit the file";
   uint64_t found = 0, found_size = 0;
   for (uint64_t p = hdr; p < size;) {
     if (size - p < ohdr) break; /* trailing free space */
-    uint64_t i = le(c + p, 2), osz = le(c + p + 8, sz_len);
+    uint64_t i = kdc_h5_le(c + p, 2), osz = kdc_h5_le(c + p + 8, sz_len);
     if (i == 0) { /* the free-space object: its size includes its header */
       if (osz < ohdr || osz > size - p) return "a damaged heap collection (free space)";
       p += osz;
@@ -100,12 +119,7 @@ static const char *check_object(const uint8_t *img, size_t img_len, uint64_t add
 kdc_status kdc_h5_check_vlen_strings(hid_t f, const void *img, size_t img_len, hid_t attr,
                                      size_t n, size_t cap, const char *file, const char *where) {
   size_t sz_addr = 8, sz_len = 8;
-  hsize_t ublock = 0;
-  hid_t fcpl = H5Fget_create_plist(f);
-  bool sizes = fcpl >= 0 && H5Pget_sizes(fcpl, &sz_addr, &sz_len) >= 0 &&
-               H5Pget_userblock(fcpl, &ublock) >= 0;
-  if (fcpl >= 0) H5Pclose(fcpl);
-  if (!sizes || !img || sz_addr < 2 || sz_addr > 8 || sz_len < 2 || sz_len > 8 || ublock)
+  if (!kdc_h5_sizes(f, &sz_addr, &sz_len) || !img)
     return KDC_ERR(KDC_INVALID_INPUT, "%s: %s: variable-length strings in a file kdc cannot "
                    "check (a user block or unusual address sizes)", file, where);
   if (!register_raw())
@@ -126,7 +140,8 @@ kdc_status kdc_h5_check_vlen_strings(hid_t f, const void *img, size_t img_len, h
     st = KDC_ERR(KDC_INVALID_INPUT, "%s: %s: unreadable string attribute", file, where);
   for (size_t i = 0; i < n && !st; i++) {
     const uint8_t *e = d + i * dsz;
-    uint64_t len = le(e, 4), addr = le(e + 4, sz_addr), idx = le(e + 4 + sz_addr, 4);
+    uint64_t len = kdc_h5_le(e, 4), addr = kdc_h5_le(e + 4, sz_addr),
+             idx = kdc_h5_le(e + 4 + sz_addr, 4);
     const char *why = len > cap     ? NULL
                       : addr == 0   ? (len ? "a null string with a length" : NULL) /* no heap */
                                     : check_object(img, img_len, addr, idx, len, sz_len);
@@ -140,4 +155,39 @@ kdc_status kdc_h5_check_vlen_strings(hid_t f, const void *img, size_t img_len, h
   free(d);
   H5Tclose(raw);
   return st;
+}
+
+/* Local heaps ("HEAP", version 0: data size, free-list head, data address)
+ * hold the link names of old-style groups.  HDF5 1.10.8 reads a heap's free
+ * list when it loads the heap (opening the root group, every lookup and
+ * walk) and follows it without noticing a cycle: a crafted list loops
+ * forever, allocating a node per step (tests/fuzz/fuzz_hdf5.c).  Each
+ * candidate in the image is checked before H5Fopen: its free list must end
+ * within as many steps as its data can hold blocks, each block inside the
+ * data.  A "HEAP" that does not look like a heap (its data outside the
+ * image) is not one the library could load, and is skipped. */
+kdc_status kdc_h5_check_local_heaps(const void *img_, size_t len, const char *file) {
+  const uint8_t *img = img_;
+  if (len < 15) return NULL;
+  size_t sa = img[8] >= 2 ? img[9] : img[13], sl = img[8] >= 2 ? img[10] : img[14];
+  if (sa < 2 || sa > 8 || sl < 2 || sl > 8) return NULL; /* HDF5 refuses the superblock */
+  size_t pre = 8 + 2 * sl + sa;
+  for (const uint8_t *p = img; (p = memmem(p, len - (size_t)(p - img), "HEAP", 4)); p++) {
+    size_t at = (size_t)(p - img);
+    if (len - at < pre || p[4] || p[5] || p[6] || p[7]) continue;
+    uint64_t dsize = kdc_h5_le(p + 8, sl), head = kdc_h5_le(p + 8 + sl, sl),
+             daddr = kdc_h5_le(p + 8 + 2 * sl, sa);
+    if (daddr >= len || dsize > len - daddr) continue;
+    const uint8_t *d = img + daddr;
+    uint64_t steps = 0, max = dsize / (2 * sl) + 1;
+    for (uint64_t off = head; off != 1; steps++) { /* H5HL_FREE_NULL */
+      if (off >= dsize || dsize - off < 2 * sl) break; /* HDF5 refuses it */
+      if (steps == max)
+        return KDC_ERR(KDC_INVALID_INPUT, "%s: the local heap at %zu: a free list that loops "
+                       "(damaged)", file, at);
+      off = kdc_h5_le(d + off, sl);
+      if (!off) break;
+    }
+  }
+  return NULL;
 }

@@ -156,10 +156,25 @@ bool kdc_io_convert_to_f32(kdc_io_dtype dt, const void *src, size_t n, float *ds
  * gives inf, f16 keeps its subnormals), and their exact widening.  The
  * storage of bf16 is the top half of an f32; f16 is IEEE binary16. */
 uint16_t kdc_f32_to_bf16(float x);
-/* Does this processor multiply bf16 matrices in hardware (AMX-BF16 tiles the
- * OS grants this process, and AVX-512 BF16; KDC_CPU_BF16=off says no)?
- * common/cpu.c; the bf16 GEMMs of runtime/gemm_bf16.c. */
+/* The dynamic loss scaling state of a mixed_float16 training plan
+ * (passes/train_step.c makes it, runtime/checkpoint.c and api/keras_state.c
+ * map it to Keras' LossScaleOptimizer variables): the scale is
+ * 2^(KDC_LOSS_SCALE_LOG2_INIT + exponent), the exponent 0 at the start. */
+#define KDC_LSO_STEP_COUNTER "loss_scale_optimizer/step_counter"
+#define KDC_LSO_SCALE_EXPONENT "loss_scale_optimizer/scale_exponent"
+enum { KDC_LOSS_SCALE_LOG2_INIT = 15 };
+
+/* How this processor multiplies bf16 matrices in hardware (common/cpu.c;
+ * the bf16 GEMMs of runtime/gemm_bf16.c): AMX-BF16 tiles that the kernel
+ * grants the process, else not at all (the f32 GEMM).  KDC_CPU_BF16=off
+ * says none; KDC_CPU_BF16=avx512 picks AVX-512 BF16's vdpbf16ps kernel
+ * where the CPU has it (only when asked: it loses to sgemm where measured). */
+typedef enum { KDC_CPU_BF16_NONE, KDC_CPU_BF16_AVX512, KDC_CPU_BF16_AMX } kdc_cpu_bf16_kind;
+kdc_cpu_bf16_kind kdc_cpu_bf16_kernel(void);
+/* kdc_cpu_bf16_kernel() != KDC_CPU_BF16_NONE. */
 bool kdc_cpu_bf16(void);
+/* "AMX-BF16", "AVX-512 BF16" or "none". */
+const char *kdc_cpu_bf16_name(kdc_cpu_bf16_kind k);
 uint16_t kdc_f32_to_f16(float x);
 float kdc_bf16_to_f32(uint16_t h);
 float kdc_f16_to_f32(uint16_t h);

@@ -5,7 +5,7 @@
  *
  *   zip.c   read a zip from memory with caps on every member (declared and
  *           actual size, names), write one from memory blocks
- *   h5.c    open an HDF5 file image read-only (core driver), list datasets,
+ *   h5.c    open an HDF5 file image read-only (kdc's image driver), list datasets,
  *           read a dataset after checking its shape against what the caller
  *           expects, read string attributes; build an HDF5 file in memory
  *
@@ -59,7 +59,7 @@ bool kdc_is_zip(const void *data, size_t len);
 
 typedef struct kdc_h5 kdc_h5;
 bool kdc_is_hdf5(const void *data, size_t len);
-/* Opens the HDF5 image |img| read-only (copied by HDF5); |file| names it in
+/* Opens the HDF5 image |img| read-only (not copied: common/h5_vfd.c); |file| names it in
  * messages ("m.keras: model.weights.h5").  |img| must stay alive until
  * kdc_h5_close: string attributes are checked against it before HDF5 reads
  * them (common/h5_heap.c). */

@@ -406,6 +406,8 @@ typedef struct kdc_module {
 kdc_module *kdc_ir_module_create(const char *name);
 void kdc_ir_module_destroy(kdc_module *m);
 kdc_func *kdc_ir_func_create(kdc_module *m, const char *name);
+/* Removes |f| from |m| and frees it (no scan may name it). */
+void kdc_ir_func_remove(kdc_module *m, kdc_func *f);
 kdc_func *kdc_ir_module_find_func(const kdc_module *m, const char *name);
 /* Adds a weight (data copied into the arena when non-NULL). */
 kdc_weight *kdc_ir_module_add_weight(kdc_module *m, const char *name,

@@ -40,6 +40,16 @@ kdc_func *kdc_ir_func_create(kdc_module *m, const char *name) {
   return f;
 }
 
+void kdc_ir_func_remove(kdc_module *m, kdc_func *f) {
+  for (size_t i = 0; i < m->n_funcs; i++) {
+    if (m->funcs[i] != f) continue;
+    func_free(f);
+    memmove(&m->funcs[i], &m->funcs[i + 1], (m->n_funcs - i - 1) * sizeof *m->funcs);
+    m->n_funcs--;
+    return;
+  }
+}
+
 kdc_func *kdc_ir_module_find_func(const kdc_module *m, const char *name) {
   for (size_t i = 0; i < m->n_funcs; i++)
     if (strcmp(m->funcs[i]->name, name) == 0) return m->funcs[i];

@@ -47,24 +47,6 @@
 
 #include "passes/passes.h"
 
-/* Appends |src|'s nodes to |dst| with its parameters bound to |args|;
- * |map| (src->n_nodes) receives the new ids. */
-static void clone_body(kdc_func *dst, const kdc_func *src, const kdc_value_id *args,
-                       kdc_value_id *map) {
-  for (size_t v = 0; v < src->n_nodes; v++) {
-    const kdc_node *nd = &src->nodes[v];
-    if (nd->op == KDC_OP_PARAMETER) {
-      map[v] = args[nd->attr.param.index];
-      continue;
-    }
-    kdc_value_id in[64];
-    kdc_value_id *ins = nd->n_in <= 64 ? in : kdc_xmalloc((size_t)nd->n_in * sizeof *ins);
-    for (int j = 0; j < nd->n_in; j++) ins[j] = map[nd->in[j]];
-    map[v] = kdc_ir_append(dst, nd->op, &nd->type, nd->n_in, ins, &nd->attr);
-    if (ins != in) free(ins);
-  }
-}
-
 static kdc_value_id sum_all(kdc_func *f, kdc_value_id x) {
   const kdc_type *t = kdc_ir_type(f, x);
   int64_t dims[KDC_MAX_RANK];
@@ -119,33 +101,6 @@ static bool packs_feat(const kdc_type *const *ts, int n, int64_t F) {
   return F > 1;
 }
 
-/* |xs| (n values whose dim 0 is |lead|, or any values when |lead| is 1)
- * side by side as one [lead, K] row, or [lead, K, F] when |F| > 1. */
-static kdc_value_id pack(kdc_func *f, int n, const kdc_value_id *xs, int64_t lead, int64_t F) {
-  kdc_value_id r[96];
-  for (int i = 0; i < n; i++) {
-    int64_t k = kdc_type_numel(kdc_ir_type(f, xs[i])) / lead;
-    int64_t dims[3] = {lead, F > 1 ? k / F : k, F};
-    r[i] = kdc_ir_reshape(f, xs[i], F > 1 ? 3 : 2, dims);
-  }
-  return n == 1 ? r[0] : kdc_ir_concat(f, n, r, 1);
-}
-
-/* The piece of type |t| at column |c0| of the packed [T, lead, K(, F)]
- * value |r|, rows [r0, r1), reshaped to [r1 - r0, dims of |t|] (or |t|
- * itself when |one_row|).  Columns count [F] blocks when |F| > 1. */
-static kdc_value_id piece(kdc_func *f, kdc_value_id r, int64_t r0, int64_t r1, int64_t c0,
-                          const kdc_type *t, int64_t lead, bool one_row, int64_t F) {
-  int64_t n = kdc_type_numel(t) / lead / F;
-  int64_t st[4] = {r0, 0, c0, 0}, lim[4] = {r1, lead, c0 + n, F}, one[4] = {1, 1, 1, 1};
-  kdc_value_id s = kdc_ir_slice(f, r, st, lim, one); /* rank 3 when F is 1: [3] unread */
-  int64_t dims[KDC_MAX_RANK + 1];
-  int rank = 0;
-  if (!one_row) dims[rank++] = r1 - r0;
-  for (int d = 0; d < t->rank; d++) dims[rank++] = t->dims[d];
-  return kdc_ir_reshape(f, s, rank, dims);
-}
-
 static void set_error(kdc_func *f, kdc_status st) {
   if (!f->error) f->error = st;
   else kdc_status_free(st);
@@ -156,7 +111,7 @@ static void set_error(kdc_func *f, kdc_status st) {
 static kdc_value_id vjp_loss(kdc_func *vb, const kdc_func *body, const kdc_value_id *args,
                              const kdc_value_id *cbar, kdc_value_id ybar, int nc,
                              kdc_value_id *map) {
-  clone_body(vb, body, args, map);
+  kdc_pass_clone_body(vb, body, args, map);
   kdc_value_id L = sum_all(vb, kdc_ir_binary(vb, KDC_OP_MUL, map[body->results[nc]], ybar));
   for (int i = 0; i < nc; i++)
     L = kdc_ir_binary(vb, KDC_OP_ADD, L,
@@ -236,15 +191,15 @@ void kdc_vjp_scan(kdc_grad_ctx *c, const kdc_node *n, kdc_value_id v, kdc_value_
   kdc_func *res = kdc_ir_func_create(m, fname(m, body->name, "res"));
   kdc_ir_set_origin(res, f->cur_origin);
   for (int i = 0; i < ni; i++) args[i] = param(res, body->nodes[body->params[i]].attr.param.name, pt[i]);
-  clone_body(res, body, args, map);
+  kdc_pass_clone_body(res, body, args, map);
   for (int i = 0; i < nc; i++) kdc_ir_add_result(res, map[body->results[i]], "c");
-  kdc_ir_add_result(res, pack(res, nc, args, lead, Fr), "c_t");
+  kdc_ir_add_result(res, kdc_pass_pack(res, nc, args, lead, Fr), "c_t");
   kdc_value_id rs = kdc_ir_scan(f, res, T, nc, nx, ni, in);
   /* the reversed sequences both backward scans read */
   kdc_value_id ct_rev[32], xs_rev[32], g_rev;
   int64_t off = 0, zero = 0;
   for (int i = 0; i < nc; i++) {
-    ct_rev[i] = kdc_ir_reverse(f, piece(f, rs, 0, T, off, pt[i], lead, false, Fr), 1, &zero);
+    ct_rev[i] = kdc_ir_reverse(f, kdc_pass_piece(f, rs, 0, T, off, pt[i], lead, false, Fr), 1, &zero);
     off += kdc_type_numel(pt[i]) / lead / Fr;
   }
   for (int q = 0; q < nx; q++) xs_rev[q] = kdc_ir_reverse(f, in[nc + q], 1, &zero);
@@ -307,7 +262,7 @@ void kdc_vjp_scan(kdc_grad_ctx *c, const kdc_node *n, kdc_value_id v, kdc_value_
   for (int i = 0; i < nc; i++) kdc_ir_add_result(va, grads[i], "cbar");
   for (int q = 0; q < nx; q++) outs[q] = grads[nc + q], ot[q] = *pt[nc + q];
   for (int i = 0; i < nc; i++) outs[nx + i] = grads[i], ot[nx + i] = *pt[i];
-  kdc_ir_add_result(va, pack(va, no, outs, lead, Fa), "y");
+  kdc_ir_add_result(va, kdc_pass_pack(va, no, outs, lead, Fa), "y");
   kdc_value_id ops[96];
   int o = 0;
   for (int i = 0; i < nc; i++) ops[o++] = kdc_ir_splat(f, KDC_DTYPE_F32, pt[i]->rank, pt[i]->dims, 0.0);
@@ -324,10 +279,10 @@ void kdc_vjp_scan(kdc_grad_ctx *c, const kdc_node *n, kdc_value_id v, kdc_value_
   }
   for (int q = 0; q < nx; q++)
     kdc_grad_accum(c, in[nc + q],
-                   kdc_ir_reverse(f, piece(f, as, 0, T, col[q], pt[nc + q], lead, false, Fa), 1, &zero));
+                   kdc_ir_reverse(f, kdc_pass_piece(f, as, 0, T, col[q], pt[nc + q], lead, false, Fa), 1, &zero));
   int64_t cbar_off = col[nx];
   for (int i = 0; i < nc; i++)
-    kdc_grad_accum(c, in[i], piece(f, as, T - 1, T, col[nx + i], pt[i], lead, true, Fa));
+    kdc_grad_accum(c, in[i], kdc_pass_piece(f, as, T - 1, T, col[nx + i], pt[i], lead, true, Fa));
   /* the weights of dot_uses: per use, ONE dot over all steps of the lhs
    * rows [T, ..] and the result's cotangent rows (both in scan A's
    * reversed time), the contraction extended by the step dim */
@@ -337,9 +292,9 @@ void kdc_vjp_scan(kdc_grad_ctx *c, const kdc_node *n, kdc_value_id v, kdc_value_
     kdc_type bt = bn->type, lt = body->nodes[bn->in[0]].type;
     kdc_attr_dot d = bn->attr.dot;
     for (int i = 0; i < d.lhs_contract.n; i++) d.lhs_contract.v[i]++;
-    kdc_value_id zs = piece(f, as, 0, T, col[z_at[u]], &bt, lead, false, Fa), ls;
+    kdc_value_id zs = kdc_pass_piece(f, as, 0, T, col[z_at[u]], &bt, lead, false, Fa), ls;
     int oi = use[u].other;
-    if (oi < 0) ls = piece(f, as, 0, T, col[a_at[u]], &lt, lead, false, Fa);
+    if (oi < 0) ls = kdc_pass_piece(f, as, 0, T, col[a_at[u]], &lt, lead, false, Fa);
     else ls = oi < nc ? ct_rev[oi] : xs_rev[oi - nc];
     kdc_value_id w = in[nc + nx + use[u].w];
     kdc_value_id zf = kdc_ir_dot(f, ls, w, &d); /* never used: the rule's operand */
@@ -365,7 +320,7 @@ void kdc_vjp_scan(kdc_grad_ctx *c, const kdc_node *n, kdc_value_id v, kdc_value_
       for (int d = 0; d < pt[i]->rank; d++) d1[d + 1] = pt[i]->dims[d];
       kdc_value_id z = kdc_ir_splat(f, KDC_DTYPE_F32, pt[i]->rank + 1, d1, 0.0);
       cin[i] = T == 1 ? z
-                      : kdc_ir_concat(f, 2, (kdc_value_id[]){z, piece(f, as, 0, T - 1, off, pt[i],
+                      : kdc_ir_concat(f, 2, (kdc_value_id[]){z, kdc_pass_piece(f, as, 0, T - 1, off, pt[i],
                                                                         lead, false, Fa)}, 0);
       off += kdc_type_numel(pt[i]) / lead / Fa;
     }
@@ -391,7 +346,7 @@ void kdc_vjp_scan(kdc_grad_ctx *c, const kdc_node *n, kdc_value_id v, kdc_value_
       outs[k] = grads[k] == KDC_NO_VALUE ? acc[k] : kdc_ir_binary(vw, KDC_OP_ADD, acc[k], grads[k]);
       kdc_ir_add_result(vw, outs[k], "acc");
     }
-    kdc_ir_add_result(vw, pack(vw, nb, outs, 1, Fb), "y");
+    kdc_ir_add_result(vw, kdc_pass_pack(vw, nb, outs, 1, Fb), "y");
     o = 0;
     for (int k = 0; k < nb; k++) ops[o++] = kdc_ir_splat(f, KDC_DTYPE_F32, bt[k]->rank, bt[k]->dims, 0.0);
     for (int i = 0; i < nc; i++) ops[o++] = ct_rev[i];
@@ -402,7 +357,7 @@ void kdc_vjp_scan(kdc_grad_ctx *c, const kdc_node *n, kdc_value_id v, kdc_value_
     kdc_value_id bs = kdc_ir_scan(f, vw, T, nb, 2 * nc + nx + 1, o, ops);
     off = 0;
     for (int k = 0; k < nb; k++) {
-      kdc_grad_accum(c, in[nc + nx + bj[k]], piece(f, bs, T - 1, T, off, bt[k], 1, true, Fb));
+      kdc_grad_accum(c, in[nc + nx + bj[k]], kdc_pass_piece(f, bs, T - 1, T, off, bt[k], 1, true, Fb));
       off += kdc_type_numel(bt[k]) / Fb;
     }
   }

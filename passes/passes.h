@@ -113,6 +113,19 @@ void kdc_pass_func_rebuild(kdc_func *f, const kdc_value_id *repl, const kdc_valu
  * (KDC_NO_VALUE: node i kept): puts each replacement's nodes in the place
  * of the node they replace and rebuilds |f| (kdc_pass_func_rebuild). */
 void kdc_pass_splice(kdc_func *f, size_t n_old, const size_t *first, const kdc_value_id *to);
+/* Scan bodies (passes/rewrite.c, shared by grad_scan and merge_scans):
+ * appends |src|'s nodes to |dst| with its parameters bound to |args|, |map|
+ * (src->n_nodes) receiving the new ids; |xs| (n values whose dim 0 is
+ * |lead|, or any values when |lead| is 1) side by side as one [lead, K] row,
+ * or [lead, K, F] when |F| > 1; and the piece of type |t| at column |c0| of
+ * such a packed [T, lead, K(, F)] value, rows [r0, r1), reshaped to
+ * [r1 - r0, dims of |t|] (|t| itself when |one_row|; columns count [F]
+ * blocks when |F| > 1). */
+void kdc_pass_clone_body(kdc_func *dst, const kdc_func *src, const kdc_value_id *args,
+                         kdc_value_id *map);
+kdc_value_id kdc_pass_pack(kdc_func *f, int n, const kdc_value_id *xs, int64_t lead, int64_t F);
+kdc_value_id kdc_pass_piece(kdc_func *f, kdc_value_id r, int64_t r0, int64_t r1, int64_t c0,
+                            const kdc_type *t, int64_t lead, bool one_row, int64_t F);
 /* Users of every value as a CSR table: users of v are
  * users[start[v] .. start[v+1]) in increasing id order, each user listed once
  * per operand slot.  |is_result[v]| is true when v is a function result. */
@@ -168,6 +181,17 @@ kdc_status kdc_pass_fold_func(kdc_func *f, const kdc_pass_options *opt, bool *ou
  * broadcast, convert and slice. */
 kdc_status kdc_pass_algebra(kdc_module *m, const kdc_pass_options *opt);
 void kdc_pass_algebra_func(kdc_func *f, bool *out_changed);
+
+/* ---- merge_scans (passes/merge_scans.c) ------------------------------------
+ * Two scans of |f| over the same operands whose bodies compute the same
+ * carries become one scan whose y_t is both ys side by side (a training
+ * step's forward scan and the residual scan of its gradient).  Adds the
+ * merged body to the module; the old bodies stay until
+ * kdc_pass_drop_dead_bodies. */
+void kdc_pass_merge_scans_func(kdc_func *f, bool *out_changed);
+/* Removes the functions of |m| flagged in |was_body| (the first n entries
+ * of m->funcs) that no scan names any more. */
+void kdc_pass_drop_dead_bodies(kdc_module *m, const bool *was_body, size_t n);
 
 /* ---- simplify (passes/simplify.c) ------------------------------------------
  * algebra, fold, cse, dce repeated until nothing changes (bounded). */

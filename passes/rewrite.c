@@ -162,3 +162,48 @@ void kdc_pass_splice(kdc_func *f, size_t n_old, const size_t *first, const kdc_v
   free(repl);
   free(order);
 }
+
+/* Appends |src|'s nodes to |dst| with its parameters bound to |args|;
+ * |map| (src->n_nodes) receives the new ids. */
+void kdc_pass_clone_body(kdc_func *dst, const kdc_func *src, const kdc_value_id *args,
+                       kdc_value_id *map) {
+  for (size_t v = 0; v < src->n_nodes; v++) {
+    const kdc_node *nd = &src->nodes[v];
+    if (nd->op == KDC_OP_PARAMETER) {
+      map[v] = args[nd->attr.param.index];
+      continue;
+    }
+    kdc_value_id in[64];
+    kdc_value_id *ins = nd->n_in <= 64 ? in : kdc_xmalloc((size_t)nd->n_in * sizeof *ins);
+    for (int j = 0; j < nd->n_in; j++) ins[j] = map[nd->in[j]];
+    map[v] = kdc_ir_append(dst, nd->op, &nd->type, nd->n_in, ins, &nd->attr);
+    if (ins != in) free(ins);
+  }
+}
+
+/* |xs| (n values whose dim 0 is |lead|, or any values when |lead| is 1)
+ * side by side as one [lead, K] row, or [lead, K, F] when |F| > 1. */
+kdc_value_id kdc_pass_pack(kdc_func *f, int n, const kdc_value_id *xs, int64_t lead, int64_t F) {
+  kdc_value_id r[96];
+  for (int i = 0; i < n; i++) {
+    int64_t k = kdc_type_numel(kdc_ir_type(f, xs[i])) / lead;
+    int64_t dims[3] = {lead, F > 1 ? k / F : k, F};
+    r[i] = kdc_ir_reshape(f, xs[i], F > 1 ? 3 : 2, dims);
+  }
+  return n == 1 ? r[0] : kdc_ir_concat(f, n, r, 1);
+}
+
+/* The piece of type |t| at column |c0| of the packed [T, lead, K(, F)]
+ * value |r|, rows [r0, r1), reshaped to [r1 - r0, dims of |t|] (or |t|
+ * itself when |one_row|).  Columns count [F] blocks when |F| > 1. */
+kdc_value_id kdc_pass_piece(kdc_func *f, kdc_value_id r, int64_t r0, int64_t r1, int64_t c0,
+                          const kdc_type *t, int64_t lead, bool one_row, int64_t F) {
+  int64_t n = kdc_type_numel(t) / lead / F;
+  int64_t st[4] = {r0, 0, c0, 0}, lim[4] = {r1, lead, c0 + n, F}, one[4] = {1, 1, 1, 1};
+  kdc_value_id s = kdc_ir_slice(f, r, st, lim, one); /* rank 3 when F is 1: [3] unread */
+  int64_t dims[KDC_MAX_RANK + 1];
+  int rank = 0;
+  if (!one_row) dims[rank++] = r1 - r0;
+  for (int d = 0; d < t->rank; d++) dims[rank++] = t->dims[d];
+  return kdc_ir_reshape(f, s, rank, dims);
+}

@@ -32,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/io.h"
 #include "passes/passes.h"
 
 void kdc_train_options_init(kdc_train_options *o, kdc_loss_kind loss,
@@ -361,7 +362,7 @@ static void add_state_updates(kdc_func *f, const kdc_func *fwd) {
  * its exponent: "loss_scale_optimizer/scale_exponent" (i32, scale =
  * 2^(15 + e), 0 at the start like every fresh state) and
  * "loss_scale_optimizer/step_counter" (i32), both in the checkpoint. */
-enum { KDC_LOSS_SCALE_GROWTH = 2000, KDC_LOSS_SCALE_LOG2_INIT = 15 };
+enum { KDC_LOSS_SCALE_GROWTH = 2000 }; /* KDC_LOSS_SCALE_LOG2_INIT: common/io.h */
 
 static bool computes_f16(const kdc_func *f) {
   for (size_t v = 0; v < f->n_nodes; v++)
@@ -381,8 +382,8 @@ static kdc_value_id i32_param(kdc_func *f, const char *name) {
 }
 
 static void loss_scale_begin(kdc_func *f, loss_scale *ls) {
-  ls->exponent = i32_param(f, "loss_scale_optimizer/scale_exponent");
-  ls->counter = i32_param(f, "loss_scale_optimizer/step_counter");
+  ls->exponent = i32_param(f, KDC_LSO_SCALE_EXPONENT);
+  ls->counter = i32_param(f, KDC_LSO_STEP_COUNTER);
   kdc_value_id e = kdc_ir_convert(
       f, kdc_ir_binary_scalar(f, KDC_OP_ADD, ls->exponent, KDC_LOSS_SCALE_LOG2_INIT), KDC_DTYPE_F32);
   ls->scale = kdc_ir_binary(f, KDC_OP_POW, kdc_ir_scalar(f, KDC_DTYPE_F32, 2.0), e);

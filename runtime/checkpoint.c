@@ -152,6 +152,7 @@ kdc_status kdc_rt_train_load_initial(kdc_rt_train *t, const char *name, const vo
  * a file saved on 2x4 loads on one device and in Keras alike. */
 
 #include <json-c/json.h>
+#include <math.h>
 #include <time.h>
 
 #include "common/kfiles.h"
@@ -205,7 +206,7 @@ static int find_plan_weight(const kdc_rt_plan *p, const char *name) {
 
 kdc_status kdc_rt_keras_opt_layout(json_object *opt, json_object *vars,
                                    bool (*has_state)(void *user, const char *name), void *user,
-                                   kdc_rt_opt_var **out, size_t *n, int *lr_index) {
+                                   bool lso, kdc_rt_opt_var **out, size_t *n, int *lr_index) {
   *out = NULL;
   *n = 0;
   *lr_index = -1;
@@ -218,10 +219,19 @@ kdc_status kdc_rt_keras_opt_layout(json_object *opt, json_object *vars,
   char buf[1200];
   snprintf(buf, sizeof buf, "%s/iteration", on);
   if (!has_state(user, buf)) return KDC_ERR(KDC_INTERNAL, "plan: no state %s", buf);
-  size_t cap = 4, m = 0;
+  size_t cap = 8, m = 0;
   kdc_rt_opt_var *e = kdc_xmalloc(sizeof *e * cap);
-  e[m++] = (kdc_rt_opt_var){0, kdc_xstrdup(buf)};
-  int idx = 1;
+  int idx = 0;
+  if (lso) {
+    bool scaled = has_state(user, KDC_LSO_SCALE_EXPONENT) && has_state(user, KDC_LSO_STEP_COUNTER);
+    e[m++] = (kdc_rt_opt_var){idx++, NULL, KDC_OPT_ZERO_I32};
+    e[m++] = (kdc_rt_opt_var){idx++, NULL, KDC_OPT_ZERO_F32};
+    e[m++] = (kdc_rt_opt_var){idx++, scaled ? kdc_xstrdup(KDC_LSO_STEP_COUNTER) : NULL,
+                              scaled ? KDC_OPT_STATE : KDC_OPT_SKIP};
+    e[m++] = (kdc_rt_opt_var){idx++, scaled ? kdc_xstrdup(KDC_LSO_SCALE_EXPONENT) : NULL,
+                              scaled ? KDC_OPT_SCALE : KDC_OPT_SKIP};
+  }
+  e[m++] = (kdc_rt_opt_var){idx++, kdc_xstrdup(buf), KDC_OPT_STATE};
   if (json_object_get_boolean(lrv)) *lr_index = idx++;
   size_t nv = json_object_array_length(vars);
   kdc_status st = NULL;
@@ -245,7 +255,7 @@ kdc_status kdc_rt_keras_opt_layout(json_object *opt, json_object *vars,
           break;
         }
         KDC_GROW(e, cap, m + 1);
-        e[m++] = (kdc_rt_opt_var){idx++, kdc_xstrdup(buf)};
+        e[m++] = (kdc_rt_opt_var){idx++, kdc_xstrdup(buf), KDC_OPT_STATE};
       }
     }
   }
@@ -266,7 +276,8 @@ void kdc_rt_opt_vars_free(kdc_rt_opt_var *e, size_t n) {
 /* One entry of the optimizer's variable list: "optimizer/vars/<i>" <-> state. */
 typedef struct opt_entry {
   int index;
-  int state;            /* state index */
+  int state;            /* state index, -1 for the kinds without one */
+  kdc_rt_opt_kind kind;
 } opt_entry;
 
 static bool train_has_state(void *user, const char *name) {
@@ -276,17 +287,18 @@ static bool train_has_state(void *user, const char *name) {
 /* The optimizer's variables of |k| matched to the state of |t|: |*n|
  * entries, the learning rate's index in *|lr_index| (-1: a schedule).  NULL
  * entries when the plan does not train or the section has no optimizer. */
-static kdc_status opt_layout(const kdc_rt_train *t, const keras_map *k, opt_entry **out,
+static kdc_status opt_layout(const kdc_rt_train *t, const keras_map *k, bool lso, opt_entry **out,
                              size_t *n, int *lr_index) {
   kdc_rt_opt_var *v = NULL;
   size_t m = 0;
   *out = NULL;
   *n = 0;
-  KDC_RETURN_IF_ERROR(kdc_rt_keras_opt_layout(k->opt, k->vars, train_has_state, (void *)t, &v,
-                                              &m, lr_index));
+  KDC_RETURN_IF_ERROR(kdc_rt_keras_opt_layout(k->opt, k->vars, train_has_state, (void *)t, lso,
+                                              &v, &m, lr_index));
   if (!v) return NULL;
   opt_entry *e = kdc_xmalloc(sizeof *e * (m + 1));
-  for (size_t q = 0; q < m; q++) e[q] = (opt_entry){v[q].index, find_state(t, v[q].state)};
+  for (size_t q = 0; q < m; q++)
+    e[q] = (opt_entry){v[q].index, v[q].state ? find_state(t, v[q].state) : -1, v[q].kind};
   kdc_rt_opt_vars_free(v, m);
   *out = e;
   *n = m;
@@ -370,24 +382,52 @@ kdc_status kdc_rt_keras_save(kdc_rt_plan *p, kdc_rt_train *t, const char *path, 
   opt_entry *oe = NULL;
   size_t no = 0;
   int lr_index = -1;
-  if (!st && optimizer) st = opt_layout(t, &k, &oe, &no, &lr_index);
+  /* mixed_float16: Keras' compile wrapped the optimizer in a LossScaleOptimizer */
+  bool lso = find_state(t, KDC_LSO_SCALE_EXPONENT) >= 0;
+  if (!st && optimizer) st = opt_layout(t, &k, lso, &oe, &no, &lr_index);
   if (!st && optimizer && oe) st = kdc_h5w_group(w, "optimizer/vars");
-  for (size_t q = 0; q < no && !st; q++) {
-    const kdc_rt_tensor_info *i = kdc_rt_train_state(t, (size_t)oe[q].state);
-    void *buf = kdc_xmalloc(i->bytes + 1);
-    kdc_rt_train_state_get(t, (size_t)oe[q].state, buf);
-    kdc_rt_tensor_info i2 = *i;
-    i2.gate_packed = kdc_rt_train_state_gate_packed(t, (size_t)oe[q].state);
-    char h5p[64];
-    snprintf(h5p, sizeof h5p, "optimizer/vars/%d", oe[q].index);
-    st = put(w, h5p, &i2, buf);
-    free(buf);
-  }
+  if (!st && optimizer && oe && lso) st = kdc_h5w_group(w, "optimizer/inner_optimizer/vars");
+  for (size_t q = 0; q < no && !st; q++)
+    for (int copy = 0; copy < 1 + (lso && oe[q].index >= KDC_LSO_VARS) && !st; copy++) {
+      char h5p[80];
+      if (copy) /* the inner optimizer's own copy, as Keras writes it */
+        snprintf(h5p, sizeof h5p, "optimizer/inner_optimizer/vars/%d", oe[q].index - KDC_LSO_VARS);
+      else
+        snprintf(h5p, sizeof h5p, "optimizer/vars/%d", oe[q].index);
+      if (oe[q].kind == KDC_OPT_ZERO_I32 || oe[q].kind == KDC_OPT_ZERO_F32) {
+        int32_t zi = 0;
+        float zf = 0.0f;
+        bool i32 = oe[q].kind == KDC_OPT_ZERO_I32;
+        st = kdc_h5w_dataset(w, h5p, i32 ? KDC_IO_DTYPE_I32 : KDC_IO_DTYPE_F32, 0, NULL,
+                             i32 ? (const void *)&zi : (const void *)&zf);
+        continue;
+      }
+      const kdc_rt_tensor_info *i = kdc_rt_train_state(t, (size_t)oe[q].state);
+      void *buf = kdc_xmalloc(i->bytes + 4);
+      kdc_rt_train_state_get(t, (size_t)oe[q].state, buf);
+      if (oe[q].kind == KDC_OPT_SCALE) { /* dynamic_scale = 2^(15 + exponent) */
+        int32_t e;
+        memcpy(&e, buf, 4);
+        float scale = ldexpf(1.0f, KDC_LOSS_SCALE_LOG2_INIT + e);
+        st = kdc_h5w_dataset(w, h5p, KDC_IO_DTYPE_F32, 0, NULL, &scale);
+      } else {
+        kdc_rt_tensor_info i2 = *i;
+        i2.gate_packed = kdc_rt_train_state_gate_packed(t, (size_t)oe[q].state);
+        st = put(w, h5p, &i2, buf);
+      }
+      free(buf);
+    }
   if (!st && lr_index >= 0) {
     json_object *lr = NULL;
     json_object_object_get_ex(k.opt, "learning_rate", &lr);
     float v = (float)json_object_get_double(lr);
-    st = kdc_h5w_dataset(w, "optimizer/vars/1", KDC_IO_DTYPE_F32, 0, NULL, &v);
+    char h5p[80];
+    snprintf(h5p, sizeof h5p, "optimizer/vars/%d", lr_index);
+    st = kdc_h5w_dataset(w, h5p, KDC_IO_DTYPE_F32, 0, NULL, &v);
+    if (!st && lso) {
+      snprintf(h5p, sizeof h5p, "optimizer/inner_optimizer/vars/%d", lr_index - KDC_LSO_VARS);
+      st = kdc_h5w_dataset(w, h5p, KDC_IO_DTYPE_F32, 0, NULL, &v);
+    }
   }
   free(oe);
   void *img = NULL;
@@ -442,6 +482,27 @@ static kdc_status get(kdc_h5 *h, const char *h5p, const kdc_rt_tensor_info *i, v
     return KDC_ERR(KDC_INVALID_INPUT, "%s: %s: %s dataset, but the plan's \"%s\" is %s",
                    kdc_h5_file(h), h5p, kdc_io_dtype_name(dt), i->name, kdc_io_dtype_name(i->dtype));
   return kdc_h5_read(h, h5p, i->dtype, dst, i->bytes / kdc_io_dtype_size(i->dtype));
+}
+
+kdc_status kdc_rt_keras_read_lso_exponent(kdc_h5 *h, const char *h5p, int32_t *exponent) {
+  int rank;
+  int64_t dims[KDC_IO_MAX_RANK];
+  kdc_io_dtype dt;
+  KDC_RETURN_IF_ERROR(kdc_h5_dataset_info(h, h5p, &rank, dims, &dt));
+  if (rank != 0 || (dt != KDC_IO_DTYPE_F32 && dt != KDC_IO_DTYPE_F64 && dt != KDC_IO_DTYPE_F16))
+    return KDC_ERR(KDC_INVALID_INPUT, "%s: %s: the LossScaleOptimizer's dynamic_scale must be a "
+                   "float scalar", kdc_h5_file(h), h5p);
+  float scale;
+  KDC_RETURN_IF_ERROR(kdc_h5_read(h, h5p, KDC_IO_DTYPE_F32, &scale, 1));
+  int e = 0;
+  float m = frexpf(scale, &e); /* scale = m 2^e, m in [0.5, 1) */
+  e -= 1 + KDC_LOSS_SCALE_LOG2_INIT;
+  if (!(scale > 0) || isinf(scale) || m != 0.5f || e < -126 || e > 127)
+    return KDC_ERR(KDC_INVALID_INPUT, "%s: %s: dynamic_scale %g is not a power of two kdc can "
+                   "continue from (kdc's loss scale starts at 2^%d and only doubles or halves)",
+                   kdc_h5_file(h), h5p, (double)scale, KDC_LOSS_SCALE_LOG2_INIT);
+  *exponent = e;
+  return NULL;
 }
 
 kdc_status kdc_rt_keras_load(kdc_rt_plan *p, kdc_rt_train *t, const char *path) {
@@ -506,17 +567,25 @@ kdc_status kdc_rt_keras_load(kdc_rt_plan *p, kdc_rt_train *t, const char *path) 
   opt_entry *oe = NULL;
   size_t no = 0;
   int lr_index = -1;
-  if (!st && kdc_h5_exists(h, "optimizer/vars/0")) st = opt_layout(t, &k, &oe, &no, &lr_index);
+  /* a LossScaleOptimizer's file (Keras' mixed_float16) nests the inner optimizer */
+  bool lso = kdc_h5_exists(h, "optimizer/inner_optimizer");
+  if (!st && kdc_h5_exists(h, "optimizer/vars/0"))
+    st = opt_layout(t, &k, lso, &oe, &no, &lr_index);
   for (size_t q = 0; q < no && !st; q++) {
     char h5p[64];
     snprintf(h5p, sizeof h5p, "optimizer/vars/%d", oe[q].index);
+    if (!kdc_h5_exists(h, h5p)) {
+      st = KDC_ERR(KDC_INVALID_INPUT, "%s: %s: missing: the plan's optimizer has more "
+                   "variables than the file's", kdc_h5_file(h), h5p);
+      break;
+    }
+    if (oe[q].state < 0) continue; /* the LossScaleOptimizer's own iteration and rate, or skipped */
     size_t s = (size_t)oe[q].state;
     kdc_rt_tensor_info i2 = *kdc_rt_train_state(t, s);
     i2.gate_packed = kdc_rt_train_state_gate_packed(t, s);
-    bufs[s] = kdc_xmalloc(i2.bytes + 1);
-    if (!kdc_h5_exists(h, h5p))
-      st = KDC_ERR(KDC_INVALID_INPUT, "%s: %s: missing: the plan's optimizer (%s) has more "
-                   "variables than the file's", kdc_h5_file(h), h5p, i2.name);
+    bufs[s] = kdc_xmalloc(i2.bytes + 4);
+    if (oe[q].kind == KDC_OPT_SCALE)
+      st = kdc_rt_keras_read_lso_exponent(h, h5p, (int32_t *)bufs[s]);
     else
       st = get(h, h5p, &i2, bufs[s]);
   }

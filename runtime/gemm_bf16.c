@@ -1,6 +1,6 @@
 /*
- * runtime/gemm_bf16.c: the GEMMs of bf16 dots on CPUs with AMX-BF16
- * (docs/codegen.md, "bf16 and f16").
+ * runtime/gemm_bf16.c: the GEMMs of bf16 dots on CPUs with AMX-BF16, or
+ * AVX-512 BF16 where asked for (docs/codegen.md, "bf16 and f16").
  *
  * A CPU plan keeps a mixed-precision layer's dot as an f32 GEMM step whose
  * operands hold bf16 values exactly (passes/widen_dots.c, the step's
@@ -15,15 +15,21 @@
  *
  * Why AMX and not AVX-512 BF16's vdpbf16ps: on this project's CPUs (Xeon
  * with AMX; docs/codegen.md has the figures) vdpbf16ps peaks at 106 GFLOP/s
- * on one core against 222 for f32 FMAs, so a vdpbf16ps GEMM (measured: 80
- * GFLOP/s) loses to OpenBLAS' sgemm (140-155); the tiles reach 620-770.
+ * on one core against 222 for f32 FMAs, so a vdpbf16ps GEMM loses to
+ * OpenBLAS' sgemm; the tiles reach 500-800.  The vdpbf16ps microkernel
+ * (vector_product, on the same packed panels) runs only where asked for
+ * (KDC_CPU_BF16=avx512, common/cpu.c): for CPUs without AMX where it may
+ * pay, and to test it.
  *
  * Blocking: C in NC-column slices; K in KC-element blocks whose B block is
  * packed once as TN-column panels of k pairs (the tiles' VNNI layout: a row
  * per pair, each element (k even, k odd)); M in MC-row blocks whose A block
  * is packed as TM-row panels of TKP-pair chunks; a TM x TN (32 x 32) block
  * of C in four accumulator tiles per panel pair.  Edges are zero-padded in
- * the panels and written with masked stores.  One call is single-threaded
+ * the panels and written with masked stores.  A transposed operand (op(A)
+ * = A^T: rows of A are k; op(B) = B^T: rows of B are columns) is packed
+ * sixteen rows or columns at a time, converted to pairs in vectors and
+ * transposed 16 x 16 in registers (transpose16).  One call is single-threaded
  * (exec.c splits a step over the pool); each call loads its tile
  * configuration and releases the tiles.
  */
@@ -36,17 +42,6 @@
 
 #include "common/io.h"
 #include "runtime/gemm_bf16.h"
-
-/* Round-to-nearest-even f32 -> bf16 bits (NaN stays a quiet NaN), as
- * vcvtneps2bf16 does. */
-static inline uint32_t bf16_bits(float x) {
-  uint32_t u;
-  memcpy(&u, &x, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return (u >> 16) | 0x40;
-  return (u + 0x7fffu + ((u >> 16) & 1)) >> 16;
-}
-
-static inline uint32_t pair(float lo, float hi) { return bf16_bits(lo) | bf16_bits(hi) << 16; }
 
 #if defined(__x86_64__) && defined(__GNUC__) && (__GNUC__ >= 11 || defined(__clang__))
 #include <immintrin.h>
@@ -64,6 +59,32 @@ typedef struct {
   uint16_t colsb[16];
   uint8_t rows[16];
 } tile_config;
+
+/* Sixteen f32 pairs (lo[l], hi[l]) rounded to bf16, lane l one u32 pair. */
+TARGET static inline __m512i pairs16(__m512 lo, __m512 hi) {
+  __m512i l = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(lo));
+  __m512i u = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(hi));
+  return _mm512_or_si512(l, _mm512_slli_epi32(u, 16));
+}
+
+/* v[a][b] becomes v[b][a] (16 x 16 u32): at each block size s, an element
+ * whose row and lane differ in bit s moves to row ^ s, lane ^ s. */
+TARGET static inline void transpose16(__m512i v[16]) {
+  for (int s = 8; s >= 1; s /= 2) {
+    uint32_t lo_idx[16], hi_idx[16];
+    for (int l = 0; l < 16; l++) {
+      lo_idx[l] = (uint32_t)((l & s) ? 16 + l - s : l); /* row i: its own low lanes, row j's */
+      hi_idx[l] = (uint32_t)((l & s) ? 16 + l : l + s); /* row j: row i's high lanes, its own */
+    }
+    __m512i il = _mm512_loadu_si512(lo_idx), ih = _mm512_loadu_si512(hi_idx);
+    for (int i = 0; i < 16; i++)
+      if (!(i & s)) {
+        __m512i a = v[i], b = v[i + s];
+        v[i] = _mm512_permutex2var_epi32(a, il, b);
+        v[i + s] = _mm512_permutex2var_epi32(a, ih, b);
+      }
+  }
+}
 
 /* Packed A block: for each TM-row panel and each chunk of TKP pairs, TM rows
  * of TKP u32 pairs (rows past mc and pairs past k are zero). */
@@ -87,13 +108,19 @@ TARGET static void pack_a(const float *A, int64_t lda, bool ta, int64_t i0, int6
           __mmask16 m1 = kn >= 32 ? 0xffff : kn <= 16 ? 0 : (__mmask16)((1u << (kn - 16)) - 1);
           __m512 lo = _mm512_maskz_loadu_ps(m0, a), hi = _mm512_maskz_loadu_ps(m1, a + 16);
           _mm512_storeu_si512(row, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
-        } else { /* op(A)(i, k) = A[k][i] */
-          for (int64_t p = 0; p < TKP; p++) {
-            int64_t k = k0 + 2 * p;
-            float lo = 2 * p < kn ? A[k * lda + i0 + i] : 0.0f;
-            float hi = 2 * p + 1 < kn ? A[(k + 1) * lda + i0 + i] : 0.0f;
-            row[p] = pair(lo, hi);
+        } else if (r % T == 0) { /* op(A)(i, k) = A[k][i]: rows r..r+15 at once */
+          int64_t left = mc - i;
+          __mmask16 mi = left >= 16 ? 0xffff : (__mmask16)((1u << left) - 1);
+          __m512i v[T];
+          for (int64_t p = 0; p < TKP; p++) { /* lane: row i + lane, the pair p */
+            const float *a = A + (k0 + 2 * p) * lda + i0 + i;
+            __m512 lo = 2 * p < kn ? _mm512_maskz_loadu_ps(mi, a) : _mm512_setzero_ps();
+            __m512 hi = 2 * p + 1 < kn ? _mm512_maskz_loadu_ps(mi, a + lda) : _mm512_setzero_ps();
+            v[p] = pairs16(lo, hi);
           }
+          transpose16(v); /* v[lane]: row i + lane, the pairs */
+          for (int t = 0; t < T; t++) _mm512_storeu_si512(row + t * TKP, v[t]);
+          r += T - 1; /* rows past mc were loaded as zeros */
         }
       }
     }
@@ -123,15 +150,24 @@ TARGET static void pack_b(const float *B, int64_t ldb, bool tb, int64_t p0, int6
           __m512 lo = _mm512_maskz_loadu_ps(m, B + k * ldb + jb + c0);
           __m512 hi = has_hi ? _mm512_maskz_loadu_ps(m, B + (k + 1) * ldb + jb + c0)
                              : _mm512_setzero_ps();
-          __m512i l = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(lo));
-          __m512i u = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(hi));
-          _mm512_storeu_si512(dst + c0, _mm512_or_si512(l, _mm512_slli_epi32(u, 16)));
+          _mm512_storeu_si512(dst + c0, pairs16(lo, hi));
         }
-      } else { /* op(B)(k, j) = B[j][k]: the pair is contiguous */
-        for (int64_t c = 0; c < TN; c++) {
-          const float *b = B + (jb + c) * ldb + k;
-          dst[c] = c < cols ? pair(b[0], has_hi ? b[1] : 0.0f) : 0;
+      } else if (p % TKP == 0) { /* op(B)(k, j) = B[j][k]: TKP pairs of 16 columns at once */
+        int64_t kn = kc - 2 * p; /* k left from k */
+        __mmask16 m0 = kn >= 16 ? 0xffff : (__mmask16)((1u << kn) - 1);
+        __mmask16 m1 = kn >= 32 ? 0xffff : kn <= 16 ? 0 : (__mmask16)((1u << (kn - 16)) - 1);
+        for (int h = 0; h < TN / T; h++) {
+          __m512i v[T];
+          for (int c = 0; c < T; c++) { /* lane: the pair p + lane of column h T + c */
+            const float *b = B + (jb + h * T + c) * ldb + k;
+            v[c] = h * T + c < cols ? (__m512i)_mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(m1, b + 16),
+                                                                   _mm512_maskz_loadu_ps(m0, b))
+                                    : _mm512_setzero_si512();
+          }
+          transpose16(v); /* v[lane]: the pair p + lane of columns h T .. h T + 15 */
+          for (int t = 0; t < T; t++) _mm512_storeu_si512(dst + t * TN + h * T, v[t]);
         }
+        p += TKP - 1; /* pairs past kc were loaded as zeros */
       }
     }
   }
@@ -175,14 +211,52 @@ TARGET static void tile_product(int64_t chunks, const uint32_t *Ap, const uint32
   }
 }
 
-TARGET static void gemm_amx(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *A,
-                            int64_t lda, const float *B, int64_t ldb, float *C, int64_t ldc,
-                            uint32_t *Ap, uint32_t *Bp) {
-  tile_config cfg;
-  memset(&cfg, 0, sizeof cfg);
-  cfg.palette = 1;
-  for (int t = 0; t < 8; t++) cfg.rows[t] = T, cfg.colsb[t] = 64;
-  _tile_loadconfig(&cfg);
+/* The same block of C as tile_product, by AVX-512 BF16's vdpbf16ps: eight
+ * rows x TN columns (sixteen accumulators) at a time, each packed A pair
+ * broadcast against the B panel's two vectors of pairs. */
+TARGET static void vector_product(int64_t chunks, const uint32_t *Ap, const uint32_t *Bp, float *C,
+                                  int64_t ldc, int64_t rows, int64_t cols, bool add) {
+  enum { R = 8 };
+  __mmask16 m0 = cols >= 16 ? 0xffff : (__mmask16)((1u << cols) - 1);
+  __mmask16 m1 = cols >= 32 ? 0xffff : cols <= 16 ? 0 : (__mmask16)((1u << (cols - 16)) - 1);
+  for (int64_t g = 0; g < rows; g += R) {
+    __m512 acc[R][2];
+    for (int r = 0; r < R; r++) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+    for (int64_t c = 0; c < chunks; c++) {
+      const uint32_t *a = Ap + c * TM * TKP + g * TKP, *b = Bp + c * TKP * TN;
+      for (int p = 0; p < TKP; p++) {
+        __m512bh b0 = (__m512bh)_mm512_loadu_si512(b + p * TN);
+        __m512bh b1 = (__m512bh)_mm512_loadu_si512(b + p * TN + T);
+        for (int r = 0; r < R; r++) {
+          __m512bh x = (__m512bh)_mm512_set1_epi32((int)a[r * TKP + p]);
+          acc[r][0] = _mm512_dpbf16_ps(acc[r][0], x, b0);
+          acc[r][1] = _mm512_dpbf16_ps(acc[r][1], x, b1);
+        }
+      }
+    }
+    for (int64_t r = 0; r < R && g + r < rows; r++) { /* rows past |rows| are padding */
+      float *o = C + (g + r) * ldc;
+      __m512 v0 = acc[r][0], v1 = acc[r][1];
+      if (add) {
+        v0 = _mm512_add_ps(v0, _mm512_maskz_loadu_ps(m0, o));
+        v1 = _mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, o + 16));
+      }
+      _mm512_mask_storeu_ps(o, m0, v0);
+      _mm512_mask_storeu_ps(o + 16, m1, v1);
+    }
+  }
+}
+
+TARGET static void gemm_blocked(bool amx, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                                const float *A, int64_t lda, const float *B, int64_t ldb, float *C,
+                                int64_t ldc, uint32_t *Ap, uint32_t *Bp) {
+  if (amx) {
+    tile_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int t = 0; t < 8; t++) cfg.rows[t] = T, cfg.colsb[t] = 64;
+    _tile_loadconfig(&cfg);
+  }
   for (int64_t jc = 0; jc < n; jc += NC) {
     int64_t nc = n - jc < NC ? n - jc : NC;
     for (int64_t pc = 0; pc < k; pc += KC) {
@@ -193,16 +267,17 @@ TARGET static void gemm_amx(bool ta, bool tb, int64_t m, int64_t n, int64_t k, c
         pack_a(A, lda, ta, ic, mc, pc, kc, chunks, Ap);
         for (int64_t jr = 0; jr < nc; jr += TN)
           for (int64_t ir = 0; ir < mc; ir += TM)
-            tile_product(chunks, Ap + ir / TM * chunks * TM * TKP, Bp + jr / TN * chunks * TKP * TN,
-                         C + (ic + ir) * ldc + jc + jr, ldc, mc - ir < TM ? mc - ir : TM,
-                         nc - jr < TN ? nc - jr : TN, pc > 0);
+            (amx ? tile_product : vector_product)(
+                chunks, Ap + ir / TM * chunks * TM * TKP, Bp + jr / TN * chunks * TKP * TN,
+                C + (ic + ir) * ldc + jc + jr, ldc, mc - ir < TM ? mc - ir : TM,
+                nc - jr < TN ? nc - jr : TN, pc > 0);
       }
     }
   }
-  _tile_release();
+  if (amx) _tile_release();
 }
 
-static void gemm_bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *A,
+static void gemm_bf16(bool amx, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *A,
                       int64_t lda, const float *B, int64_t ldb, float *C, int64_t ldc) {
   int64_t kcap = k < KC ? k : KC, chunks = (kcap + 2 * TKP - 1) / (2 * TKP);
   int64_t ncap = n < NC ? n : NC, mcap = m < MC ? m : MC;
@@ -211,7 +286,7 @@ static void gemm_bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const f
   uint32_t *Bp = aligned_alloc(64, (nb * 4 + 63) / 64 * 64);
   uint32_t *Ap = aligned_alloc(64, (na * 4 + 63) / 64 * 64);
   if (Bp && Ap && k > 0) {
-    gemm_amx(ta, tb, m, n, k, A, lda, B, ldb, C, ldc, Ap, Bp);
+    gemm_blocked(amx, ta, tb, m, n, k, A, lda, B, ldb, C, ldc, Ap, Bp);
   } else { /* k == 0, or no memory for the panels: the f32 GEMM needs none */
     cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
                 (blasint)m, (blasint)n, (blasint)k, 1.0f, A, (blasint)lda, B, (blasint)ldb, 0.0f,
@@ -225,8 +300,9 @@ static void gemm_bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const f
 void rt_sgemm(bool bf16_inputs, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *A,
               int64_t lda, const float *B, int64_t ldb, float *C, int64_t ldc) {
 #ifdef KDC_HAVE_BF16_KERNEL
-  if (bf16_inputs && m > 0 && n > 0 && kdc_cpu_bf16()) {
-    gemm_bf16(ta, tb, m, n, k, A, lda, B, ldb, C, ldc);
+  kdc_cpu_bf16_kind kind = bf16_inputs ? kdc_cpu_bf16_kernel() : KDC_CPU_BF16_NONE;
+  if (kind != KDC_CPU_BF16_NONE && m > 0 && n > 0) {
+    gemm_bf16(kind == KDC_CPU_BF16_AMX, ta, tb, m, n, k, A, lda, B, ldb, C, ldc);
     return;
   }
 #endif

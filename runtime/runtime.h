@@ -319,16 +319,37 @@ kdc_status kdc_rt_keras_load(kdc_rt_plan *p, kdc_rt_train *t, const char *path);
  * block by block over the trainable variables the plan trains.  *|out|
  * (heap, kdc_rt_opt_vars_free) is NULL when |opt| is NULL; a name the
  * plan lacks is an internal error.  kdc compile uses it to restore a
- * Keras file's optimizer state, kdc run to read and write it. */
+ * Keras file's optimizer state, kdc run to read and write it.
+ * |lso|: the layout of a LossScaleOptimizer around that optimizer (what
+ * Keras' compile makes for mixed_float16): its own iteration, learning
+ * rate (0), step_counter and dynamic_scale first (indices 0-3), the inner
+ * optimizer's variables after them (4 on; Keras also writes those as
+ * `optimizer/inner_optimizer/vars/<index - 4>`).  The scale is the plan's
+ * exponent state (scale = 2^(15 + e), passes/train_step.c); without the
+ * plan's loss-scale state (an f32 plan) the four are KDC_OPT_SKIP. */
 struct json_object;
+typedef enum kdc_rt_opt_kind {
+  KDC_OPT_STATE = 0, /* the state tensor |state| as it is */
+  KDC_OPT_SCALE,     /* f32 dynamic_scale <-> the i32 exponent state |state| */
+  KDC_OPT_ZERO_I32,  /* the LossScaleOptimizer's own iteration: written 0, never read */
+  KDC_OPT_ZERO_F32,  /* its own learning rate: written 0, never read */
+  KDC_OPT_SKIP,      /* a file's variable this plan keeps no state for */
+} kdc_rt_opt_kind;
 typedef struct kdc_rt_opt_var {
   int index;    /* optimizer/vars/<index> */
-  char *state;  /* the state tensor's name ("adam/d1_kernel_momentum") */
+  char *state;  /* the state tensor's name ("adam/d1_kernel_momentum"), or NULL */
+  kdc_rt_opt_kind kind;
 } kdc_rt_opt_var;
+enum { KDC_LSO_VARS = 4 };
 kdc_status kdc_rt_keras_opt_layout(struct json_object *opt, struct json_object *vars,
                                    bool (*has_state)(void *user, const char *name), void *user,
-                                   kdc_rt_opt_var **out, size_t *n, int *lr_index);
+                                   bool lso, kdc_rt_opt_var **out, size_t *n, int *lr_index);
 void kdc_rt_opt_vars_free(kdc_rt_opt_var *v, size_t n);
+/* The plan's loss-scale exponent for the LossScaleOptimizer's
+ * dynamic_scale at |h5p| of |h| (a float scalar): an error unless it is a
+ * power of two in range. */
+struct kdc_h5;
+kdc_status kdc_rt_keras_read_lso_exponent(struct kdc_h5 *h, const char *h5p, int32_t *exponent);
 
 /* ---- describe.c ------------------------------------------------------------- */
 

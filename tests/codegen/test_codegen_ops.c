@@ -417,6 +417,30 @@ static void test_reduce(void **state) {
     kdc_value_id c = kdc_ir_binary(f, KDC_OP_ADD, z, kdc_ir_constant(f, &t, v));
     finish(m, f, kdc_ir_reduce(f, (kdc_reduce_kind)k, c, 1, (int64_t[]){0}), NULL);
   }
+  /* Row max/min long enough to run as vector reductions (llvm.maximum /
+   * minimum): rows of only signed zeros, one NaN late in a row, +-inf,
+   * a tie between -0 and +0 at the extreme, an odd length (a remainder). */
+  enum { R = 5, L = 101 };
+  static float w[R * L];
+  for (int r = 0; r < R; r++)
+    for (int j = 0; j < L; j++) w[r * L + j] = (float)((j * 37 + r * 11) % 89) - 44.0f;
+  for (int j = 0; j < L; j++) w[j] = j % 3 ? -0.0f : 0.0f; /* row 0: zeros only */
+  w[1 * L + 97] = NAN;
+  w[2 * L + 60] = INFINITY;
+  w[2 * L + 61] = -INFINITY;
+  for (int j = 0; j < L; j++) w[3 * L + j] = j == 50 ? 0.0f : -0.0f; /* one +0 */
+  for (int j = 0; j < L; j++) w[4 * L + j] = j == 7 ? -0.0f : 0.0f;  /* one -0 */
+  int64_t wd[2] = {R, L};
+  kdc_type wt = kdc_type_make(KDC_DTYPE_F32, 2, wd);
+  for (int k = KDC_RED_MAX; k <= KDC_RED_MIN; k++) {
+    kdc_func *f;
+    kdc_module *m = new_case(&f);
+    kdc_value_id x = param(f, KDC_DTYPE_F32, 2, wd);
+    kdc_value_id z = kdc_ir_binary(f, KDC_OP_MUL, x, kdc_ir_splat(f, KDC_DTYPE_F32, 2, wd, 0.0));
+    z = kdc_ir_binary(f, KDC_OP_MUL, z, z); /* +0: w - z keeps w's signed zeros */
+    kdc_value_id c = kdc_ir_binary(f, KDC_OP_SUB, kdc_ir_constant(f, &wt, w), z);
+    finish(m, f, kdc_ir_reduce(f, (kdc_reduce_kind)k, c, 1, (int64_t[]){1}), NULL);
+  }
 }
 
 /* Integer dot_general runs as a kernel (no BLAS): exact. */

@@ -12,11 +12,15 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+#include <hdf5.h>
+
 #include "common/kfiles.h"
 #include "frontend/frontend.h"
 #include "frontend/weights_src.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  static int once;
+  if (!once++) H5set_free_list_limits(64 << 20, 16 << 20, -1, -1, -1, -1);
   kdc_keras_model *m = NULL;
   kdc_status st = kdc_fe_load_legacy_h5("fuzz.h5", data, size, NULL, &m);
   if (!st) {
@@ -39,7 +43,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     int rank;
     int64_t dims[KDC_IO_MAX_RANK];
     kdc_io_dtype dt;
-    if (kdc_h5_dataset_info(h, l[i], &rank, dims, &dt)) continue;
+    kdc_status bad = kdc_h5_dataset_info(h, l[i], &rank, dims, &dt);
+    if (bad) {
+      kdc_status_free(bad);
+      continue;
+    }
     size_t ne = 1;
     for (int d = 0; d < rank && ne <= 65536; d++) ne *= (size_t)dims[d];
     if (ne > 65536) continue;

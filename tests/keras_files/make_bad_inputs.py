@@ -71,6 +71,30 @@ def gheap_edit(src, prefix, how):
     raise SystemExit(f"{src}: no heap object starting {prefix!r}")
 
 
+def attr_edit(src, name, how):
+    """The file |src| with the version 1 attribute message named |name|
+    edited: "name" overwrites its name's terminator, "data" makes its
+    dataspace's first dim 4096 larger than the data the message holds."""
+    b = bytearray(open(src, "rb").read())
+    key = name.encode() + b"\0"
+    at = b.find(key)
+    while at >= 0:
+        d = at - 8  # the message's data: version 1, reserved, three u16 sizes, then the name
+        if b[d] == 1 and struct.unpack_from("<H", b, d + 2)[0] == len(key):
+            break
+        at = b.find(key, at + 1)
+    else:
+        raise SystemExit(f"{src}: no attribute message {name!r}")
+    name_len, dt_size = struct.unpack_from("<HH", b, d + 2)
+    if how == "name":
+        b[at + len(key) - 1] = ord("X")
+    else:
+        ds = d + 8 + ((name_len + 7) & ~7) + ((dt_size + 7) & ~7)
+        assert b[ds] == 1 and b[ds + 1] >= 1, "a version 1 dataspace of rank >= 1"
+        struct.pack_into("<Q", b, ds + 8, struct.unpack_from("<Q", b, ds + 8)[0] + 4096)
+    return bytes(b)
+
+
 def case(name, ext, data, expect, args, comment):
     fn = f"{name}.{ext}"
     if data is not None:
@@ -192,6 +216,26 @@ def main():
              "a free-space heap object of size 0 (HDF5 1.10's parser loops forever)")):
         case(f"legacy_h5_heap_{nm}", "h5", gheap_edit(os.path.join(DATA, "legacy.h5"), prefix, how),
              [f"legacy_h5_heap_{nm}.h5", attr, exp], compile_args(f"@DIR/legacy_h5_heap_{nm}.h5"), why)
+    # the attribute messages HDF5 1.10 decodes while it looks for a name: kdc checks every one
+    # of the object's header first (common/h5_ohdr.c)
+    for nm, attr, how, exp, why in (
+            ("name", "keras_version", "name", "not terminated",
+             "keras_version's name unterminated (HDF5 1.10 strdup()s past the message)"),
+            ("data", "layer_names", "data", "larger than its message",
+             "layer_names' dataspace 4096 strings longer than its data (HDF5 1.10 copies past the "
+             "message)")):
+        case(f"legacy_h5_attr_{nm}", "h5", attr_edit(os.path.join(DATA, "legacy.h5"), attr, how),
+             [f"legacy_h5_attr_{nm}.h5", "damaged attributes", exp],
+             compile_args(f"@DIR/legacy_h5_attr_{nm}.h5"), why)
+    # the root group's header continues at the undefined address: HDF5 1.10's metadata
+    # accumulator wraps addr + size and copies from a null pointer; kdc's image driver
+    # (common/h5_vfd.c) has no accumulator and refuses reads outside the image
+    b = bytearray(open(os.path.join(DATA, "legacy.h5"), "rb").read())
+    assert struct.unpack_from("<BxHII", b, 96)[0] == 1 and struct.unpack_from("<H", b, 112)[0] == 0x10
+    struct.pack_into("<Q", b, 120, 2**64 - 1)
+    case("legacy_h5_cont_undef", "h5", bytes(b), ["legacy_h5_cont_undef.h5", "not a readable HDF5"],
+         compile_args("@DIR/legacy_h5_cont_undef.h5"),
+         "the root group's header continued at the undefined address (a SIGSEGV in HDF5 1.10.8)")
     case("weights_h5_as_model", "weights.h5", None, ["weights_h5_extra.weights.h5", "--weights"],
          compile_args("@DIR/weights_h5_extra.weights.h5"), "a weights file given as the model")
     case("tfjs_graph_model", "json",

@@ -1,5 +1,7 @@
 /*
- * The AMX-BF16 GEMM of runtime/gemm_bf16.c (rt_sgemm with bf16 inputs).
+ * The bf16 GEMMs of runtime/gemm_bf16.c (rt_sgemm with bf16 inputs): the
+ * AMX-BF16 tiles, and (test_gemm_bf16_avx512: KDC_CPU_BF16=avx512) the
+ * AVX-512 BF16 vdpbf16ps microkernel, on the same packed panels.
  *
  * For shapes at and around the kernel's tiles and blocks (m, n, k of 1, odd,
  * not multiples of the 32 x 32 tile block, KC = 1024, MC = 128, NC = 512; a second K block and
@@ -14,7 +16,7 @@
  * The operands are NOT bf16 values, so the check also proves that the
  * operands were rounded to bf16 (an f32 GEMM misses the reference by far
  * more than the bound: asserted on one case).  Skipped, with the reason
- * printed, on a CPU without AMX-BF16.
+ * printed, on a CPU without the kernel asked for.
  */
 #include "rt_test.h"
 
@@ -69,10 +71,14 @@ static double run_case(int64_t m, int64_t n, int64_t k, bool ta, bool tb, bool b
 
 static void test_shapes(void **state) {
   (void)state;
-  if (!kdc_cpu_bf16()) {
-    printf("SKIP: this CPU has no AMX-BF16 (or KDC_CPU_BF16=off): the f32 path runs\n");
+  const char *env = getenv("KDC_CPU_BF16");
+  kdc_cpu_bf16_kind want = env && !strcmp(env, "avx512") ? KDC_CPU_BF16_AVX512 : KDC_CPU_BF16_AMX;
+  if (kdc_cpu_bf16_kernel() != want) {
+    printf("SKIP: this CPU has no %s (or KDC_CPU_BF16=off): the kernel here is %s\n",
+           kdc_cpu_bf16_name(want), kdc_cpu_bf16_name(kdc_cpu_bf16_kernel()));
     skip();
   }
+  printf("kernel: %s\n", kdc_cpu_bf16_name(want));
   const int64_t shapes[][3] = {{1, 1, 1},   {1, 37, 5},   {7, 33, 3},    {8, 32, 2},
                                {9, 31, 513}, {17, 65, 1},  {130, 70, 1025}, {3, 1030, 40},
                                {64, 64, 512}, {200, 40, 77}};
