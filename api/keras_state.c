@@ -82,7 +82,8 @@ static void archive_optimizer(const void *cfg, size_t len, char *buf, size_t n) 
 
 /* Reads optimizer/vars/<index> as plan state |p| into a new tensor |t|
  * (Keras' shape: a recurrent weight kept per gate [.., G, u] is [.., G*u]
- * in the file). */
+ * in the file).  The file and the TRAIN_STATE section hold the global
+ * array; |f| is partitioned (local types) on a mesh. */
 static kdc_status read_var(kdc_h5 *h, int index, const kdc_func *f, kdc_value_id p,
                            const char *name, kdc_st_tensor *t) {
   char h5p[64];
@@ -94,7 +95,7 @@ static kdc_status read_var(kdc_h5 *h, int index, const kdc_func *f, kdc_value_id
   int64_t dims[KDC_IO_MAX_RANK];
   kdc_io_dtype dt;
   KDC_RETURN_IF_ERROR(kdc_h5_dataset_info(h, h5p, &rank, dims, &dt));
-  const kdc_type *pt = kdc_ir_type(f, p);
+  const kdc_type global = kdc_value_global_type(f->module, f, p), *pt = &global;
   bool same = rank == pt->rank, merged = rank + 1 == pt->rank && rank >= 1;
   for (int d = 0; same && d < rank; d++) same = dims[d] == pt->dims[d];
   for (int d = 0; merged && d < rank; d++)

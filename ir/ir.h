@@ -666,6 +666,10 @@ int64_t kdc_sharding_dim_shards(const kdc_mesh *m, const kdc_sharding *s, int di
  * the location. */
 kdc_status kdc_sharding_local_type(const kdc_mesh *m, const kdc_sharding *s,
                                    const kdc_type *global, kdc_type *out_local);
+/* The global type of value |v| of |f| (a partitioned function declares local
+ * types: each dim times its shard count under the value's sharding; the
+ * type itself before partitioning or without a mesh). */
+kdc_type kdc_value_global_type(const kdc_module *m, const kdc_func *f, kdc_value_id v);
 /* True when |a| and |b| split every dim by the same axes and have the same
  * partial axes (open marks, replicated sets and provenance ignored). */
 bool kdc_sharding_same_split(const kdc_sharding *a, const kdc_sharding *b);

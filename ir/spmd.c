@@ -121,6 +121,14 @@ kdc_status kdc_sharding_local_type(const kdc_mesh *m, const kdc_sharding *s,
   return NULL;
 }
 
+kdc_type kdc_value_global_type(const kdc_module *m, const kdc_func *f, kdc_value_id v) {
+  kdc_type t = f->nodes[v].type;
+  const kdc_sharding *s = &f->nodes[v].sharding;
+  if (m->mesh.naxes && s->present && s->rank == t.rank)
+    for (int d = 0; d < t.rank; d++) t.dims[d] *= kdc_sharding_dim_shards(&m->mesh, s, d);
+  return t;
+}
+
 bool kdc_sharding_same_split(const kdc_sharding *a, const kdc_sharding *b) {
   if (a->rank != b->rank || a->partial != b->partial) return false;
   for (int d = 0; d < a->rank; d++) {

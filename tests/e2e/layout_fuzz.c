@@ -263,16 +263,6 @@ typedef struct batch {
   float mask[BATCH];
 } batch;
 
-/* A function's global view: the global type of every parameter and result
- * (partitioned functions declare local types: local x shards). */
-static kdc_type global_type(const kdc_module *m, const kdc_func *f, kdc_value_id v) {
-  kdc_type t = f->nodes[v].type;
-  const kdc_sharding *s = &f->nodes[v].sharding;
-  if (m->mesh.naxes && s->present && s->rank == t.rank)
-    for (int d = 0; d < t.rank; d++) t.dims[d] *= kdc_sharding_dim_shards(&m->mesh, s, d);
-  return t;
-}
-
 /* The global arguments of |f| (borrowed data, except zero state: *|owned|). */
 static kdc_tensor *arguments(const kdc_module *m, const kdc_func *f, const batch *b,
                              const float *y, state *st, void **owned) {
@@ -282,7 +272,7 @@ static kdc_tensor *arguments(const kdc_module *m, const kdc_func *f, const batch
   size_t zeros = 0;
   for (size_t i = 0; i < f->n_params; i++) {
     const kdc_node *nd = &f->nodes[f->params[i]];
-    args[i].type = global_type(m, f, f->params[i]);
+    args[i].type = kdc_value_global_type(m, f, f->params[i]);
     size_t bytes = kdc_type_bytes(&args[i].type);
     const char *name = nd->attr.param.name ? nd->attr.param.name : "";
     int j;
@@ -341,7 +331,7 @@ static kdc_status run_func(const kdc_module *m, const kdc_func *f, const kdc_ten
     for (int64_t d = 0; d < nd; d++) col[d] = lo[d][r];
     kdc_sharding rep = kdc_sharding_replicated(f->nodes[v].type.rank);
     const kdc_sharding *s = &f->nodes[v].sharding;
-    kdc_type g = global_type(m, f, v);
+    kdc_type g = kdc_value_global_type(m, f, v);
     st = kdc_sharding_unshard(&m->mesh, s->present ? s : &rep, &g, col, &out[r]);
   }
   for (int64_t d = 0; d < nd; d++) {
@@ -386,7 +376,7 @@ static float *labels_for(const kdc_func *ts, const kdc_module *m) {
     const kdc_node *nd = &ts->nodes[ts->params[i]];
     if (nd->attr.param.kind != KDC_PARAM_LABEL || !strcmp(nd->attr.param.name, "sample_mask"))
       continue;
-    kdc_type g = global_type(m, ts, ts->params[i]);
+    kdc_type g = kdc_value_global_type(m, ts, ts->params[i]);
     return labels(kdc_type_numel(&g));
   }
   return NULL;

@@ -50,12 +50,21 @@ OPTIMIZERS = {
 }
 
 
-def build(opt="sgd"):
+def build(opt="sgd", functional=False):
+    """The mixed_float16 MLP: a Sequential, or with |functional| the Keras distribution
+    guide's form, a functional model with layers d1, d2 (variable paths d1/kernel... where
+    a Sequential's are sequential_N/dense_M/kernel)."""
     keras.mixed_precision.set_global_policy("mixed_float16")
     try:
         keras.utils.set_random_seed(3)
-        m = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="relu"),
-                              keras.layers.Dense(4, activation="softmax", dtype="float32")])
+        if functional:
+            inputs = keras.Input((8,))
+            h = keras.layers.Dense(16, activation="relu", name="d1")(inputs)
+            outputs = keras.layers.Dense(4, activation="softmax", dtype="float32", name="d2")(h)
+            m = keras.Model(inputs, outputs)
+        else:
+            m = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="relu"),
+                                  keras.layers.Dense(4, activation="softmax", dtype="float32")])
         m.compile(optimizer=OPTIMIZERS[opt](), loss="sparse_categorical_crossentropy")
     finally:
         keras.mixed_precision.set_global_policy("float32")
