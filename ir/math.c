@@ -29,7 +29,7 @@
  *   e^r = 1 + r (1 + r p(r)), p(r) = C2 + C3 r + C4 r^2 + C5 r^3 + C6 r^4
  *   by Estrin's scheme: (C2 + C3 r) + r^2 ((C4 + C5 r) + C6 r^2), the
  *   coefficients fitted for the least largest relative error of e^r (0.07
- *   of 2^-24; the last two multiply-adds keep exp within 0.9 ulp, where
+ *   of 2^-24; the last two multiply-adds keep exp within 0.92 ulp, where
  *   (r + r^2 p) + 1 reached 1.02); 2^n is added to
  *   e^r's exponent bits (x in [EXP_LO, EXP_HI] keeps the result normal and
  *   finite: n = -126 only with r > 0, n = 128 only with r < 0).
