@@ -36,9 +36,8 @@ void kdc_api_rt_options(const kdc_run_options *o, kdc_rt_options *ro) {
   if (o->cpu_only || o->describe_only) ro->target = KDC_RT_TARGET_CPU;
 }
 
-kdc_status kdc_api_place(const kdc_run_options *o, const char *plan, kdc_rt_options *ro) {
-  kdc_plan_file *pf = NULL;
-  KDC_RETURN_IF_ERROR(kdc_plan_file_open(plan, &pf));
+static kdc_status place_plan(const kdc_run_options *o, const char *plan, kdc_plan_file *pf,
+                             kdc_rt_options *ro) {
   const void *data;
   size_t size;
   bool cuda = kdc_plan_file_find(pf, KDC_PLAN_SECTION_CUDA, &data, &size);
@@ -70,7 +69,6 @@ kdc_status kdc_api_place(const kdc_run_options *o, const char *plan, kdc_rt_opti
     kdc_status_free(e);
   }
   kdc_arena_destroy(arena);
-  kdc_plan_file_close(pf);
   if (ro->describe_only || st) return st;
   kdc_trace("plan checked for placement (mapped, checksum, program decoded%s)",
             gpu ? "; a CUDA plan" : "");
@@ -115,4 +113,13 @@ void kdc_job_finish(int exit_code) { kdc_rt_procs_finish(&procs, exit_code, NULL
 
 void kdc_job_fail(int exit_code, const char *why) {
   kdc_rt_procs_finish(&procs, exit_code, why, timeout_s);
+}
+
+kdc_status kdc_api_place(const kdc_run_options *o, const char *plan, kdc_rt_options *ro) {
+  kdc_plan_file *pf = NULL;
+  KDC_RETURN_IF_ERROR(kdc_plan_file_open(plan, &pf));
+  kdc_status st = place_plan(o, plan, pf, ro);
+  if (st) kdc_plan_file_close(pf);
+  else ro->file = pf;  /* the load takes it over: the file is mapped and hashed once */
+  return st;
 }

@@ -77,12 +77,20 @@ kdc_status kdc_api_plan_open(const char *path, const kdc_run_options *o, kdc_pla
   kdc_api_rt_options(o, &ro);
   KDC_RETURN_IF_ERROR(kdc_api_place(o, path, &ro));
   kdc_plan *p = calloc(1, sizeof *p);
-  if (!p) return KDC_ERR(KDC_OUT_OF_MEMORY, "%s: out of memory", path);
+  if (!p) {
+    kdc_plan_file_close(ro.file);
+    return KDC_ERR(KDC_OUT_OF_MEMORY, "%s: out of memory", path);
+  }
   p->path = strdup(path);
   p->warnings = strdup("");
   p->process_id = ro.process_id;
-  kdc_status st = p->path && p->warnings ? kdc_rt_plan_load_with(path, &ro, &p->rt)
-                                         : KDC_ERR(KDC_OUT_OF_MEMORY, "%s: out of memory", path);
+  kdc_status st = NULL;
+  if (p->path && p->warnings) {
+    st = kdc_rt_plan_load_with(path, &ro, &p->rt);  /* takes ro.file over */
+  } else {
+    kdc_plan_file_close(ro.file);
+    st = KDC_ERR(KDC_OUT_OF_MEMORY, "%s: out of memory", path);
+  }
   if (!st && !ro.describe_only &&
       (kdc_rt_plan_func_count(p->rt) == 0 || kdc_rt_plan_find_func(p->rt, "predict") != 0))
     st = KDC_ERR(KDC_INVALID_INPUT, "%s: the plan has no predict function", path);

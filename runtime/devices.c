@@ -11,6 +11,7 @@
  *   - per function: the kernel argument arrays of every device, the device
  *     groups of every collective step, and the I/O plan (shard_io.c).
  */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -164,19 +165,35 @@ void rt_devices_destroy(kdc_rt_plan *p) {
 
 /* ---- device memory (runtime.h) ---------------------------------------------------- */
 
+/* Host memory: zeroed, 64-byte aligned.  calloc, not aligned_alloc +
+ * memset: a large block is fresh pages from the kernel that calloc knows
+ * are zero, so nothing touches them before the program writes them (a
+ * training state's second buffer, Adam's moments: mlp_4096's 480 MB were
+ * memset at start-up, a third of its first step).  The block calloc
+ * returned is kept just below the aligned pointer. */
+enum { HOST_ALIGN = 64 };
+
 kdc_status rt_mem_alloc(kdc_rt_plan *p, int64_t dev, size_t bytes, void **out) {
   if (p->cuda) return rt_cuda_mem_alloc(p, dev, bytes, out);
-  size_t n = (bytes + 63) / 64 * 64;
-  if (!(*out = aligned_alloc(64, n ? n : 64)))
+  size_t n = (bytes + HOST_ALIGN - 1) / HOST_ALIGN * HOST_ALIGN;
+  char *raw = n <= SIZE_MAX - 2 * HOST_ALIGN ? calloc(1, n + sizeof(void *) + HOST_ALIGN) : NULL;
+  if (!raw)
     return KDC_ERR(KDC_OUT_OF_MEMORY, "%s: device %lld: cannot allocate %zu bytes", p->path,
                    (long long)dev, bytes);
-  memset(*out, 0, n ? n : 64);
+  uintptr_t a = ((uintptr_t)raw + sizeof(void *) + HOST_ALIGN - 1) & ~(uintptr_t)(HOST_ALIGN - 1);
+  memcpy((void *)(a - sizeof(void *)), &raw, sizeof raw);
+  *out = (void *)a;
   return NULL;
 }
 
 void rt_mem_free(kdc_rt_plan *p, int64_t dev, void *ptr) {
-  if (p->cuda) rt_cuda_mem_free(p, dev, ptr);
-  else free(ptr);
+  if (p->cuda) {
+    rt_cuda_mem_free(p, dev, ptr);
+  } else if (ptr) {
+    void *raw;
+    memcpy(&raw, (char *)ptr - sizeof raw, sizeof raw);
+    free(raw);
+  }
 }
 
 kdc_status rt_mem_put(kdc_rt_plan *p, int64_t dev, void *dst, const void *src, size_t bytes) {

@@ -153,8 +153,10 @@ static kdc_status load_code(kdc_rt_plan *p, const kdc_rt_options *opt) {
 
 static kdc_status load(kdc_rt_plan *p, const kdc_rt_options *opt) {
   kdc_trace("plan load: %s", p->path);
-  KDC_RETURN_IF_ERROR(kdc_plan_file_open(p->path, &p->file));
-  kdc_trace("plan mapped + checksum (%.1f MB)", (double)kdc_plan_file_size(p->file) / 1e6);
+  bool adopted = p->file != NULL;  /* kdc_api_place's: mapped and hashed there */
+  if (!adopted) KDC_RETURN_IF_ERROR(kdc_plan_file_open(p->path, &p->file));
+  kdc_trace("plan mapped + checksum (%.1f MB%s)", (double)kdc_plan_file_size(p->file) / 1e6,
+            adopted ? ", once: at placement" : "");
   kdc_reader r, rw;
   const void *data;
   size_t size;
@@ -255,6 +257,7 @@ kdc_status kdc_rt_plan_load_with(const char *path, const kdc_rt_options *opt, kd
   p->refs = 1;
   p->path = kdc_xstrdup(path);
   p->arena = kdc_arena_create();
+  p->file = opt ? opt->file : NULL;  /* adopted (runtime.h) */
   kdc_status st = load(p, opt);
   if (st) {
     kdc_rt_plan_release(p);

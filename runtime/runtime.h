@@ -67,6 +67,10 @@ typedef struct kdc_rt_options {
                                   NULL = the rule of docs/gpu.md */
   int n_local_device_ids;
   const char *local_device_ids_from; /* names their source in messages */
+  struct kdc_plan_file *file;  /* non-NULL: the plan at |path| already opened and checked
+                                  (kdc_api_place): the load takes it over instead of mapping
+                                  and hashing the file again, and closes it, also when it
+                                  fails */
 } kdc_rt_options;
 
 enum {
