@@ -206,9 +206,11 @@ typedef struct cg_gemm {
   int64_t perm_b[KDC_MAX_RANK];
 } cg_gemm;
 
-/* The cblas_sgemm form of DOT node |v| of |f|; |two_level|: operands may
- * need a two-level batch (CPU plans; cuBLAS has one batch stride). */
-void cg_gemm_plan(const kdc_func *f, kdc_value_id v, bool two_level, cg_gemm *out);
+/* The cblas_sgemm form of DOT node |v| of |f|; |strided| (CPU plans):
+ * operands read in place by their strides, batch dims anywhere (a
+ * two-level batch); else (CUDA plans, cuBLAS has one batch stride) only
+ * with their batch dims leading. */
+void cg_gemm_plan(const kdc_func *f, kdc_value_id v, bool strided, cg_gemm *out);
 
 /* ---- kernel_body.c: the body over a multi-index ------------------------- */
 

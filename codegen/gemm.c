@@ -3,12 +3,16 @@
  *
  * The result of dot_general is [batch..., lhs free..., rhs free...], which
  * is always C = B x (M x N) row-major with ldc = N.  An operand maps onto a
- * BLAS matrix without copying when its batch dims lead (in the batch list's
- * order) and, after them, its free dims and its contracting dims form two
- * contiguous groups, in either order: [free | contract] is op = N (lda = K
- * for A), [contract | free] is op = T (lda = M).  The contracting dims must
- * appear in memory in the same pair order in both operands; that order (the
- * "pair order") is the lhs's memory order.
+ * BLAS matrix without copying when its free dims (ascending) and its
+ * contracting dims each merge into one index (each dim directly outside the
+ * next in memory), one of the two contiguous: [free | contract] is op = N,
+ * [contract | free] is op = T, the other's stride the leading dimension.
+ * The contracting dims must appear in memory in the same pair order in both
+ * operands; that order (the "pair order") is the lhs's memory order.  In a
+ * CPU plan the batch dims, in the batch list's order, may lie anywhere if
+ * they merge into at most two groups: a two-level batch (runtime/program.h;
+ * attention's [b, s, h, d] over (b, h)); both operands and C then share the
+ * inner group's size (else B is copied).  A CUDA plan needs them leading.
  *
  * Anything else is canonicalised: the operand is first copied by a
  * transpose kernel into [batch | free | contract] (lhs) or
@@ -79,12 +83,19 @@ typedef struct operand {
   int64_t s1, s2;   /* strides of the outer (or only) group and of the inner one */
 } operand;
 
-/* Can |t| be read in place with batch dims |batch| (in any place, at most
- * |max_groups| groups), free dims ascending and the contracting dims in
- * pair order each merging into one index, one of the two contiguous?
- * Otherwise |perm| holds the copy's permutation into the preferred form. */
+static bool is_identity(const int64_t *perm, int n) {
+  for (int i = 0; i < n; i++)
+    if (perm[i] != i) return false;
+  return true;
+}
+
+/* Can |t| be read in place with batch dims |batch| (|strided|: in any
+ * place, at most two groups; else leading, in the list's order), free dims
+ * ascending and the contracting dims in pair order each merging into one
+ * index, one of the two contiguous?  Otherwise |perm| holds the copy's
+ * permutation into the preferred form. */
 static bool layout(const kdc_type *t, const kdc_dimlist *batch, const int64_t *contract, int nc,
-                   bool prefer_free_first, int max_groups, operand *o, int64_t *perm) {
+                   bool prefer_free_first, bool strided, operand *o, int64_t *perm) {
   int64_t st[KDC_MAX_RANK], fr[KDC_MAX_RANK], p[KDC_MAX_RANK];
   strides_of(t, st);
   int n = canonical(t, batch, contract, nc, true, p), nf = n - batch->n - nc;
@@ -102,7 +113,7 @@ static bool layout(const kdc_type *t, const kdc_dimlist *batch, const int64_t *c
     int64_t size = 1, stride = 0; /* the run [run, i) */
     merge(t, st, batch->v + run, i - run, &size, &stride);
     if (size > 1) {
-      if (++o->groups > max_groups) ok = false;
+      if (++o->groups > 2) ok = false;
       else if (o->groups == 1) o->s1 = stride;
       else o->inner = size, o->s2 = stride;
     }
@@ -113,6 +124,7 @@ static bool layout(const kdc_type *t, const kdc_dimlist *batch, const int64_t *c
     int64_t in_size = ff ? k : m, in_stride = ff ? sc : sf, out_size = ff ? m : k,
             out_stride = ff ? sf : sc;
     if (in_size > 1 && in_stride != 1) continue;
+    if (!strided && !is_identity(p, canonical(t, batch, contract, nc, ff, p))) continue;
     o->ff = ff;
     o->ld = out_size > 1 ? out_stride : (in_size > 1 ? in_size : 1);
     return true;
@@ -132,7 +144,7 @@ static void batch_strides(const operand *o, int64_t entry, int64_t inner, int64_
   else *s1 = s, *s2 = 0;
 }
 
-void cg_gemm_plan(const kdc_func *f, kdc_value_id v, bool two_level, cg_gemm *g) {
+void cg_gemm_plan(const kdc_func *f, kdc_value_id v, bool strided, cg_gemm *g) {
   const kdc_node *nd = &f->nodes[v];
   const kdc_attr_dot *a = &nd->attr.dot;
   const kdc_type *lt = &f->nodes[nd->in[0]].type, *rt = &f->nodes[nd->in[1]].type;
@@ -160,9 +172,8 @@ void cg_gemm_plan(const kdc_func *f, kdc_value_id v, bool two_level, cg_gemm *g)
   for (int d = 0; d < rt->rank; d++)
     if (!in_list(&a->rhs_batch, d) && !in_list(&a->rhs_contract, d)) g->n *= rt->dims[d];
   operand oa, ob;
-  int groups = two_level ? 2 : 1;
-  g->copy_a = !layout(lt, &a->lhs_batch, lc, nc, true, groups, &oa, g->perm_a);
-  g->copy_b = !layout(rt, &a->rhs_batch, rc, nc, false, groups, &ob, g->perm_b);
+  g->copy_a = !layout(lt, &a->lhs_batch, lc, nc, true, strided, &oa, g->perm_a);
+  g->copy_b = !layout(rt, &a->rhs_batch, rc, nc, false, strided, &ob, g->perm_b);
   if (oa.groups == 2 && ob.groups == 2 && oa.inner != ob.inner) { /* one inner batch: copy B */
     g->copy_b = true;
     canonical(rt, &a->rhs_batch, rc, nc, false, g->perm_b);

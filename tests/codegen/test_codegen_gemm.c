@@ -108,6 +108,31 @@ static void test_gemm_batch_two_level(void **state) {
   int64_t bl[3] = {0, 1, 3}, br[3] = {0, 2, 3}, c4 = 4;
   kdc_attr_dot d4 = {dl(3, bl), dl(3, br), dl(1, &c4), dl(1, &one)};
   dot_case_x(5, l4, 5, r4, d4, false, 5, 1);
+  /* the GEMM's parameters: a CPU plan's two-level batch; a CUDA plan's
+   * copies (batch dims leading only) */
+  {
+    kdc_module *m = kdc_ir_module_create("params");
+    kdc_func *f = kdc_ir_func_create(m, "predict");
+    kdc_value_id y = kdc_ir_dot(f, param(f, "q", 4, q), param(f, "k", 4, q), &d1);
+    cg_gemm g;
+    cg_gemm_plan(f, y, true, &g);
+    assert_false(g.copy_a || g.copy_b);
+    assert_true(!g.trans_a && g.trans_b);
+    assert_int_equal(g.batch, 6);
+    assert_int_equal(g.batch_inner, 3);
+    assert_int_equal(g.lda, 12);  /* h*d */
+    assert_int_equal(g.ldb, 12);
+    assert_int_equal(g.stride_a, 60);  /* s*h*d, then d */
+    assert_int_equal(g.stride_a2, 4);
+    assert_int_equal(g.stride_c, 75);  /* h*s*s, then s*s */
+    assert_int_equal(g.stride_c2, 25);
+    cg_gemm_plan(f, y, false, &g);
+    assert_true(g.copy_a && g.copy_b);
+    assert_int_equal(g.batch_inner, 1);
+    assert_int_equal(g.lda, 4);
+    assert_int_equal(g.stride_a, 20);
+    kdc_ir_module_destroy(m);
+  }
   /* split over threads: whole entries (batch 4 >= threads), then rows of
    * entries (batch 2 < 3 threads), strided rows (lda = h*d) */
   for (int threads = 2; threads <= 3; threads++)
