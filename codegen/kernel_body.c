@@ -376,6 +376,10 @@ static step_r step_dot(emitter *E, frame *F, LLVMValueRef val, kdc_value_id *nee
     NEED(nd->in[1], &F->b, 2);
   }
   LLVMValueRef lv = F->t0, rv = val;
+  if (a->bf16_operands) {  /* the interpreter's kdc_float_round */
+    lv = cg_round(E->P, KDC_DTYPE_BF16, lv);
+    rv = cg_round(E->P, KDC_DTYPE_BF16, rv);
+  }
   if (d == KDC_DTYPE_BOOL) {  /* interpreter: integer math, stored != 0 */
     lv = LLVMBuildZExt(E->b, lv, E->P->i64, "");
     rv = LLVMBuildZExt(E->b, rv, E->P->i64, "");

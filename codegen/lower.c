@@ -348,25 +348,6 @@ static kdc_status lower_transpose(lowerer *L, kdc_value_id v, const int64_t *per
   return emit_kernel(L, &k, args);
 }
 
-/* Does f32 value |v| hold bf16 values exactly: a conversion from bf16 (a
- * widened bf16 dot's operand, passes/widen_dots.c) seen through ops that
- * only move or pick elements?  Such a GEMM may run on AVX-512 BF16. */
-static bool holds_bf16(const kdc_func *f, kdc_value_id v) {
-  for (int hops = 0; hops < 64; hops++) {
-    const kdc_node *nd = &f->nodes[v];
-    switch (nd->op) {
-    case KDC_OP_CONVERT: return f->nodes[nd->in[0]].type.dtype == KDC_DTYPE_BF16;
-    case KDC_OP_RESHAPE: case KDC_OP_TRANSPOSE: case KDC_OP_SLICE: case KDC_OP_BROADCAST:
-    case KDC_OP_SHARDING_CONSTRAINT: case KDC_OP_ALL_GATHER: case KDC_OP_ALL_TO_ALL:
-    case KDC_OP_COLLECTIVE_PERMUTE: case KDC_OP_SHARD_SLICE: case KDC_OP_REVERSE:
-      v = nd->in[0];
-      break;
-    default: return false;
-    }
-  }
-  return false;
-}
-
 static kdc_status lower_gemm(lowerer *L, kdc_value_id v) {
   const kdc_node *nd = &L->f->nodes[v];
   if (kdc_type_numel(&nd->type) == 0) return NULL;
@@ -377,8 +358,9 @@ static kdc_status lower_gemm(lowerer *L, kdc_value_id v) {
   s.kind = KDC_STEP_GEMM;
   kdc_prog_gemm_step *G = &s.gemm;
   G->dtype = cg_io_dtype(nd->type.dtype);
-  G->bf16_inputs = G->dtype == KDC_IO_DTYPE_F32 && L->P->cuda_sm == 0 &&
-                   holds_bf16(L->f, nd->in[0]) && holds_bf16(L->f, nd->in[1]);
+  /* a widened bf16 dot (passes/widen_dots.c): the GEMM rounds its operands to bf16 as it
+   * packs them, in AMX tiles where the CPU has them (runtime/gemm_bf16.c) */
+  G->bf16_inputs = G->dtype == KDC_IO_DTYPE_F32 && L->P->cuda_sm == 0 && nd->attr.dot.bf16_operands;
   KDC_RETURN_IF_ERROR(loc_of(L, nd->in[0], &G->a));
   KDC_RETURN_IF_ERROR(loc_of(L, nd->in[1], &G->b));
   G->c = L->loc[v];

@@ -402,9 +402,10 @@ static kdc_status run_dot(interp *in, const kdc_node *n, void *out, int64_t nume
       if (!in_list(&a->rhs_batch, d) && !in_list(&a->rhs_contract, d)) ro += ridx[r++] * rs[d];
     if (kdc_dtype_is_float(n->type.dtype)) { /* f32 accumulation, rounded once */
       float acc = 0.0f;
+      kdc_dtype od = a->bf16_operands ? KDC_DTYPE_BF16 : KDC_DTYPE_F32;
       for (int64_t c = 0; c < nc; c++)
-        acc += kdc_float_load(L, lt->dtype, lo + coff[2 * c]) *
-               kdc_float_load(R, rt->dtype, ro + coff[2 * c + 1]);
+        acc += kdc_float_round(od, kdc_float_load(L, lt->dtype, lo + coff[2 * c])) *
+               kdc_float_round(od, kdc_float_load(R, rt->dtype, ro + coff[2 * c + 1]));
       kdc_float_store(out, n->type.dtype, i, acc);
     } else {
       int64_t acc = 0;

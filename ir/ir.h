@@ -185,6 +185,9 @@ typedef enum kdc_reduce_kind { KDC_RED_SUM, KDC_RED_MAX, KDC_RED_MIN, KDC_RED_PR
 
 typedef struct kdc_attr_dot {
   kdc_dimlist lhs_batch, rhs_batch, lhs_contract, rhs_contract;
+  int64_t bf16_operands; /* 1: each f32 operand element is rounded to bf16 (nearest even)
+                            before the products (a widened bf16 dot, passes/widen_dots.c:
+                            the GEMM rounds as it packs); 0: the operands as they are */
 } kdc_attr_dot;
 
 typedef struct kdc_attr_slice {

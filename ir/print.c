@@ -99,6 +99,7 @@ const kdc_attr_kw kdc_ir_attr_kws[] = {
     KW(DOT, "rhs_batch", dot.rhs_batch, false, true),
     KW(DOT, "lhs_contract", dot.lhs_contract, false, false),
     KW(DOT, "rhs_contract", dot.rhs_contract, false, false),
+    KW(DOT, "bf16_operands", dot.bf16_operands, true, true),
     KW(ALL_GATHER, "dim", coll.dim, true, false),
     KW(REDUCE_SCATTER, "dim", coll.dim, true, false),
     KW(ALL_TO_ALL, "split", coll.dim, true, false),
@@ -242,6 +243,7 @@ static void print_kws(FILE *out, const kdc_node *n) {
     if (k->op != n->op) continue;
     const char *field = (const char *)&n->attr + k->offset;
     if (k->scalar) {
+      if (k->optional && *(const int64_t *)field == 0) continue;
       fprintf(out, " %s=%lld", k->kw, (long long)*(const int64_t *)field);
       continue;
     }

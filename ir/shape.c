@@ -114,6 +114,9 @@ static kdc_status infer_dot(const kdc_type *l, const kdc_type *r, const kdc_attr
   KDC_RETURN_IF_ERROR(check_dims("dot_general rhs_contract", &d->rhs_contract, r->rank));
   if (d->lhs_batch.n != d->rhs_batch.n || d->lhs_contract.n != d->rhs_contract.n)
     return BAD("dot_general: batch or contracting dim counts differ");
+  if (d->bf16_operands != 0 && (d->bf16_operands != 1 || l->dtype != KDC_DTYPE_F32))
+    return BAD("dot_general: bf16_operands=%lld: must be 0, or 1 with f32 operands (%s)",
+               (long long)d->bf16_operands, ts(l, b1));
   for (int i = 0; i < d->lhs_batch.n; i++) {
     if (in_list(&d->lhs_contract, d->lhs_batch.v[i]) || in_list(&d->rhs_contract, d->rhs_batch.v[i]))
       return BAD("dot_general: a dim is both batch and contracting");

@@ -59,7 +59,8 @@ bool kdc_pass_attrs_equal(kdc_op op, const kdc_node *a, const kdc_node *b) {
     return dimlist_equal(&x->dot.lhs_batch, &y->dot.lhs_batch) &&
            dimlist_equal(&x->dot.rhs_batch, &y->dot.rhs_batch) &&
            dimlist_equal(&x->dot.lhs_contract, &y->dot.lhs_contract) &&
-           dimlist_equal(&x->dot.rhs_contract, &y->dot.rhs_contract);
+           dimlist_equal(&x->dot.rhs_contract, &y->dot.rhs_contract) &&
+           x->dot.bf16_operands == y->dot.bf16_operands;
   case KDC_OP_SLICE:
     return dimlist_equal(&x->slice.start, &y->slice.start) &&
            dimlist_equal(&x->slice.limit, &y->slice.limit) &&

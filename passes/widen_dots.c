@@ -9,10 +9,17 @@
  * fuse into the neighbouring kernels.  The products of bf16/f16 values are
  * exact in f32 and both forms accumulate in f32 and round once, so only the
  * summation order differs from the interpreter (as for every f32 GEMM).
- * The f32 GEMM step of a bf16 dot is marked as holding bf16 operands
- * (codegen/lower.c, the step's bf16_inputs flag): a CPU with AMX-BF16
- * runs it with kdc's own bf16 kernel (runtime/gemm_bf16.c; Debian 12's
- * OpenBLAS 0.3.21 does not export cblas_sbgemm), others with cblas_sgemm.
+ * A bf16 dot's f32 dot rounds its operands to bf16 itself (the attribute
+ * bf16_operands, codegen/lower.c's bf16_inputs step flag): a CPU with
+ * AMX-BF16 runs it with kdc's own bf16 kernel, which rounds as it packs
+ * (runtime/gemm_bf16.c; Debian 12's OpenBLAS 0.3.21 does not export
+ * cblas_sbgemm), others round copies for cblas_sgemm.  So an operand that
+ * is an f32 value rounded to bf16 (a layer's input or float32 variable
+ * cast by the policy), seen through ops that only move elements, is
+ * replaced by that f32 value (the moving ops rebuilt on it): rounding
+ * commutes with moving, so the products are the same, and the conversion
+ * kernels before the GEMM (each forward rounded every weight matrix and
+ * the block's input once per projection) are gone.
  * Where the dots are computed in float32 (f16 always; bf16 on a CPU
  * without AMX-BF16) compile says so once (a warning naming the dtype
  * and the first such layer), and loading a plan with bf16 GEMMs on such a
@@ -49,6 +56,30 @@ static kdc_value_id widen(kdc_func *f, kdc_value_id x) {
   return add(f, KDC_OP_CONVERT, &t, 1, &x, NULL, f->nodes[x].origin);
 }
 
+static bool moves_elements(kdc_op op) {
+  return op == KDC_OP_RESHAPE || op == KDC_OP_TRANSPOSE || op == KDC_OP_BROADCAST ||
+         op == KDC_OP_SLICE || op == KDC_OP_REVERSE;
+}
+
+/* The f32 value whose bf16 rounding |v| is, seen through ops that only move
+ * elements (rebuilt on f32), or KDC_NO_VALUE. */
+static kdc_value_id f32_source(kdc_func *f, kdc_value_id v, int depth) {
+  kdc_node nd = f->nodes[v]; /* a copy: appending may move the array */
+  if (nd.op == KDC_OP_CONVERT)
+    return f->nodes[nd.in[0]].type.dtype == KDC_DTYPE_F32 ? nd.in[0] : KDC_NO_VALUE;
+  if (depth >= 16 || nd.n_in != 1 || !moves_elements(nd.op)) return KDC_NO_VALUE;
+  kdc_value_id s = f32_source(f, nd.in[0], depth + 1);
+  if (s == KDC_NO_VALUE) return s;
+  nd.type.dtype = KDC_DTYPE_F32;
+  return add(f, nd.op, &nd.type, 1, &s, &nd.attr, nd.origin);
+}
+
+/* Operand |x| of a half dot as the f32 dot's operand. */
+static kdc_value_id operand(kdc_func *f, kdc_value_id x, bool bf16) {
+  kdc_value_id s = bf16 ? f32_source(f, x, 0) : KDC_NO_VALUE;
+  return s != KDC_NO_VALUE ? s : widen(f, x);
+}
+
 static void run_func(kdc_func *f, kdc_dtype *seen, const char **where) {
   size_t n_old = f->n_nodes;
   bool any = false;
@@ -63,15 +94,18 @@ static void run_func(kdc_func *f, kdc_dtype *seen, const char **where) {
     kdc_node d = f->nodes[i]; /* a copy: appending may move the array */
     *seen = d.type.dtype;
     if (!*where) *where = d.origin;
-    kdc_value_id in[2] = {widen(f, d.in[0]), widen(f, d.in[1])};
+    bool bf16 = d.type.dtype == KDC_DTYPE_BF16;
+    kdc_value_id in[2] = {operand(f, d.in[0], bf16), operand(f, d.in[1], bf16)};
     kdc_type t = d.type;
     t.dtype = KDC_DTYPE_F32;
+    d.attr.dot.bf16_operands = bf16;
     kdc_value_id w = add(f, KDC_OP_DOT, &t, 2, in, &d.attr, d.origin);
     to[i] = add(f, KDC_OP_CONVERT, &d.type, 1, &w, NULL, d.origin);
   }
   first[n_old] = f->n_nodes;
   kdc_pass_splice(f, n_old, first, to);
   free(first), free(to);
+  kdc_pass_dce_func(f, NULL); /* the roundings now folded into the dots */
 }
 
 kdc_status kdc_pass_widen_dots(kdc_module *m, const kdc_pass_options *opt) {

@@ -2,16 +2,17 @@
  * runtime/gemm_bf16.c: the GEMMs of bf16 dots on CPUs with AMX-BF16, or
  * AVX-512 BF16 where asked for (docs/codegen.md, "bf16 and f16").
  *
- * A CPU plan keeps a mixed-precision layer's dot as an f32 GEMM step whose
- * operands hold bf16 values exactly (passes/widen_dots.c, the step's
- * bf16_inputs flag): its f32 partial sums stay what the collectives and the
- * fallback expect.  Where the processor has AMX-BF16 tiles and the kernel
- * grants them to the process (common/cpu.c), rt_sgemm runs such a step
- * here: the operands are packed as bf16 pairs (round to nearest even with
- * vcvtne2ps2bf16: exact for the bf16 values the plan put there) and
- * multiplied 16 x 16 x 32 at a time by tdpbf16ps, accumulating in f32.
- * Elsewhere, or with KDC_CPU_BF16=off, it is cblas_sgemm on the same f32
- * operands: the same products, summed in another order.
+ * A CPU plan keeps a mixed-precision layer's dot as an f32 GEMM step that
+ * rounds its f32 operands to bf16 (passes/widen_dots.c, the dot's
+ * bf16_operands, the step's bf16_inputs flag): the conversions to bf16
+ * before it are folded into it, and its f32 partial sums stay what the
+ * collectives expect.  Where the processor has AMX-BF16 tiles and the
+ * kernel grants them to the process (common/cpu.c), rt_sgemm runs such a
+ * step here: the operands are rounded as they are packed as bf16 pairs
+ * (to nearest even, vcvtne2ps2bf16) and multiplied 16 x 16 x 32 at a time
+ * by tdpbf16ps, accumulating in f32.  Elsewhere, or with KDC_CPU_BF16=off,
+ * the operands are rounded into copies and multiplied by cblas_sgemm: the
+ * same products, summed in another order.
  *
  * Why AMX and not AVX-512 BF16's vdpbf16ps: on this project's CPUs (Xeon
  * with AMX; docs/codegen.md has the figures) vdpbf16ps peaks at 106 GFLOP/s
@@ -277,6 +278,9 @@ TARGET static void gemm_blocked(bool amx, bool ta, bool tb, int64_t m, int64_t n
   if (amx) _tile_release();
 }
 
+static void sgemm_rounded(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *A,
+                          int64_t lda, const float *B, int64_t ldb, float *C, int64_t ldc);
+
 static void gemm_bf16(bool amx, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *A,
                       int64_t lda, const float *B, int64_t ldb, float *C, int64_t ldc) {
   int64_t kcap = k < KC ? k : KC, chunks = (kcap + 2 * TKP - 1) / (2 * TKP);
@@ -285,29 +289,69 @@ static void gemm_bf16(bool amx, bool ta, bool tb, int64_t m, int64_t n, int64_t 
   size_t na = (size_t)(chunks * TKP * ((mcap + TM - 1) / TM * TM));
   uint32_t *Bp = aligned_alloc(64, (nb * 4 + 63) / 64 * 64);
   uint32_t *Ap = aligned_alloc(64, (na * 4 + 63) / 64 * 64);
-  if (Bp && Ap && k > 0) {
-    gemm_blocked(amx, ta, tb, m, n, k, A, lda, B, ldb, C, ldc, Ap, Bp);
-  } else { /* k == 0, or no memory for the panels: the f32 GEMM needs none */
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-                (blasint)m, (blasint)n, (blasint)k, 1.0f, A, (blasint)lda, B, (blasint)ldb, 0.0f,
-                C, (blasint)ldc);
-  }
+  if (Bp && Ap && k > 0) gemm_blocked(amx, ta, tb, m, n, k, A, lda, B, ldb, C, ldc, Ap, Bp);
+  else sgemm_rounded(ta, tb, m, n, k, A, lda, B, ldb, C, ldc); /* k == 0, or no memory */
   free(Bp);
   free(Ap);
 }
 #endif
 
-void rt_sgemm(bool bf16_inputs, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *A,
-              int64_t lda, const float *B, int64_t ldb, float *C, int64_t ldc) {
-#ifdef KDC_HAVE_BF16_KERNEL
-  kdc_cpu_bf16_kind kind = bf16_inputs ? kdc_cpu_bf16_kernel() : KDC_CPU_BF16_NONE;
-  if (kind != KDC_CPU_BF16_NONE && m > 0 && n > 0) {
-    gemm_bf16(kind == KDC_CPU_BF16_AMX, ta, tb, m, n, k, A, lda, B, ldb, C, ldc);
-    return;
-  }
-#endif
-  (void)bf16_inputs;
+static void sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *A, int64_t lda,
+                  const float *B, int64_t ldb, float *C, int64_t ldc) {
   cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
               (blasint)m, (blasint)n, (blasint)k, 1.0f, A, (blasint)lda, B, (blasint)ldb, 0.0f, C,
               (blasint)ldc);
 }
+
+static float bf16_round(float x) { return kdc_bf16_to_f32(kdc_f32_to_bf16(x)); }
+
+/* |rows| x |cols| of |x| (leading dimension |ld|) rounded to bf16 (nearest
+ * even, as the interpreter's kdc_float_round), packed; NULL without memory. */
+static float *rounded_copy(const float *x, int64_t rows, int64_t cols, int64_t ld) {
+  float *y = malloc((size_t)(rows * cols > 0 ? rows * cols : 1) * sizeof *y);
+  if (!y) return NULL;
+  for (int64_t r = 0; r < rows; r++)
+    for (int64_t c = 0; c < cols; c++)
+      y[r * cols + c] = bf16_round(x[r * ld + c]);
+  return y;
+}
+
+/* The bf16 step without a bf16 kernel: the rounded operands in copies, then
+ * cblas_sgemm; without memory for the copies, a plain loop (slow, same
+ * products). */
+static void sgemm_rounded(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *A,
+                          int64_t lda, const float *B, int64_t ldb, float *C, int64_t ldc) {
+  float *a = rounded_copy(A, ta ? k : m, ta ? m : k, lda);
+  float *b = rounded_copy(B, tb ? n : k, tb ? k : n, ldb);
+  if (a && b) {
+    sgemm(ta, tb, m, n, k, a, ta ? m : k, b, tb ? k : n, C, ldc);
+  } else {
+    for (int64_t i = 0; i < m; i++)
+      for (int64_t j = 0; j < n; j++) {
+        float acc = 0.0f;
+        for (int64_t p = 0; p < k; p++)
+          acc += bf16_round(ta ? A[p * lda + i] : A[i * lda + p]) *
+                 bf16_round(tb ? B[j * ldb + p] : B[p * ldb + j]);
+        C[i * ldc + j] = acc;
+      }
+  }
+  free(a);
+  free(b);
+}
+
+void rt_sgemm(bool bf16_inputs, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *A,
+              int64_t lda, const float *B, int64_t ldb, float *C, int64_t ldc) {
+  if (!bf16_inputs || m <= 0 || n <= 0) {
+    sgemm(ta, tb, m, n, k, A, lda, B, ldb, C, ldc);
+    return;
+  }
+#ifdef KDC_HAVE_BF16_KERNEL
+  kdc_cpu_bf16_kind kind = kdc_cpu_bf16_kernel();
+  if (kind != KDC_CPU_BF16_NONE) {
+    gemm_bf16(kind == KDC_CPU_BF16_AMX, ta, tb, m, n, k, A, lda, B, ldb, C, ldc);
+    return;
+  }
+#endif
+  sgemm_rounded(ta, tb, m, n, k, A, lda, B, ldb, C, ldc);
+}
+

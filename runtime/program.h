@@ -44,8 +44,10 @@
  * 7: kernel steps carry which outputs they update in place.
  * 8: GEMM steps carry their element type (f32, or bf16/f16 on CUDA).
  * 9: GEMM steps carry a flags byte (bit 0: bf16_inputs).
- * 10: GEMM steps carry a two-level batch (batch_inner, stride_*2). */
-#define KDC_PROG_VERSION 10u
+ * 10: bf16_inputs means the GEMM rounds its operands to bf16 (they may be
+ *     any f32 values: the roundings before it are folded into it).
+ * 11: GEMM steps carry a two-level batch (batch_inner, stride_*2). */
+#define KDC_PROG_VERSION 11u
 
 /* Caps of the format: mesh axes (ir/ir.h KDC_MAX_MESH_AXES) and devices a
  * plan may ask for (a bound checked before anything per device is made). */
@@ -142,8 +144,10 @@ typedef struct kdc_prog_gemm_step {
   kdc_prog_loc a, b, c;
   kdc_io_dtype dtype;       /* of A, B and C: F32 (0), or BF16/F16 (CUDA only: cublasGemmEx
                                with f32 accumulation; the CPU executor refuses them at load) */
-  bool bf16_inputs;         /* an F32 step whose A and B hold bf16 values (a CPU plan's widened
-                               bf16 dot): AVX-512 BF16 may compute it (runtime/gemm_bf16.c) */
+  bool bf16_inputs;         /* an F32 step that rounds each element of A and B to bf16 before
+                               the products (a CPU plan's widened bf16 dot, the dot's
+                               bf16_operands): AMX-BF16 tiles compute it where the CPU has
+                               them (runtime/gemm_bf16.c) */
   int64_t batch_inner;      /* divides batch; <= 1: one level (a decoded plan holds >= 1) */
   int64_t stride_a2, stride_b2, stride_c2;
 } kdc_prog_gemm_step;

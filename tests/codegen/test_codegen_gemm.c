@@ -56,7 +56,7 @@ static void test_gemm_trans(void **state) {
         int64_t M = sizes[s][0], K = sizes[s][1], N = sizes[s][2];
         int64_t ld[2] = {ta ? K : M, ta ? M : K}, rd[2] = {tb ? N : K, tb ? K : N};
         int64_t lc = ta ? 0 : 1, rc = tb ? 1 : 0;
-        kdc_attr_dot d = {dl(0, NULL), dl(0, NULL), dl(1, &lc), dl(1, &rc)};
+        kdc_attr_dot d = {dl(0, NULL), dl(0, NULL), dl(1, &lc), dl(1, &rc), 0};
         dot_case(2, ld, 2, rd, d, (ta + tb) % 2, K);
       }
 }
@@ -66,21 +66,21 @@ static void test_gemm_batch(void **state) {
   int64_t z = 0, one = 1, two = 2;
   /* [B,M,K] x [B,K,N] */
   int64_t l1[3] = {3, 7, 5}, r1[3] = {3, 5, 4};
-  kdc_attr_dot d1 = {dl(1, &z), dl(1, &z), dl(1, &two), dl(1, &one)};
+  kdc_attr_dot d1 = {dl(1, &z), dl(1, &z), dl(1, &two), dl(1, &one), 0};
   dot_case(3, l1, 3, r1, d1, false, 5);
   /* [B,K,M] x [B,N,K]: both transposed, batched */
   int64_t l2[3] = {2, 5, 7}, r2[3] = {2, 4, 5};
-  kdc_attr_dot d2 = {dl(1, &z), dl(1, &z), dl(1, &one), dl(1, &two)};
+  kdc_attr_dot d2 = {dl(1, &z), dl(1, &z), dl(1, &one), dl(1, &two), 0};
   dot_case(3, l2, 3, r2, d2, true, 5);
   /* batch dim not leading in the lhs: [M,B,K] read in place (lda = B*K,
    * batch stride K) */
   int64_t l3[3] = {7, 3, 5}, r3[3] = {3, 5, 4};
-  kdc_attr_dot d3 = {dl(1, &one), dl(1, &z), dl(1, &two), dl(1, &one)};
+  kdc_attr_dot d3 = {dl(1, &one), dl(1, &z), dl(1, &two), dl(1, &one), 0};
   dot_case_x(3, l3, 3, r3, d3, false, 5, 0);
   /* two batch dims and two contracting dims in matching order */
   int64_t l4[4] = {2, 3, 4, 5}, r4[4] = {2, 3, 4, 5};
   int64_t bb[2] = {0, 1}, cc[1] = {3};
-  kdc_attr_dot d4 = {dl(2, bb), dl(2, bb), dl(1, cc), dl(1, cc)};
+  kdc_attr_dot d4 = {dl(2, bb), dl(2, bb), dl(1, cc), dl(1, cc), 0};
   dot_case(4, l4, 4, r4, d4, true, 5);
 }
 
@@ -90,23 +90,23 @@ static void test_gemm_batch_two_level(void **state) {
   (void)state;
   /* scores: q [b,s,h,d] x k [b,s,h,d] over (b, h), contracting d */
   int64_t q[4] = {2, 5, 3, 4}, bh[2] = {0, 2}, c3 = 3, c1 = 1, one = 1;
-  kdc_attr_dot d1 = {dl(2, bh), dl(2, bh), dl(1, &c3), dl(1, &c3)};
+  kdc_attr_dot d1 = {dl(2, bh), dl(2, bh), dl(1, &c3), dl(1, &c3), 0};
   dot_case_x(4, q, 4, q, d1, false, 4, 0);
   /* scores [b,h,s,t] x v [b,t,h,d] over (b, h) = dims (0, 1) / (0, 2) */
   int64_t sc[4] = {2, 3, 5, 6}, v[4] = {2, 6, 3, 4}, b01[2] = {0, 1};
-  kdc_attr_dot d2 = {dl(2, b01), dl(2, bh), dl(1, &c3), dl(1, &c1)};
+  kdc_attr_dot d2 = {dl(2, b01), dl(2, bh), dl(1, &c3), dl(1, &c1), 0};
   dot_case_x(4, sc, 4, v, d2, true, 6, 0);
   /* the batch list against memory order: (y, x) of [x, M, y, K] and of
    * [x, y, K, N] */
   int64_t l3[4] = {3, 5, 2, 4}, r3[4] = {3, 2, 4, 6}, yx_l[2] = {2, 0}, yx_r[2] = {1, 0};
   int64_t k3 = 2;
-  kdc_attr_dot d3 = {dl(2, yx_l), dl(2, yx_r), dl(1, &c3), dl(1, &k3)};
+  kdc_attr_dot d3 = {dl(2, yx_l), dl(2, yx_r), dl(1, &c3), dl(1, &k3), 0};
   dot_case_x(4, l3, 4, r3, d3, false, 4, 0);
   /* inner groups of different sizes: z (lhs [x,y,M,z,K]) against y*z (rhs
    * [x,K,y,z,N]): the rhs is copied */
   int64_t l4[5] = {2, 3, 4, 2, 5}, r4[5] = {2, 5, 3, 2, 3};
   int64_t bl[3] = {0, 1, 3}, br[3] = {0, 2, 3}, c4 = 4;
-  kdc_attr_dot d4 = {dl(3, bl), dl(3, br), dl(1, &c4), dl(1, &one)};
+  kdc_attr_dot d4 = {dl(3, bl), dl(3, br), dl(1, &c4), dl(1, &one), 0};
   dot_case_x(5, l4, 5, r4, d4, false, 5, 1);
   /* the GEMM's parameters: a CPU plan's two-level batch; a CUDA plan's
    * copies (batch dims leading only) */
@@ -155,23 +155,23 @@ static void test_gemm_contract(void **state) {
   /* two contracting dims, [M,K1,K2] x [K1,K2,N] */
   int64_t l1[3] = {7, 3, 5}, r1[3] = {3, 5, 4};
   int64_t lc1[2] = {1, 2}, rc1[2] = {0, 1};
-  kdc_attr_dot d1 = {dl(0, NULL), dl(0, NULL), dl(2, lc1), dl(2, rc1)};
+  kdc_attr_dot d1 = {dl(0, NULL), dl(0, NULL), dl(2, lc1), dl(2, rc1), 0};
   dot_case(3, l1, 3, r1, d1, false, 15);
   /* pairs listed in reverse order: still a plain GEMM */
   int64_t lc2[2] = {2, 1}, rc2[2] = {1, 0};
-  kdc_attr_dot d2 = {dl(0, NULL), dl(0, NULL), dl(2, lc2), dl(2, rc2)};
+  kdc_attr_dot d2 = {dl(0, NULL), dl(0, NULL), dl(2, lc2), dl(2, rc2), 0};
   dot_case(3, l1, 3, r1, d2, false, 15);
   /* pair orders disagree between lhs and rhs: rhs [K2,K1,N] needs a copy */
   int64_t r3[3] = {5, 3, 4}, rc3[2] = {1, 0};
-  kdc_attr_dot d3 = {dl(0, NULL), dl(0, NULL), dl(2, lc1), dl(2, rc3)};
+  kdc_attr_dot d3 = {dl(0, NULL), dl(0, NULL), dl(2, lc1), dl(2, rc3), 0};
   dot_case_x(3, l1, 3, r3, d3, true, 15, 1);
   /* free dims split around the contracting dim: lhs [M1,K,M2] needs a copy */
   int64_t l4[3] = {3, 5, 2}, r4[2] = {5, 6}, lc4 = 1, rc4 = 0;
-  kdc_attr_dot d4 = {dl(0, NULL), dl(0, NULL), dl(1, &lc4), dl(1, &rc4)};
+  kdc_attr_dot d4 = {dl(0, NULL), dl(0, NULL), dl(1, &lc4), dl(1, &rc4), 0};
   dot_case_x(3, l4, 2, r4, d4, false, 5, 1);
   /* no contracting dim: outer product */
   int64_t l5[1] = {7}, r5[1] = {33};
-  kdc_attr_dot d5 = {dl(0, NULL), dl(0, NULL), dl(0, NULL), dl(0, NULL)};
+  kdc_attr_dot d5 = {dl(0, NULL), dl(0, NULL), dl(0, NULL), dl(0, NULL), 0};
   dot_case(1, l5, 1, r5, d5, false, 1);
 }
 
@@ -190,7 +190,7 @@ static void test_gemm_split(void **state) {
         int64_t B = sizes[s][0], M = sizes[s][1], K = sizes[s][2], N = sizes[s][3];
         int64_t z = 0, lc = ta ? 1 : 2, rc = tb ? 2 : 1;
         int64_t ld[3] = {B, ta ? K : M, ta ? M : K}, rd[3] = {B, tb ? N : K, tb ? K : N};
-        kdc_attr_dot d = {dl(1, &z), dl(1, &z), dl(1, &lc), dl(1, &rc)};
+        kdc_attr_dot d = {dl(1, &z), dl(1, &z), dl(1, &lc), dl(1, &rc), 0};
         kdc_module *m = kdc_ir_module_create("split");
         kdc_func *f = kdc_ir_func_create(m, "predict");
         kdc_value_id y = kdc_ir_dot(f, param(f, "a", 3, ld), param(f, "b", 3, rd), &d);

@@ -447,7 +447,7 @@ static void test_reduce(void **state) {
 static void test_dot_kernel(void **state) {
   (void)state;
   int64_t a[3] = {2, 3, 7}, b[3] = {2, 7, 5};
-  kdc_attr_dot d = {{1, {0}}, {1, {0}}, {1, {2}}, {1, {1}}};
+  kdc_attr_dot d = {{1, {0}}, {1, {0}}, {1, {2}}, {1, {1}}, 0};
   kdc_func *f;
   kdc_module *m = new_case(&f);
   kdc_value_id x = param(f, KDC_DTYPE_I32, 3, a), y = param(f, KDC_DTYPE_I32, 3, b);

@@ -1,7 +1,9 @@
 /*
  * The bf16 GEMMs of runtime/gemm_bf16.c (rt_sgemm with bf16 inputs): the
- * AMX-BF16 tiles, and (test_gemm_bf16_avx512: KDC_CPU_BF16=avx512) the
- * AVX-512 BF16 vdpbf16ps microkernel, on the same packed panels.
+ * AMX-BF16 tiles, (test_gemm_bf16_avx512: KDC_CPU_BF16=avx512) the
+ * AVX-512 BF16 vdpbf16ps microkernel, on the same packed panels, and
+ * (test_gemm_bf16_fallback: KDC_CPU_BF16=off) the path of every other CPU,
+ * operands rounded into copies for cblas_sgemm.
  *
  * For shapes at and around the kernel's tiles and blocks (m, n, k of 1, odd,
  * not multiples of the 32 x 32 tile block, KC = 1024, MC = 128, NC = 512; a second K block and
@@ -72,7 +74,9 @@ static double run_case(int64_t m, int64_t n, int64_t k, bool ta, bool tb, bool b
 static void test_shapes(void **state) {
   (void)state;
   const char *env = getenv("KDC_CPU_BF16");
-  kdc_cpu_bf16_kind want = env && !strcmp(env, "avx512") ? KDC_CPU_BF16_AVX512 : KDC_CPU_BF16_AMX;
+  kdc_cpu_bf16_kind want = env && !strcmp(env, "avx512") ? KDC_CPU_BF16_AVX512
+                           : env && !strcmp(env, "off")  ? KDC_CPU_BF16_NONE
+                                                         : KDC_CPU_BF16_AMX;
   if (kdc_cpu_bf16_kernel() != want) {
     printf("SKIP: this CPU has no %s (or KDC_CPU_BF16=off): the kernel here is %s\n",
            kdc_cpu_bf16_name(want), kdc_cpu_bf16_name(kdc_cpu_bf16_kernel()));
