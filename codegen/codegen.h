@@ -199,13 +199,18 @@ typedef struct cg_gemm {
   int64_t batch, m, n, k;
   bool trans_a, trans_b;
   int64_t lda, ldb;
+  int64_t batch_inner;          /* a two-level batch (kdc_prog_gemm_step), else 1 */
+  int64_t stride_a, stride_a2, stride_b, stride_b2, stride_c, stride_c2;
   bool copy_a, copy_b;          /* operand needs a transpose kernel first */
   int64_t perm_a[KDC_MAX_RANK]; /* the copy's permutation (when copy_*) */
   int64_t perm_b[KDC_MAX_RANK];
 } cg_gemm;
 
-/* The cblas_sgemm form of DOT node |v| of |f|. */
-void cg_gemm_plan(const kdc_func *f, kdc_value_id v, cg_gemm *out);
+/* The cblas_sgemm form of DOT node |v| of |f|; |strided| (CPU plans):
+ * operands read in place by their strides, batch dims anywhere (a
+ * two-level batch); else (CUDA plans, cuBLAS has one batch stride) only
+ * with their batch dims leading. */
+void cg_gemm_plan(const kdc_func *f, kdc_value_id v, bool strided, cg_gemm *out);
 
 /* ---- kernel_body.c: the body over a multi-index ------------------------- */
 

@@ -56,18 +56,20 @@ static LLVMValueRef I64(cg_plan *P, int64_t v) {
 /* A column reduction's wrapper body (cg_kernel_column_reduce: |p| leading
  * reduced dims): rows are blocks of COLUMN_BLOCK output elements; the
  * block's elements are set to the identity, then for every reduced index
- * (row-major, the interpreter's order) the kept elements are folded in,
- * innermost (unit stride, vectorisable). */
+ * (row-major, the interpreter's order) the kept elements of the thread's
+ * rows are folded in, innermost (unit stride, vectorisable): whole blocks
+ * as constant-trip loops, then the last partial block.  One pass over the
+ * operand per thread, whole lines where the thread has several blocks. */
 static void column_loops(cg_plan *P, const cg_kernel *k, LLVMValueRef fn, LLVMValueRef acc,
                          LLVMValueRef *cargs, unsigned nc, int p, LLVMValueRef begin,
                          LLVMValueRef end, int64_t *out_extent) {
   const kdc_node *nd = &k->f->nodes[k->root];
   const kdc_type *xt = &k->f->nodes[nd->in[0]].type;
   int64_t n = kdc_type_numel(&k->out_type);
-  LLVMValueRef slots[KDC_MAX_RANK + 2];
+  LLVMValueRef slots[KDC_MAX_RANK + 3];
   LLVMBasicBlockRef cur = LLVMGetInsertBlock(P->b);
   LLVMPositionBuilderBefore(P->b, LLVMGetFirstInstruction(LLVMGetEntryBasicBlock(fn)));
-  for (int i = 0; i < p + 2; i++) slots[i] = LLVMBuildAlloca(P->b, P->i64, "");
+  for (int i = 0; i < p + 3; i++) slots[i] = LLVMBuildAlloca(P->b, P->i64, "");
   LLVMPositionBuilderAtEnd(P->b, cur);
   LLVMValueRef lo = LLVMBuildNSWMul(P->b, begin, I64(P, COLUMN_BLOCK), "");
   LLVMValueRef hi = LLVMBuildNSWMul(P->b, end, I64(P, COLUMN_BLOCK), "");
@@ -76,7 +78,7 @@ static void column_loops(cg_plan *P, const cg_kernel *k, LLVMValueRef fn, LLVMVa
   LLVMTypeRef mt = cg_mem_type(P, d);
   LLVMValueRef init = cg_reduce_init(P, nd->attr.reduce.kind, d);
   if (d == KDC_DTYPE_BOOL) init = LLVMBuildZExt(P->b, init, P->i8, "");
-  wloop L[KDC_MAX_RANK + 2];
+  wloop L[KDC_MAX_RANK + 3];
   LLVMValueRef c = open_loop(P, fn, slots[p + 1], &L[p + 1], lo, hi);
   LLVMBuildStore(P->b, init, LLVMBuildInBoundsGEP2(P->b, mt, cargs[0], &c, 1, ""));
   close_loop(P, &L[p + 1]);
@@ -84,9 +86,25 @@ static void column_loops(cg_plan *P, const cg_kernel *k, LLVMValueRef fn, LLVMVa
   memcpy(a, cargs, nc * sizeof *a);
   for (int i = 0; i < p; i++) a[nc + (unsigned)i] = open_loop(P, fn, slots[i], &L[i], I64(P, 0),
                                                               I64(P, xt->dims[i]));
-  a[nc + (unsigned)p] = open_loop(P, fn, slots[p], &L[p], lo, hi);
+  /* whole blocks: a loop over them, each a constant COLUMN_BLOCK-trip loop (LLVM
+   * vectorises it without a remainder; a runtime trip count shorter than its vector
+   * body times its interleave -- a thread's one block of 16 -- ran the scalar loop) */
+  LLVMValueRef nb = LLVMBuildSDiv(P->b, LLVMBuildNSWSub(P->b, hi, lo, ""), I64(P, COLUMN_BLOCK), "");
+  LLVMValueRef qb = open_loop(P, fn, slots[p], &L[p], I64(P, 0), nb);
+  LLVMValueRef base = LLVMBuildNSWAdd(
+      P->b, lo, LLVMBuildNSWMul(P->b, qb, I64(P, COLUMN_BLOCK), ""), "");
+  LLVMValueRef j = open_loop(P, fn, slots[p + 2], &L[p + 2], I64(P, 0), I64(P, COLUMN_BLOCK));
+  a[nc + (unsigned)p] = LLVMBuildNSWAdd(P->b, base, j, "");
   LLVMBuildCall2(P->b, LLVMGlobalGetValueType(acc), acc, a, nc + (unsigned)p + 1, "");
-  for (int i = p + 1; i-- > 0;) close_loop(P, &L[i]);
+  close_loop(P, &L[p + 2]);
+  close_loop(P, &L[p]);
+  /* the last, partial block */
+  LLVMValueRef tail = LLVMBuildNSWAdd(
+      P->b, lo, LLVMBuildNSWMul(P->b, nb, I64(P, COLUMN_BLOCK), ""), "");
+  a[nc + (unsigned)p] = open_loop(P, fn, slots[p + 1], &L[p + 1], tail, hi);
+  LLVMBuildCall2(P->b, LLVMGlobalGetValueType(acc), acc, a, nc + (unsigned)p + 1, "");
+  close_loop(P, &L[p + 1]);
+  for (int i = p; i-- > 0;) close_loop(P, &L[i]);
   *out_extent = (n + COLUMN_BLOCK - 1) / COLUMN_BLOCK;
 }
 

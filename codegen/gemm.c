@@ -3,12 +3,16 @@
  *
  * The result of dot_general is [batch..., lhs free..., rhs free...], which
  * is always C = B x (M x N) row-major with ldc = N.  An operand maps onto a
- * BLAS matrix without copying when its batch dims lead (in the batch list's
- * order) and, after them, its free dims and its contracting dims form two
- * contiguous groups, in either order: [free | contract] is op = N (lda = K
- * for A), [contract | free] is op = T (lda = M).  The contracting dims must
- * appear in memory in the same pair order in both operands; that order (the
- * "pair order") is the lhs's memory order.
+ * BLAS matrix without copying when its free dims (ascending) and its
+ * contracting dims each merge into one index (each dim directly outside the
+ * next in memory), one of the two contiguous: [free | contract] is op = N,
+ * [contract | free] is op = T, the other's stride the leading dimension.
+ * The contracting dims must appear in memory in the same pair order in both
+ * operands; that order (the "pair order") is the lhs's memory order.  In a
+ * CPU plan the batch dims, in the batch list's order, may lie anywhere if
+ * they merge into at most two groups: a two-level batch (runtime/program.h;
+ * attention's [b, s, h, d] over (b, h)); both operands and C then share the
+ * inner group's size (else B is copied).  A CUDA plan needs them leading.
  *
  * Anything else is canonicalised: the operand is first copied by a
  * transpose kernel into [batch | free | contract] (lhs) or
@@ -47,31 +51,100 @@ static int canonical(const kdc_type *t, const kdc_dimlist *batch, const int64_t 
   return n;
 }
 
+/* Row-major element strides of |t|. */
+static void strides_of(const kdc_type *t, int64_t *st) {
+  int64_t s = 1;
+  for (int d = t->rank - 1; d >= 0; d--) st[d] = s, s *= t->dims[d];
+}
+
+/* Dims |l| (|n| of them, in that order) of |t| as one index: |*size|
+ * elements |*stride| apart (the innermost's stride; 0 when size 1).  Size-1
+ * dims do not count; each other dim must lie directly outside the next. */
+static bool merge(const kdc_type *t, const int64_t *st, const int64_t *l, int n, int64_t *size,
+                  int64_t *stride) {
+  int64_t sz = 1, prev = -1;
+  for (int i = 0; i < n; i++) {
+    int64_t d = l[i];
+    if (t->dims[d] == 1) continue;
+    if (prev >= 0 && st[prev] != st[d] * t->dims[d]) return false;
+    prev = d, sz *= t->dims[d];
+  }
+  *size = sz, *stride = prev >= 0 ? st[prev] : 0;
+  return true;
+}
+
+/* One operand read in place: op and leading dim, and its batch entries as
+ * up to two groups (outer, inner) of dims that merge. */
+typedef struct operand {
+  bool ff;          /* [free | contract] in memory */
+  int64_t ld;
+  int groups;       /* batch groups of more than one entry: 0, 1 or 2 */
+  int64_t inner;    /* entries of the inner group (groups == 2) */
+  int64_t s1, s2;   /* strides of the outer (or only) group and of the inner one */
+} operand;
+
 static bool is_identity(const int64_t *perm, int n) {
   for (int i = 0; i < n; i++)
     if (perm[i] != i) return false;
   return true;
 }
 
-/* Decides op and leading dim for one operand; false if it needs a copy
- * (then |perm| holds the copy's permutation, for the "preferred" form). */
+/* Can |t| be read in place with batch dims |batch| (|strided|: in any
+ * place, at most two groups; else leading, in the list's order), free dims
+ * ascending and the contracting dims in pair order each merging into one
+ * index, one of the two contiguous?  Otherwise |perm| holds the copy's
+ * permutation into the preferred form. */
 static bool layout(const kdc_type *t, const kdc_dimlist *batch, const int64_t *contract, int nc,
-                   bool prefer_free_first, bool *out_free_first, int64_t *perm) {
-  int64_t p[KDC_MAX_RANK];
-  for (int pass = 0; pass < 2; pass++) {
-    bool ff = pass == 0 ? prefer_free_first : !prefer_free_first;
-    int n = canonical(t, batch, contract, nc, ff, p);
-    if (is_identity(p, n)) {
-      *out_free_first = ff;
-      return true;
+                   bool prefer_free_first, bool strided, operand *o, int64_t *perm) {
+  int64_t st[KDC_MAX_RANK], fr[KDC_MAX_RANK], p[KDC_MAX_RANK];
+  strides_of(t, st);
+  int n = canonical(t, batch, contract, nc, true, p), nf = n - batch->n - nc;
+  for (int i = 0; i < nf; i++) fr[i] = p[batch->n + i];
+  int64_t m, sf, k, sc;
+  bool ok = merge(t, st, fr, nf, &m, &sf) && merge(t, st, contract, nc, &k, &sc);
+  /* the batch list's dims as runs that merge, outermost first */
+  memset(o, 0, sizeof *o);
+  int run = 0;  /* start of the current run in batch->v */
+  for (int i = 0; ok && i <= batch->n; i++) {
+    if (i < batch->n) {
+      int64_t tmp, stride;
+      if (merge(t, st, batch->v + run, i + 1 - run, &tmp, &stride)) continue;
     }
+    int64_t size = 1, stride = 0; /* the run [run, i) */
+    merge(t, st, batch->v + run, i - run, &size, &stride);
+    if (size > 1) {
+      if (++o->groups > 2) ok = false;
+      else if (o->groups == 1) o->s1 = stride;
+      else o->inner = size, o->s2 = stride;
+    }
+    run = i;
+  }
+  for (int pass = 0; ok && pass < 2; pass++) {
+    bool ff = pass == 0 ? prefer_free_first : !prefer_free_first;
+    int64_t in_size = ff ? k : m, in_stride = ff ? sc : sf, out_size = ff ? m : k,
+            out_stride = ff ? sf : sc;
+    if (in_size > 1 && in_stride != 1) continue;
+    if (!strided && !is_identity(p, canonical(t, batch, contract, nc, ff, p))) continue;
+    o->ff = ff;
+    o->ld = out_size > 1 ? out_stride : (in_size > 1 ? in_size : 1);
+    return true;
   }
   canonical(t, batch, contract, nc, prefer_free_first, perm);
-  *out_free_first = prefer_free_first;
+  *o = (operand){.ff = prefer_free_first, .groups = 0};
   return false;
 }
 
-void cg_gemm_plan(const kdc_func *f, kdc_value_id v, cg_gemm *g) {
+/* Strides of operand |o| (|entry| elements a matrix when copied or one
+ * level) in the step's batch of |inner| entries a group. */
+static void batch_strides(const operand *o, int64_t entry, int64_t inner, int64_t *s1,
+                          int64_t *s2) {
+  int64_t s = o->groups ? o->s1 : entry;
+  if (o->groups == 2) *s1 = o->s1, *s2 = o->s2;
+  else if (inner > 1) *s1 = s * inner, *s2 = s;
+  else *s1 = s, *s2 = 0;
+}
+
+void cg_gemm_plan(const kdc_func *f, kdc_value_id v, bool strided, cg_gemm *g) {
   const kdc_node *nd = &f->nodes[v];
   const kdc_attr_dot *a = &nd->attr.dot;
   const kdc_type *lt = &f->nodes[nd->in[0]].type, *rt = &f->nodes[nd->in[1]].type;
@@ -98,13 +171,22 @@ void cg_gemm_plan(const kdc_func *f, kdc_value_id v, cg_gemm *g) {
     if (!in_list(&a->lhs_batch, d) && !in_list(&a->lhs_contract, d)) g->m *= lt->dims[d];
   for (int d = 0; d < rt->rank; d++)
     if (!in_list(&a->rhs_batch, d) && !in_list(&a->rhs_contract, d)) g->n *= rt->dims[d];
-  bool a_ff, b_ff;
-  g->copy_a = !layout(lt, &a->lhs_batch, lc, nc, true, &a_ff, g->perm_a);
-  g->copy_b = !layout(rt, &a->rhs_batch, rc, nc, false, &b_ff, g->perm_b);
-  g->trans_a = !a_ff;          /* [contract | free] = A^T stored */
-  g->trans_b = b_ff;           /* [free | contract] = B^T stored */
-  g->lda = g->trans_a ? g->m : g->k;
-  g->ldb = g->trans_b ? g->k : g->n;
-  if (g->lda < 1) g->lda = 1;
-  if (g->ldb < 1) g->ldb = 1;
+  operand oa, ob;
+  g->copy_a = !layout(lt, &a->lhs_batch, lc, nc, true, strided, &oa, g->perm_a);
+  g->copy_b = !layout(rt, &a->rhs_batch, rc, nc, false, strided, &ob, g->perm_b);
+  if (oa.groups == 2 && ob.groups == 2 && oa.inner != ob.inner) { /* one inner batch: copy B */
+    g->copy_b = true;
+    canonical(rt, &a->rhs_batch, rc, nc, false, g->perm_b);
+    ob = (operand){.ff = false};
+  }
+  if (g->copy_a) oa.ld = g->k;  /* [batch | free | contract] */
+  if (g->copy_b) ob.ld = g->n;  /* [batch | contract | free] */
+  g->trans_a = !oa.ff;          /* [contract | free] = A^T stored */
+  g->trans_b = ob.ff;           /* [free | contract] = B^T stored */
+  g->lda = oa.ld > 1 ? oa.ld : 1;
+  g->ldb = ob.ld > 1 ? ob.ld : 1;
+  g->batch_inner = oa.groups == 2 ? oa.inner : ob.groups == 2 ? ob.inner : 1;
+  batch_strides(&oa, g->m * g->k, g->batch_inner, &g->stride_a, &g->stride_a2);
+  batch_strides(&ob, g->k * g->n, g->batch_inner, &g->stride_b, &g->stride_b2);
+  g->stride_c = g->m * g->n * g->batch_inner, g->stride_c2 = g->batch_inner > 1 ? g->m * g->n : 0;
 }

@@ -352,7 +352,7 @@ static kdc_status lower_gemm(lowerer *L, kdc_value_id v) {
   const kdc_node *nd = &L->f->nodes[v];
   if (kdc_type_numel(&nd->type) == 0) return NULL;
   cg_gemm g;
-  cg_gemm_plan(L->f, v, &g);
+  cg_gemm_plan(L->f, v, L->P->cuda_sm == 0, &g);
   kdc_prog_step s;
   memset(&s, 0, sizeof s);
   s.kind = KDC_STEP_GEMM;
@@ -377,7 +377,9 @@ static kdc_status lower_gemm(lowerer *L, kdc_value_id v) {
   G->batch = g.batch, G->m = g.m, G->n = g.n, G->k = g.k;
   G->trans_a = g.trans_a, G->trans_b = g.trans_b;
   G->lda = g.lda, G->ldb = g.ldb, G->ldc = g.n > 1 ? g.n : 1;
-  G->stride_a = g.m * g.k, G->stride_b = g.k * g.n, G->stride_c = g.m * g.n;
+  G->batch_inner = g.batch_inner;
+  G->stride_a = g.stride_a, G->stride_b = g.stride_b, G->stride_c = g.stride_c;
+  G->stride_a2 = g.stride_a2, G->stride_b2 = g.stride_b2, G->stride_c2 = g.stride_c2;
   add_step(L, &s);
   return NULL;
 }

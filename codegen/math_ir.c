@@ -16,8 +16,10 @@
  * The bodies are branch-free: the special cases (NaN, overflow, underflow,
  * saturation) are selects around a computation on an argument clamped into
  * range.  The clamp never changes an in-range argument, and a NaN argument
- * is computed on as 0 and replaced at the end, so no poison value (an
- * out-of-range fptosi) is ever made.
+ * is computed on as the range's low end and replaced at the end, so no
+ * poison value (an out-of-range fptosi) is ever made.  Multiply-adds are
+ * llvm.fma where the C functions call fmaf (one rounding both), and no
+ * instruction carries fast-math flags, so nothing else is contracted.
  *
  * The functions have external linkage (one JIT per plan, runtime/jit.c) so
  * that nothing removes the vector variants before the vectoriser has seen
@@ -63,6 +65,11 @@ static LLVMValueRef fadd(mt *m, LLVMValueRef a, LLVMValueRef b) {
 static LLVMValueRef fsub(mt *m, LLVMValueRef a, LLVMValueRef b) {
   return LLVMBuildFSub(m->b, a, b, "");
 }
+/* a * b + c with one rounding (C's fmaf) */
+static LLVMValueRef fma3(mt *m, LLVMValueRef a, LLVMValueRef b, LLVMValueRef c) {
+  LLVMValueRef args[3] = {a, b, c};
+  return intr(m, "llvm.fma", args, 3);
+}
 static LLVMValueRef fcmp(mt *m, LLVMRealPredicate p, LLVMValueRef a, LLVMValueRef b) {
   return LLVMBuildFCmp(m->b, p, a, b, "");
 }
@@ -70,67 +77,61 @@ static LLVMValueRef sel(mt *m, LLVMValueRef c, LLVMValueRef a, LLVMValueRef b) {
   return LLVMBuildSelect(m->b, c, a, b, "");
 }
 
-/* x with NaN replaced by 0 and clamped into [lo, hi]. */
+/* x clamped into [lo, hi], NaN to lo (the compare fails). */
 static LLVMValueRef clamp(mt *m, LLVMValueRef x, float lo, float hi) {
-  LLVMValueRef c = sel(m, fcmp(m, LLVMRealUNO, x, x), fc(m, 0), x);
-  c = sel(m, fcmp(m, LLVMRealOGT, c, fc(m, hi)), fc(m, hi), c);
-  return sel(m, fcmp(m, LLVMRealOLT, c, fc(m, lo)), fc(m, lo), c);
+  LLVMValueRef c = sel(m, fcmp(m, LLVMRealOGT, x, fc(m, lo)), x, fc(m, lo));
+  return sel(m, fcmp(m, LLVMRealOLT, c, fc(m, hi)), c, fc(m, hi));
 }
 
-/* pow2i: 2^n from the exponent bits, n in [-126, 127]. */
-static LLVMValueRef pow2i(mt *m, LLVMValueRef n) {
-  LLVMValueRef e = LLVMBuildShl(m->b, LLVMBuildAdd(m->b, n, ic(m, 127), ""), ic(m, 23), "");
-  return LLVMBuildBitCast(m->b, e, m->f, "");
-}
+static LLVMValueRef shl23(mt *m, LLVMValueRef n) { return LLVMBuildShl(m->b, n, ic(m, 23), ""); }
 
-static LLVMValueRef expm1_poly(mt *m, LLVMValueRef r) {
-  LLVMValueRef r2 = fmul(m, r, r), r4 = fmul(m, r2, r2);
-  LLVMValueRef a = fadd(m, fmul(m, fc(m, KDC_MATH_C3), r), fc(m, KDC_MATH_C2));
-  LLVMValueRef b = fadd(m, fmul(m, fc(m, KDC_MATH_C5), r), fc(m, KDC_MATH_C4));
-  LLVMValueRef c = fadd(m, fmul(m, fc(m, KDC_MATH_C7), r), fc(m, KDC_MATH_C6));
-  LLVMValueRef p = fadd(m, fadd(m, fmul(m, b, r2), a),
-                        fmul(m, fadd(m, fmul(m, fc(m, KDC_MATH_C8), r2), c), r4));
-  return fadd(m, fmul(m, r2, p), r);
+static LLVMValueRef poly(mt *m, LLVMValueRef r, LLVMValueRef r2) {
+  LLVMValueRef a = fma3(m, fc(m, KDC_MATH_C3), r, fc(m, KDC_MATH_C2));
+  LLVMValueRef b = fma3(m, fc(m, KDC_MATH_C5), r, fc(m, KDC_MATH_C4));
+  return fma3(m, fma3(m, fc(m, KDC_MATH_C6), r2, b), r2, a);
 }
 
 /* The reduction: r, and n as i32. */
 static LLVMValueRef reduce(mt *m, LLVMValueRef x, LLVMValueRef *r) {
   LLVMValueRef t = fmul(m, x, fc(m, KDC_MATH_LOG2E));
   LLVMValueRef n = intr(m, "llvm.roundeven", &t, 1);
-  *r = fsub(m, fsub(m, x, fmul(m, n, fc(m, KDC_MATH_LN2_HI))), fmul(m, n, fc(m, KDC_MATH_LN2_LO)));
+  *r = fma3(m, n, fc(m, -KDC_MATH_LN2_LO), fma3(m, n, fc(m, -KDC_MATH_LN2_HI), x));
   return LLVMBuildFPToSI(m->b, n, m->i, "");
 }
 
 static LLVMValueRef body_exp(mt *m, LLVMValueRef x) {
-  LLVMValueRef r, ni = reduce(m, clamp(m, x, KDC_MATH_EXP_LO, KDC_MATH_EXP_HI), &r);
-  LLVMValueRef n1 = LLVMBuildSDiv(m->b, ni, ic(m, 2), "");
-  LLVMValueRef e = fadd(m, expm1_poly(m, r), fc(m, 1));
-  LLVMValueRef y = fmul(m, fmul(m, e, pow2i(m, n1)), pow2i(m, LLVMBuildSub(m->b, ni, n1, "")));
+  LLVMValueRef r, n = reduce(m, clamp(m, x, KDC_MATH_EXP_LO, KDC_MATH_EXP_HI), &r);
+  LLVMValueRef p = poly(m, r, fmul(m, r, r));
+  LLVMValueRef e = fma3(m, fma3(m, r, p, fc(m, 1)), r, fc(m, 1)); /* 1 + r (1 + r p) */
+  LLVMValueRef bits = LLVMBuildAdd(m->b, LLVMBuildBitCast(m->b, e, m->i, ""), shl23(m, n), "");
+  LLVMValueRef y = LLVMBuildBitCast(m->b, bits, m->f, "");
   y = sel(m, fcmp(m, LLVMRealOLT, x, fc(m, KDC_MATH_EXP_LO)), fc(m, 0), y);
   y = sel(m, fcmp(m, LLVMRealOGT, x, fc(m, KDC_MATH_EXP_HI)), fc(m, __builtin_inff()), y);
   return sel(m, fcmp(m, LLVMRealUNO, x, x), x, y);
 }
 
-/* expm1 for x <= KDC_MATH_EXPM1_BIG or NaN (tanh's argument): the C
- * function's branches but the one that calls exp. */
-static LLVMValueRef expm1_small(mt *m, LLVMValueRef x) {
-  LLVMValueRef r, ni = reduce(m, clamp(m, x, KDC_MATH_EXPM1_LO, KDC_MATH_EXPM1_BIG), &r);
-  LLVMValueRef s = pow2i(m, ni);
-  LLVMValueRef y = fadd(m, fmul(m, s, expm1_poly(m, r)), fsub(m, s, fc(m, 1)));
-  y = sel(m, fcmp(m, LLVMRealOLT, x, fc(m, KDC_MATH_EXPM1_LO)), fc(m, -1), y);
-  y = sel(m, fcmp(m, LLVMRealOEQ, x, fc(m, 0)), x, y); /* expm1(-0) = -0 */
-  return sel(m, fcmp(m, LLVMRealUNO, x, x), x, y);
+/* The C function's expm1_mid, x in [EXPM1_LO, EXPM1_BIG]. */
+static LLVMValueRef expm1_mid(mt *m, LLVMValueRef x) {
+  LLVMValueRef r, n = reduce(m, x, &r);
+  LLVMValueRef s = LLVMBuildBitCast(m->b, shl23(m, LLVMBuildAdd(m->b, n, ic(m, 127), "")), m->f, "");
+  LLVMValueRef r2 = fmul(m, r, r);
+  return fma3(m, s, fma3(m, r2, poly(m, r, r2), r), fsub(m, s, fc(m, 1)));
 }
 
 static LLVMValueRef body_expm1(mt *m, LLVMValueRef x) {
-  LLVMValueRef y = expm1_small(m, x);
-  return sel(m, fcmp(m, LLVMRealOGT, x, fc(m, KDC_MATH_EXPM1_BIG)), body_exp(m, x), y);
+  LLVMValueRef y = expm1_mid(m, clamp(m, x, KDC_MATH_EXPM1_LO, KDC_MATH_EXPM1_BIG));
+  y = sel(m, fcmp(m, LLVMRealOLT, x, fc(m, KDC_MATH_EXPM1_LO)), fc(m, -1), y);
+  y = sel(m, fcmp(m, LLVMRealOGT, x, fc(m, KDC_MATH_EXPM1_BIG)), body_exp(m, x), y);
+  /* NaN and +-0 are their own results (expm1(-0) = -0) */
+  LLVMValueRef same = LLVMBuildOr(m->b, fcmp(m, LLVMRealUNO, x, x), fcmp(m, LLVMRealOEQ, x, fc(m, 0)), "");
+  return sel(m, same, x, y);
 }
 
 static LLVMValueRef body_tanh(mt *m, LLVMValueRef x) {
   LLVMValueRef a = intr(m, "llvm.fabs", &x, 1);
-  LLVMValueRef ac = clamp(m, a, 0, KDC_MATH_TANH_ONE);
-  LLVMValueRef e = expm1_small(m, fadd(m, ac, ac)); /* <= 18.2: never exp's branch */
+  /* a clamped to TANH_ONE (NaN too: the compare fails) */
+  LLVMValueRef ac = sel(m, fcmp(m, LLVMRealOLT, a, fc(m, KDC_MATH_TANH_ONE)), a, fc(m, KDC_MATH_TANH_ONE));
+  LLVMValueRef e = expm1_mid(m, fadd(m, ac, ac));
   LLVMValueRef t = LLVMBuildFDiv(m->b, e, fadd(m, e, fc(m, 2)), "");
   t = sel(m, fcmp(m, LLVMRealOGT, a, fc(m, KDC_MATH_TANH_ONE)), fc(m, 1), t);
   LLVMValueRef args[2] = {t, x};

@@ -564,21 +564,20 @@ void kdc_ir_print_sharding(FILE *out, const kdc_module *m, const kdc_sharding *s
 kdc_status kdc_ir_parse_module(const char *text, const char *filename, kdc_module **out);
 
 /* ---- kdc's f32 exp, expm1, tanh, logistic (ir/math.c) --------------------
- * Written with basic IEEE operations in a fixed order so that
- * codegen/math_ir.c can emit the same sequence (vectorisable, and bitwise
- * equal to these); the interpreter, folding and every backend use them
- * instead of libm (exp, expm1 <= 2 ulp, tanh <= 3 ulp; file comment). */
+ * Written with basic IEEE operations and fused multiply-adds (one rounding:
+ * fmaf, llvm.fma) in a fixed order so that codegen/math_ir.c can emit the
+ * same sequence (vectorisable, and bitwise equal to these); the
+ * interpreter, folding and every backend use them instead of libm (exp,
+ * expm1 <= 2 ulp, tanh, logistic <= 3 ulp; file comment). */
 #define KDC_MATH_LOG2E 1.44269504088896341f
-#define KDC_MATH_LN2_HI 0.693359375f           /* 355/512: C1 * n exact, |n| <= 256 */
-#define KDC_MATH_LN2_LO -2.12194440054690583e-4f
-#define KDC_MATH_C2 0.5f                        /* Taylor coefficients 1/k! */
-#define KDC_MATH_C3 0.166666666666666667f
-#define KDC_MATH_C4 0.0416666666666666667f
-#define KDC_MATH_C5 0.00833333333333333333f
-#define KDC_MATH_C6 0.00138888888888888889f
-#define KDC_MATH_C7 1.98412698412698413e-4f
-#define KDC_MATH_C8 2.48015873015873016e-5f
-#define KDC_MATH_EXP_HI 88.8f                   /* above: inf (n <= 128 below it) */
+#define KDC_MATH_LN2_HI 0x1.62e43p-1f           /* ln 2 rounded to f32 */
+#define KDC_MATH_LN2_LO -0x1.05c61p-29f         /* ln 2 - LN2_HI rounded */
+#define KDC_MATH_C2 0.5f                        /* minimax on |r| <= ln2/2 (C2 fixed): */
+#define KDC_MATH_C3 0x1.5554a2p-3f              /* e^r = 1 + r + r^2 (C2 + C3 r + ... + */
+#define KDC_MATH_C4 0x1.55568p-5f               /* C6 r^4) within 0.07 of 2^-24 relative */
+#define KDC_MATH_C5 0x1.123076p-7f
+#define KDC_MATH_C6 0x1.6b792ep-10f
+#define KDC_MATH_EXP_HI 0x1.62e42ep+6f          /* 88.72283: the largest x with e^x finite */
 #define KDC_MATH_EXP_LO -87.33654f              /* below: 0 (under FLT_MIN) */
 #define KDC_MATH_EXPM1_BIG 40.0f                /* above: exp(x) (the -1 is lost) */
 #define KDC_MATH_EXPM1_LO -17.5f                /* below: -1 */

@@ -71,7 +71,10 @@
  * rewrite_outputs_natural): the patch matrix is then the forward
  * convolution's im2col [N, K.., O*Ci] (channels contiguous), where the
  * transposed form gathered x with a stride of a whole image per element
- * and copied g once more.  The transposes left unread are removed.
+ * and copied g once more.  The transposes left unread are removed.  A GEMM
+ * the runtime could not split over threads (both sides <= 64, e.g. a first
+ * layer's [27, 32] over 131072 positions) runs per image instead, a batched
+ * dot [N, O*Ci, Co] and a sum over the images (KDC_C2G_GEMM_BLOCK).
  *
  * Placement: after partition (the shapes are LOCAL: a batch split sees the
  * local N, an output-channel split the local Co, an input-channel split the
@@ -90,6 +93,15 @@
 #include "passes/passes.h"
 
 enum { KDC_C2G_MAX_TAPS = 64 };
+
+/* FORM_OUTPUTS_NATURAL's GEMM [O*Ci, Co] contracts over every image position
+ * at once.  When neither side exceeds one block of the runtime's GEMM split
+ * (RT_GEMM_ALIGN = 64 rows or columns: runtime/exec.c runs it whole, on one
+ * thread) and each image has at least KDC_C2G_MIN_IMAGE_K positions, it runs
+ * per image instead -- a batched GEMM the runtime splits over the images --
+ * and a reduction sums the N partial products in image order (the same
+ * grouping for any thread count). */
+enum { KDC_C2G_GEMM_BLOCK = 64, KDC_C2G_MIN_IMAGE_K = 256 };
 
 /* How convolution |v| is rewritten: none, one slice per kernel tap, or (a
  * weight gradient: many taps, few output positions) one slice per output
@@ -429,11 +441,29 @@ static kdc_value_id rewrite_outputs_natural(kdc_func *f, kdc_value_id v) {
                                      a->rhs_dilation.v, r - 1, &xs, org);
   kdc_attrs da;
   memset(&da, 0, sizeof da);
-  da.dot.lhs_contract.n = da.dot.rhs_contract.n = n + 1;
-  for (int d = 0; d <= n; d++) da.dot.lhs_contract.v[d] = da.dot.rhs_contract.v[d] = d;
   int64_t dd[2] = {outs * ci, co};
   kdc_type d2 = kdc_type_make(KDC_DTYPE_F32, 2, dd);
   kdc_value_id ops[2] = {patches, g};
+  int64_t nimg = xt.dims[0], per = kdc_type_numel(&gt) / (nimg * co);
+  if (nimg >= 2 && dd[0] <= KDC_C2G_GEMM_BLOCK && co <= KDC_C2G_GEMM_BLOCK &&
+      per >= KDC_C2G_MIN_IMAGE_K) {
+    /* per image: [N, K.., O*Ci] x [N, K.., Co] -> [N, O*Ci, Co] (batch dim 0;
+     * no reshape of the patches, which would pull their concatenate out of its
+     * per-piece loops), then the sum over the images (a column reduction) */
+    int64_t bd[3] = {nimg, dd[0], co};
+    kdc_type b3 = kdc_type_make(KDC_DTYPE_F32, 3, bd);
+    da.dot.lhs_batch.n = da.dot.rhs_batch.n = 1;
+    da.dot.lhs_contract.n = da.dot.rhs_contract.n = n;
+    for (int d = 0; d < n; d++) da.dot.lhs_contract.v[d] = da.dot.rhs_contract.v[d] = d + 1;
+    kdc_value_id bdot = add(f, KDC_OP_DOT, &b3, 2, ops, &da, NULL, org);
+    kdc_attrs ra;
+    memset(&ra, 0, sizeof ra);
+    ra.reduce.kind = KDC_RED_SUM;
+    ra.reduce.dims.n = 1;
+    return to_conv_layout(f, add(f, KDC_OP_REDUCE, &d2, 1, &bdot, &ra, NULL, org), &cv);
+  }
+  da.dot.lhs_contract.n = da.dot.rhs_contract.n = n + 1;
+  for (int d = 0; d <= n; d++) da.dot.lhs_contract.v[d] = da.dot.rhs_contract.v[d] = d;
   return to_conv_layout(f, add(f, KDC_OP_DOT, &d2, 2, ops, &da, NULL, org), &cv);
 }
 

@@ -42,7 +42,14 @@
  * 16 for a CUDA plan, where a kernel is bound by its memory traffic and
  * recomputing, e.g., an activation's gradient in each of the two kernels
  * that read it costs less than writing it and reading it back twice),
- * it is not a function result, and every user is in some kernel.  A cheap value is
+ * it is not a function result, and every user is in some kernel.  A value of
+ * at least FUSE_BIG_BYTES (4 MiB per device, beyond a core's L2) may
+ * recompute up to 16 DISTINCT ops (a shared operand counted once, dag_cost)
+ * on the CPU too: writing it and reading it back in each consumer costs
+ * more memory traffic than that much arithmetic (cnn_64's batch norm: x -
+ * mean, 5 ops, was written as 16 MB for the variance and the gradient, and
+ * the gradient's 2 * s * (x - mean), 11 distinct ops, as another 16 MB for
+ * a reduction and the input gradient).  A cheap value is
  * then duplicated, one copy per consumer kernel (softmax's exp(x - max) is
  * the textbook case: one copy feeds the sum, one the division).
  *
@@ -68,6 +75,17 @@
 #include <string.h>
 
 #include "passes/passes.h"
+
+/* Recompute caps (file comment): |max| ops for every value; a value of at
+ * least |big_bytes| per device may recompute up to |big| distinct ops. */
+typedef struct fuse_caps {
+  int max, big;
+  size_t big_bytes;
+} fuse_caps;
+
+/* Beyond a core's L2 (2 MiB on the session VM's Xeon): a value this large
+ * is written to memory and read back from it by each consumer kernel. */
+enum { FUSE_BIG_BYTES = 4 << 20 };
 
 typedef enum kind {
   K_MATERIAL, /* never in a group */
@@ -213,6 +231,33 @@ static void costs(const kdc_func *f, int cap, int *cost) {
   }
 }
 
+/* Distinct ops of |v|'s recompute DAG (the nodes costs() counts, each once:
+ * a kernel evaluates a shared operand once), saturated at cap+1.  |seen| is
+ * all -1 on entry and on return; |stack| has room for n_nodes entries. */
+static int dag_cost(const kdc_func *f, kdc_value_id v, int cap, int32_t *seen,
+                    kdc_value_id *stack) {
+  int c = 0;
+  size_t sp = 0, n_seen = 0;
+  stack[sp++] = v;
+  seen[v] = 0;
+  kdc_value_id *order = stack + f->n_nodes / 2; /* visited, to reset |seen| */
+  while (sp > 0 && c <= cap) {
+    kdc_value_id u = stack[--sp];
+    order[n_seen++] = u;
+    const kdc_node *nd = kdc_ir_node(f, u);
+    if (classify(f, u) != K_FUSIBLE || is_free(f, u)) continue;
+    c++;
+    if (nd->op == KDC_OP_BROADCAST &&
+        kdc_type_numel(&nd->type) > kdc_type_numel(kdc_ir_type(f, nd->in[0])))
+      continue; /* a growing broadcast never pulls its operand in: one op */
+    for (int j = 0; j < nd->n_in && sp < f->n_nodes / 2; j++)
+      if (seen[nd->in[j]] < 0) seen[nd->in[j]] = 0, stack[sp++] = nd->in[j];
+  }
+  for (size_t k = 0; k < n_seen; k++) seen[order[k]] = -1;
+  while (sp > 0) seen[stack[--sp]] = -1;
+  return c > cap ? cap + 1 : c;
+}
+
 /* Clone plan: node i gets copies for groups cg[start[i] .. start[i]+cnt[i]),
  * in descending step-1 group id; cnt[i] == 0 means not cloned. */
 typedef struct clones {
@@ -242,10 +287,14 @@ static kdc_value_id copy_for(const clones *c, kdc_value_id v, int32_t grp) {
 }
 
 /* Decides which values to duplicate (step 2).  Returns whether any is. */
-static bool plan_clones(const kdc_func *f, const int32_t *g, int max_cost, clones *c) {
+static bool plan_clones(const kdc_func *f, const int32_t *g, const fuse_caps *caps, clones *c) {
   size_t n = f->n_nodes;
+  int max_cost = caps->max;
   int *cost = kdc_xmalloc((n ? n : 1) * sizeof *cost);
   costs(f, max_cost, cost);
+  int32_t *seen = kdc_xmalloc((n ? n : 1) * sizeof *seen);
+  kdc_value_id *stack = kdc_xmalloc((2 * n + 2) * sizeof *stack);
+  for (size_t i = 0; i < n; i++) seen[i] = -1;
   kdc_users us;
   kdc_pass_users_init(&us, f);
   int32_t *set = kdc_xmalloc((n + 1) * sizeof *set); /* group ids are < n */
@@ -253,7 +302,11 @@ static bool plan_clones(const kdc_func *f, const int32_t *g, int max_cost, clone
   for (size_t i = n; i-- > 0;) {
     kdc_value_id v = (kdc_value_id)i;
     c->cnt[i] = 0;
-    if (classify(f, v) != K_FUSIBLE || us.is_result[i] || cost[i] > max_cost) continue;
+    if (classify(f, v) != K_FUSIBLE || us.is_result[i]) continue;
+    if (cost[i] > max_cost &&
+        (caps->big <= max_cost || kdc_type_bytes(kdc_ir_type(f, v)) < caps->big_bytes ||
+         dag_cost(f, v, caps->big, seen, stack) > caps->big))
+      continue;
     uint32_t ns = 0;
     bool outside = us.start[i] == us.start[i + 1];
     for (uint32_t k = us.start[i]; k < us.start[i + 1] && !outside; k++) {
@@ -274,6 +327,8 @@ static bool plan_clones(const kdc_func *f, const int32_t *g, int max_cost, clone
     any = true;
   }
   free(set);
+  free(stack);
+  free(seen);
   kdc_pass_users_free(&us);
   free(cost);
   return any;
@@ -331,14 +386,14 @@ static void renumber(kdc_func *f, const int32_t *g, int32_t n_groups) {
   free(root);
 }
 
-static kdc_status fuse_func(kdc_func *f, int max_cost) {
+static kdc_status fuse_func(kdc_func *f, const fuse_caps *caps) {
   size_t n = f->n_nodes;
   int32_t *g = kdc_xmalloc((n ? n : 1) * sizeof *g);
   assign(f, g);
   clones c = {0};
   c.start = kdc_xcalloc(n ? n : 1, sizeof *c.start);
   c.cnt = kdc_xcalloc(n ? n : 1, sizeof *c.cnt);
-  if (max_cost > 0 && plan_clones(f, g, max_cost, &c)) {
+  if (caps->max > 0 && plan_clones(f, g, caps, &c)) {
     duplicate(f, g, &c);
     g = kdc_xrealloc(g, (f->n_nodes ? f->n_nodes : 1) * sizeof *g);
   }
@@ -353,8 +408,9 @@ static kdc_status fuse_func(kdc_func *f, int max_cost) {
 }
 
 kdc_status kdc_pass_fuse(kdc_module *m, const kdc_pass_options *opt) {
-  int max_cost = kdc_pass_opt_fuse_recompute(opt);
-  for (size_t i = 0; i < m->n_funcs; i++) KDC_RETURN_IF_ERROR(fuse_func(m->funcs[i], max_cost));
+  fuse_caps caps = {kdc_pass_opt_fuse_recompute(opt), kdc_pass_opt_fuse_recompute_big(opt),
+                    FUSE_BIG_BYTES};
+  for (size_t i = 0; i < m->n_funcs; i++) KDC_RETURN_IF_ERROR(fuse_func(m->funcs[i], &caps));
   return NULL;
 }
 

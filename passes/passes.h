@@ -82,6 +82,9 @@ void kdc_pass_print_names(FILE *out);
 /* Option accessors with the defaults applied (opt may be NULL). */
 int64_t kdc_pass_opt_fold_max(const kdc_pass_options *opt);
 int kdc_pass_opt_fuse_recompute(const kdc_pass_options *opt);
+/* The cap for values of at least 4 MiB per device (fuse.c): 16 distinct ops
+ * by default (CPU and CUDA), else fuse_max_recompute's. */
+int kdc_pass_opt_fuse_recompute_big(const kdc_pass_options *opt);
 int kdc_pass_opt_simplify_rounds(const kdc_pass_options *opt);
 int64_t kdc_pass_opt_combine_max_bytes(const kdc_pass_options *opt);
 

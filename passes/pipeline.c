@@ -81,6 +81,11 @@ int kdc_pass_opt_fuse_recompute(const kdc_pass_options *opt) {
   return opt->fuse_max_recompute < 0 ? 0 : opt->fuse_max_recompute;
 }
 
+int kdc_pass_opt_fuse_recompute_big(const kdc_pass_options *opt) {
+  if (opt && opt->fuse_max_recompute != 0) return kdc_pass_opt_fuse_recompute(opt);
+  return 16;
+}
+
 int kdc_pass_opt_simplify_rounds(const kdc_pass_options *opt) {
   return opt && opt->simplify_max_rounds > 0 ? opt->simplify_max_rounds : 8;
 }

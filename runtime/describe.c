@@ -98,6 +98,11 @@ static void put_step(FILE *o, const kdc_program *p, const kdc_prog_func *f, uint
             g->m, g->n, g->k, g->trans_a ? 'T' : 'N', g->trans_b ? 'T' : 'N');
     if (g->dtype != KDC_IO_DTYPE_F32) fprintf(o, " (%s)", kdc_io_dtype_name(g->dtype));
     if (g->bf16_inputs) fprintf(o, " (bf16 inputs)");
+    if (g->batch_inner > 1)
+      fprintf(o, " batch=%" PRId64 "x%" PRId64 " strides A=%" PRId64 ",%" PRId64 " B=%" PRId64
+              ",%" PRId64 " lda=%" PRId64 " ldb=%" PRId64, g->batch / g->batch_inner,
+              g->batch_inner, g->stride_a, g->stride_a2, g->stride_b, g->stride_b2, g->lda,
+              g->ldb);
     fprintf(o, " A=");
     put_loc(o, f, p, &g->a);
     fprintf(o, " B=");

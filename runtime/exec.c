@@ -115,9 +115,12 @@ static void gemm_block(const runner *r, int64_t dev, uint32_t s, int64_t i, int6
                        int64_t m1, int64_t n0, int64_t n1) {
   const kdc_prog_gemm_step *g = &r->f->steps[s].gemm;
   int64_t lda = ld_at(r, s, &g->a, g->lda), ldb = ld_at(r, s, &g->b, g->ldb);
-  const float *A = (const float *)resolve_at(r, dev, s, &g->a) + i * g->stride_a;
-  const float *B = (const float *)resolve_at(r, dev, s, &g->b) + i * g->stride_b;
-  float *C = (float *)resolve_at(r, dev, s, &g->c) + i * g->stride_c;
+  int64_t bi = g->batch_inner;
+  const float *A = (const float *)resolve_at(r, dev, s, &g->a) +
+                   kdc_prog_gemm_off(i, bi, g->stride_a, g->stride_a2);
+  const float *B = (const float *)resolve_at(r, dev, s, &g->b) +
+                   kdc_prog_gemm_off(i, bi, g->stride_b, g->stride_b2);
+  float *C = (float *)resolve_at(r, dev, s, &g->c) + kdc_prog_gemm_off(i, bi, g->stride_c, g->stride_c2);
   A += g->trans_a ? m0 : m0 * lda;  /* op(A) is M x K: A is K x M when transposed */
   B += g->trans_b ? n0 * ldb : n0;  /* op(B) is K x N: B is N x K when transposed */
   C += m0 * g->ldc + n0;

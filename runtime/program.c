@@ -135,8 +135,10 @@ static void put_step(kdc_buf *b, const kdc_prog_step *s) {
     kdc_buf_put_u8(b, g->trans_a);
     kdc_buf_put_u8(b, g->trans_b);
     kdc_buf_put_u8(b, g->bf16_inputs);
-    int64_t w[] = {g->lda, g->ldb, g->ldc, g->stride_a, g->stride_b, g->stride_c};
-    for (int i = 0; i < 6; i++) kdc_buf_put_i64(b, w[i]);
+    int64_t inner = g->batch_inner > 1 ? g->batch_inner : 1;
+    int64_t w[] = {g->lda,      g->ldb, g->ldc,       g->stride_a,  g->stride_b,
+                   g->stride_c, inner,  g->stride_a2, g->stride_b2, g->stride_c2};
+    for (int i = 0; i < 10; i++) kdc_buf_put_i64(b, w[i]);
     put_loc(b, &g->a);
     put_loc(b, &g->b);
     put_loc(b, &g->c);
@@ -325,12 +327,15 @@ static kdc_status get_loc(kdc_reader *r, const kdc_program *p, const kdc_prog_fu
 
 /* Elements a row-major rows x cols matrix with leading dim ld, repeated
  * |batch| times |stride| apart, spans; false on overflow or bad ld. */
-static bool matrix_span(int64_t batch, int64_t rows, int64_t cols, int64_t ld, int64_t stride,
-                        uint64_t *out) {
-  if (ld < (cols > 1 ? cols : 1) || stride < 0) return false;
+/* Elements spanned by |batch| rows x cols matrices in a two-level batch
+ * (|inner| entries |stride2| apart, groups of them |stride| apart). */
+static bool matrix_span(int64_t batch, int64_t inner, int64_t rows, int64_t cols, int64_t ld,
+                        int64_t stride, int64_t stride2, uint64_t *out) {
+  if (ld < (cols > 1 ? cols : 1) || stride < 0 || stride2 < 0) return false;
   if (batch == 0 || rows == 0 || cols == 0) return *out = 0, true;
-  int64_t a, b, c;
-  if (__builtin_mul_overflow(batch - 1, stride, &a) ||
+  int64_t a, a2, b, c;
+  if (__builtin_mul_overflow(batch / inner - 1, stride, &a) ||
+      __builtin_mul_overflow(inner - 1, stride2, &a2) || __builtin_add_overflow(a, a2, &a) ||
       __builtin_mul_overflow(rows - 1, ld, &b) || __builtin_add_overflow(a, b, &c) ||
       __builtin_add_overflow(c, cols, &c))
     return false;
@@ -356,8 +361,9 @@ static kdc_status get_gemm(kdc_reader *r, const kdc_program *p, const kdc_prog_f
   if (fl > 1 || (fl && dt != KDC_IO_DTYPE_F32))
     return BAD_AT(r, pos, "gemm: flags %u (bit 0, bf16 inputs, only for an f32 GEMM)", fl);
   g->trans_a = ta != 0, g->trans_b = tb != 0, g->bf16_inputs = fl != 0;
-  int64_t *w[] = {&g->lda, &g->ldb, &g->ldc, &g->stride_a, &g->stride_b, &g->stride_c};
-  for (int i = 0; i < 6; i++) KDC_RETURN_IF_ERROR(kdc_reader_i64(r, w[i]));
+  int64_t *w[] = {&g->lda,      &g->ldb,         &g->ldc,       &g->stride_a,  &g->stride_b,
+                  &g->stride_c, &g->batch_inner, &g->stride_a2, &g->stride_b2, &g->stride_c2};
+  for (int i = 0; i < 10; i++) KDC_RETURN_IF_ERROR(kdc_reader_i64(r, w[i]));
   KDC_RETURN_IF_ERROR(get_loc(r, p, f, false, &g->a));
   KDC_RETURN_IF_ERROR(get_loc(r, p, f, false, &g->b));
   KDC_RETURN_IF_ERROR(get_loc(r, p, f, true, &g->c));
@@ -365,10 +371,16 @@ static kdc_status get_gemm(kdc_reader *r, const kdc_program *p, const kdc_prog_f
       g->m > INT32_MAX || g->n > INT32_MAX || g->k > INT32_MAX || g->lda > INT32_MAX ||
       g->ldb > INT32_MAX || g->ldc > INT32_MAX)
     return BAD_AT(r, pos, "gemm: bad dimensions or transpose flags");
+  if (g->batch_inner < 1 || (g->batch && g->batch % g->batch_inner))
+    return BAD_AT(r, pos, "gemm: inner batch %lld does not divide batch %lld",
+                  (long long)g->batch_inner, (long long)g->batch);
+  int64_t bi = g->batch_inner;
   uint64_t sa, sb, sc;
-  bool ok = matrix_span(g->batch, ta ? g->k : g->m, ta ? g->m : g->k, g->lda, g->stride_a, &sa) &&
-            matrix_span(g->batch, tb ? g->n : g->k, tb ? g->k : g->n, g->ldb, g->stride_b, &sb) &&
-            matrix_span(g->batch, g->m, g->n, g->ldc, g->stride_c, &sc);
+  bool ok = matrix_span(g->batch, bi, ta ? g->k : g->m, ta ? g->m : g->k, g->lda, g->stride_a,
+                        g->stride_a2, &sa) &&
+            matrix_span(g->batch, bi, tb ? g->n : g->k, tb ? g->k : g->n, g->ldb, g->stride_b,
+                        g->stride_b2, &sb) &&
+            matrix_span(g->batch, bi, g->m, g->n, g->ldc, g->stride_c, g->stride_c2, &sc);
   if (!ok || sa > g->a.bytes / es || sb > g->b.bytes / es || sc > g->c.bytes / es)
     return BAD_AT(r, pos, "gemm: matrices exceed their buffers");
   return NULL;

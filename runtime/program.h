@@ -45,8 +45,9 @@
  * 8: GEMM steps carry their element type (f32, or bf16/f16 on CUDA).
  * 9: GEMM steps carry a flags byte (bit 0: bf16_inputs).
  * 10: bf16_inputs means the GEMM rounds its operands to bf16 (they may be
- *     any f32 values: the roundings before it are folded into it). */
-#define KDC_PROG_VERSION 10u
+ *     any f32 values: the roundings before it are folded into it).
+ * 11: GEMM steps carry a two-level batch (batch_inner, stride_*2). */
+#define KDC_PROG_VERSION 11u
 
 /* Caps of the format: mesh axes (ir/ir.h KDC_MAX_MESH_AXES) and devices a
  * plan may ask for (a bound checked before anything per device is made). */
@@ -130,7 +131,11 @@ typedef struct kdc_prog_kernel_step {
 } kdc_prog_kernel_step;
 
 /* C[b] = op(A[b]) * op(B[b]) for b < batch, row-major, alpha 1, beta 0.
- * Element strides: A[b] starts at a + b*stride_a (likewise B, C). */
+ * Element strides, a two-level batch: entry b is (o, i) = (b / batch_inner,
+ * b % batch_inner) and A[b] starts at a + o*stride_a + i*stride_a2 (likewise
+ * B, C); batch_inner 1 is the plain b*stride_a.  A CPU plan
+ * reads an operand whose batch dims are not leading ([b, s, h, d] batched
+ * over (b, h): attention heads) in place this way (codegen/gemm.c). */
 typedef struct kdc_prog_gemm_step {
   int64_t batch, m, n, k;
   bool trans_a, trans_b;
@@ -143,7 +148,15 @@ typedef struct kdc_prog_gemm_step {
                                the products (a CPU plan's widened bf16 dot, the dot's
                                bf16_operands): AMX-BF16 tiles compute it where the CPU has
                                them (runtime/gemm_bf16.c) */
+  int64_t batch_inner;      /* divides batch; <= 1: one level (a decoded plan holds >= 1) */
+  int64_t stride_a2, stride_b2, stride_c2;
 } kdc_prog_gemm_step;
+
+/* Element offset of batch entry |b| in a two-level batch with |inner|
+ * entries per group (<= 1: one level) and strides |s1| (groups), |s2|. */
+static inline int64_t kdc_prog_gemm_off(int64_t b, int64_t inner, int64_t s1, int64_t s2) {
+  return inner > 1 ? b / inner * s1 + b % inner * s2 : b * s1;
+}
 
 /* The collectives of ir/ops.def, same semantics (ir/interp_spmd.c is the
  * reference): groups over |axes| (major to minor), members ordered by group

@@ -573,12 +573,10 @@ kdc_status kdc_rt_train_gather(kdc_rt_train *t) {
     if (!mine && p->proc_id != 0) continue;
     for (size_t k = 0; k < t->n_state; k++) {
       st_tensor *s = &t->s[k];
-      if (!s->buf[t->parity][d]) {  /* process 0: room for another process's piece */
-        s->buf[t->parity][d] = aligned_alloc(64, (s->t->local_bytes + 63) / 64 * 64 + 64);
-        if (!s->buf[t->parity][d])
-          return KDC_ERR(KDC_OUT_OF_MEMORY, "%s: cannot allocate training state \"%s\"",
-                         p->path, s->t->name);
-      }
+      if (!s->buf[t->parity][d])  /* process 0: room for another process's piece */
+        KDC_RETURN_IF_ERROR(kdc_status_annotate(
+            rt_mem_alloc(p, d, s->t->local_bytes, &s->buf[t->parity][d]),
+            "training state \"%s\"", s->t->name));
       rf->out_ptr[d * f->n_outputs + (size_t)(s->t - f->outputs)] = s->buf[t->parity][d];
     }
     bind_scalars(t, f, rf, d);

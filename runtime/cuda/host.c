@@ -96,6 +96,10 @@ kdc_status rt_cuda_gemm_map(const kdc_prog_gemm_step *g, const char *where, rt_c
     return KDC_ERR(KDC_UNSUPPORTED, "%s: GEMM %lldx%lldx%lld (batch %lld) does not fit cuBLAS's "
                    "32-bit sizes", where, (long long)g->m, (long long)g->n, (long long)g->k,
                    (long long)g->batch);
+  if (g->batch_inner > 1) /* codegen makes them for CPU plans only */
+    return KDC_ERR(KDC_UNSUPPORTED, "%s: GEMM with a two-level batch (%lld x %lld): cuBLAS's "
+                   "strided batches have one stride", where,
+                   (long long)(g->batch / g->batch_inner), (long long)g->batch_inner);
   out->trans_a = g->trans_b;
   out->trans_b = g->trans_a;
   out->m = (int)g->n;

@@ -139,7 +139,8 @@ static void test_flat_kernels(void **state) {
  * with the kept elements innermost, rows of 16 output elements): batch-
  * norm-like statistics over [4,16,16,37] (sum of an affine map, sum of its
  * squares, a max of a log with NaNs from negative inputs), a product over
- * dim 0 of [6,5,33] (two kept dims), an i32 sum; 1 and 3 threads; bit
+ * dim 0 of [6,5,33] (two kept dims), an i32 sum, a sum of exp over [64,9,32]
+ * (whole blocks: a thread's one row must vectorise); 1 and 3 threads; bit
  * for bit against the interpreter (same summation order).  The reduce
  * kernels have ceil(kept / 16) rows (3 for 37, 11 for 5*33), never one row
  * per output element. */
@@ -162,6 +163,12 @@ static void test_column_reduction(void **state) {
     kdc_value_id z = param(f, "z", 3, d2);
     kdc_ir_add_result(f, kdc_ir_reduce(f, KDC_RED_PROD, kdc_ir_unary(f, KDC_OP_TANH, z), 1, zero),
                       "prod");
+    /* whole blocks only (32 = two rows of 16): on 3 threads each thread's range is
+     * one block, which must take the block loop (cpu_wrap.c column_loops) */
+    int64_t d3[3] = {64, 9, 32}, two[2] = {0, 1};
+    kdc_ir_add_result(f, kdc_ir_reduce(f, KDC_RED_SUM, kdc_ir_unary(f, KDC_OP_EXP, param(f, "w", 3, d3)),
+                                       2, two),
+                      "wsum");
     kdc_type it = kdc_type_make(KDC_DTYPE_I32, 3, d2);
     kdc_value_id iz = kdc_ir_parameter(f, KDC_PARAM_INPUT, "iz", &it);
     kdc_ir_add_result(f, kdc_ir_reduce(f, KDC_RED_SUM, kdc_ir_unary(f, KDC_OP_NEG, iz), 1, zero),

@@ -72,15 +72,82 @@ static void test_gemm_batch(void **state) {
   int64_t l2[3] = {2, 5, 7}, r2[3] = {2, 4, 5};
   kdc_attr_dot d2 = {dl(1, &z), dl(1, &z), dl(1, &one), dl(1, &two), 0};
   dot_case(3, l2, 3, r2, d2, true, 5);
-  /* batch dim not leading in the lhs: [M,B,K] -> transpose kernel first */
+  /* batch dim not leading in the lhs: [M,B,K] read in place (lda = B*K,
+   * batch stride K) */
   int64_t l3[3] = {7, 3, 5}, r3[3] = {3, 5, 4};
   kdc_attr_dot d3 = {dl(1, &one), dl(1, &z), dl(1, &two), dl(1, &one), 0};
-  dot_case_x(3, l3, 3, r3, d3, false, 5, 1);
+  dot_case_x(3, l3, 3, r3, d3, false, 5, 0);
   /* two batch dims and two contracting dims in matching order */
   int64_t l4[4] = {2, 3, 4, 5}, r4[4] = {2, 3, 4, 5};
   int64_t bb[2] = {0, 1}, cc[1] = {3};
   kdc_attr_dot d4 = {dl(2, bb), dl(2, bb), dl(1, cc), dl(1, cc), 0};
   dot_case(4, l4, 4, r4, d4, true, 5);
+}
+
+/* Batch dims apart in memory: a two-level batch (kdc_prog_gemm_step), the
+ * operands read in place, as attention reads its heads. */
+static void test_gemm_batch_two_level(void **state) {
+  (void)state;
+  /* scores: q [b,s,h,d] x k [b,s,h,d] over (b, h), contracting d */
+  int64_t q[4] = {2, 5, 3, 4}, bh[2] = {0, 2}, c3 = 3, c1 = 1, one = 1;
+  kdc_attr_dot d1 = {dl(2, bh), dl(2, bh), dl(1, &c3), dl(1, &c3), 0};
+  dot_case_x(4, q, 4, q, d1, false, 4, 0);
+  /* scores [b,h,s,t] x v [b,t,h,d] over (b, h) = dims (0, 1) / (0, 2) */
+  int64_t sc[4] = {2, 3, 5, 6}, v[4] = {2, 6, 3, 4}, b01[2] = {0, 1};
+  kdc_attr_dot d2 = {dl(2, b01), dl(2, bh), dl(1, &c3), dl(1, &c1), 0};
+  dot_case_x(4, sc, 4, v, d2, true, 6, 0);
+  /* the batch list against memory order: (y, x) of [x, M, y, K] and of
+   * [x, y, K, N] */
+  int64_t l3[4] = {3, 5, 2, 4}, r3[4] = {3, 2, 4, 6}, yx_l[2] = {2, 0}, yx_r[2] = {1, 0};
+  int64_t k3 = 2;
+  kdc_attr_dot d3 = {dl(2, yx_l), dl(2, yx_r), dl(1, &c3), dl(1, &k3), 0};
+  dot_case_x(4, l3, 4, r3, d3, false, 4, 0);
+  /* inner groups of different sizes: z (lhs [x,y,M,z,K]) against y*z (rhs
+   * [x,K,y,z,N]): the rhs is copied */
+  int64_t l4[5] = {2, 3, 4, 2, 5}, r4[5] = {2, 5, 3, 2, 3};
+  int64_t bl[3] = {0, 1, 3}, br[3] = {0, 2, 3}, c4 = 4;
+  kdc_attr_dot d4 = {dl(3, bl), dl(3, br), dl(1, &c4), dl(1, &one), 0};
+  dot_case_x(5, l4, 5, r4, d4, false, 5, 1);
+  /* the GEMM's parameters: a CPU plan's two-level batch; a CUDA plan's
+   * copies (batch dims leading only) */
+  {
+    kdc_module *m = kdc_ir_module_create("params");
+    kdc_func *f = kdc_ir_func_create(m, "predict");
+    kdc_value_id y = kdc_ir_dot(f, param(f, "q", 4, q), param(f, "k", 4, q), &d1);
+    cg_gemm g;
+    cg_gemm_plan(f, y, true, &g);
+    assert_false(g.copy_a || g.copy_b);
+    assert_true(!g.trans_a && g.trans_b);
+    assert_int_equal(g.batch, 6);
+    assert_int_equal(g.batch_inner, 3);
+    assert_int_equal(g.lda, 12);  /* h*d */
+    assert_int_equal(g.ldb, 12);
+    assert_int_equal(g.stride_a, 60);  /* s*h*d, then d */
+    assert_int_equal(g.stride_a2, 4);
+    assert_int_equal(g.stride_c, 75);  /* h*s*s, then s*s */
+    assert_int_equal(g.stride_c2, 25);
+    cg_gemm_plan(f, y, false, &g);
+    assert_true(g.copy_a && g.copy_b);
+    assert_int_equal(g.batch_inner, 1);
+    assert_int_equal(g.lda, 4);
+    assert_int_equal(g.stride_a, 20);
+    kdc_ir_module_destroy(m);
+  }
+  /* split over threads: whole entries (batch 4 >= threads), then rows of
+   * entries (batch 2 < 3 threads), strided rows (lda = h*d) */
+  for (int threads = 2; threads <= 3; threads++)
+    for (int64_t b = 1; b <= 2; b++) {
+      int64_t qq[4] = {b, 128, 2, 64};
+      kdc_module *m = kdc_ir_module_create("heads");
+      kdc_func *f = kdc_ir_func_create(m, "predict");
+      kdc_value_id y = kdc_ir_dot(f, param(f, "q", 4, qq), param(f, "k", 4, qq), &d1);
+      kdc_ir_add_result(f, y, "y");
+      expect e = {0, 1};
+      cgt_opts o = {.tol = CGT_GEMM, .gemm_k = 64, .inspect = check_steps, .ctx = &e,
+                    .threads = threads};
+      cgt_check(m, f, &o);
+      kdc_ir_module_destroy(m);
+    }
 }
 
 static void test_gemm_contract(void **state) {
@@ -169,6 +236,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_gemm_trans),
       cmocka_unit_test(test_gemm_batch),
+      cmocka_unit_test(test_gemm_batch_two_level),
       cmocka_unit_test(test_gemm_contract),
       cmocka_unit_test(test_gemm_weights),
       cmocka_unit_test(test_gemm_split),

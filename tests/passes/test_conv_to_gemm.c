@@ -6,7 +6,8 @@
  * ones contain no convolution and one dot; weight-gradient shaped ones
  * (many taps, few output positions) take the per-output-position form,
  * cut from x and reading g in place when the operands are conv_dw's
- * transposes; the depthwise weight gradient becomes column reductions;
+ * transposes, per image (a batched dot and a sum) when its GEMM fits one
+ * runtime block; the depthwise weight gradient becomes column reductions;
  * grouped and lhs-dilated ones are left alone; the result fuses into one patch kernel; and one SPMD case
  * (batch and output-channel splits) runs seed, propagate, partition and the
  * pass, then kdc_ir_interpret_spmd against the global reference; the
@@ -265,6 +266,42 @@ static void test_weight_gradient_natural(void **state) {
   assert_true(natural >= 40);
 }
 
+/* The natural weight gradient whose GEMM [taps*Ci, Co] fits one runtime
+ * block (<= 64 each way) with >= 256 positions per image runs per image: one
+ * dot with batch dim 0 over the images ([N, taps*Ci, Co]) summed by one
+ * reduce, agreeing with the direct convolution; 72 rows (Ci = 8, 9 taps)
+ * keep the one unbatched dot. */
+static void test_weight_gradient_per_image(void **state) {
+  (void)state;
+  for (int big = 0; big < 2; big++) {
+    rng_state = 7 + (uint64_t)big;
+    kdc_attr_conv a;
+    kdc_attr_conv_init(&a, 2);
+    int64_t ci = big ? 8 : 3, co = 5;
+    int64_t xd[4] = {3, 20, 19, ci}, gd[4] = {3, 18, 17, co};
+    kdc_module *m = kdc_ir_module_create("c");
+    kdc_func *f = kdc_ir_func_create(m, "train_step");
+    kdc_type xt = kdc_type_make(KDC_DTYPE_F32, 4, xd), gt = kdc_type_make(KDC_DTYPE_F32, 4, gd);
+    kdc_value_id x = kdc_ir_parameter(f, KDC_PARAM_INPUT, "x", &xt);
+    kdc_value_id g = kdc_ir_parameter(f, KDC_PARAM_INPUT, "g", &gt);
+    int64_t pl[4] = {3, 1, 2, 0}, pr[4] = {1, 2, 0, 3};
+    kdc_value_id y = kdc_ir_convolution(f, kdc_ir_transpose(f, x, pl), kdc_ir_transpose(f, g, pr), &a);
+    kdc_ir_add_result(f, y, "dw");
+    kdc_status st = kdc_ir_take_error(f);
+    if (st) fail_msg("%s", kdc_status_message(st));
+    assert_true(before_after(m, 18 * 17 * 3));
+    int batched = 0;
+    for (size_t i = 0; i < f->n_nodes; i++)
+      if (f->nodes[i].op == KDC_OP_DOT) {
+        batched += f->nodes[i].attr.dot.lhs_batch.n == 1;
+        assert_int_equal(f->nodes[i].in[1], g);
+      }
+    assert_int_equal(batched, big ? 0 : 1);
+    assert_int_equal(count(f, KDC_OP_REDUCE), big ? 0 : 1);
+    kdc_ir_module_destroy(m);
+  }
+}
+
 /* The depthwise weight gradient as conv_dw spells it (groups G, one input
  * channel per group, channel multiplier M): lhs = x [N, S.., G] reshaped
  * to [N, S.., G, 1], transposed to [1, S.., G, N], reshaped to
@@ -487,6 +524,7 @@ int main(void) {
       cmocka_unit_test(test_random_convs),
       cmocka_unit_test(test_weight_gradient_form),
       cmocka_unit_test(test_weight_gradient_natural),
+      cmocka_unit_test(test_weight_gradient_per_image),
       cmocka_unit_test(test_depthwise_gradient),
       cmocka_unit_test(test_left_alone),
       cmocka_unit_test(test_one_patch_kernel),

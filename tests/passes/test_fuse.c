@@ -3,7 +3,8 @@
  * (checked here independently of passes/fuse.c), the duplication of cheap
  * values does not change results, and the pass is deterministic and
  * idempotent.  A kernel reads at most KDC_KERNEL_MAX_INPUTS outside values
- * (test_fuse_input_cap).
+ * (test_fuse_input_cap).  Values beyond a core's L2 recompute up to 16
+ * distinct ops (test_fuse_big_values).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -193,12 +194,53 @@ static void test_fuse_input_cap(void **state) {
   kdc_ir_module_destroy(m);
 }
 
+/* Batch norm's centred value c = max(x + b, 0) - mean (5 ops) feeding two
+ * reductions: over the default cap of 4, so a [64, 32] c is one kernel's
+ * result the two reductions read; a [2048, 1024] c (8 MiB, beyond a core's
+ * L2) is recomputed in both (up to 16 distinct ops: c * c counts c's ops
+ * once), so no kernel writes a value of its size. */
+static void test_fuse_big_values(void **state) {
+  (void)state;
+  for (int big = 0; big < 2; big++) {
+    kdc_module *m = kdc_ir_module_create("t");
+    kdc_func *f = kdc_ir_func_create(m, "f");
+    int64_t d[2] = {big ? 2048 : 64, big ? 1024 : 32}, cd[1] = {d[1]}, map[1] = {1}, lead[1] = {0};
+    kdc_type t = kdc_type_make(KDC_DTYPE_F32, 2, d), ct = kdc_type_make(KDC_DTYPE_F32, 1, cd);
+    kdc_value_id x = kdc_ir_parameter(f, KDC_PARAM_INPUT, "x", &t);
+    kdc_value_id y = kdc_ir_parameter(f, KDC_PARAM_INPUT, "y", &t);
+    kdc_value_id b = kdc_ir_parameter(f, KDC_PARAM_INPUT, "b", &ct);
+    kdc_value_id mean = kdc_ir_parameter(f, KDC_PARAM_INPUT, "mean", &ct);
+    kdc_value_id r = kdc_ir_binary_scalar(
+        f, KDC_OP_MAX, kdc_ir_binary(f, KDC_OP_ADD, x, kdc_ir_broadcast(f, b, 2, d, map)), 0.0);
+    kdc_value_id c = kdc_ir_binary(f, KDC_OP_SUB, r, kdc_ir_broadcast(f, mean, 2, d, map));
+    kdc_ir_add_result(f, kdc_ir_reduce(f, KDC_RED_SUM, kdc_ir_binary(f, KDC_OP_MUL, c, c), 1, lead),
+                      "var");
+    kdc_ir_add_result(f, kdc_ir_reduce(f, KDC_RED_SUM, kdc_ir_binary(f, KDC_OP_MUL, c, y), 1, lead),
+                      "dot");
+    assert_null(kdc_ir_take_error(f));
+    assert_null(kdc_pass_run_one(m, "fuse", NULL));
+    assert_null(contract_violation(f));
+    int big_roots = 0, groups = 0;
+    for (size_t i = 0; i < f->n_nodes; i++) {
+      const kdc_node *nd = &f->nodes[i];
+      bool root = nd->group >= 0;
+      for (size_t u = i + 1; u < f->n_nodes && root; u++)
+        root = f->nodes[u].group != nd->group;
+      groups += root;
+      big_roots += root && nd->type.rank == 2;
+    }
+    assert_int_equal(big_roots, big ? 0 : 1);
+    assert_int_equal(groups, big ? 2 : 3);
+    kdc_ir_module_destroy(m);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_fuse_raw_graphs),      cmocka_unit_test(test_fuse_simplified_graphs),
       cmocka_unit_test(test_fuse_without_copies),  cmocka_unit_test(test_fuse_generous_copies),
       cmocka_unit_test(test_fuse_deterministic),   cmocka_unit_test(test_fuse_check_rejects),
-      cmocka_unit_test(test_fuse_input_cap),
+      cmocka_unit_test(test_fuse_input_cap),       cmocka_unit_test(test_fuse_big_values),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

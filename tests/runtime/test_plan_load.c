@@ -227,12 +227,32 @@ static void test_inconsistent_program(void **state) {
   kdc_prog_step g = {.kind = KDC_STEP_GEMM};
   g.gemm = (kdc_prog_gemm_step){1, 2, 2, 2, false, false, 2, 2, 2, 4, 4, 4,
                                 {KDC_PROG_BUF_INPUT, 0, 0, 16}, {KDC_PROG_BUF_INPUT, 0, 0, 16},
-                                {KDC_PROG_BUF_ARENA, 0, 0, 12}, KDC_IO_DTYPE_F32, false};
+                                {KDC_PROG_BUF_ARENA, 0, 0, 12}, KDC_IO_DTYPE_F32, false,
+                                1, 0, 0, 0};
   fn.steps = &g;
   kdc_buf_init(&b);
   kdc_prog_encode(&p, &b);
   expect_bad(repack(KDC_PLAN_SECTION_PROGRAM, b.data, b.size), "exceed their buffers");
   kdc_buf_free(&b);
+  /* 6a: a two-level batch: 3 inner entries do not divide 4; 2 x 2 entries
+   * of 1x1 matrices fit a 16-byte C two strides of 2 apart, not of 3 */
+  g.gemm = (kdc_prog_gemm_step){4, 1, 1, 1, false, false, 1, 1, 1, 2, 2, 2,
+                                {KDC_PROG_BUF_INPUT, 0, 0, 16}, {KDC_PROG_BUF_INPUT, 0, 0, 16},
+                                {KDC_PROG_BUF_ARENA, 0, 0, 16}, KDC_IO_DTYPE_F32, false,
+                                3, 1, 1, 1};
+  kdc_buf_init(&b);
+  kdc_prog_encode(&p, &b);
+  expect_bad(repack(KDC_PLAN_SECTION_PROGRAM, b.data, b.size), "inner batch 3 does not divide");
+  kdc_buf_free(&b);
+  g.gemm.batch_inner = 2, g.gemm.stride_c = 3;
+  kdc_buf_init(&b);
+  kdc_prog_encode(&p, &b);
+  expect_bad(repack(KDC_PLAN_SECTION_PROGRAM, b.data, b.size), "exceed their buffers");
+  kdc_buf_free(&b);
+  g.gemm = (kdc_prog_gemm_step){1, 2, 2, 2, false, false, 2, 2, 2, 4, 4, 4,
+                                {KDC_PROG_BUF_INPUT, 0, 0, 16}, {KDC_PROG_BUF_INPUT, 0, 0, 16},
+                                {KDC_PROG_BUF_ARENA, 0, 0, 12}, KDC_IO_DTYPE_F32, false,
+                                1, 0, 0, 0};
   /* 6b: a GEMM of integers; 6c: the same sizes in bf16 fit their buffers
    * (2 bytes an element) but a bf16 GEMM runs on CUDA only */
   g.gemm.dtype = KDC_IO_DTYPE_I32;
