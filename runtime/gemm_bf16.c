@@ -318,7 +318,9 @@ static float *rounded_copy(const float *x, int64_t rows, int64_t cols, int64_t l
 
 /* The bf16 step without a bf16 kernel: the rounded operands in copies, then
  * cblas_sgemm; without memory for the copies, a plain loop (slow, same
- * products). */
+ * products).  Each block of a split step rounds the whole operand it
+ * shares with the other blocks (B of a row split): one extra pass over it
+ * per thread, on CPUs that compute bf16 GEMMs in f32 anyway. */
 static void sgemm_rounded(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *A,
                           int64_t lda, const float *B, int64_t ldb, float *C, int64_t ldc) {
   float *a = rounded_copy(A, ta ? k : m, ta ? m : k, lda);
